@@ -1,0 +1,114 @@
+"""The seam between models and the distributed layer, and model (de)serialization.
+
+Every trainable model (:class:`~rbm.RBM`, :class:`~rbm.DBN`, :class:`~rbm.ConvNet`)
+implements :class:`TrainableModel`.  The distributed layer (``actors/``, ``node/``)
+only ever talks to a model through it:
+
+* ``to_spec()`` / :func:`model_from_spec` -- hyperparameters as plain JSON, enough to
+  build an identical untrained replica in another process;
+* ``initialize(n_features, classes)`` -- allocate parameters for an input width
+  (or input shape) and a label set, without training;
+* ``phases()`` -- the ordered training phases, e.g. ``["rbm0", "rbm1", "finetune"]``;
+* ``parameters(phase)`` / ``set_parameters(params)`` -- named host (numpy) copies of
+  the weights that are merged between nodes; names are unique across the whole model
+  (``"rbm0.W"``, ``"conv1.b"`` ...), ``phase=None`` means all of them;
+* ``train_partition(X, y, phase, rng)`` -- one pass over a partition in minibatches,
+  returning metrics ``{"samples": int, "seconds": float, "loss": float}`` (``loss`` is
+  the reconstruction error for RBM phases, the cross-entropy for supervised ones).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = [
+    "TrainableModel",
+    "register_model",
+    "model_from_spec",
+    "save_model",
+    "load_model",
+    "SPEC_KEY",
+]
+
+SPEC_KEY = "__spec__"
+
+_REGISTRY: dict[str, Callable[[dict], Any]] = {}
+
+
+@runtime_checkable
+class TrainableModel(Protocol):
+    """What the distributed trainer needs from a model."""
+
+    def to_spec(self) -> dict: ...
+
+    def initialize(self, n_features: Any, classes: Any = None) -> "TrainableModel": ...
+
+    def phases(self) -> list[str]: ...
+
+    def parameters(self, phase: str | None = None) -> dict[str, np.ndarray]: ...
+
+    def set_parameters(self, params: Mapping[str, np.ndarray]) -> None: ...
+
+    def train_partition(self, X: np.ndarray, y: np.ndarray | None, phase: str, rng: np.random.Generator) -> dict: ...
+
+
+def register_model(kind: str) -> Callable[[type], type]:
+    """Class decorator: make ``model_from_spec({"kind": kind, ...})`` build this class.
+
+    The class must provide ``from_spec(spec) -> model``.
+    """
+
+    def decorate(cls: type) -> type:
+        _REGISTRY[kind] = cls.from_spec  # type: ignore[attr-defined]
+        return cls
+
+    return decorate
+
+
+def model_from_spec(spec: Mapping[str, Any]) -> Any:
+    """Build an untrained model from a JSON-able spec (``spec["kind"]`` picks the class)."""
+    kind = spec.get("kind")
+    if kind not in _REGISTRY:
+        raise ValueError(f"unknown model kind {kind!r} in spec; known kinds: {sorted(_REGISTRY)}")
+    return _REGISTRY[kind](dict(spec))
+
+
+def save_model(path: str | os.PathLike, spec: Mapping[str, Any], params: Mapping[str, np.ndarray]) -> None:
+    """Write one ``.npz``: every named array plus the JSON spec (as bytes) under ``__spec__``.
+
+    Written to a temporary name and renamed, so a crash never leaves half a model behind.
+    """
+    path = os.fspath(path)
+    arrays = {name: np.asarray(value) for name, value in params.items()}
+    if SPEC_KEY in arrays:
+        raise ValueError(f"parameter name {SPEC_KEY!r} is reserved")
+    arrays[SPEC_KEY] = np.frombuffer(json.dumps(spec, sort_keys=True).encode(), dtype=np.uint8)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as handle:
+        np.savez(handle, **arrays)
+    os.replace(tmp, path)
+
+
+def read_model_file(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
+    """The spec and named arrays of a file written by :func:`save_model` (never unpickles)."""
+    try:
+        with np.load(os.fspath(path), allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot read model file {os.fspath(path)!r}: {error}") from error
+    if SPEC_KEY not in arrays:
+        raise ValueError(f"{os.fspath(path)!r} is not a sparkdbn model file (no {SPEC_KEY} entry)")
+    spec = json.loads(arrays.pop(SPEC_KEY).tobytes().decode())
+    return spec, arrays
+
+
+def load_model(path: str | os.PathLike) -> Any:
+    """Rebuild a model saved with ``model.save(path)``: exact weights, same spec."""
+    spec, arrays = read_model_file(path)
+    model = model_from_spec(spec)
+    model._restore(spec, arrays)  # each model knows how to size itself from its arrays
+    return model

@@ -1,0 +1,7 @@
+"""storage package (placeholder until its issue lands)."""
+
+import logging
+
+__all__: list[str] = []
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
