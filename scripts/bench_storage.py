@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Storage benchmark: weight snapshot put/get and dataset shard reads, on both backends.
+
+* put + get of a 784x500 float32 snapshot (``WeightStore.put_version`` / ``get_version``,
+  sha256 included) on a local directory and on WebHDFS (the ``hdfs`` client against the
+  in-process test server), median ms over N runs, next to a plain ``np.save`` + ``os.replace``
+  / ``np.load`` of the same array in the same directory.
+* shard read throughput (MB/s of feature data) of ``Dataset.read_shard`` (sha256-verified
+  Parquet -> numpy) against a plain ``np.load`` of the same arrays from local ``.npy`` files.
+
+    .venv/bin/python scripts/bench_storage.py [--quick]
+"""
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+import storage
+from storage.webhdfs_server import WebHDFSServer
+
+
+def _median_ms(fn, runs: int) -> float:
+    fn()  # warm-up (connections, caches)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
+def _bench_snapshots(stores: dict, runs: int, tmp: str) -> None:
+    rng = np.random.default_rng(0)
+    params = {"rbm0.W": rng.standard_normal((784, 500)).astype(np.float32)}
+    size_mb = params["rbm0.W"].nbytes / 1e6
+    path = os.path.join(tmp, "plain.npy")
+
+    def plain_put():
+        with open(path + ".tmp", "wb") as handle:
+            np.save(handle, params["rbm0.W"])
+        os.replace(path + ".tmp", path)
+
+    def plain_put_fsync():
+        with open(path + ".tmp", "wb") as handle:
+            np.save(handle, params["rbm0.W"])
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(path + ".tmp", path)
+
+    fsync_put_ms = _median_ms(plain_put_fsync, runs)
+    plain_put_ms = _median_ms(plain_put, runs)
+    plain_get_ms = _median_ms(lambda: np.load(path, allow_pickle=False), runs)
+    print("\nstore put = npz encode + sha256 + atomic write (local: fsync; webhdfs: CREATE, datanode PUT, RENAME);")
+    print("store get = read + sha256 check + npz decode (allow_pickle=False)")
+    print(f"snapshot 784x500 float32 ({size_mb:.2f} MB), median of {runs} runs")
+    print(f"{'backend':<10} {'put ms':>8} {'get ms':>8}   {'put / np.save':>13} {'get / np.load':>13}")
+    print(f"{'np.save/load':<10} {plain_put_ms:8.2f} {plain_get_ms:8.2f}   {1.0:13.1f} {1.0:13.1f}")
+    print(f"{'  +fsync':<10} {fsync_put_ms:8.2f} {'':8}   {fsync_put_ms / plain_put_ms:13.1f}")
+    for name, store in stores.items():
+        weights = storage.WeightStore(store, "bench")
+        version = iter(range(1, 10**6))
+        refs = []
+        put_ms = _median_ms(lambda: refs.append(weights.put_version("rbm0", "n", next(version), params)), runs)
+        get_ms = _median_ms(lambda: weights.get_version(refs[-1]), runs)
+        print(f"{name:<10} {put_ms:8.2f} {get_ms:8.2f}   {put_ms / plain_put_ms:13.1f} {get_ms / plain_get_ms:13.1f}")
+
+
+def _bench_shards(stores: dict, n_rows: int, shards: int, repeats: int, tmp: str) -> None:
+    rng = np.random.default_rng(1)
+    X = rng.random((n_rows, 784), dtype=np.float32)
+    X[X < 0.6] = 0.0  # image-like: mostly blank pixels
+    y = rng.integers(0, 10, n_rows)
+    bounds = np.linspace(0, n_rows, shards + 1).astype(int)
+    npy_paths = []
+    for i in range(shards):
+        npy = os.path.join(tmp, f"shard-{i}.npy")
+        np.save(npy, X[bounds[i]:bounds[i + 1]])
+        npy_paths.append(npy)
+    total_mb = X.nbytes / 1e6
+
+    def best_mb_s(fn) -> float:
+        fn()
+        best = min(_timed(fn) for _ in range(repeats))
+        return total_mb / best
+
+    reference = best_mb_s(lambda: [np.load(p, allow_pickle=False) for p in npy_paths])
+    print(f"\nshard reads: {n_rows}x784 float32 ({total_mb:.0f} MB) in {shards} shards, best of {repeats}")
+    print(f"{'source':<28} {'MB/s':>8} {'vs np.load':>10}")
+    print(f"{'np.load of local .npy':<28} {reference:8.0f} {1.0:10.2f}")
+    for name, store in stores.items():
+        for layout in ("binary", "list"):
+            url = store.child(f"datasets/bench-{layout}")
+            storage.stage_arrays(url, X, y, shards=shards, layout=layout)
+            dataset = storage.open_dataset(url)
+            rate = best_mb_s(lambda: [dataset.read_shard(i) for i in range(dataset.num_shards)])
+            print(f"{name + ' read_shard (' + layout + ')':<28} {rate:8.0f} {rate / reference:10.2f}")
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="few runs, small dataset")
+    args = parser.parse_args()
+    runs, n_rows, repeats = (5, 4000, 2) if args.quick else (30, 36000, 5)
+    with tempfile.TemporaryDirectory() as tmp, WebHDFSServer(os.path.join(tmp, "hdfs")) as server:
+        stores = {
+            "local": storage.open_store(os.path.join(tmp, "local")),
+            "webhdfs": storage.open_store(server.store_url("/bench")),
+        }
+        print(f"storage benchmark ({'quick' if args.quick else 'full'}); WebHDFS test server at {server.url}")
+        _bench_snapshots(stores, runs, tmp)
+        _bench_shards(stores, n_rows, 8, repeats, tmp)
+
+
+if __name__ == "__main__":
+    main()

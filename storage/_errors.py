@@ -1,0 +1,46 @@
+"""The storage exception hierarchy: one base class, a subclass per thing a caller can act on."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ChecksumError",
+    "DatasetError",
+    "SnapshotValueError",
+    "StoreError",
+    "StoreNotFoundError",
+    "StorePathError",
+    "StorePermissionError",
+    "StoreUnavailableError",
+]
+
+
+class StoreError(Exception):
+    """Base class of every error raised by :mod:`storage`."""
+
+
+class StorePathError(StoreError, ValueError):
+    """A path that is not a clean relative path inside the store (``..``, absolute, empty parts)."""
+
+
+class StoreNotFoundError(StoreError, FileNotFoundError):
+    """The file or directory does not exist in the store."""
+
+
+class StorePermissionError(StoreError, PermissionError):
+    """The store refused the operation (HDFS AccessControlException, OS permission denied)."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store stayed unreachable for longer than ``retry_timeout_s``; names the URL and the operation."""
+
+
+class ChecksumError(StoreError):
+    """File contents do not match their sha256 (corrupted or truncated); never returned as valid."""
+
+
+class SnapshotValueError(StoreError, ValueError):
+    """Parameters that must not be published: NaN/Inf values, non-numeric arrays, bad names."""
+
+
+class DatasetError(StoreError, ValueError):
+    """Dataset input that cannot be staged (ragged rows, NaN/Inf, missing label column, empty input)."""

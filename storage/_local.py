@@ -1,0 +1,163 @@
+"""The local-directory backend (a plain directory, or an NFS mount shared by all executors).
+
+Atomic writes: the data goes to ``<dir>/._tmp-<uuid>`` in the destination directory, is
+flushed and fsynced, then ``os.replace`` moves it over the final name.  A writer killed at any
+point leaves at most a hidden temporary file; readers see the old file or the new one, never
+a mix.  Temporary files are hidden from :meth:`LocalBackend.list`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import shutil
+import time
+import uuid
+from typing import BinaryIO, Iterable, Iterator
+
+from ._errors import StoreError, StoreNotFoundError, StorePermissionError
+from ._paths import TMP_PREFIX, parent_and_name
+from ._retry import TransientError
+
+__all__ = ["LocalBackend"]
+
+logger = logging.getLogger(__name__)
+
+# Errors an NFS mount or a busy disk can produce and later recover from.
+_TRANSIENT_ERRNOS = {errno.ESTALE, errno.ETIMEDOUT, errno.EAGAIN, errno.EBUSY, errno.EINTR}
+
+
+@contextlib.contextmanager
+def _translated(operation: str, location: str) -> Iterator[None]:
+    """Map OS errors to the store hierarchy, naming what failed and where."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise StoreNotFoundError(f"{operation}: {location} does not exist") from exc
+    except PermissionError as exc:
+        raise StorePermissionError(f"{operation}: permission denied on {location}") from exc
+    except OSError as exc:
+        if exc.errno in _TRANSIENT_ERRNOS:
+            raise TransientError(f"{operation} {location}: {exc}") from exc
+        raise StoreError(f"{operation} failed on {location}: {exc}") from exc
+
+
+class LocalBackend:
+    """Operations on a directory tree rooted at ``root`` (an absolute local path)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+
+    def _abs(self, path: str) -> str:
+        return os.path.join(self.root, *path.split("/")) if path else self.root
+
+    def _write_atomic(self, path: str, chunks: Iterable[bytes]) -> None:
+        parent, name = parent_and_name(path)
+        if not name:
+            raise StoreError("cannot write to the store root itself; give a file name")
+        final = self._abs(path)
+        with _translated("write", final):
+            os.makedirs(self._abs(parent), exist_ok=True)
+            tmp = os.path.join(self._abs(parent), f"{TMP_PREFIX}{uuid.uuid4().hex}")
+            try:
+                with open(tmp, "xb") as handle:
+                    for chunk in chunks:
+                        handle.write(chunk)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(tmp, final)
+            except BaseException:
+                # Never leave our own temporary file behind on an ordinary failure.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        self._write_atomic(path, (data,))
+
+    def write_stream(self, path: str, chunks: Iterable[bytes]) -> None:
+        self._write_atomic(path, chunks)
+
+    def read_bytes(self, path: str) -> bytes:
+        location = self._abs(path)
+        with _translated("read", location), open(location, "rb") as handle:
+            return handle.read()
+
+    @contextlib.contextmanager
+    def open_read(self, path: str) -> Iterator[BinaryIO]:
+        location = self._abs(path)
+        with _translated("open", location):
+            handle = open(location, "rb")
+        with handle:
+            yield handle
+
+    def exists(self, path: str) -> bool:
+        with _translated("exists", self._abs(path)):
+            return os.path.lexists(self._abs(path))
+
+    def size(self, path: str) -> int:
+        with _translated("size", self._abs(path)):
+            return os.stat(self._abs(path)).st_size
+
+    def list(self, path: str) -> list[str]:
+        location = self._abs(path)
+        with _translated("list", location):
+            try:
+                names = os.listdir(location)
+            except FileNotFoundError:
+                return []
+            except NotADirectoryError as exc:
+                raise StoreError(f"list: {location} is a file, not a directory") from exc
+        return sorted(name for name in names if not name.startswith(TMP_PREFIX))
+
+    def remove_stale_temporaries(self, path: str, older_than_s: float) -> int:
+        location = self._abs(path)
+        removed = 0
+        with _translated("remove_stale_temporaries", location):
+            try:
+                entries = list(os.scandir(location))
+            except FileNotFoundError:
+                return 0
+            now = time.time()
+            for entry in entries:
+                if entry.name.startswith(TMP_PREFIX) and now - entry.stat(follow_symlinks=False).st_mtime > older_than_s:
+                    with contextlib.suppress(FileNotFoundError):  # another cleaner was faster
+                        os.unlink(entry.path)
+                        removed += 1
+        return removed
+
+    def delete(self, path: str, recursive: bool = False) -> bool:
+        location = self._abs(path)
+        with _translated("delete", location):
+            if not os.path.lexists(location):
+                return False
+            if os.path.isdir(location) and not os.path.islink(location):
+                if recursive:
+                    shutil.rmtree(location)
+                else:
+                    try:
+                        os.rmdir(location)
+                    except OSError as exc:
+                        if exc.errno == errno.ENOTEMPTY:
+                            raise StoreError(
+                                f"delete: directory {location} is not empty; pass recursive=True"
+                            ) from exc
+                        raise
+            else:
+                os.unlink(location)
+        return True
+
+    def makedirs(self, path: str) -> None:
+        location = self._abs(path)
+        with _translated("makedirs", location):
+            os.makedirs(location, exist_ok=True)
+
+    def rename(self, src: str, dst: str) -> None:
+        source, target = self._abs(src), self._abs(dst)
+        with _translated("rename", f"{source} -> {target}"):
+            if not os.path.lexists(source):
+                raise FileNotFoundError(errno.ENOENT, "no such file", source)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.replace(source, target)

@@ -1,0 +1,315 @@
+"""URL -> backend, and the :class:`Store` facade every other package talks to.
+
+``open_store`` accepts a plain path, ``file:///abs/path``, ``hdfs://host:port/path`` or
+``webhdfs://host:port/path`` (both spoken over WebHDFS; ``swebhdfs://`` uses HTTPS), with
+several namenodes for HA separated by ``;`` (``hdfs://nn1:9870;nn2:9870/path``).  The default
+WebHDFS port is 9870, the namenode HTTP port of Hadoop 3.
+
+A :class:`Store` holds only its URL and options.  Its backend (and for HDFS the
+``hdfs.InsecureClient`` with its HTTP session) is built on first use in each process, so a
+store pickles to a few hundred bytes and can ride in Spark closures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import posixpath
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, TypeVar
+from urllib.parse import unquote, urlsplit
+
+from ._errors import StorePathError, StoreUnavailableError
+from ._paths import join, normalize
+from ._retry import TransientError, call_with_retry
+
+__all__ = ["Store", "StoreURL", "open_store", "parse_store_url"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_WEBHDFS_PORT = 9870
+DEFAULT_SWEBHDFS_PORT = 9871
+_HDFS_SCHEMES = {"hdfs": "http", "webhdfs": "http", "swebhdfs": "https"}
+
+
+@dataclass(frozen=True)
+class StoreURL:
+    """A parsed store URL.
+
+    Attributes
+    ----------
+    kind : str
+        ``"local"`` or ``"webhdfs"``.
+    root : str
+        Absolute root path (local file system path, or HDFS path).
+    namenodes : tuple of str
+        WebHDFS base URLs such as ``"http://nn1:9870"`` (empty for local stores).
+    scheme : str
+        Scheme as written by the user (``file``, ``hdfs``, ``webhdfs``, ``swebhdfs``).
+    """
+
+    kind: str
+    root: str
+    namenodes: tuple[str, ...] = ()
+    scheme: str = "file"
+
+    @property
+    def url(self) -> str:
+        """Canonical URL string of this store."""
+        if self.kind == "local":
+            return "file://" + self.root
+        authority = ";".join(base.split("://", 1)[1] for base in self.namenodes)
+        return f"{self.scheme}://{authority}{self.root}"
+
+    def child(self, relative: str) -> "StoreURL":
+        """The URL of a sub-directory (``relative`` already normalized)."""
+        if not relative:
+            return self
+        if self.kind == "local":
+            return StoreURL("local", os.path.join(self.root, *relative.split("/")), (), self.scheme)
+        return StoreURL(self.kind, posixpath.join(self.root, relative), self.namenodes, self.scheme)
+
+
+def parse_store_url(url: str) -> StoreURL:
+    """Parse a store URL or plain path; see the module docstring for the accepted forms.
+
+    Raises
+    ------
+    StorePathError
+        For an unknown scheme, a ``file://`` URL with a remote host, or a malformed port.
+    """
+    if not isinstance(url, (str, os.PathLike)):
+        raise StorePathError(f"store URL must be a str or path, got {type(url).__name__}")
+    url = os.fspath(url)
+    if not url:
+        raise StorePathError("empty store URL; give a directory path, file:///path or hdfs://host:port/path")
+    if "://" not in url:
+        return StoreURL("local", os.path.abspath(os.path.expanduser(url)))
+    scheme, rest = url.split("://", 1)
+    scheme = scheme.lower()
+    if scheme == "file":
+        parts = urlsplit(url)
+        if parts.netloc not in ("", "localhost"):
+            raise StorePathError(f"{url!r}: file URLs must be local (file:///abs/path), not on host {parts.netloc!r}")
+        return StoreURL("local", os.path.abspath(unquote(parts.path) or "/"))
+    if scheme not in _HDFS_SCHEMES:
+        raise StorePathError(
+            f"unsupported store URL scheme {scheme!r} in {url!r}; use a path, file://, hdfs://, webhdfs:// or swebhdfs://"
+        )
+    authority, slash, path = rest.partition("/")
+    if not authority:
+        raise StorePathError(f"{url!r} names no namenode; write {scheme}://host:port/path")
+    http = _HDFS_SCHEMES[scheme]
+    default_port = DEFAULT_SWEBHDFS_PORT if http == "https" else DEFAULT_WEBHDFS_PORT
+    namenodes = []
+    for host in filter(None, authority.split(";")):
+        name, colon, port = host.rpartition(":") if ":" in host else (host, "", "")
+        if colon and not port.isdigit():
+            raise StorePathError(f"{url!r}: bad port {port!r} for namenode {name!r}")
+        namenodes.append(f"{http}://{name}:{port or default_port}")
+    root = posixpath.normpath("/" + unquote(path)) if slash else "/"
+    root = "/" + root.lstrip("/")  # normpath keeps a leading '//'; HDFS paths have one slash
+    return StoreURL("webhdfs", root, tuple(namenodes), scheme)
+
+
+class _OnceIterable:
+    """Wraps a one-shot iterable and remembers whether anything was taken from it."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = chunks
+        self.started = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        self.started = True
+        for chunk in self._chunks:
+            yield bytes(chunk)
+
+
+class Store:
+    """A directory in a shared store (local directory or HDFS), addressed by relative paths.
+
+    Parameters
+    ----------
+    url : str
+        Store root: a path, ``file:///...``, ``hdfs://host:port/path`` or ``webhdfs://...``.
+    user : str, optional
+        HDFS user name (``user.name``); defaults to the ``HADOOP_USER_NAME`` environment
+        variable, then the login name.  Ignored by local stores.
+    retry_timeout_s : float
+        How long transient failures are retried before :class:`StoreUnavailableError`.
+
+    Notes
+    -----
+    All paths are relative and '/'-separated; ``..`` and absolute paths raise
+    :class:`StorePathError`.  Names starting with ``._tmp-`` are temporary files of
+    in-flight atomic writes and never appear in :meth:`list`.
+    """
+
+    def __init__(self, url: str, *, user: str | None = None, retry_timeout_s: float = 30.0) -> None:
+        self._parsed = url if isinstance(url, StoreURL) else parse_store_url(url)
+        self.url: str = self._parsed.url
+        self.user = user
+        self.retry_timeout_s = float(retry_timeout_s)
+        self._backend: Any = None
+        self._lock = threading.Lock()
+        self._rng = random.Random()
+
+    # -- pickling: URL and options only; clients are rebuilt lazily in the new process -------
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "user": self.user, "retry_timeout_s": self.retry_timeout_s}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["url"], user=state["user"], retry_timeout_s=state["retry_timeout_s"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Store) and (self.url, self.user) == (other.url, other.user)
+
+    def __hash__(self) -> int:
+        return hash((self.url, self.user))
+
+    @property
+    def is_local(self) -> bool:
+        """True for a local-directory store."""
+        return self._parsed.kind == "local"
+
+    @property
+    def root(self) -> str:
+        """Absolute root path of this store in its file system."""
+        return self._parsed.root
+
+    @property
+    def backend(self) -> Any:
+        """The backend of this process, built on first use."""
+        with self._lock:
+            if self._backend is None:
+                if self._parsed.kind == "local":
+                    from ._local import LocalBackend
+
+                    self._backend = LocalBackend(self._parsed.root)
+                else:
+                    from ._webhdfs import WebHDFSBackend
+
+                    self._backend = WebHDFSBackend(self._parsed.namenodes, self._parsed.root, user=self.user)
+            return self._backend
+
+    def _call(self, operation: str, fn: Callable[[Any], T]) -> T:
+        return call_with_retry(
+            lambda: fn(self.backend),
+            operation=operation,
+            url=self.url,
+            retry_timeout_s=self.retry_timeout_s,
+            rng=self._rng,
+        )
+
+    # -- the operations ------------------------------------------------------------------
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` atomically (temporary name, then rename over the final name)."""
+        p = normalize(path)
+        data = bytes(data)
+        self._call(f"write_bytes {p!r}", lambda b: b.write_bytes(p, data))
+
+    def write_stream(self, path: str, chunks: Iterable[bytes]) -> None:
+        """Write the chunks to ``path`` atomically without holding the whole file in memory.
+
+        A list or tuple of chunks is retried like :meth:`write_bytes`; a one-shot iterator
+        (generator) can only be retried while none of it has been consumed.
+        """
+        p = normalize(path)
+        if isinstance(chunks, (bytes, bytearray, memoryview)):
+            return self.write_bytes(p, bytes(chunks))
+        if isinstance(chunks, (list, tuple)):
+            return self._call(f"write_stream {p!r}", lambda b: b.write_stream(p, iter(chunks)))
+        source = _OnceIterable(chunks)
+
+        def attempt(backend: Any) -> None:
+            try:
+                backend.write_stream(p, source)
+            except TransientError as exc:
+                if source.started:
+                    # A generator cannot be replayed: give up now instead of retrying.
+                    raise StoreUnavailableError(
+                        f"store {self.url}: write_stream {p!r} broke mid-stream ({exc.__cause__ or exc}); "
+                        f"nothing was written under {p!r}, retry the whole write"
+                    ) from (exc.__cause__ or exc)
+                raise
+
+        self._call(f"write_stream {p!r}", attempt)
+
+    def read_bytes(self, path: str) -> bytes:
+        """The whole content of the file at ``path``."""
+        p = normalize(path)
+        return self._call(f"read_bytes {p!r}", lambda b: b.read_bytes(p))
+
+    @contextlib.contextmanager
+    def open_read(self, path: str) -> Iterator[BinaryIO]:
+        """A streaming binary reader; opening is retried, reading is not."""
+        p = normalize(path)
+        with contextlib.ExitStack() as stack:
+            handle = self._call(f"open_read {p!r}", lambda b: stack.enter_context(b.open_read(p)))
+            yield handle
+
+    def exists(self, path: str) -> bool:
+        """Whether a file or directory exists at ``path``."""
+        p = normalize(path)
+        return self._call(f"exists {p!r}", lambda b: b.exists(p))
+
+    def size(self, path: str) -> int:
+        """Size of the file at ``path`` in bytes."""
+        p = normalize(path)
+        return self._call(f"size {p!r}", lambda b: b.size(p))
+
+    def list(self, path: str = "") -> list[str]:
+        """Sorted names of the children of directory ``path``; ``[]`` when it does not exist."""
+        p = normalize(path)
+        return self._call(f"list {p!r}", lambda b: b.list(p))
+
+    def delete(self, path: str, recursive: bool = False) -> bool:
+        """Delete a file or directory; False when nothing was there."""
+        p = normalize(path)
+        if not p and not recursive:
+            raise StorePathError("refusing to delete the store root without recursive=True")
+        return self._call(f"delete {p!r}", lambda b: b.delete(p, recursive))
+
+    def makedirs(self, path: str) -> None:
+        """Create directory ``path`` and its parents (no error when it exists)."""
+        p = normalize(path)
+        self._call(f"makedirs {p!r}", lambda b: b.makedirs(p))
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst`` atomically, replacing a file at ``dst``."""
+        s, d = normalize(src), normalize(dst)
+        if not s or not d:
+            raise StorePathError("rename: neither source nor destination may be the store root")
+        self._call(f"rename {s!r} -> {d!r}", lambda b: b.rename(s, d))
+
+    def remove_stale_temporaries(self, path: str = "", older_than_s: float = 3600.0) -> int:
+        """Delete temporary files in directory ``path`` left by writers that died mid-write.
+
+        Only temporaries not modified for ``older_than_s`` are removed, so writes in flight
+        are left alone.  Returns how many were removed.
+        """
+        p = normalize(path)
+        return self._call(f"remove_stale_temporaries {p!r}", lambda b: b.remove_stale_temporaries(p, older_than_s))
+
+    def child(self, path: str) -> "Store":
+        """A store rooted at the sub-directory ``path`` (same options)."""
+        return Store(self._parsed.child(normalize(path)), user=self.user, retry_timeout_s=self.retry_timeout_s)
+
+    def join(self, *paths: str) -> str:
+        """Join relative paths (validated, '/'-separated)."""
+        return join(*paths)
+
+
+def open_store(url: "str | Store", *, user: str | None = None, retry_timeout_s: float = 30.0) -> Store:
+    """Open the store at ``url`` (see :class:`Store`); a :class:`Store` is returned unchanged."""
+    if isinstance(url, Store):
+        return url
+    return Store(url, user=user, retry_timeout_s=retry_timeout_s)
