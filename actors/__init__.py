@@ -1,7 +1,36 @@
-"""actors package (placeholder until its issue lands)."""
+"""Node actors, brokerless ZeroMQ publish-subscribe and the asynchronous merge rule.
+
+A node (one per process per run) publishes its weights to the store and announces each new
+version over signed ZeroMQ PUB/SUB; it fetches its peers' announced versions in the background
+and hands the trainer the fresh ones to merge (:func:`merge_snapshots`).  No process is central.
+
+>>> node = start_node("run-1", "host-1234", storage.open_store("/tmp/store"), secret)  # doctest: +SKIP
+>>> params, n = node.merge("rbm", model.parameters("rbm"))                              # doctest: +SKIP
+"""
 
 import logging
 
-__all__: list[str] = []
+from ._errors import ActorsError, MergeError, MessageError, NodeStoppedError, PublishError
+from ._merge import merge_snapshots
+from ._messages import SCHEMA_VERSION, Goodbye, Snapshot, WeightAnnouncement
+from ._node import NodeHandle, start_node
+from ._wire import decode_frames, encode_message
+
+__all__ = [
+    "start_node",
+    "NodeHandle",
+    "Snapshot",
+    "merge_snapshots",
+    "WeightAnnouncement",
+    "Goodbye",
+    "SCHEMA_VERSION",
+    "encode_message",
+    "decode_frames",
+    "ActorsError",
+    "MessageError",
+    "MergeError",
+    "PublishError",
+    "NodeStoppedError",
+]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

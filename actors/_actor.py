@@ -1,0 +1,231 @@
+"""The node actor: which peer versions exist, which are fetched, which were merged.
+
+All of a node's bookkeeping about peers lives in one pykka actor, so the I/O thread, the
+anti-entropy thread, the fetchers and the trainer never share mutable state: they send it
+messages (proxy calls) and it answers from its own thread.  The actor never does I/O itself;
+it hands fetches to a small thread pool (bounded concurrency) and is told when they finish.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+import pykka
+
+from ._messages import Snapshot, WeightAnnouncement
+from ._stats import Counters
+
+__all__ = ["NodeActor", "FetchJob"]
+
+logger = logging.getLogger(__name__)
+
+#: fetch(announcement, reference shapes or None) -> (params or None, drop reason or None)
+FetchJob = Callable[[WeightAnnouncement, "dict[str, tuple] | None"], "tuple[dict[str, np.ndarray] | None, str | None]"]
+
+
+@dataclass
+class _PeerState:
+    """What this node knows of one peer in one phase."""
+
+    announced: WeightAnnouncement | None = None  # newest version heard of (network or store)
+    inflight: int | None = None  # version being fetched now
+    tried: int = -1  # newest version whose fetch finished (successfully or not)
+    fetched: Snapshot | None = None  # newest verified snapshot not yet handed to the trainer
+    last_merged: int = -1  # version last handed to the trainer
+
+
+class NodeActor(pykka.ThreadingActor):
+    """Bookkeeping of one node (see the module docstring); call it through its proxy.
+
+    Parameters
+    ----------
+    node : str
+        This node's name (its own announcements are ignored).
+    fetch : FetchJob
+        Reads and verifies a snapshot; runs in ``pool``.
+    pool : Executor
+        Bounded pool the fetches run in.
+    counters : Counters
+        Shared counters (``accepted``, ``discovered``, ``fetched``, ``merged``, ``dropped_*``).
+    rng : numpy.random.Generator
+        Picks the random ``fanout`` subset.
+    fanout : int or None
+        At most this many snapshots per :meth:`take_fresh`; all when None.
+    on_phase_change : callable
+        Called (in the actor thread; must not block) when the current phase changes, to
+        trigger an immediate store listing: the late-joiner / new-phase catch-up.
+    """
+
+    # A safety net only: NodeHandle.stop() stops the actor; a forgotten one must not hang exit.
+    use_daemon_thread = True
+
+    def __init__(
+        self,
+        node: str,
+        fetch: FetchJob,
+        pool: Executor,
+        counters: Counters,
+        rng: np.random.Generator,
+        fanout: int | None,
+        on_phase_change: Callable[[], None],
+    ) -> None:
+        super().__init__()
+        self._node = node
+        self._fetch = fetch
+        self._pool = pool
+        self._counters = counters
+        self._rng = rng
+        self._fanout = fanout
+        self._on_phase_change = on_phase_change
+        self._phase: str | None = None
+        self._peers: dict[tuple[str, str], _PeerState] = {}
+        self._reference: dict[str, dict[str, tuple]] = {}  # phase -> {name: shape} of own weights
+        self._staleness_s_total = 0.0
+        self._staleness_s_max = 0.0
+        self._staleness_versions_max = 0
+
+    def on_start(self) -> None:
+        # Fetch jobs report back through this proxy (made once: building a proxy inspects the actor).
+        self._self_proxy = self.actor_ref.proxy()
+
+    # -- messages -----------------------------------------------------------------------
+    def current_phase(self) -> str | None:
+        return self._phase
+
+    def set_phase(self, phase: str) -> None:
+        """Make ``phase`` current: forget other phases' peers, fetch what this phase needs."""
+        if phase == self._phase:
+            return
+        self._phase = phase
+        self._peers = {key: state for key, state in self._peers.items() if key[0] == phase}
+        for state in self._peers.values():
+            self._maybe_fetch(state)
+        self._on_phase_change()
+
+    def set_reference(self, phase: str, shapes: Mapping[str, tuple]) -> None:
+        """Own parameter names and shapes for ``phase``: peers' snapshots must match them."""
+        self._reference[phase] = dict(shapes)
+
+    def offer(self, announcement: WeightAnnouncement, source: str) -> None:
+        """A peer version heard of on the network (``source="net"``) or found in the store (``"store"``)."""
+        if announcement.node == self._node:
+            return
+        heard = source == "net"
+        if self._phase is not None and announcement.phase != self._phase:
+            if heard:
+                self._counters.add("dropped_other_phase")
+            return
+        state = self._peers.setdefault((announcement.phase, announcement.node), _PeerState())
+        newest_known = max(state.announced.version if state.announced else -1, state.last_merged, state.tried)
+        if announcement.version <= newest_known:
+            if heard:  # the store listing repeats known versions on purpose: not worth counting
+                self._counters.add("dropped_stale")
+            return
+        self._counters.add("accepted" if heard else "discovered")
+        state.announced = announcement
+        self._maybe_fetch(state)
+
+    def fetched(self, announcement: WeightAnnouncement, params: dict[str, np.ndarray] | None, reason: str | None) -> None:
+        """A fetch finished: keep the snapshot if still the newest, or count why it was refused."""
+        state = self._peers.get((announcement.phase, announcement.node))
+        if state is None:  # the phase moved on while fetching
+            return
+        state.inflight = None
+        if reason == "fetch_error":
+            # The store failed, the file may be fine: forget the announcement so that the next
+            # store listing (anti-entropy, a natural back-off) or announcement offers it again.
+            if state.announced is not None and state.announced.version == announcement.version:
+                state.announced = None
+        else:
+            state.tried = max(state.tried, announcement.version)
+        if params is None:
+            self._counters.add(f"dropped_{reason}")
+        elif announcement.version > max(state.last_merged, state.fetched.version if state.fetched else -1):
+            self._counters.add("fetched")
+            state.fetched = Snapshot(
+                node=announcement.node,
+                phase=announcement.phase,
+                version=announcement.version,
+                samples_seen=announcement.samples_seen,
+                sent_at=announcement.sent_at,
+                params=params,
+            )
+        self._maybe_fetch(state)
+
+    def take_fresh(self, phase: str) -> list[Snapshot]:
+        """Verified snapshots newer than the last merged from each peer (a random ``fanout`` subset)."""
+        self.set_phase(phase)
+        reference = self._reference.get(phase)
+        fresh: list[tuple[_PeerState, Snapshot]] = []
+        for state in self._peers.values():
+            snapshot = state.fetched
+            if snapshot is None or snapshot.version <= state.last_merged:
+                continue
+            if reference is not None and {name: value.shape for name, value in snapshot.params.items()} != reference:
+                # Fetched before this node knew its own shapes; refuse it now.
+                self._counters.add("dropped_bad_snapshot")
+                state.last_merged = snapshot.version
+                state.fetched = None
+                continue
+            fresh.append((state, snapshot))
+        if self._fanout is not None and len(fresh) > self._fanout:
+            chosen = self._rng.choice(len(fresh), size=self._fanout, replace=False)
+            fresh = [fresh[index] for index in sorted(chosen)]
+        now = time.time()
+        for state, snapshot in fresh:
+            state.last_merged = snapshot.version
+            state.fetched = None  # handed over: the node need not hold the arrays any longer
+            behind_s = max(0.0, now - snapshot.sent_at)
+            behind_versions = (state.announced.version if state.announced else snapshot.version) - snapshot.version
+            self._staleness_s_total += behind_s
+            self._staleness_s_max = max(self._staleness_s_max, behind_s)
+            self._staleness_versions_max = max(self._staleness_versions_max, behind_versions)
+        self._counters.add("merged", len(fresh))
+        return [snapshot for _, snapshot in fresh]
+
+    def staleness(self) -> dict[str, float | int]:
+        """How far behind the merged snapshots were, and how far behind the peers are now."""
+        merged = self._counters.get("merged")
+        lag_now = [
+            state.announced.version - state.last_merged
+            for state in self._peers.values()
+            if state.announced is not None and state.last_merged >= 0
+        ]
+        return {
+            "staleness_s_mean": self._staleness_s_total / merged if merged else 0.0,
+            "staleness_s_max": self._staleness_s_max,
+            "staleness_versions_max": self._staleness_versions_max,
+            "versions_behind_now_max": max(lag_now, default=0),
+            "peers_known": len({peer for _, peer in self._peers}),
+        }
+
+    # -- helpers ------------------------------------------------------------------------
+    def _maybe_fetch(self, state: _PeerState) -> None:
+        announced = state.announced
+        if announced is None or state.inflight is not None or not announced.path:
+            return
+        if announced.version <= max(state.tried, state.last_merged, state.fetched.version if state.fetched else -1):
+            return
+        if self._phase is not None and announced.phase != self._phase:
+            return
+        state.inflight = announced.version
+        proxy = self._self_proxy
+        reference = self._reference.get(announced.phase)
+        fetch = self._fetch
+
+        def job() -> None:
+            params, reason = fetch(announced, reference)
+            try:
+                proxy.fetched(announced, params, reason)
+            except pykka.ActorDeadError:  # the node stopped while this fetch ran
+                logger.debug("fetch of %s v%d finished after the node stopped", announced.node, announced.version)
+
+        try:
+            self._pool.submit(job)
+        except RuntimeError:  # the pool is shut down: the node is stopping
+            state.inflight = None

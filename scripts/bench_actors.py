@@ -1,0 +1,220 @@
+"""Pub-sub weight exchange: announcement latency, and the trainer's per-round cost of publish + merge.
+
+1. Latency: a node in this process publishes a 784x500 float32 snapshot (plus biases); a node in
+   another process polls ``fresh_snapshots`` and reports when the verified snapshot is available
+   to merge.  publish() -> available, median and p99, on the local store and on the WebHDFS test
+   server (``storage.webhdfs_server``, run in its own process).
+2. Round cost: what the trainer waits for per partition, ``merge`` (3 fresh peers) + ``publish``
+   (copy + NaN check + queue), as a fraction of one partition's 784-500 RBM CD-1 training on
+   ``--partition`` samples, measured side by side in this process.  The background write is
+   reported too: it overlaps training but competes for cores on a small machine.
+
+    .venv/bin/python scripts/bench_actors.py [--quick] [--announcements 30] [--partition 1500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+import actors
+import rbm
+import storage
+
+SECRET = b"bench-secret"
+PHASE = "rbm"
+RECEIVER_POLL_S = 0.0005
+
+
+def snapshot_params(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {
+        "W": (0.01 * rng.standard_normal((784, 500))).astype(np.float32),
+        "hbias": np.zeros(500, np.float32),
+        "vbias": np.zeros(784, np.float32),
+    }
+
+
+def receiver(config: dict) -> None:
+    """Subprocess: report on stdout when each announced version is available to merge."""
+    store = storage.open_store(config["store"])
+    with actors.start_node(config["run"], "receiver", store, SECRET, anti_entropy_interval_s=600.0) as node:
+        last = 0
+        while last < config["last_version"]:
+            snapshots = node.fresh_snapshots(PHASE)
+            now = time.time()
+            for snapshot in snapshots:
+                last = max(last, snapshot.version)
+                print(json.dumps({"version": snapshot.version, "t": now}), flush=True)
+            if not snapshots:
+                time.sleep(RECEIVER_POLL_S)
+
+
+def announcement_latency(store_url: str, count: int) -> list[float]:
+    """Seconds from publish() in this process to 'available for merge' in another, per version."""
+    run = f"latency-{os.getpid()}-{time.monotonic_ns()}"
+    store = storage.open_store(store_url)
+    rng = np.random.default_rng(0)
+    params = snapshot_params(rng)
+    latencies = []
+    with actors.start_node(run, "sender", store, SECRET, anti_entropy_interval_s=600.0) as node:
+        config = {"store": store_url, "run": run, "last_version": count + 1}
+        command = [sys.executable, __file__, "--receiver", json.dumps(config)]
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        try:
+            for version in range(1, count + 2):  # version 1 warms up (connection, caches); not counted
+                params["W"][0, 0] = version
+                started = time.time()
+                node.publish(PHASE, params, samples_seen=version)
+                while True:
+                    line = child.stdout.readline()
+                    if not line:
+                        raise RuntimeError(f"the receiver process exited (code {child.wait()})")
+                    report = json.loads(line)
+                    if report["version"] == version:
+                        break
+                if version > 1:
+                    latencies.append(report["t"] - started)
+        finally:
+            child.wait(30)
+    return latencies
+
+
+def store_round_trip(store_url: str, count: int) -> list[float]:
+    """Seconds of put_version + get_version alone (the floor under the announcement latency)."""
+    weights = storage.WeightStore(storage.open_store(store_url), f"floor-{os.getpid()}")
+    params = snapshot_params(np.random.default_rng(1))
+    times = []
+    for version in range(1, count + 1):
+        params["W"][0, 0] = version
+        started = time.perf_counter()
+        weights.get_version(weights.put_version(PHASE, "floor", version, params))
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_webhdfs(root: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    serve = f"from storage.webhdfs_server import main; main(['--port', '{port}', '--root', {root!r}])"
+    server = subprocess.Popen([sys.executable, "-c", serve])
+    url = f"hdfs://127.0.0.1:{port}/bench"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            storage.open_store(url, retry_timeout_s=0.5).makedirs("")
+            return server, url
+        except storage.StoreError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                raise
+            time.sleep(0.1)
+
+
+def round_cost(store_url: str, partition: int, rounds: int) -> dict[str, float]:
+    """Median seconds of training one partition, merge(3 peers), publish(), and the background write."""
+    from rbm.datasets import load_digits28
+
+    X = load_digits28().X_train.reshape(-1, 784)[:partition]
+    model = rbm.RBM(n_components=500, batch_size=100, learning_rate=0.05, random_state=0).initialize(784)
+    train_rng = np.random.default_rng(0)
+    model.train_partition(X[:200], None, PHASE, train_rng)  # warm up BLAS and buffers
+    store = storage.open_store(store_url)
+    run = f"round-{os.getpid()}"
+    times: dict[str, list[float]] = {"train": [], "merge": [], "publish": [], "write": []}
+    peers = [actors.start_node(run, f"peer-{index}", store, SECRET, anti_entropy_interval_s=600.0) for index in range(3)]
+    node = actors.start_node(run, "trainer", store, SECRET, anti_entropy_interval_s=600.0)
+    try:
+        own = model.parameters(PHASE)
+        for round_index in range(rounds):
+            before = node.stats()["fetched"]
+            for index, peer in enumerate(peers):
+                peer.publish(PHASE, {name: value + 0.001 * (index + 1) for name, value in own.items()}, round_index)
+            deadline = time.monotonic() + 60
+            node.fresh_snapshots(PHASE)
+            while node.stats()["fetched"] < before + len(peers):  # untimed: the peers' work, not the trainer's
+                if time.monotonic() > deadline:
+                    raise RuntimeError("peer snapshots did not arrive within 60 s")
+                time.sleep(0.001)
+            started = time.perf_counter()
+            own, merged = node.merge(PHASE, own)
+            times["merge"].append(time.perf_counter() - started)
+            assert merged == len(peers), merged
+            model.set_parameters(own)
+            metrics = model.train_partition(X, None, PHASE, train_rng)
+            times["train"].append(metrics["seconds"])
+            own = model.parameters(PHASE)
+            started = time.perf_counter()
+            node.publish(PHASE, own, (round_index + 1) * partition)
+            times["publish"].append(time.perf_counter() - started)
+            node.flush()
+            times["write"].append(time.perf_counter() - started)
+    finally:
+        node.stop()
+        for peer in peers:
+            peer.stop()
+    return {name: float(np.median(values)) for name, values in times.items()}
+
+
+def describe(latencies: list[float], floor: list[float]) -> str:
+    values = np.asarray(latencies) * 1000
+    floor_ms = float(np.median(floor)) * 1000
+    return (
+        f"median {np.median(values):7.1f} ms   p99 {np.percentile(values, 99):7.1f} ms   (n={len(values)});"
+        f"  store write+read alone {floor_ms:6.1f} ms -> {np.median(values) / floor_ms:4.2f}x"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a short run (8 announcements, 2 rounds)")
+    parser.add_argument("--announcements", type=int, default=30)
+    parser.add_argument("--partition", type=int, default=1500, help="samples per partition (default 1500)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--receiver", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.receiver:
+        receiver(json.loads(args.receiver))
+        return
+    count, rounds = (8, 2) if args.quick else (args.announcements, args.rounds)
+    print(f"cores: {os.cpu_count()}; snapshot 784x500 float32 + biases ({(784 * 500 + 1284) * 4 / 1e6:.2f} MB)")
+    with tempfile.TemporaryDirectory(prefix="bench-actors-") as root:
+        local = os.path.join(root, "local")
+        latency = describe(announcement_latency(local, count), store_round_trip(local, count))
+        print(f"announcement latency, local store : {latency}")
+        server, url = start_webhdfs(os.path.join(root, "hdfs"))
+        try:
+            latency = describe(announcement_latency(url, count), store_round_trip(url, count))
+            print(f"announcement latency, WebHDFS     : {latency}")
+        finally:
+            server.terminate()
+            server.wait(10)
+        # One BLAS thread, as in a one-core Spark task; also keeps a shared machine's noise down.
+        with threadpool_limits(1):
+            cost = round_cost(os.path.join(root, "local"), args.partition, rounds)
+    blocking = cost["merge"] + cost["publish"]
+    print(f"per round, partition of {args.partition} samples, 784-500 RBM CD-1 (batch 100, 1 BLAS thread), "
+          "3 fresh peers, medians:")
+    print(f"  train partition        {cost['train'] * 1000:8.1f} ms   1.000")
+    print(f"  merge (3 peers)        {cost['merge'] * 1000:8.1f} ms   {cost['merge'] / cost['train']:.3f}")
+    print(f"  publish (trainer side) {cost['publish'] * 1000:8.1f} ms   {cost['publish'] / cost['train']:.3f}")
+    print(f"  publish + merge        {blocking * 1000:8.1f} ms   {blocking / cost['train']:.3f}   (target <= 0.050)")
+    write = cost["write"]
+    print(f"  background write+announce {write * 1000:5.1f} ms   {write / cost['train']:.3f}   (overlaps training)")
+
+
+if __name__ == "__main__":
+    main()

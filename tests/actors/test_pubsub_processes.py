@@ -1,0 +1,90 @@
+"""Real node processes talking over real sockets on 127.0.0.1 through a real store."""
+
+from __future__ import annotations
+
+import signal
+
+import numpy as np
+import pytest
+
+import actors
+import storage
+
+pytestmark = pytest.mark.slow
+
+SECRET = "5eed" * 8
+
+
+def average_config(store, node, peers, seed, **changes):
+    config = dict(mode="average", store=store.url, run="gossip", node=node, peers=peers, secret=SECRET, seed=seed,
+                  shape=[64, 32], scale=1.0, rounds=30, wait_s=3.0)  # fmt: skip
+    config.update(changes)
+    return config
+
+
+def spread(results):
+    return max(np.abs(params["W"] - results[0]["W"]).max() for params in results)
+
+
+def test_four_processes_from_different_weights_reach_consensus_without_a_central_one(store, processes):
+    names = [f"node-{index}" for index in range(4)]
+    initial = [np.random.default_rng(seed).standard_normal((64, 32)).astype(np.float32) for seed in range(4)]
+    for seed, name in enumerate(names):
+        processes.start(average_config(store, name, names, seed))
+    for name in names:
+        assert processes.wait(name) == 0, processes.log(name)
+    results, stats = zip(*(processes.result(name) for name in names))
+    initial_spread = max(np.abs(w - initial[0]).max() for w in initial)
+    assert initial_spread > 2.0
+    assert spread(results) < 1e-3 * initial_spread
+    # The common point is a mixture of everyone's start: inside the hull of the initial weights.
+    consensus = results[0]["W"]
+    assert np.all(consensus >= np.min(initial, axis=0) - 1e-3) and np.all(consensus <= np.max(initial, axis=0) + 1e-3)
+    # Symmetric roles: every node published (versions queued faster than written are coalesced) and merged.
+    for stat in stats:
+        assert stat["published"] + stat.get("publish_coalesced", 0) == 30 and stat["merged"] >= 10
+        assert stat["peers_known"] == 3
+        assert all(stat[f"dropped_{reason}"] == 0 for reason in ("bad_signature", "malformed", "wrong_run", "corrupt"))
+
+
+def test_a_late_node_catches_up_from_the_store_without_hearing_any_announcement(store, processes):
+    early = ["early-0", "early-1"]
+    for seed, name in enumerate(early):
+        processes.start(average_config(store, name, early, seed, rounds=3, anti_entropy_interval_s=60.0))
+    for name in early:
+        assert processes.wait(name) == 0, processes.log(name)
+    weights = storage.WeightStore(store, "gossip")
+    newest = {name: weights.get_version(weights.newest_per_node("rbm")[name]) for name in early}
+    own = {"W": np.zeros((64, 32), np.float32), "b": np.zeros(64, np.float32)}
+    found = []
+
+    with actors.start_node("gossip", "late", store, bytes.fromhex(SECRET), anti_entropy_interval_s=60.0) as late:
+
+        def collect():
+            found.extend(late.fresh_snapshots("rbm"))
+            return len(found) >= 2
+
+        processes.poll(collect, 10.0, "the late node to find both snapshots in the store")
+        stats = late.stats()
+    assert sorted(snapshot.node for snapshot in found) == early
+    for snapshot in found:
+        np.testing.assert_array_equal(snapshot.params["W"], newest[snapshot.node]["W"])
+    merged = actors.merge_snapshots(own, [snapshot.params for snapshot in found])
+    np.testing.assert_allclose(merged["W"], (newest["early-0"]["W"] + newest["early-1"]["W"]) / 3, rtol=1e-5, atol=1e-6)
+    assert stats["received"] == 0 and stats["discovered"] == 2 and stats["fetched"] == 2
+
+
+def test_a_node_killed_with_sigkill_does_not_stop_or_stall_the_others(store, processes):
+    names = ["steady-0", "steady-1", "doomed"]
+    for seed, name in enumerate(names):
+        rounds = 400 if name == "doomed" else 25
+        processes.start(average_config(store, name, names, seed, rounds=rounds, wait_s=2.0))
+    weights = storage.WeightStore(store, "gossip")
+    processes.poll(lambda: len(weights.list_versions("rbm", "doomed")) >= 2, 30.0, "the doomed node to publish twice")
+    processes.started["doomed"].send_signal(signal.SIGKILL)
+    assert processes.wait("doomed") == -signal.SIGKILL
+    for name in names[:2]:
+        assert processes.wait(name) == 0, processes.log(name)
+    (first, first_stats), (second, _) = processes.result("steady-0"), processes.result("steady-1")
+    assert first_stats["published"] + first_stats["publish_coalesced"] == 25  # it kept going to the end
+    assert spread([first, second]) < 1e-2
