@@ -10,6 +10,7 @@ from ._convnet import ConvNet, lenet
 from ._dbn import DBN
 from ._model import TrainableModel, load_model, model_from_spec
 from ._rbm import RBM
+from ._validation import DivergenceError
 
 __all__ = [
     "RBM",
@@ -17,6 +18,7 @@ __all__ = [
     "ConvNet",
     "lenet",
     "TrainableModel",
+    "DivergenceError",
     "model_from_spec",
     "load_model",
     "array_module",

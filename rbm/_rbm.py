@@ -1,6 +1,361 @@
-"""Placeholder: replaced by the model implementation."""
+"""The restricted Boltzmann machine: a drop-in for scikit-learn's ``BernoulliRBM``.
+
+Bernoulli or Gaussian visible units, Bernoulli hidden units, CD-k or persistent CD,
+momentum with a schedule, L2 weight decay and an optional sparsity target, on numpy
+or cupy.  The CD kernels live in :mod:`rbm._cd`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Mapping
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.exceptions import NotFittedError
+
+from . import _cd
+from ._backend import array_module, check_dtype, make_rng, resolve_device, to_device, to_host
+from ._model import register_model, save_model
+from ._params import check_integer, check_number, params_from_spec, spec_from_params
+from ._rbm_inference import RBMInference
+from ._validation import check_features, check_finite_parameters
+
+__all__ = ["RBM"]
+
+logger = logging.getLogger(__name__)
+
+VISIBLE_UNITS = ("bernoulli", "gaussian")
+PARAMETER_NAMES = ("W", "hbias", "vbias")
+# The reconstruction error (a monitoring metric) is measured on every 4th minibatch: it
+# costs two passes over the batch.  Persistent chains leave no one-step reconstruction in
+# the CD step; the error is then measured after the pass on at most 1024 rows.
+_ERROR_EVERY = 4
+_ERROR_SAMPLE_ROWS = 1024
 
 
-class RBM:
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("RBM is not implemented yet")
+@register_model("rbm")
+class RBM(RBMInference, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Restricted Boltzmann machine trained with contrastive divergence.
+
+    Parameters
+    ----------
+    n_components : int
+        Number of hidden units.
+    learning_rate : float
+        Step size applied to the minibatch-mean gradient (as in ``BernoulliRBM``).
+    batch_size : int
+        Rows per minibatch.
+    n_iter : int
+        Passes over the data in :meth:`fit`.
+    verbose : int
+        Log the reconstruction error of each pass (``logging.INFO``) when > 0.
+    random_state : None, int or numpy Generator
+        Seed of the single generator used for initialization, shuffling and sampling.
+    visible : {"bernoulli", "gaussian"}
+        Bernoulli units need input in [0, 1]; Gaussian units (unit variance) expect
+        standardized real-valued input.
+    cd_k : int
+        Gibbs steps per update (CD-k).
+    persistent : bool
+        Persistent CD: the negative chain continues across minibatches.
+    momentum, final_momentum : float
+        Momentum for the first ``momentum_switch_iter`` passes, then ``final_momentum``.
+    momentum_switch_iter : int
+        Passes (epochs of :meth:`fit`, or calls of :meth:`partial_fit` /
+        :meth:`train_partition`) run with ``momentum``.
+    weight_decay : float
+        L2 penalty on the weights.
+    sparsity_target : float or None
+        Target mean activation of each hidden unit; ``None`` disables the penalty.
+    sparsity_cost : float
+        Strength of the sparsity penalty.
+    device : {"cpu", "gpu", "auto"}
+        numpy on the CPU, cupy on the GPU; ``"auto"`` picks the GPU when one is usable.
+    dtype : float32 or float64
+        Precision of parameters and arithmetic.  Outputs follow the input's float dtype.
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_components, n_features)
+        Weights (host copy; stored on the device as W of shape (n_features, n_components)).
+    intercept_hidden_ : ndarray of shape (n_components,)
+    intercept_visible_ : ndarray of shape (n_features,)
+    n_features_in_ : int
+    """
+
+    def __init__(
+        self,
+        n_components: int = 256,
+        *,
+        learning_rate: float = 0.1,
+        batch_size: int = 10,
+        n_iter: int = 10,
+        verbose: int = 0,
+        random_state: Any = None,
+        visible: str = "bernoulli",
+        cd_k: int = 1,
+        persistent: bool = False,
+        momentum: float = 0.5,
+        final_momentum: float = 0.9,
+        momentum_switch_iter: int = 5,
+        weight_decay: float = 0.0,
+        sparsity_target: float | None = None,
+        sparsity_cost: float = 0.1,
+        device: str = "cpu",
+        dtype: Any = np.float32,
+    ) -> None:
+        self.n_components = n_components
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.n_iter = n_iter
+        self.verbose = verbose
+        self.random_state = random_state
+        self.visible = visible
+        self.cd_k = cd_k
+        self.persistent = persistent
+        self.momentum = momentum
+        self.final_momentum = final_momentum
+        self.momentum_switch_iter = momentum_switch_iter
+        self.weight_decay = weight_decay
+        self.sparsity_target = sparsity_target
+        self.sparsity_cost = sparsity_cost
+        self.device = device
+        self.dtype = dtype
+
+    # ------------------------------------------------------------------ validation
+    def _check_params(self) -> None:
+        for name, low in (("n_components", 1), ("batch_size", 1), ("n_iter", 0), ("cd_k", 1), ("momentum_switch_iter", 0)):
+            check_integer(name, getattr(self, name), low)
+        check_number("learning_rate", self.learning_rate, 0.0, low_open=True)
+        check_number("momentum", self.momentum, 0.0, 1.0)
+        check_number("final_momentum", self.final_momentum, 0.0, 1.0)
+        check_number("weight_decay", self.weight_decay, 0.0)
+        check_number("sparsity_cost", self.sparsity_cost, 0.0)
+        if self.sparsity_target is not None:
+            check_number("sparsity_target", self.sparsity_target, 0.0, 1.0, low_open=True)
+        if self.visible not in VISIBLE_UNITS:
+            raise ValueError(f"visible must be one of {VISIBLE_UNITS}, got {self.visible!r}")
+        check_dtype(self.dtype)
+        resolve_device(self.device)
+
+    def _settings(self) -> _cd.CDSettings:
+        return _cd.CDSettings(
+            gaussian=self.visible == "gaussian",
+            cd_k=int(self.cd_k),
+            persistent=bool(self.persistent),
+            weight_decay=float(self.weight_decay),
+            sparsity_target=None if self.sparsity_target is None else float(self.sparsity_target),
+            sparsity_cost=float(self.sparsity_cost),
+        )
+
+    def _check_input(self, X: Any, fitted: bool = True) -> np.ndarray:
+        n_features = self.n_features_in_ if fitted else None
+        return check_features(X, n_features, dtype=self._dtype, bernoulli=self.visible == "bernoulli")
+
+    def _require_fitted(self) -> None:
+        if not self.__sklearn_is_fitted__():
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit or initialize first")
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return getattr(self, "_W", None) is not None
+
+    # ------------------------------------------------------------------ state
+    def initialize(self, n_features: int, classes: Any = None) -> "RBM":
+        """Allocate parameters for ``n_features`` visible units (no training).
+
+        Idempotent when already initialized with the same width.  ``classes`` is ignored.
+        """
+        self._check_params()
+        if self.__sklearn_is_fitted__() and self.n_features_in_ == n_features:
+            return self
+        self._allocate(int(n_features), make_rng(self.random_state))
+        return self
+
+    def _allocate(self, n_features: int, rng: np.random.Generator) -> None:
+        self._dtype = check_dtype(self.dtype)
+        self._device = resolve_device(self.device)
+        self._xp = xp = array_module(self._device)
+        self._rng = rng
+        self.n_features_in_ = n_features
+        W = rng.normal(0.0, 0.01, size=(n_features, self.n_components))
+        self._W = to_device(W, xp, self._dtype)
+        self._hbias = xp.zeros(self.n_components, dtype=self._dtype)
+        self._vbias = xp.zeros(n_features, dtype=self._dtype)
+        self._velocity = (xp.zeros_like(self._W), xp.zeros_like(self._hbias), xp.zeros_like(self._vbias))
+        self._sampler = _cd.device_generator(rng, xp)
+        self._chain = xp.zeros((self.batch_size, self.n_components), dtype=self._dtype) if self.persistent else None
+        target = self.sparsity_target if self.sparsity_target is not None else 0.0
+        self._sparsity_mean = xp.full(self.n_components, target, dtype=self._dtype)
+        self._workspaces: dict[int, _cd.Workspace] = {}
+        self._passes = 0
+        self._updates = 0
+
+    def _workspace(self, b: int) -> _cd.Workspace:
+        ws = self._workspaces.get(b)
+        if ws is None:
+            if len(self._workspaces) >= 4:  # even slices give at most two sizes per data size
+                self._workspaces.clear()
+            ws = self._workspaces[b] = _cd.Workspace(self._xp, b, self.n_features_in_, self.n_components, self._dtype)
+        return ws
+
+    @property
+    def components_(self) -> np.ndarray:
+        self._require_fitted()
+        return np.ascontiguousarray(to_host(self._W).T)
+
+    @components_.setter
+    def components_(self, value: np.ndarray) -> None:
+        self.set_parameters({"W": np.asarray(value).T})
+
+    @property
+    def intercept_hidden_(self) -> np.ndarray:
+        self._require_fitted()
+        return to_host(self._hbias).copy()
+
+    @intercept_hidden_.setter
+    def intercept_hidden_(self, value: np.ndarray) -> None:
+        self.set_parameters({"hbias": value})
+
+    @property
+    def intercept_visible_(self) -> np.ndarray:
+        self._require_fitted()
+        return to_host(self._vbias).copy()
+
+    @intercept_visible_.setter
+    def intercept_visible_(self, value: np.ndarray) -> None:
+        self.set_parameters({"vbias": value})
+
+    @property
+    def _n_features_out(self) -> int:
+        return int(self.n_components)
+
+    # ------------------------------------------------------------------ training
+    def fit(self, X: Any, y: Any = None) -> "RBM":
+        """Train from scratch for ``n_iter`` passes over ``X`` (n_samples, n_features)."""
+        self._check_params()
+        self._dtype = check_dtype(self.dtype)
+        X = self._check_input(X, fitted=False)
+        self._allocate(X.shape[1], make_rng(self.random_state))
+        data = to_device(X, self._xp)
+        for _ in range(self.n_iter):
+            self._train_pass(data, self._rng)
+        return self
+
+    def partial_fit(self, X: Any, y: Any = None) -> "RBM":
+        """One pass over ``X`` in minibatches (a single update when ``len(X) <= batch_size``)."""
+        X = self._prepare(X)
+        self._train_pass(to_device(X, self._xp), self._rng)
+        return self
+
+    def _prepare(self, X: Any) -> np.ndarray:
+        """Validate ``X``; initialize the model from its width on first use."""
+        if self.__sklearn_is_fitted__():
+            return self._check_input(X)
+        self._check_params()
+        self._dtype = check_dtype(self.dtype)
+        X = self._check_input(X, fitted=False)
+        self.initialize(X.shape[1])
+        return X
+
+    def _train_pass(self, data: Any, rng: np.random.Generator) -> float:
+        """One shuffled pass over device array ``data``; returns the reconstruction error
+        (mean squared error per visible unit)."""
+        xp = self._xp
+        n = int(data.shape[0])
+        order = to_device(rng.permutation(n), xp)
+        momentum = self._current_momentum()
+        settings = self._settings()
+        n_batches = -(-n // self.batch_size)
+        # Even slices (as scikit-learn): sizes differ by at most one row.
+        bounds = np.linspace(0, n, n_batches + 1).round().astype(np.int64)
+        velocity = self._velocity
+        error, measured = 0.0, 0
+        for index, (start, stop) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+            b = stop - start
+            ws = self._workspace(b)
+            _cd.gather_rows(data, order[start:stop], ws.V[:b])
+            batch_error = _cd.cd_step(
+                ws, b, self._W, self._hbias, self._vbias, velocity, self._sampler, settings,
+                float(self.learning_rate), float(momentum), chain=self._chain,
+                sparsity_state=self._sparsity_mean, measure_error=index % _ERROR_EVERY == 0,
+            )
+            if batch_error == batch_error:  # not NaN: it was measured
+                error += batch_error
+                measured += b
+        self._passes += 1
+        self._updates += n_batches
+        check_finite_parameters(
+            {"W": self._W, "hbias": self._hbias, "vbias": self._vbias}, where=f"RBM pass {self._passes}"
+        )
+        if measured:
+            mse = error / (measured * self.n_features_in_)
+        else:
+            rows = order[:_ERROR_SAMPLE_ROWS]
+            mse = self._reconstruction_mse(xp.take(data, rows, axis=0))
+        if self.verbose:
+            logger.info("RBM pass %d: reconstruction error %.6f", self._passes, mse)
+        return mse
+
+    def _current_momentum(self) -> float:
+        """Momentum of the next pass: ``momentum`` for the first ``momentum_switch_iter`` passes."""
+        passes = getattr(self, "_passes", 0)
+        return float(self.momentum if passes < self.momentum_switch_iter else self.final_momentum)
+
+    # ------------------------------------------------------------------ the seam
+    def to_spec(self) -> dict:
+        """JSON-able hyperparameters, ``{"kind": "rbm", ...}``."""
+        return spec_from_params("rbm", self.get_params(deep=False))
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> "RBM":
+        """An untrained RBM from :meth:`to_spec` output (``"kind"`` optional)."""
+        return cls(**params_from_spec("rbm", spec, cls._get_param_names()))
+
+    def phases(self) -> list[str]:
+        """A single training phase, ``["rbm"]``."""
+        return ["rbm"]
+
+    def parameters(self, phase: str | None = None) -> dict[str, np.ndarray]:
+        """Host copies ``{"W": (n_features, n_components), "hbias", "vbias"}``."""
+        if phase not in (None, "rbm"):
+            raise ValueError(f"unknown phase {phase!r} for an RBM; phases are ['rbm']")
+        self._require_fitted()
+        return {name: to_host(getattr(self, "_" + name)).copy() for name in PARAMETER_NAMES}
+
+    def set_parameters(self, params: Mapping[str, np.ndarray]) -> None:
+        """Copy the given named arrays into the model (in place, on its device)."""
+        unknown = sorted(set(params) - set(PARAMETER_NAMES))
+        if unknown:
+            raise ValueError(f"unknown RBM parameter names {unknown}; expected some of {list(PARAMETER_NAMES)}")
+        if not self.__sklearn_is_fitted__():
+            if "W" not in params:
+                raise ValueError("the RBM is not initialized: call initialize(n_features) or pass 'W'")
+            self.initialize(np.shape(params["W"])[0])
+        for name, value in params.items():
+            target = getattr(self, "_" + name)
+            value = np.asarray(to_host(value))
+            if value.shape != target.shape:
+                raise ValueError(f"parameter {name!r} has shape {value.shape}, the model expects {target.shape}")
+            if not np.all(np.isfinite(value)):
+                raise ValueError(f"parameter {name!r} holds NaN or Inf")
+            target[...] = to_device(value, self._xp, self._dtype)
+
+    def train_partition(self, X: Any, y: Any, phase: str, rng: np.random.Generator) -> dict:
+        """One pass over a partition; ``loss`` is the reconstruction error (MSE per unit)."""
+        if phase != "rbm":
+            raise ValueError(f"unknown phase {phase!r} for an RBM; phases are ['rbm']")
+        started = time.perf_counter()
+        X = self._prepare(X)
+        loss = self._train_pass(to_device(X, self._xp), rng)
+        return {"samples": int(len(X)), "seconds": time.perf_counter() - started, "loss": float(loss)}
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the spec and the weights to one ``.npz`` (see :func:`rbm.load_model`)."""
+        save_model(path, self.to_spec(), self.parameters())
+
+    def _restore(self, spec: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        self.initialize(int(arrays["W"].shape[0]))
+        self.set_parameters({name: arrays[name] for name in PARAMETER_NAMES})

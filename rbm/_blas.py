@@ -1,0 +1,97 @@
+"""``C <- alpha * A.T @ B + beta * C`` through numpy's own OpenBLAS, when it can be found.
+
+numpy's ``matmul`` has no ``beta``, so a momentum update after it costs two extra passes
+over the weight-sized velocity.  scipy's BLAS wrappers have ``beta`` but load a *second*
+OpenBLAS with its own thread pool, and the two pools spin against each other on the same
+cores.  This module calls ``cblas_sgemm``/``cblas_dgemm`` of the OpenBLAS that numpy itself
+uses (found through threadpoolctl), so there is one pool and no extra passes.
+
+Everything is checked once on first use against ``numpy.matmul``; if the library, the
+symbol or the result is not as expected, :func:`gemm_tn` returns ``False`` and callers
+fall back to ``matmul``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from typing import Any
+
+import numpy as np
+
+__all__ = ["gemm_tn"]
+
+logger = logging.getLogger(__name__)
+
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+_FUNCTIONS: dict[Any, Any] | None = None
+
+
+def _load() -> dict[Any, Any]:
+    """The cblas gemm functions of numpy's OpenBLAS, keyed by dtype ({} when unusable)."""
+    try:
+        from threadpoolctl import threadpool_info
+
+        # numpy's wheels keep their OpenBLAS in site-packages/numpy.libs (or numpy/.libs).
+        prefix = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy")
+        paths = [
+            info["filepath"] for info in threadpool_info()
+            if info.get("internal_api") == "openblas" and info["filepath"].startswith(prefix)
+        ]
+        if not paths:
+            return {}
+        library = ctypes.CDLL(paths[0])
+        functions = {}
+        for dtype, ctype, letter in ((np.float32, ctypes.c_float, "s"), (np.float64, ctypes.c_double, "d")):
+            for name, integer in ((f"scipy_cblas_{letter}gemm64_", ctypes.c_int64), (f"cblas_{letter}gemm", ctypes.c_int)):
+                function = getattr(library, name, None)
+                if function is not None:
+                    function.restype = None
+                    function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, integer, integer, integer, ctype,
+                                         ctypes.c_void_p, integer, ctypes.c_void_p, integer, ctype,
+                                         ctypes.c_void_p, integer]
+                    functions[np.dtype(dtype)] = function
+                    break
+        return functions if _self_test(functions) else {}
+    except (OSError, AttributeError, KeyError, ImportError) as error:
+        logger.debug("numpy's OpenBLAS cblas gemm is not usable: %s", error)
+        return {}
+
+
+def _call(function: Any, A: np.ndarray, B: np.ndarray, C: np.ndarray, alpha: float, beta: float) -> None:
+    n, p = A.shape
+    q = B.shape[1]
+    function(_ROW_MAJOR, _TRANS, _NO_TRANS, p, q, n, alpha, A.ctypes.data, p, B.ctypes.data, q, beta, C.ctypes.data, q)
+
+
+def _self_test(functions: dict[Any, Any]) -> bool:
+    rng = np.random.default_rng(0)
+    for dtype, function in functions.items():
+        A, B = rng.random((7, 5)).astype(dtype), rng.random((7, 3)).astype(dtype)
+        C = rng.random((5, 3)).astype(dtype)
+        expected = 0.5 * (A.T @ B) + 0.25 * C
+        _call(function, A, B, C, 0.5, 0.25)
+        if not np.allclose(C, expected, rtol=1e-4):
+            logger.warning("numpy's OpenBLAS cblas gemm gave a wrong result; using numpy.matmul instead")
+            return False
+    return bool(functions)
+
+
+def gemm_tn(A: np.ndarray, B: np.ndarray, C: np.ndarray, alpha: float, beta: float) -> bool:
+    """``C <- alpha * A.T @ B + beta * C`` in place; ``False`` (nothing done) when unavailable.
+
+    ``A`` (n, p), ``B`` (n, q), ``C`` (p, q): C-contiguous, one float dtype.
+    """
+    global _FUNCTIONS
+    if _FUNCTIONS is None:
+        _FUNCTIONS = _load()
+    function = _FUNCTIONS.get(C.dtype)
+    if (
+        function is None
+        or not (A.dtype == B.dtype == C.dtype)
+        or not (A.flags.c_contiguous and B.flags.c_contiguous and C.flags.c_contiguous)
+    ):
+        return False
+    _call(function, A, B, C, alpha, beta)
+    return True

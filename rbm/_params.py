@@ -1,0 +1,76 @@
+"""Hyperparameter checks and JSON specs shared by :class:`~rbm.RBM` and :class:`~rbm.DBN`.
+
+Checks run at fit/initialize time (``__init__`` only stores, as scikit-learn requires)
+and raise a ``ValueError`` that names the hyperparameter and the accepted range.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from numbers import Integral, Real
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = ["check_integer", "check_number", "spec_from_params", "params_from_spec", "read_config"]
+
+
+def check_integer(name: str, value: Any, low: int) -> None:
+    """``value`` must be an integer (not a bool) >= ``low``."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def check_number(name: str, value: Any, low: float, high: float = math.inf, *,
+                 low_open: bool = False, high_open: bool = True) -> None:
+    """``value`` must be a finite real number in the interval from ``low`` to ``high``."""
+    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    if not ok:
+        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
+
+
+def spec_from_params(kind: str, params: Mapping[str, Any]) -> dict:
+    """A JSON-able spec: ``{"kind": kind, **params}`` with dtype as its name and
+    ``random_state`` as an int or None (a Generator has no JSON form; replicas draw fresh seeds)."""
+    spec = {"kind": kind, **params}
+    spec["dtype"] = np.dtype(spec["dtype"]).name
+    state = spec.get("random_state")
+    spec["random_state"] = int(state) if isinstance(state, (int, np.integer)) and not isinstance(state, bool) else None
+    return spec
+
+
+def params_from_spec(kind: str, spec: Mapping[str, Any], known: list[str]) -> dict:
+    """Constructor arguments from a spec; ``"kind"`` is optional but must match."""
+    if spec.get("kind", kind) != kind:
+        raise ValueError(f"spec kind is {spec['kind']!r}, expected {kind!r}")
+    params = {key: value for key, value in spec.items() if key != "kind"}
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(f"unknown {kind.upper()} hyperparameters in spec: {unknown}; known: {sorted(known)}")
+    return params
+
+
+def read_config(path: str | os.PathLike) -> dict:
+    """A mapping of hyperparameters from a JSON (``.json``) or YAML (``.yaml``/``.yml``) file."""
+    path = os.fspath(path)
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    if path.endswith((".yaml", ".yml")):
+        import yaml
+
+        try:
+            spec = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise ValueError(f"cannot parse config {path!r} as YAML: {error}") from error
+    else:
+        try:
+            spec = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"cannot parse config {path!r} as JSON: {error}") from error
+    if not isinstance(spec, dict):
+        raise ValueError(f"config {path!r} must hold a mapping of hyperparameters, got {type(spec).__name__}")
+    return spec

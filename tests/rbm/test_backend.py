@@ -1,0 +1,81 @@
+"""Device choice and the CD kernels' building blocks (numpy path; cupy shares the code)."""
+
+import numpy as np
+import pytest
+from scipy.special import expit
+
+from rbm import RBM, gpu_available
+from rbm import _cd
+from rbm.datasets import load_digits01
+
+
+@pytest.mark.skipif(gpu_available(), reason="a GPU is present here")
+def test_gpu_device_without_a_gpu_raises_a_clear_error():
+    with pytest.raises(ValueError, match="device='gpu' was requested but no GPU is usable"):
+        RBM(n_components=4, device="gpu").fit(np.zeros((3, 5)))
+
+
+@pytest.mark.skipif(gpu_available(), reason="a GPU is present here")
+def test_auto_device_falls_back_to_numpy_on_the_cpu():
+    model = RBM(n_components=4, device="auto", n_iter=1, random_state=0).fit(load_digits01().X_train[:50])
+    assert isinstance(model._W, np.ndarray)
+    assert isinstance(model.transform(np.zeros((2, 64), np.float32)), np.ndarray)
+
+
+@pytest.mark.skipif(not gpu_available(), reason="needs a GPU with cupy")
+def test_gpu_training_matches_the_cpu_closely():
+    X = load_digits01().X_train[:200]
+    cpu = RBM(n_components=16, n_iter=1, random_state=0, dtype=np.float64).fit(X)
+    gpu = RBM(n_components=16, n_iter=1, random_state=0, dtype=np.float64, device="gpu").fit(X)
+    assert type(gpu.components_) is np.ndarray
+    # Different sampling generators: compare what was learned, not the exact bits.
+    assert abs(cpu.reconstruction_error(X) - gpu.reconstruction_error(X)) < 0.01
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gemm_accumulate_updates_in_place_and_matches_numpy(dtype):
+    rng = np.random.default_rng(0)
+    A, B = rng.random((7, 5)).astype(dtype), rng.random((7, 3)).astype(dtype)
+    C = rng.random((5, 3)).astype(dtype)
+    expected = 0.3 * A.T @ B + 0.9 * C
+    result = _cd.gemm_tn_accumulate(A, B, C, alpha=0.3, beta=0.9, scratch=np.empty_like(C))
+    assert result is C
+    np.testing.assert_allclose(C, expected, rtol=1e-5 if dtype == np.float32 else 1e-12)
+    _cd.gemm_tn_accumulate(A, B, C, alpha=1.0, beta=0.0)
+    np.testing.assert_allclose(C, A.T @ B, rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_numpy_openblas_gemm_with_beta_matches_matmul_or_declines_cleanly():
+    from rbm import _blas
+
+    rng = np.random.default_rng(1)
+    A, B = rng.random((9, 6), dtype=np.float32), rng.random((9, 4), dtype=np.float32)
+    C = rng.random((6, 4), dtype=np.float32)
+    expected = 0.1 * A.T @ B + 0.7 * C
+    if _blas.gemm_tn(A, B, C, 0.1, 0.7):
+        np.testing.assert_allclose(C, expected, rtol=1e-5)
+    # Strided views are declined (and the caller falls back to matmul), never mis-read.
+    assert not _blas.gemm_tn(A[::2], B[::2], C, 0.1, 0.7)
+
+
+def test_in_place_sigmoid_matches_expit_and_its_negation():
+    x = np.linspace(-60, 60, 1001)
+    np.testing.assert_allclose(_cd.sigmoid_(x.copy()), expit(x), atol=1e-15)
+    np.testing.assert_allclose(_cd.sigmoid_(x.copy(), negate=True), -expit(x), atol=1e-15)
+    x32 = x.astype(np.float32)
+    assert _cd.sigmoid_(x32).dtype == np.float32 and np.all((x32 >= 0) & (x32 <= 1))
+
+
+def test_bernoulli_sampling_into_a_buffer_has_the_requested_frequencies():
+    generator = _cd.device_generator(np.random.default_rng(0), np)
+    probabilities = np.tile(np.array([0.0, 0.1, 0.5, 0.9, 1.0], np.float32), (40000, 1))
+    out = np.empty_like(probabilities)
+    _cd.sample_bernoulli_(generator, probabilities, out)
+    assert set(np.unique(out)) <= {0.0, 1.0}
+    np.testing.assert_allclose(out.mean(axis=0), [0.0, 0.1, 0.5, 0.9, 1.0], atol=0.01)
+
+
+def test_sampling_generators_are_seeded_from_the_model_generator():
+    first = _cd.device_generator(np.random.default_rng(3), np).random(5)
+    second = _cd.device_generator(np.random.default_rng(3), np).random(5)
+    np.testing.assert_array_equal(first, second)
