@@ -1,36 +1,12 @@
-"""Staging a Spark DataFrame (array and ml Vector feature columns) through Arrow, on local[1]."""
+"""Staging a Spark DataFrame (array and ml Vector feature columns) through Arrow, on the suite's local Spark session."""
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
 
 from storage import DatasetError, open_dataset, stage_dataframe
-
-
-@pytest.fixture(scope="module")
-def spark():
-    """A local[1] session; an already active one (another suite's) is reused and left running."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        yield active
-        return
-    session = (
-        SparkSession.builder.master("local[1]")
-        .appName("storage-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .getOrCreate()
-    )
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 @pytest.mark.slow

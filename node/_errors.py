@@ -1,0 +1,35 @@
+"""The exception hierarchy of the ``node`` package (driver, executor, evaluation, CLI)."""
+
+from __future__ import annotations
+
+__all__ = ["NodeError", "InputDataError", "StoreAccessError", "TrainingError", "short_error"]
+
+
+class NodeError(Exception):
+    """Base class of every error raised by ``node``."""
+
+
+class InputDataError(NodeError, ValueError):
+    """The training or evaluation data is unusable (wrong width, NaN, bad labels, missing dataset).
+
+    Raised on the driver before any training time is spent; the message names the
+    problem and, where it can, the partition and row.
+    """
+
+
+class StoreAccessError(NodeError, OSError):
+    """The store cannot be reached or written (the message names the URL and the operation)."""
+
+
+class TrainingError(NodeError, RuntimeError):
+    """A training run cannot start or continue (mismatched resume, failed Spark job, ...)."""
+
+
+def short_error(error: BaseException, limit: int = 600) -> str:
+    """The line of a (possibly Spark-wrapped) exception that says what happened."""
+    text = f"{type(error).__name__}: {error}"
+    # Spark wraps Python errors in long Java traces; the last Python "...Error: ..." line is the news.
+    for line in reversed(text.splitlines()):
+        if "Error" in line and not line.startswith("\tat "):
+            return line.strip()[:limit]
+    return text[:limit]

@@ -1,0 +1,361 @@
+"""Distributed inference: ship a trained model to Spark's Python workers and predict per partition.
+
+The model object is never pickled.  The driver turns it into *payload bytes* -- the model file
+written by ``model.save`` (an ``.npz`` of named arrays plus the JSON spec, see
+:func:`rbm._model.save_model`) -- and broadcasts those bytes.  Each Python worker rebuilds the
+model once with :func:`rbm.load_model` (``allow_pickle=False``) and keeps it in a small
+process-wide cache keyed by the payload's sha256, so a reused worker does not rebuild it for
+every task.  Features move through Arrow (``mapInArrow``), a whole record batch at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import tempfile
+import threading
+from collections import OrderedDict
+from typing import Any, Iterator, Literal
+
+import numpy as np
+
+from ._errors import InputDataError
+
+__all__ = ["predict_dataframe", "model_payload", "model_from_payload", "features_from_arrow", "predict_proba_batched"]
+
+log = logging.getLogger(__name__)
+
+#: Models kept per Python worker; a worker rarely serves more than one or two at a time.
+_CACHE_SIZE = 4
+_cache: "OrderedDict[str, Any]" = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+# --------------------------------------------------------------------------- the model on the wire
+
+
+def model_payload(model: Any) -> bytes:
+    """The model's file as bytes: exactly what ``model.save(path)`` writes (npz + JSON spec).
+
+    Raises
+    ------
+    InputDataError (a ValueError)
+        The model cannot be saved (not trained, or not a sparkdbn model).
+    """
+    if not hasattr(model, "save") or not hasattr(model, "predict_proba"):
+        raise InputDataError(
+            f"{type(model).__name__} is not a sparkdbn classifier: it needs save() and predict_proba() "
+            "(use rbm.DBN, rbm.ConvNet or a model from rbm.load_model)"
+        )
+    with tempfile.TemporaryDirectory(prefix="sparkdbn-payload-") as directory:
+        path = os.path.join(directory, "model.npz")
+        try:
+            model.save(path)
+        except (RuntimeError, ValueError, AttributeError) as error:  # an untrained model has nothing to save
+            raise InputDataError(f"cannot ship the {type(model).__name__} to the executors: {error}; is it trained?") from error
+        with open(path, "rb") as handle:
+            return handle.read()
+
+
+def model_from_payload(payload: bytes) -> Any:
+    """Rebuild a model from :func:`model_payload` bytes, once per process (cached by sha256)."""
+    key = hashlib.sha256(payload).hexdigest()
+    with _cache_lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    import rbm  # imported here: executors pay for it only when they predict
+
+    # load_model reads a path; a private temporary file keeps the one reader that never unpickles.
+    with tempfile.TemporaryDirectory(prefix="sparkdbn-model-") as directory:
+        path = os.path.join(directory, "model.npz")
+        with open(path, "wb") as handle:
+            handle.write(payload)
+        model = rbm.load_model(path)
+    with _cache_lock:
+        _cache[key] = model
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return model
+
+
+def model_classes(model: Any) -> np.ndarray:
+    """The model's class labels (index k <-> probability column k), shape (n_classes,).
+
+    ``classes_`` when the model has it (scikit-learn style), else ``0 .. n_classes - 1``
+    (models such as :class:`rbm.ConvNet` that take labels as class indices).
+    """
+    classes = getattr(model, "classes_", None)
+    if classes is not None:
+        return np.asarray(classes)
+    n_classes = getattr(model, "n_classes", None)
+    if n_classes is None:
+        raise InputDataError(f"{type(model).__name__} has neither classes_ nor n_classes: is it a trained classifier?")
+    return np.arange(int(n_classes))
+
+
+def predict_proba_batched(model: Any, X: np.ndarray, batch_size: int) -> np.ndarray:
+    """``model.predict_proba`` in slices of ``batch_size`` rows (bounded memory per worker).
+
+    A refusal by the model (wrong width, NaN ...) becomes :class:`InputDataError` naming the
+    Spark partition (when running in a task) and the row within it.
+
+    Returns
+    -------
+    ndarray of shape (n_samples, n_classes), float64
+    """
+    if len(X) == 0:
+        return np.zeros((0, len(model_classes(model))), dtype=np.float64)
+    parts = []
+    for start in range(0, len(X), batch_size):
+        try:
+            parts.append(np.asarray(model.predict_proba(X[start : start + batch_size])))
+        except ValueError as error:
+            raise InputDataError(f"{task_location()}rows {start}..{min(len(X), start + batch_size) - 1} of a batch: {error}") from error
+    return np.concatenate(parts).astype(np.float64, copy=False)
+
+
+def task_location() -> str:
+    """``"partition N, "`` inside a Spark task, ``""`` elsewhere (prefix for error messages)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return f"partition {context.partitionId()}, " if context is not None else ""
+
+
+_INPUT_ERROR = re.compile(r"InputDataError: (.+)")
+
+
+def raise_input_errors_from(error: BaseException, what: str) -> None:
+    """Re-raise a failed Spark job caused by bad input on an executor as a short InputDataError.
+
+    Spark wraps the executor's exception in a long Java/Python trace; the user needs its last
+    ``InputDataError: ...`` line.  Returns (so the caller re-raises ``error``) when there is none.
+    """
+    found = _INPUT_ERROR.findall(str(error))
+    if found:
+        raise InputDataError(f"{what}: {found[-1].strip()}") from error
+
+
+# --------------------------------------------------------------------------- Arrow <-> numpy
+
+
+def features_from_arrow(column: Any, *, name: str = "features") -> np.ndarray:
+    """A feature matrix from an Arrow column of arrays or of ``pyspark.ml.linalg`` vectors.
+
+    Parameters
+    ----------
+    column : pyarrow.Array or ChunkedArray
+        ``list<number>`` / ``fixed_size_list<number>`` (array features), or the struct
+        ``{type, size, indices, values}`` that Spark uses for ``VectorUDT`` (type 1 = dense,
+        0 = sparse; mixed rows are fine).
+    name : str
+        Column name for messages.
+
+    Returns
+    -------
+    ndarray of shape (n_rows, n_features), float32
+
+    Raises
+    ------
+    InputDataError (a ValueError)
+        Null rows, rows of different widths, or a column type that is not a feature vector.
+    """
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    n_rows = len(column)
+    if column.null_count:
+        row = int(np.flatnonzero(np.asarray(column.is_null()))[0])
+        raise InputDataError(f"column {name!r} is null at row {row} of a batch; drop or fill missing features")
+    if pa.types.is_struct(column.type) and {"type", "size", "indices", "values"} <= {f.name for f in column.type}:
+        return _vectors_from_arrow(column, name)
+    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type) or pa.types.is_fixed_size_list(column.type)):
+        raise InputDataError(f"column {name!r} has Arrow type {column.type}; expected an array of numbers or a Vector")
+    if n_rows == 0:
+        return np.zeros((0, 0), dtype=np.float32)
+    lengths = np.asarray(column.value_lengths())
+    if (lengths != lengths[0]).any():
+        row = int(np.flatnonzero(lengths != lengths[0])[0])
+        raise InputDataError(f"column {name!r} has rows of different widths ({lengths[0]} and {lengths[row]} at row {row})")
+    values = column.flatten()  # honours slicing offsets
+    if values.null_count:
+        raise InputDataError(f"column {name!r} holds null values inside a feature array")
+    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(n_rows, int(lengths[0]))
+
+
+def _vectors_from_arrow(column: Any, name: str) -> np.ndarray:
+    """Decode Spark's VectorUDT struct column; vectorised, no Python loop over rows."""
+    n_rows = len(column)
+    kind = np.asarray(column.field("type").to_numpy(zero_copy_only=False))
+    values_list = column.field("values")
+    lengths = np.asarray(values_list.value_lengths().fill_null(0))
+    values = np.asarray(values_list.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
+    sparse = kind == 0
+    widths = np.where(sparse, np.asarray(column.field("size").fill_null(0)), lengths)
+    if n_rows == 0:
+        return np.zeros((0, 0), dtype=np.float32)
+    if (widths != widths[0]).any():
+        row = int(np.flatnonzero(widths != widths[0])[0])
+        raise InputDataError(f"column {name!r} has vectors of different sizes ({widths[0]} and {widths[row]} at row {row})")
+    X = np.zeros((n_rows, int(widths[0])), dtype=np.float32)
+    rows = np.repeat(np.arange(n_rows), lengths)
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    positions = np.arange(len(values)) - starts  # index inside each row's values
+    if sparse.any():
+        index_list = column.field("indices")
+        index_lengths = np.asarray(index_list.value_lengths().fill_null(0))
+        indices = np.asarray(index_list.flatten().to_numpy(zero_copy_only=False), dtype=np.int64)
+        # Dense rows carry no indices, so sparse indices line up with the sparse rows' values.
+        sparse_values = np.repeat(sparse, lengths)
+        if not np.array_equal(index_lengths[sparse], lengths[sparse]):
+            raise InputDataError(f"column {name!r} holds a malformed sparse vector (indices and values differ in length)")
+        positions = positions.copy()
+        positions[sparse_values] = indices
+    X[rows, positions] = values
+    return X
+
+
+def _arrow_probability(proba: np.ndarray, as_vector: bool) -> Any:
+    """Probabilities as Arrow ``list<double>`` or as the dense-VectorUDT struct."""
+    import pyarrow as pa
+
+    n_rows, n_classes = proba.shape
+    offsets = pa.array(np.arange(0, (n_rows + 1) * n_classes, n_classes, dtype=np.int32))
+    values = pa.ListArray.from_arrays(offsets, pa.array(proba.reshape(-1), type=pa.float64()))
+    if not as_vector:
+        return values
+    return pa.StructArray.from_arrays(
+        [
+            pa.array(np.ones(n_rows, dtype=np.int8), type=pa.int8()),  # 1 = dense
+            pa.nulls(n_rows, type=pa.int32()),
+            pa.nulls(n_rows, type=pa.list_(pa.int32())),
+            values,
+        ],
+        names=["type", "size", "indices", "values"],
+    )
+
+
+# --------------------------------------------------------------------------- DataFrame checks
+
+
+def feature_column_kind(df: Any, features_col: str) -> Literal["array", "vector"]:
+    """Check that ``features_col`` exists and holds number arrays or ml Vectors; say which.
+
+    Raises
+    ------
+    InputDataError (a ValueError)
+        Missing column (naming the columns there are) or a column of another type.
+    """
+    from pyspark.ml.linalg import VectorUDT
+    from pyspark.sql.types import ArrayType, NumericType
+
+    if features_col not in df.columns:
+        raise InputDataError(f"DataFrame has no features column {features_col!r}; its columns are {df.columns}")
+    data_type = df.schema[features_col].dataType
+    if isinstance(data_type, VectorUDT):
+        return "vector"
+    if isinstance(data_type, ArrayType) and isinstance(data_type.elementType, NumericType):
+        return "array"
+    raise InputDataError(
+        f"features column {features_col!r} has type {data_type.simpleString()}; "
+        "expected array<float|double> or a pyspark.ml.linalg Vector (use VectorAssembler for scalar columns)"
+    )
+
+
+def check_first_row(model: Any, df: Any, features_col: str) -> None:
+    """Validate one row on the driver with the model itself (width, NaN), before the Spark job."""
+    first = df.select(features_col).limit(1).collect()
+    if not first:
+        return
+    value = first[0][0]
+    row = np.asarray(value.toArray() if hasattr(value, "toArray") else value, dtype=np.float32)[None, :]
+    try:
+        model.predict_proba(row)
+    except (ValueError, RuntimeError) as error:  # the model's own input checks
+        raise InputDataError(f"features column {features_col!r} does not fit the model: {error}") from error
+
+
+# --------------------------------------------------------------------------- predict_dataframe
+
+
+def predict_dataframe(
+    model: Any,
+    df: Any,
+    *,
+    features_col: str = "features",
+    prediction_col: str = "prediction",
+    probability_col: str | None = "probability",
+    batch_size: int = 1024,
+    probability_type: Literal["array", "vector"] = "array",
+) -> Any:
+    """Add prediction and class-probability columns to a DataFrame, computed on the executors.
+
+    Parameters
+    ----------
+    model : trained rbm.DBN / rbm.ConvNet (anything with ``save``, ``predict_proba``, ``classes_``)
+    df : pyspark.sql.DataFrame
+        Holds ``features_col``: ``array<float|double>`` of the model's width, or a
+        ``pyspark.ml.linalg`` Vector.  All other columns pass through unchanged.
+    features_col, prediction_col, probability_col : str
+        Column names; ``probability_col=None`` leaves the probabilities out.
+    batch_size : int
+        Rows per ``predict_proba`` call on an executor.
+    probability_type : {"array", "vector"}
+        ``array<double>``, or a dense ``pyspark.ml.linalg`` Vector (what Spark ML evaluators use).
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        ``df``'s columns plus ``prediction_col`` (double: the predicted class label, as Spark ML
+        does) and ``probability_col`` (n_classes values in ``model.classes_`` order).
+
+    Raises
+    ------
+    InputDataError (a ValueError)
+        Missing or mistyped features column, an output column that already exists, or
+        features the model refuses (checked on one row on the driver before the job runs).
+    """
+    from pyspark.ml.linalg import VectorUDT
+    from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
+
+    feature_column_kind(df, features_col)
+    for column in (prediction_col, probability_col):
+        if column is not None and column in df.columns:
+            raise InputDataError(f"output column {column!r} already exists in the DataFrame; choose another name")
+    if batch_size < 1:
+        raise InputDataError(f"batch_size must be >= 1, got {batch_size}")
+    classes = model_classes(model).astype(np.float64)
+    check_first_row(model, df, features_col)
+
+    fields = list(df.schema.fields) + [StructField(prediction_col, DoubleType(), False)]
+    if probability_col is not None:
+        probability_type_spark = VectorUDT() if probability_type == "vector" else ArrayType(DoubleType(), False)
+        fields.append(StructField(probability_col, probability_type_spark, False))
+    schema = StructType(fields)
+
+    broadcast = df.sparkSession.sparkContext.broadcast(model_payload(model))
+    # Plain values only in the closure (not the model, not self): they are what the workers get.
+    as_vector = probability_type == "vector"
+    with_probability = probability_col is not None
+
+    def predict_batches(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        replica = model_from_payload(broadcast.value)
+        for batch in batches:
+            X = features_from_arrow(batch.column(features_col), name=features_col)
+            proba = predict_proba_batched(replica, X, batch_size)
+            prediction = classes[np.argmax(proba, axis=1)] if len(X) else np.zeros(0)
+            columns = list(batch.columns) + [pa.array(prediction, type=pa.float64())]
+            names = list(batch.schema.names) + [prediction_col]
+            if with_probability:
+                columns.append(_arrow_probability(proba, as_vector))
+                names.append(probability_col)
+            yield pa.RecordBatch.from_arrays(columns, names=names)
+
+    log.debug("predicting %s -> %s/%s with a %d-byte model broadcast", features_col, prediction_col, probability_col, len(broadcast.value))
+    return df.mapInArrow(predict_batches, schema)

@@ -1,0 +1,315 @@
+"""``sparkdbn``: train, evaluate, predict, stage datasets and render reports from the shell.
+
+    sparkdbn train                       # DBN on digits, 2 nodes on local Spark, ./sparkdbn-store
+    sparkdbn train --config job.yaml     # settings from JSON/YAML; flags override them
+    sparkdbn evaluate --run RUN          # the run's saved model on the dataset's test split
+    sparkdbn predict --run RUN --input in.parquet --output out.parquet
+    sparkdbn stage --recipe digits --url file:///data/sparkdbn-store/datasets/digits --shards 4
+    sparkdbn report --run RUN --out plots/
+
+Under spark-submit the master comes from spark-submit; otherwise ``--master`` (default
+``local[2,4]``: 2 worker threads, so 2 nodes, each task tried up to 4 times).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["main", "build_parser", "build_model", "load_config"]
+
+logger = logging.getLogger(__name__)
+
+#: Settings of ``train`` when neither the config nor a flag sets them.
+TRAIN_DEFAULTS: dict[str, Any] = {
+    "master": None,
+    "store": None,
+    "run_id": None,
+    "dataset": "digits",
+    "model": "dbn",
+    "layers": None,
+    "epochs": None,
+    "partitions": None,
+    "batch_size": None,
+    "fanout": None,
+    "merge_alpha": None,
+    "seed": 0,
+    "out": "sparkdbn-report",
+    "report": True,
+    "progress": True,
+}
+
+
+def load_config(path: str | None) -> dict[str, Any]:
+    """A JSON (``.json``) or YAML (``.yaml``/``.yml``) mapping of settings, ``{}`` without a path."""
+    if not path:
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        if path.endswith((".yaml", ".yml")):
+            import yaml
+
+            config = yaml.safe_load(handle)
+        else:
+            config = json.load(handle)
+    if not isinstance(config, dict):
+        raise SystemExit(f"sparkdbn: config {path!r} must hold a mapping of settings, got {type(config).__name__}")
+    return {key.replace("-", "_"): value for key, value in config.items()}
+
+
+def _load_dataset(name: str, seed: int) -> tuple[Any, Any, np.ndarray | None, np.ndarray | None]:
+    """``(train data, train labels, X_test, y_test)`` for a recipe name or a staged dataset URL."""
+    from rbm.datasets import load_digits01, load_digits28
+
+    if name in ("digits", "digits01"):
+        split = load_digits01(random_state=seed)
+    elif name == "digits28":
+        split = load_digits28(random_state=seed)
+    else:
+        return name, None, None, None  # a staged dataset URL: read by the executors
+    return split.X_train, split.y_train, split.X_test, split.y_test
+
+
+def build_model(kind: Any, layers: Sequence[int] | None, n_features: int, n_classes: int, seed: int) -> Any:
+    """The model a config names: a spec dict (with ``kind``), ``"dbn"``, ``"convnet"`` or ``"rbm"``.
+
+    ``layers`` are the hidden layer sizes (default: 100, 100 for a DBN, 100 for an RBM).
+    """
+    import rbm
+
+    if isinstance(kind, dict):
+        return rbm.model_from_spec(kind)
+    if kind == "dbn":
+        hidden = list(layers or [100, 100])
+        return rbm.DBN(hidden_layer_sizes=tuple(hidden), batch_size=10, pretrain_learning_rate=0.1,
+                       finetune_learning_rate=0.1, random_state=seed)
+    if kind == "rbm":
+        return rbm.RBM(int((layers or [100])[0]), random_state=seed)
+    if kind == "convnet":
+        side = int(round(np.sqrt(n_features)))
+        if side * side != n_features:
+            raise SystemExit(f"sparkdbn: a convnet needs square images, got {n_features} features")
+        small = side <= 8
+        conv_layers = [
+            {"type": "conv", "filters": 8 if small else 20, "kernel": 3 if small else 5, "padding": 1 if small else 0,
+             "activation": "relu"},
+            {"type": "maxpool", "size": 2},
+            {"type": "dense", "units": 64 if small else 200, "activation": "relu"},
+        ]
+        return rbm.ConvNet(layers=conv_layers, input_shape=(1, side, side), n_classes=n_classes,
+                           learning_rate=0.05, batch_size=32, random_state=seed)
+    raise SystemExit(f"sparkdbn: unknown model {kind!r}; use dbn, convnet, rbm or a spec mapping with 'kind'")
+
+
+#: Epochs per phase when neither the config nor --epochs says: short pretraining, longer fine-tuning.
+DEFAULT_EPOCHS = {"finetune": 20, "train": 10}
+DEFAULT_PRETRAIN_EPOCHS = 5
+
+
+def _settings(options: dict[str, Any], model: Any) -> Any:
+    from node import TrainingSettings
+
+    fields = {"epochs", "partitions", "batch_size", "fanout", "merge_alpha", "seed", "run_id", "progress"}
+    given = {key: options[key] for key in fields if options.get(key) is not None}
+    if "epochs" not in given and "epochs" not in (options.get("settings") or {}):
+        given["epochs"] = {phase: DEFAULT_EPOCHS.get(phase, DEFAULT_PRETRAIN_EPOCHS) for phase in model.phases()}
+    given.update(options.get("settings") or {})
+    return TrainingSettings(**given)
+
+
+def _session(options: dict[str, Any]) -> Any:
+    from node import get_spark_session
+
+    return get_spark_session(options.get("master"), conf=options.get("spark_conf"))
+
+
+def _store_url(options: dict[str, Any]) -> str:
+    from node import default_store_url
+
+    store = options.get("store") or default_store_url()
+    return store if "://" in store else "file://" + os.path.abspath(store)
+
+
+def cmd_train(options: dict[str, Any]) -> int:
+    import node
+
+    X, y, X_test, y_test = _load_dataset(str(options["dataset"]), int(options["seed"]))
+    if isinstance(X, str):
+        import storage
+
+        meta = storage.open_dataset(X).meta
+        n_features, n_classes = int(np.prod(meta["feature_shape"])), int(meta.get("n_classes") or 10)
+    else:
+        n_features, n_classes = int(np.prod(X.shape[1:])), int(y.max()) + 1
+    model = build_model(options["model"], options.get("layers"), n_features, n_classes, int(options["seed"]))
+    spark = _session(options)
+    trainer = node.Trainer(spark, _store_url(options), _settings(options, model))
+    started = time.perf_counter()
+    trainer.fit(model, X, y)
+    print(f"run {trainer.run_id_}: trained in {time.perf_counter() - started:.1f} s; "
+          f"model saved in {trainer.store_url} under runs/{trainer.run_id_}/model")
+    if X_test is not None:
+        report = node.evaluate(model, (X_test, y_test), spark=spark)
+        print(f"evaluation on {len(X_test)} held-out samples (computed with Spark):")
+        print(report)
+    if options.get("report"):
+        paths = node.render_report(trainer.store_url, trainer.run_id_, options["out"])
+        for path in paths:
+            print(f"wrote {path}")
+    return 0
+
+
+def _load_run_model(store_url: str, run: str) -> Any:
+    import rbm
+    import storage
+
+    from ._driver import open_checked_store
+    from ._errors import TrainingError
+
+    store = open_checked_store(store_url)
+    runs = storage.RunStore(store, run)
+    path = runs.model_path()
+    if not store.exists(path):
+        raise TrainingError(f"run {run!r} has no saved model in {store_url} ({path}); did it finish?")
+    with tempfile.TemporaryDirectory(prefix="sparkdbn-cli-") as folder:
+        local = os.path.join(folder, "model.npz")
+        with open(local, "wb") as handle:
+            handle.write(store.read_bytes(path))
+        return rbm.load_model(local)
+
+
+def cmd_evaluate(options: dict[str, Any]) -> int:
+    import node
+
+    model = _load_run_model(_store_url(options), options["run"])
+    spark = _session(options)
+    if options.get("input"):
+        data = spark.read.parquet(options["input"])
+    else:
+        _X, _y, X_test, y_test = _load_dataset(str(options["dataset"]), int(options["seed"]))
+        if X_test is None:
+            raise SystemExit("sparkdbn: evaluate needs --input (a Parquet file) or a recipe --dataset")
+        data = (X_test, y_test)
+    print(node.evaluate(model, data, spark=spark, features_col=options["features_col"],
+                        label_col=options["label_col"]))
+    return 0
+
+
+def cmd_predict(options: dict[str, Any]) -> int:
+    import node
+
+    model = _load_run_model(_store_url(options), options["run"])
+    spark = _session(options)
+    frame = spark.read.parquet(options["input"])
+    result = node.predict_dataframe(model, frame, features_col=options["features_col"])
+    result.write.mode("overwrite").parquet(options["output"])
+    print(f"wrote predictions of {options['input']} to {options['output']}")
+    return 0
+
+
+def cmd_stage(options: dict[str, Any]) -> int:
+    import storage
+
+    meta = storage.stage_recipe(options["recipe"], options["url"], shards=int(options["shards"]))
+    print(f"staged {options['recipe']} at {options['url']}: {meta.get('n_samples')} samples in "
+          f"{len(meta.get('shards', []))} shards, feature shape {meta.get('feature_shape')}")
+    return 0
+
+
+def cmd_report(options: dict[str, Any]) -> int:
+    import node
+
+    for path in node.render_report(_store_url(options), options["run"], options["out"]):
+        print(f"wrote {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sparkdbn", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--verbose", "-v", action="store_true", help="log at INFO level")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--config", help="JSON or YAML file of settings (flags override it)")
+        sub.add_argument("--master", help="Spark master (ignored under spark-submit); default local[2,4]")
+        sub.add_argument("--store", help="store URL or path; default ./sparkdbn-store")
+
+    train = commands.add_parser("train", help="train a model on Spark, evaluate it, write the report plots")
+    common(train)
+    train.add_argument("--run-id", help="run name in the store; an existing run resumes")
+    train.add_argument("--dataset", help="digits (default), digits28, or a staged dataset URL")
+    train.add_argument("--model", help="dbn (default), convnet or rbm")
+    train.add_argument("--layers", type=lambda text: [int(v) for v in text.split(",")],
+                       help="hidden layer sizes, e.g. 100,100")
+    train.add_argument("--epochs", type=int, help="epochs per phase")
+    train.add_argument("--partitions", type=int, help="RDD partitions per epoch")
+    train.add_argument("--batch-size", type=int)
+    train.add_argument("--fanout", type=int, help="peers merged per partition at most")
+    train.add_argument("--merge-alpha", type=float, help="weight of the peers' mean in a merge")
+    train.add_argument("--seed", type=int)
+    train.add_argument("--out", help="folder for the report plots (default ./sparkdbn-report)")
+    train.add_argument("--no-report", dest="report", action="store_const", const=False, default=None)
+    train.add_argument("--no-progress", dest="progress", action="store_const", const=False, default=None)
+    train.set_defaults(handler=cmd_train, defaults=TRAIN_DEFAULTS)
+
+    for name, handler, text in (("evaluate", cmd_evaluate, "evaluate a run's model with Spark"),
+                                ("predict", cmd_predict, "add prediction columns to a Parquet dataset")):
+        sub = commands.add_parser(name, help=text)
+        common(sub)
+        sub.add_argument("--run", required=True, help="the run whose saved model to use")
+        sub.add_argument("--input", help="Parquet input with a features column (and a label column)")
+        sub.add_argument("--features-col")
+        sub.add_argument("--label-col")
+        if name == "predict":
+            sub.add_argument("--output", required=True, help="Parquet output path")
+        else:
+            sub.add_argument("--dataset", help="recipe whose test split to use (default digits)")
+        sub.set_defaults(handler=handler, defaults={"dataset": "digits", "seed": 0, "features_col": "features",
+                                                    "label_col": "label"})
+
+    stage = commands.add_parser("stage", help="stage a dataset recipe as Parquet shards in a store")
+    stage.add_argument("--config")
+    stage.add_argument("--recipe", help="digits or digits28")
+    stage.add_argument("--url", help="dataset directory URL, e.g. file:///data/store/datasets/digits")
+    stage.add_argument("--shards", type=int)
+    stage.set_defaults(handler=cmd_stage, defaults={"recipe": "digits", "url": None, "shards": 4})
+
+    report = commands.add_parser("report", help="render the PNG plots of a run")
+    common(report)
+    report.add_argument("--run", required=True)
+    report.add_argument("--out", help="output folder (default ./sparkdbn-report)")
+    report.set_defaults(handler=cmd_report, defaults={"out": "sparkdbn-report"})
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``sparkdbn`` console script; returns the exit status."""
+    from ._errors import NodeError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options = dict(args.defaults)
+    options.update(load_config(getattr(args, "config", None)))
+    options.update({key: value for key, value in vars(args).items()
+                    if value is not None and key not in ("handler", "defaults", "config", "command", "verbose")})
+    if args.command == "stage" and not options.get("url"):
+        parser.error("stage needs --url (the dataset directory)")
+    try:
+        return int(args.handler(options) or 0)
+    except NodeError as error:
+        print(f"sparkdbn {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m node.cli`
+    raise SystemExit(main())

@@ -1,0 +1,270 @@
+"""Benchmark: decentralized DBN training on local Spark, and a many-node simulation.
+
+Part 1 (Spark, this machine): a 784-500-500 DBN on digits28 trained
+
+* in-process on one core (no Spark: the reference the distributed runs are compared to),
+* on local Spark by 1 node (``local[1]``) and by 2 nodes (``local[2]``),
+
+reporting samples/s per phase, the fraction of node time spent merging and publishing, and the
+training time until the consolidated model first reaches a target test accuracy (checked after
+every fine-tuning epoch; the check itself is not counted).
+
+Part 2 (pure Python, no Spark): a discrete-event simulation of N nodes with heterogeneous
+speeds training a noisy quadratic, publishing after every partition and merging up to
+``fanout`` fresh peers, to show store traffic per node, staleness and agreement between nodes
+as N grows far past this machine.
+
+    .venv/bin/python scripts/bench_spark.py            # full (a few minutes)
+    .venv/bin/python scripts/bench_spark.py --quick    # a short run
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+# ----------------------------------------------------------------------------- part 1: Spark
+def make_dbn(seed: int):
+    import rbm
+
+    return rbm.DBN(hidden_layer_sizes=(500, 500), batch_size=32, random_state=seed)
+
+
+def in_process_reference(X, y, X_test, y_test, epochs: dict[str, int], partitions: int, seed: int) -> dict:
+    """The same DBN trained by one process through the same seam, without Spark, on one core
+    (Spark gives each Python worker ``OMP_NUM_THREADS = spark.task.cpus = 1``)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        return _in_process(X, y, X_test, y_test, epochs, partitions, seed)
+
+
+def _in_process(X, y, X_test, y_test, epochs: dict[str, int], partitions: int, seed: int) -> dict:
+    model = make_dbn(seed)
+    model.initialize(X.shape[1], int(y.max()) + 1)
+    order = np.random.default_rng(seed).permutation(len(X))
+    parts = np.array_split(order, partitions)
+    phase_rates = {}
+    for phase_index, phase in enumerate(model.phases()):
+        samples, seconds = 0, 0.0
+        for epoch in range(epochs[phase]):
+            for index, rows in enumerate(parts):
+                rng = np.random.default_rng([seed, phase_index, epoch, index])
+                metrics = model.train_partition(X[rows], y[rows], phase, rng)
+                samples += metrics["samples"]
+                seconds += metrics["seconds"]
+        phase_rates[phase] = samples / seconds if seconds else float("nan")
+    return {"rates": phase_rates, "accuracy": model.score(X_test, y_test)}
+
+
+def spark_run(nodes: int, X, y, X_test, y_test, epochs: dict[str, int], partitions: int, seed: int,
+              target: float, store_root: str) -> dict:
+    import node
+    import storage
+
+    spark = node.get_spark_session(f"local[{nodes}]", app_name=f"bench-{nodes}-nodes")
+    try:
+        # Start the Python workers and import the packages first: not part of training speed.
+        spark.sparkContext.parallelize(range(2 * nodes), 2 * nodes).map(
+            lambda _: __import__("node._executor") and os.getpid()).collect()
+        store_url = "file://" + os.path.join(store_root, f"store-{nodes}")
+        model = make_dbn(seed)
+        checks: list[tuple[float, float]] = []
+        clock = {"train_s": 0.0}
+        weights_holder = {}
+
+        def on_epoch(summary: dict) -> None:
+            clock["train_s"] += summary["wall_s"]
+            if summary["phase"] != "finetune":
+                return
+            if "weights" not in weights_holder:
+                weights_holder["weights"] = storage.WeightStore(storage.open_store(store_url), summary["run"])
+            probe = make_dbn(seed)
+            probe.initialize(X.shape[1], int(y.max()) + 1)
+            probe.set_parameters(model.parameters())  # earlier phases (consolidated) ...
+            probe.set_parameters(weights_holder["weights"].consolidate("finetune"))  # ... and the nodes' newest
+            checks.append((clock["train_s"], probe.score(X_test, y_test)))
+
+        trainer = node.Trainer(spark, store_url, epochs=epochs, partitions=partitions, seed=seed, progress=False,
+                               on_epoch=on_epoch)
+        started = time.perf_counter()
+        trainer.fit(model, X, y)
+        wall_s = time.perf_counter() - started
+        rates, merge, publish, merges = {}, {}, {}, {}
+        for phase in model.phases():
+            rows = [h for h in trainer.history_ if h["phase"] == phase]
+            records = [r for h in rows for r in h["records"]]
+            node_s = sum(r["task_s"] for r in records)
+            rates[phase] = sum(h["samples"] for h in rows) / sum(h["wall_s"] for h in rows)
+            merge[phase] = sum(r["merge_s"] for r in records) / node_s
+            publish[phase] = sum(r["publish_s"] for r in records) / node_s
+            merges[phase] = sum(r["merged"] for r in records)
+        reached = next((t for t, accuracy in checks if accuracy >= target), None)
+        return {"rates": rates, "merge": merge, "publish": publish, "merges": merges, "wall_s": wall_s,
+                "accuracy": model.score(X_test, y_test), "checks": checks, "time_to_target_s": reached,
+                "nodes_seen": len({r["node"] for h in trainer.history_ for r in h["records"]})}
+    finally:
+        spark.stop()
+
+
+def part1(quick: bool, seed: int) -> None:
+    from rbm.datasets import load_digits28
+
+    split = load_digits28(shifts=[(0, 0), (1, 0), (0, 1), (-1, 0), (0, -1)] if quick else None, random_state=seed)
+    X, y, X_test, y_test = split
+    epochs = {"rbm0": 1, "rbm1": 1, "finetune": 4 if quick else 6}
+    partitions = 8
+    target = 0.90 if quick else 0.95
+    print(f"== Part 1: 784-500-500 DBN on digits28 ({len(X)} training, {len(X_test)} test samples), "
+          f"epochs {epochs}, {partitions} partitions per epoch, target accuracy {target:.2f}")
+    reference = in_process_reference(X, y, X_test, y_test, epochs, partitions, seed)
+    store_root = tempfile.mkdtemp(prefix="sparkdbn-bench-")
+    try:
+        runs = {nodes: spark_run(nodes, X, y, X_test, y_test, epochs, partitions, seed, target, store_root)
+                for nodes in (1, 2)}
+    finally:
+        shutil.rmtree(store_root, ignore_errors=True)
+    phases = list(epochs)
+    header = f"{'':34s}" + "".join(f"{phase:>12s}" for phase in phases)
+    print(header)
+    print(f"{'samples/s, in-process (no Spark)':34s}" + "".join(f"{reference['rates'][p]:12.0f}" for p in phases))
+    for nodes, run in runs.items():
+        print(f"{f'samples/s, Spark {nodes} node(s)':34s}" + "".join(f"{run['rates'][p]:12.0f}" for p in phases))
+    print(f"{'speed-up 2 nodes / 1 node':34s}" + "".join(f"{runs[2]['rates'][p] / runs[1]['rates'][p]:12.2f}"
+                                                          for p in phases))
+    print(f"{'Spark 1 node / in-process':34s}" + "".join(f"{runs[1]['rates'][p] / reference['rates'][p]:12.2f}"
+                                                          for p in phases))
+    for nodes, run in runs.items():
+        print(f"{f'node time merging, {nodes} node(s)':34s}" + "".join(f"{run['merge'][p]:12.1%}" for p in phases))
+        print(f"{f'node time publishing, {nodes} node(s)':34s}" + "".join(f"{run['publish'][p]:12.1%}" for p in phases))
+        print(f"{f'merges, {nodes} node(s)':34s}" + "".join(f"{run['merges'][p]:12d}" for p in phases))
+    print(f"final accuracy: in-process {reference['accuracy']:.4f}, "
+          + ", ".join(f"{n} node(s) {r['accuracy']:.4f}" for n, r in runs.items()))
+    for nodes, run in runs.items():
+        curve = ", ".join(f"{t:.1f}s:{a:.3f}" for t, a in run["checks"])
+        reached = "not reached" if run["time_to_target_s"] is None else f"{run['time_to_target_s']:.1f} s"
+        print(f"{nodes} node(s): wall {run['wall_s']:.1f} s (incl. session work), time to {target:.2f}: {reached} "
+              f"(training time: accuracy after each fine-tuning epoch: {curve})")
+
+
+# ----------------------------------------------------------------------------- part 2: simulation
+def simulate(n_nodes: int, fanout: int | None, *, partitions_per_node: int = 30, dim: int = 200,
+             snapshot_bytes: int = 2_600_000, announce_bytes: int = 200, delay: float = 0.05,
+             lr: float = 0.3, noise: float = 1.0, seed: int = 0) -> dict:
+    """N asynchronous nodes on a noisy quadratic: publish after each partition, merge fresh peers.
+
+    A partition takes ``1 / speed`` time units (speeds lognormal, sigma 0.3).  A published
+    version reaches the others' announcements after ``delay``.  Before a partition a node merges
+    at most ``fanout`` peers (random among those with a version it has not merged yet):
+    ``w <- (1 - a) w + a mean(peers)``, ``a = m / (m + 1)``; it reads each merged snapshot from
+    the store once.  Returns per-node traffic per partition, staleness and agreement.
+    """
+    rng = np.random.default_rng(seed)
+    target = rng.normal(size=dim)
+    speeds = rng.lognormal(0.0, 0.3, size=n_nodes)
+    w = np.zeros((n_nodes, dim))
+    published = [[] for _ in range(n_nodes)]  # (time visible, version, params)
+    merged_version = np.full((n_nodes, n_nodes), -1)
+    versions = np.zeros(n_nodes, dtype=int)
+    done = np.zeros(n_nodes, dtype=int)
+    reads = np.zeros(n_nodes)
+    merges, staleness_versions, staleness_time = [], [], []
+    events = [(1.0 / speeds[i] * rng.uniform(0.2, 1.0), i) for i in range(n_nodes)]
+    heapq.heapify(events)
+    now = 0.0
+    while events:
+        now, i = heapq.heappop(events)
+        # 1. merge: peers with a visible version newer than the one last merged from them
+        fresh = []
+        for j in range(n_nodes):
+            if j == i or not published[j]:
+                continue
+            visible = [entry for entry in published[j] if entry[0] <= now]
+            if visible and visible[-1][1] > merged_version[i, j]:
+                fresh.append((j, visible[-1]))
+        if fanout is not None and len(fresh) > fanout:
+            picks = rng.choice(len(fresh), size=fanout, replace=False)
+            fresh = [fresh[k] for k in picks]
+        if fresh:
+            peers = np.mean([entry[2] for _, entry in fresh], axis=0)
+            a = len(fresh) / (len(fresh) + 1)
+            w[i] = (1 - a) * w[i] + a * peers
+            for j, entry in fresh:
+                merged_version[i, j] = entry[1]
+                staleness_versions.append(versions[j] - entry[1])
+                staleness_time.append(now - (entry[0] - delay))
+            reads[i] += len(fresh)
+        merges.append(len(fresh))
+        # 2. train: a few noisy gradient steps
+        for _ in range(5):
+            w[i] -= lr * (w[i] - target + noise * rng.normal(size=dim))
+        # 3. publish
+        versions[i] += 1
+        published[i].append((now + delay, versions[i], w[i].copy()))
+        if len(published[i]) > 3:  # keep_versions
+            published[i].pop(0)
+        done[i] += 1
+        if done[i] < partitions_per_node:
+            heapq.heappush(events, (now + 1.0 / speeds[i], i))
+    mean = w.mean(axis=0)
+    return {
+        "nodes": n_nodes, "fanout": fanout,
+        "written_mb": snapshot_bytes / 1e6,  # per node per partition: one snapshot
+        "read_mb": float(reads.mean() / partitions_per_node * snapshot_bytes / 1e6),
+        "announce_kb": (n_nodes - 1) * announce_bytes / 1e3,  # announcements received per partition
+        "merged": float(np.mean(merges)),
+        "stale_versions": float(np.mean(staleness_versions)) if staleness_versions else 0.0,
+        "stale_time": float(np.mean(staleness_time)) if staleness_time else 0.0,
+        "spread": float(np.mean(np.linalg.norm(w - mean, axis=1))),
+        "error": float(np.linalg.norm(mean - target)),
+        "single_node_noise_floor": float(noise * np.sqrt(dim * lr / (2 - lr))),
+    }
+
+
+def part2(quick: bool, seed: int) -> None:
+    sizes = [2, 8, 32, 128] if quick else [2, 8, 32, 128, 512]
+    print("\n== Part 2: simulation (no Spark) of N nodes, snapshot 2.6 MB (the 784-500-500 DBN's fine-tuning "
+          "weights), 30 partitions per node")
+    print(f"{'nodes':>6s} {'fanout':>7s} {'write MB':>9s} {'read MB':>8s} {'announce kB':>12s} {'merged':>7s} "
+          f"{'stale(v)':>9s} {'stale(t)':>9s} {'spread':>8s} {'error':>7s}")
+    for n in sizes:
+        for fanout in (None, 4):
+            if fanout is not None and fanout >= n - 1:
+                continue
+            r = simulate(n, fanout, seed=seed)
+            print(f"{r['nodes']:6d} {str(r['fanout'] or 'all'):>7s} {r['written_mb']:9.2f} {r['read_mb']:8.2f} "
+                  f"{r['announce_kb']:12.1f} {r['merged']:7.2f} {r['stale_versions']:9.2f} {r['stale_time']:9.2f} "
+                  f"{r['spread']:8.3f} {r['error']:7.3f}")
+    print("write/read MB and announce kB are per node per partition; merged = peers merged per partition; "
+          "stale(v) = versions the merged snapshot was behind its author; stale(t) = its age in partition times; "
+          "spread = mean distance of a node's weights from the nodes' mean; error = distance of that mean from "
+          f"the optimum (one node alone: noise floor about {simulate(2, None, seed=seed)['single_node_noise_floor']:.2f}).")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller data and fewer epochs")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-spark", action="store_true", help="only the simulation")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    print("(machine shared with other jobs: absolute numbers are noisy; compare the ratios)")
+    if not args.skip_spark:
+        part1(args.quick, args.seed)
+    part2(args.quick, args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,151 @@
+"""Spark fixtures for the node tests: one shared local session, and a real standalone cluster.
+
+The local session is ``local[2,4]``: two worker threads (so two Python workers, two nodes)
+and up to four attempts per task, so a crashed Python worker is retried as on a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+CLUSTER_START_TIMEOUT_S = 120.0
+
+# The DBN the training and fault tests share: 64-100-100 on load_digits01().  Two nodes that
+# average their progress move about half as far per epoch as one node, so the epochs are enough
+# for both to reach the plateau (~0.97 on the held-out split); with fewer (5, 5, 20) the pair
+# trailed the single node by about a point in an in-process simulation of the merges.
+PARTITIONS = 4
+DBN_EPOCHS = {"rbm0": 8, "rbm1": 8, "finetune": 30}
+DBN_SETTINGS = dict(hidden_layer_sizes=(100, 100), batch_size=10, pretrain_learning_rate=0.2,
+                    finetune_learning_rate=0.2, random_state=0)
+
+
+def train_on_one_node(model, X, y, epochs: dict, partitions: int, seed: int = 0):
+    """The reference: the same model, phases and partitions, trained by one process without Spark."""
+    model.initialize(X.shape[1], int(y.max()) + 1)
+    parts = np.array_split(np.random.default_rng(seed).permutation(len(X)), partitions)
+    for phase_index, phase in enumerate(model.phases()):
+        for epoch in range(epochs[phase]):
+            for index, rows in enumerate(parts):
+                model.train_partition(X[rows], y[rows], phase, np.random.default_rng([seed, phase_index, epoch, index]))
+    return model
+
+
+class DBNRecipe:
+    """The shared small DBN: ``make()`` builds one, ``reference(split)`` trains it on one node."""
+
+    partitions = PARTITIONS
+    epochs = DBN_EPOCHS
+
+    @staticmethod
+    def make():
+        import rbm
+
+        return rbm.DBN(**DBN_SETTINGS)
+
+    def reference_accuracy(self, split) -> float:
+        model = train_on_one_node(self.make(), split.X_train, split.y_train, self.epochs, self.partitions)
+        return model.score(split.X_test, split.y_test)
+
+
+@pytest.fixture(scope="session")
+def dbn_recipe() -> DBNRecipe:
+    return DBNRecipe()
+
+
+@pytest.fixture(scope="session")
+def digits():
+    from rbm.datasets import load_digits01
+
+    return load_digits01()
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    return "file://" + str(tmp_path / "store")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _spark_class() -> str:
+    candidate = Path(sys.executable).parent / "spark-class"
+    if candidate.exists():
+        return str(candidate)
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+
+
+def _wait_for_line(log: Path, needle: str, process: subprocess.Popen, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if log.exists() and needle in log.read_text(errors="replace"):
+            return
+        if process.poll() is not None:
+            raise RuntimeError(f"{log.name}: the daemon exited with {process.returncode} before saying "
+                               f"{needle!r}:\n{log.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.2)  # polling a log file with a deadline
+    raise TimeoutError(f"{log.name} did not say {needle!r} within {CLUSTER_START_TIMEOUT_S:.0f} s:\n"
+                       f"{log.read_text(errors='replace')[-3000:] if log.exists() else '(no log)'}")
+
+
+@pytest.fixture(scope="session")
+def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Spark standalone master and two 1-core workers on 127.0.0.1; yields the master URL."""
+    folder = tmp_path_factory.mktemp("cluster")
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+               SPARK_LOG_DIR=str(folder), SPARK_WORKER_DIR=str(folder / "work"))
+    port, web = _free_port(), _free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    started: list[subprocess.Popen] = []
+    logs: list = []
+    deadline = time.monotonic() + CLUSTER_START_TIMEOUT_S
+
+    def launch(name: str, args: list[str]) -> tuple[subprocess.Popen, Path]:
+        log = folder / f"{name}.log"
+        handle = open(log, "wb")
+        logs.append(handle)
+        process = subprocess.Popen([_spark_class(), *args], stdout=handle, stderr=subprocess.STDOUT, env=env,
+                                   stdin=subprocess.DEVNULL)
+        started.append(process)
+        return process, log
+
+    try:
+        master, master_log = launch("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                               "--port", str(port), "--webui-port", str(web)])
+        _wait_for_line(master_log, "I have been elected leader", master, deadline)
+        workers = []
+        for index in range(2):
+            workers.append(launch(f"worker{index}", [
+                "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
+                "--webui-port", str(_free_port()), "--work-dir", str(folder / f"work{index}"), master_url]))
+        for process, log in workers:
+            _wait_for_line(log, "Successfully registered with master", process, deadline)
+        yield master_url
+    finally:
+        for process in reversed(started):  # only the PIDs this fixture started (spark-class execs java)
+            if process.poll() is None:
+                process.terminate()
+        for process in reversed(started):
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        for handle in logs:
+            handle.close()

@@ -1,0 +1,111 @@
+"""Bad input is refused on the driver, with a message naming the problem, before any training."""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+import pytest
+
+import node
+import rbm
+import storage
+from rbm.datasets import load_digits01
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def some_digits():
+    split = load_digits01()
+    return split.X_train[:400], split.y_train[:400]
+
+
+def small_net() -> rbm.ConvNet:
+    layers = [{"type": "conv", "filters": 4, "kernel": 3, "padding": 1, "activation": "relu"},
+              {"type": "maxpool", "size": 2}, {"type": "dense", "units": 16, "activation": "relu"}]
+    return rbm.ConvNet(layers=layers, input_shape=(1, 8, 8), n_classes=10, batch_size=32, random_state=0)
+
+
+def trainer(spark, store_url: str, **settings) -> node.Trainer:
+    settings = {"run_id": "bad", "epochs": 1, "partitions": 2, "progress": False, **settings}
+    return node.Trainer(spark, store_url, **settings)
+
+
+def nothing_trained(store_url: str) -> bool:
+    store = storage.open_store(store_url)
+    return not store.exists("runs/bad/weights") and not store.exists("runs/bad/metrics")
+
+
+def test_wrong_feature_width_is_refused_before_training(spark, store_url, some_digits):
+    X, y = some_digits
+    with pytest.raises(node.InputDataError, match=r"\(63,\).*(1, 8, 8)|63 features"):
+        trainer(spark, store_url).fit(small_net(), X[:, :63], y)
+    assert nothing_trained(store_url)
+
+
+def test_nan_in_a_vector_dataframe_names_the_partition_and_row(spark, store_url, some_digits):
+    from pyspark.ml.linalg import Vectors
+
+    X, y = some_digits
+    X = X[:40].astype(np.float64)
+    X[7, 3] = np.nan
+    frame = spark.createDataFrame([(Vectors.dense(row), int(label)) for row, label in zip(X, y[:40])],
+                                  ["features", "label"]).coalesce(1)
+    with pytest.raises(node.InputDataError, match=r"partition \d+ row 7 contains NaN"):
+        trainer(spark, store_url, partitions=1).fit(small_net(), frame)
+    assert nothing_trained(store_url)
+
+
+def test_label_out_of_range_in_an_rdd_names_the_label_and_the_class_range(spark, store_url, some_digits):
+    X, y = some_digits
+    labels = y.copy()
+    labels[5] = 10
+    rdd = spark.sparkContext.parallelize(list(zip(X, labels.tolist())), 2)
+    with pytest.raises(node.InputDataError, match=r"label 10, outside the class range 0\.\.9"):
+        trainer(spark, store_url).fit(small_net(), rdd)
+    assert nothing_trained(store_url)
+
+
+def test_negative_labels_in_numpy_arrays_are_refused(spark, store_url, some_digits):
+    X, y = some_digits
+    labels = y.copy()
+    labels[11] = -1
+    with pytest.raises(node.InputDataError, match=r"label -1"):
+        trainer(spark, store_url).fit(small_net(), X, labels)
+    assert nothing_trained(store_url)
+
+
+def test_a_missing_dataset_url_is_named_in_the_error(spark, store_url, tmp_path):
+    url = "file://" + str(tmp_path / "datasets" / "nowhere")
+    with pytest.raises(node.InputDataError, match="nowhere"):
+        trainer(spark, store_url).fit(small_net(), url)
+    assert nothing_trained(store_url)
+
+
+def test_an_unreachable_store_is_named_in_the_error(spark, some_digits):
+    X, y = some_digits
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"hdfs://127.0.0.1:{port}/sparkdbn"
+    with pytest.raises(node.StoreAccessError, match=f"127.0.0.1:{port}"):
+        trainer(spark, url, store_retry_timeout_s=1.0).fit(small_net(), X, y)
+
+
+def test_a_dbn_initialized_for_64_features_refuses_63(spark, store_url, some_digits):
+    X, y = some_digits
+    model = rbm.DBN(hidden_layer_sizes=(16,), random_state=0).initialize(64, 10)
+    with pytest.raises(node.InputDataError, match="63 features per sample, the model was initialized for 64"):
+        trainer(spark, store_url).fit(model, X[:, :63], y)
+    assert nothing_trained(store_url)
+
+
+def test_a_dbn_with_ten_classes_refuses_label_ten(spark, store_url, some_digits):
+    X, y = some_digits
+    labels = y.copy()
+    labels[3] = 10
+    model = rbm.DBN(hidden_layer_sizes=(16,), random_state=0).initialize(64, 10)
+    with pytest.raises(node.InputDataError, match=r"row 3 has label 10, outside the class range 0\.\.9"):
+        trainer(spark, store_url).fit(model, X, labels)
+    assert nothing_trained(store_url)

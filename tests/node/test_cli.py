@@ -1,0 +1,75 @@
+"""The `sparkdbn` command line, run in-process on the shared local session."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import storage
+from node import cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_train_prints_the_evaluation_and_writes_the_plots(spark, tmp_path, capsys):
+    store = tmp_path / "store"
+    config = tmp_path / "job.yaml"
+    config.write_text("model: convnet\nepochs: 4\npartitions: 4\nsettings:\n  progress: false\n")
+    status = cli.main(["train", "--config", str(config), "--store", str(store), "--run-id", "cli",
+                       "--out", str(tmp_path / "plots")])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "accuracy" in out and "precision" in out
+    accuracy = float(next(line.split()[-2] for line in out.splitlines() if line.strip().startswith("accuracy")))
+    assert accuracy > 0.6  # 10 classes: chance is 0.1
+    plots = sorted(Path(tmp_path / "plots").glob("*.png"))
+    assert plots and all(path.stat().st_size > 1000 for path in plots)
+    record = json.loads((store / "runs" / "cli" / "run.json").read_text())
+    assert record["status"] == "done" and record["spec"]["kind"] == "convnet"
+
+    # The saved model is evaluated again by `evaluate`, and `report` redraws the plots.
+    assert cli.main(["evaluate", "--store", str(store), "--run", "cli"]) == 0
+    again = capsys.readouterr().out
+    assert f"{accuracy:.2f}" in again
+    assert cli.main(["report", "--store", str(store), "--run", "cli", "--out", str(tmp_path / "again")]) == 0
+    assert sorted(path.name for path in (tmp_path / "again").glob("*.png")) == [path.name for path in plots]
+
+    # `predict` adds the saved model's predictions to a Parquet file, as the model predicts alone.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import rbm
+    from rbm.datasets import load_digits01
+
+    X_test = load_digits01().X_test
+    pq.write_table(pa.table({"features": pa.array(list(X_test), type=pa.list_(pa.float32()))}),
+                   str(tmp_path / "in.parquet"))
+    assert cli.main(["predict", "--store", str(store), "--run", "cli", "--input", str(tmp_path / "in.parquet"),
+                     "--output", str(tmp_path / "out.parquet")]) == 0
+    predicted = pq.read_table(str(tmp_path / "out.parquet")).to_pandas()
+    model = rbm.load_model(store / "runs" / "cli" / "model" / "model.npz")
+    expected = model.predict(np.stack(predicted["features"].to_numpy()).astype(np.float32))
+    np.testing.assert_array_equal(predicted["prediction"].to_numpy().astype(np.int64), expected)
+
+
+def test_stage_then_train_reads_the_shards_on_the_executors(spark, tmp_path, capsys):
+    store = tmp_path / "store"
+    url = "file://" + str(store / "datasets" / "digits")
+    assert cli.main(["stage", "--recipe", "digits", "--url", url, "--shards", "3"]) == 0
+    assert storage.open_dataset(url).num_shards == 3
+    status = cli.main(["train", "--store", str(store), "--run-id", "staged", "--dataset", url, "--model", "convnet",
+                       "--epochs", "2", "--no-report", "--no-progress"])
+    assert status == 0
+    record = json.loads((store / "runs" / "staged" / "run.json").read_text())
+    assert record["status"] == "done"
+    assert record["data"]["partitions"] == 3 and record["data"]["source"] == f"dataset {url}"
+    assert (store / "runs" / "staged" / "model" / "model.npz").exists()
+
+
+def test_evaluating_a_run_without_a_model_fails_with_a_one_line_error(spark, tmp_path, capsys):
+    status = cli.main(["evaluate", "--store", "file://" + str(tmp_path / "empty"), "--run", "nothing"])
+    captured = capsys.readouterr()
+    assert status == 2
+    assert "run 'nothing' has no saved model" in captured.err

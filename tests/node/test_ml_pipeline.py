@@ -1,0 +1,121 @@
+"""The Spark ML pair: DBNClassifier trains on Spark inside a Pipeline; the model saves, loads and predicts the same."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import rbm
+from node._errors import InputDataError
+from node._ml import DBNClassificationModel, DBNClassifier
+from node._report import render_report
+from rbm.datasets import load_digits01
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_digits01()
+
+
+def _scalar_frame(spark, X: np.ndarray, y: np.ndarray):
+    """A DataFrame of one double column per pixel (what VectorAssembler users start from)."""
+    columns = [f"p{k}" for k in range(X.shape[1])]
+    rows = [tuple(float(v) for v in x) + (float(label),) for x, label in zip(X, y)]
+    return spark.createDataFrame(rows, columns + ["label"]), columns
+
+
+def _sorted_predictions(frame) -> tuple[np.ndarray, np.ndarray]:
+    rows = frame.select("row", "prediction", "probability").collect()
+    rows.sort(key=lambda row: row["row"])
+    return np.array([row["prediction"] for row in rows]), np.array([row["probability"].toArray() for row in rows])
+
+
+def test_classifier_trains_in_a_pipeline_and_the_saved_pipeline_predicts_identically(spark, digits, tmp_path):
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+    from pyspark.ml.feature import VectorAssembler
+    from pyspark.sql import functions as F
+
+    train, columns = _scalar_frame(spark, digits.X_train, digits.y_train)
+    test, _ = _scalar_frame(spark, digits.X_test, digits.y_test)
+    test = test.withColumn("row", F.monotonically_increasing_id())
+    store_url = "file://" + str(tmp_path / "store")
+    classifier = DBNClassifier(
+        featuresCol="pixels", hiddenLayerSizes=[32], pretrainEpochs=1, finetuneEpochs=3, batchSize=10,
+        learningRate=0.05, finetuneLearningRate=0.1, storeUrl=store_url,
+        numPartitions=2, progress=False, seed=3)
+    pipeline = Pipeline(stages=[VectorAssembler(inputCols=columns, outputCol="pixels"), classifier])
+    fitted = pipeline.fit(train)
+
+    model = fitted.stages[-1]
+    assert isinstance(model, DBNClassificationModel)
+    assert model.getFeaturesCol() == "pixels" and model.getRunId()
+    predictions = fitted.transform(test).cache()
+    prediction, probability = _sorted_predictions(predictions)
+    X_sorted = digits.X_test  # monotonically_increasing_id keeps the row order
+    np.testing.assert_array_equal(prediction, model.model.predict(X_sorted).astype(float))
+    np.testing.assert_allclose(probability, model.model.predict_proba(X_sorted), rtol=1e-6, atol=1e-9)
+    accuracy = MulticlassClassificationEvaluator(metricName="accuracy").evaluate(predictions)
+    assert accuracy == pytest.approx(model.model.score(digits.X_test, digits.y_test))
+    assert accuracy > 0.8  # trained by the decentralized nodes, it really learned
+    predictions.unpersist()
+
+    fitted.write().overwrite().save(str(tmp_path / "pipeline"))
+    loaded = PipelineModel.load(str(tmp_path / "pipeline"))
+    reloaded = loaded.stages[-1]
+    assert isinstance(reloaded, DBNClassificationModel)
+    assert reloaded.uid == model.uid and reloaded.getHiddenLayerSizes() == [32]
+    again, again_probability = _sorted_predictions(loaded.transform(test))
+    np.testing.assert_array_equal(again, prediction)
+    np.testing.assert_array_equal(again_probability, probability)
+
+    # The run it trained left metrics and a model in the store: the report renders all three plots.
+    plots = render_report(store_url, model.getRunId(), str(tmp_path / "plots"))
+    assert [path.rsplit("/", 1)[-1] for path in plots] == ["training_curves.png", "merges_staleness.png", "filters.png"]
+    assert all(os.path.getsize(path) > 10_000 for path in plots)
+
+    classifier.write().overwrite().save(str(tmp_path / "estimator"))
+    estimator = DBNClassifier.load(str(tmp_path / "estimator"))
+    assert estimator.uid == classifier.uid
+    assert {p.name: v for p, v in estimator.extractParamMap().items()} == {
+        p.name: v for p, v in classifier.extractParamMap().items()}
+
+
+def test_a_model_saved_alone_loads_with_its_params_and_exact_weights(spark, digits, tmp_path):
+    net = rbm.ConvNet(layers=[{"type": "flatten"}, {"type": "dense", "units": 16}], input_shape=(1, 8, 8),
+                      n_classes=10, epochs=2, learning_rate=0.1, random_state=1).fit(digits.X_train, digits.y_train)
+    model = DBNClassificationModel(net).setPredictionCol("digit").setProbabilityCol("")
+    model.save(str(tmp_path / "model"))
+    loaded = DBNClassificationModel.load(str(tmp_path / "model"))
+    assert loaded.getPredictionCol() == "digit" and loaded.getProbabilityCol() == ""
+    for name, value in net.parameters().items():
+        np.testing.assert_array_equal(loaded.model.parameters()[name], value)
+
+    df = spark.createDataFrame([(k, x.astype(float).tolist()) for k, x in enumerate(digits.X_test[:50])], ["row", "features"])
+    out = loaded.transform(df)
+    assert out.columns == ["row", "features", "digit"]  # probability column left out
+    digits_predicted = [row["digit"] for row in out.orderBy("row").collect()]
+    assert digits_predicted == net.predict(digits.X_test[:50]).astype(float).tolist()
+
+
+def test_transform_with_a_missing_features_column_names_it(spark, digits):
+    net = rbm.ConvNet(layers=[{"type": "flatten"}, {"type": "dense", "units": 8}], input_shape=(1, 8, 8),
+                      n_classes=10, epochs=1, random_state=2).fit(digits.X_train[:100], digits.y_train[:100])
+    df = spark.createDataFrame([([0.0] * 64,)], ["pixels"])
+    with pytest.raises(InputDataError, match="no features column 'features'"):
+        DBNClassificationModel(net).transform(df)
+    with pytest.raises(InputDataError, match="does not fit the model"):
+        DBNClassificationModel(net).setFeaturesCol("pixels").transform(spark.createDataFrame([([0.0] * 10,)], ["pixels"]))
+
+
+def test_fitting_on_a_frame_without_the_features_column_fails_before_training(spark, tmp_path):
+    df = spark.createDataFrame([([0.0] * 64, 1.0), ([1.0] * 64, 0.0)], ["pixels", "label"])
+    store_url = "file://" + str(tmp_path / "store")
+    with pytest.raises(InputDataError, match="no features column 'features'.*pixels"):
+        DBNClassifier(hiddenLayerSizes=[4], storeUrl=store_url, progress=False).fit(df)
+    with pytest.raises(InputDataError, match="hiddenLayerSizes must be a non-empty list"):
+        DBNClassifier(hiddenLayerSizes=[], featuresCol="pixels", storeUrl=store_url, progress=False).fit(df)

@@ -1,0 +1,99 @@
+"""The report command's PNG plots: rendered from the metrics and the model a run left in the store."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+import storage
+from node._errors import InputDataError
+from node._report import filter_grid, render_report
+from rbm._model import save_model
+
+
+def _fake_run(store_url: str, run: str, *, with_model: bool = True) -> np.ndarray:
+    """A run's store content as two nodes would leave it: metrics records, run record, model."""
+    store = storage.open_store(store_url)
+    runs = storage.RunStore(store, run)
+    runs.write_record({"run": run, "phases": ["rbm0", "finetune"], "data": {"feature_shape": [64]}, "status": "done"})
+    rng = np.random.default_rng(0)
+    clock = 1_700_000_000.0
+    for phase in ("rbm0", "finetune"):
+        seen = {"node-a": 0, "node-b": 0}
+        for epoch in range(3):
+            for partition in range(4):
+                node = "node-a" if partition % 2 == 0 else "node-b"
+                clock += 0.5
+                seen[node] += 100
+                merged = 1 if partition > 0 else 0
+                runs.append_metrics(node, {
+                    "node": node, "phase": phase, "epoch": epoch, "partition": partition, "samples": 100,
+                    "samples_seen": seen[node], "loss": float(2.0 / (1 + epoch + partition / 4) + rng.random() * 0.01),
+                    "train_s": 0.4, "merge_s": 0.01, "publish_s": 0.02, "merged": merged,
+                    "staleness_s": 0.3 + 0.1 * partition if merged else None, "time": clock,
+                })
+    W = rng.normal(size=(64, 20)).astype(np.float32)
+    if with_model:
+        buffer_path = store_url.removeprefix("file://") + "/model-tmp.npz"
+        save_model(buffer_path, {"kind": "dbn"}, {"rbm0.W": W, "rbm0.hbias": np.zeros(20, np.float32)})
+        with open(buffer_path, "rb") as handle:
+            store.write_bytes(runs.model_path(), handle.read())
+    else:
+        storage.WeightStore(store, run).put_phase_result("rbm0", {"rbm0.W": W})
+    return W
+
+
+def _png_size(path: str) -> tuple[int, int]:
+    from PIL import Image
+
+    with open(path, "rb") as handle:
+        data = handle.read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    with Image.open(io.BytesIO(data)) as image:
+        image.verify()
+    with Image.open(io.BytesIO(data)) as image:
+        return image.size
+
+
+def test_report_writes_curves_merges_and_filters_as_pngs_of_the_figure_sizes(tmp_path):
+    store_url = "file://" + str(tmp_path / "store")
+    _fake_run(store_url, "r1")
+    paths = render_report(store_url, "r1", str(tmp_path / "plots"))
+    names = [p.rsplit("/", 1)[-1] for p in paths]
+    assert names == ["training_curves.png", "merges_staleness.png", "filters.png"]
+    # 2 phases -> 2 panels of 4.5 x 3.5 in; merges 9 x 6.5 in; filters 7 x 7.4 in; 100 dpi.
+    assert _png_size(paths[0]) == (900, 350)
+    assert _png_size(paths[1]) == (900, 650)
+    assert _png_size(paths[2]) == (700, 740)
+
+
+def test_filter_plot_falls_back_to_the_first_phase_result_without_a_saved_model(tmp_path):
+    store_url = "file://" + str(tmp_path / "store")
+    _fake_run(store_url, "r2", with_model=False)
+    paths = render_report(store_url, "r2", str(tmp_path / "plots"))
+    assert paths[-1].endswith("filters.png")
+    assert _png_size(paths[-1]) == (700, 740)
+
+
+def test_filter_grid_tiles_each_hidden_unit_as_an_image_scaled_on_its_own():
+    rng = np.random.default_rng(1)
+    W = rng.normal(size=(64, 5))  # (n_visible, n_hidden): 5 filters of 8x8
+    grid = filter_grid(W, (64,))
+    assert grid.shape == (2 * 9 + 1, 3 * 9 + 1)  # 3 columns x 2 rows of 8x8 tiles, 1 px borders
+    first = grid[1:9, 1:9]
+    expected = (W[:, 0] - W[:, 0].min()) / (W[:, 0].max() - W[:, 0].min())
+    np.testing.assert_allclose(first, expected.reshape(8, 8))
+    assert np.all(grid[0, :] == 1.0) and np.all(grid[-1, -10:] == 1.0)  # borders and the empty 6th tile
+    kernels = rng.normal(size=(20, 3, 5, 5))  # a conv net's first layer: the first input channel of each kernel
+    grid = filter_grid(kernels)
+    assert grid.shape == (4 * 6 + 1, 5 * 6 + 1)
+    k = kernels[7, 0]
+    np.testing.assert_allclose(grid[1 + 6 : 6 + 6, 1 + 2 * 6 : 6 + 2 * 6], (k - k.min()) / (k.max() - k.min()))
+
+
+def test_report_of_an_unknown_run_says_there_are_no_metrics(tmp_path):
+    store_url = "file://" + str(tmp_path / "store")
+    with pytest.raises(InputDataError, match="run 'nope' has no metrics"):
+        render_report(store_url, "nope", str(tmp_path / "plots"))

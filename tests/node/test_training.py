@@ -1,0 +1,98 @@
+"""Decentralized training on local[2]: two nodes match one, merge each other, resume from the store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import node
+import rbm
+import storage
+
+pytestmark = pytest.mark.slow
+
+PARTITIONS = 4
+
+
+def small_net() -> rbm.ConvNet:
+    layers = [{"type": "conv", "filters": 8, "kernel": 3, "padding": 1, "activation": "relu"},
+              {"type": "maxpool", "size": 2}, {"type": "dense", "units": 32, "activation": "relu"}]
+    return rbm.ConvNet(layers=layers, input_shape=(1, 8, 8), n_classes=10, learning_rate=0.05, batch_size=32,
+                       random_state=0)
+
+
+def merged_from_each_other(metrics: list[dict], phase: str) -> dict[str, set[str]]:
+    """node -> the other nodes whose snapshots it merged during ``phase``."""
+    peers: dict[str, set[str]] = {}
+    for record in metrics:
+        if record["phase"] == phase:
+            peers.setdefault(record["node"], set()).update(set(record["merged_from"]) - {record["node"]})
+    return peers
+
+
+def test_a_dbn_trained_by_two_nodes_matches_one_node_and_the_nodes_merged_each_other(spark, store_url, digits,
+                                                                                     dbn_recipe):
+    X, y, X_test, y_test = digits
+    single_accuracy = dbn_recipe.reference_accuracy(digits)
+
+    trainer = node.Trainer(spark, store_url, run_id="two", epochs=dbn_recipe.epochs,
+                           partitions=dbn_recipe.partitions, progress=False)
+    model = trainer.fit(dbn_recipe.make(), X, y)
+    accuracy = model.score(X_test, y_test)
+    assert single_accuracy >= 0.95
+    assert abs(accuracy - single_accuracy) <= 0.01, (accuracy, single_accuracy)
+
+    metrics = storage.RunStore(storage.open_store(store_url), "two").read_metrics()
+    for phase in dbn_recipe.epochs:
+        peers = merged_from_each_other(metrics, phase)
+        assert len(peers) >= 2, (phase, peers)
+        for name, merged in peers.items():
+            assert merged, f"node {name} merged nothing from its peers in phase {phase}"
+    # The saved model is the returned one.
+    record = storage.RunStore(storage.open_store(store_url), "two").read_record()
+    assert record["status"] == "done" and record["phases_done"] == list(dbn_recipe.epochs)
+    saved = store_url.removeprefix("file://") + "/" + record["model"]
+    np.testing.assert_array_equal(rbm.load_model(saved).predict(X_test), model.predict(X_test))
+
+
+def test_a_conv_net_trained_by_two_nodes_from_a_dataframe_learns(spark, store_url, digits):
+    X, y, X_test, y_test = digits
+    import pyarrow as pa
+
+    table = pa.table({"pixels": pa.array(list(X), type=pa.list_(pa.float32())), "digit": pa.array(y)})
+    frame = spark.createDataFrame(table)  # an array<float> features column, built through Arrow
+    trainer = node.Trainer(spark, store_url, run_id="conv", epochs=6, partitions=PARTITIONS, progress=False,
+                           features_col="pixels", label_col="digit")
+    model = trainer.fit(small_net(), frame)
+    assert model.score(X_test, y_test) >= 0.8  # chance: 0.1
+    metrics = storage.RunStore(storage.open_store(store_url), "conv").read_metrics()
+    peers = merged_from_each_other(metrics, "train")
+    assert len(peers) >= 2 and all(peers.values()), peers
+    assert [h["epoch"] for h in trainer.history_] == list(range(6))
+    assert trainer.history_[-1]["loss"] < trainer.history_[0]["loss"]
+
+
+def test_fitting_again_with_the_same_run_id_resumes_after_the_stored_phases(spark, store_url, digits, dbn_recipe):
+    X, y, X_test, y_test = digits
+    epochs = {"rbm0": 3, "rbm1": 3, "finetune": 6}
+    first = node.Trainer(spark, store_url, run_id="resume", epochs=epochs, partitions=PARTITIONS, progress=False,
+                         stop_after_phase="rbm0")
+    first.fit(dbn_recipe.make(), X, y)
+    store = storage.open_store(store_url)
+    runs, weights = storage.RunStore(store, "resume"), storage.WeightStore(store, "resume")
+    record = runs.read_record()
+    assert record["status"] == "stopped" and record["phases_done"] == ["rbm0"]
+    rbm0 = weights.get_phase_result("rbm0")
+    rbm0_records = [m for m in runs.read_metrics() if m["phase"] == "rbm0"]
+
+    # A new driver (a fresh model object) picks the run up where it stopped.
+    second = node.Trainer(spark, store_url, run_id="resume", epochs=epochs, partitions=PARTITIONS, progress=False)
+    model = second.fit(dbn_recipe.make(), X, y)
+    record = runs.read_record()
+    assert record["status"] == "done" and record["phases_done"] == ["rbm0", "rbm1", "finetune"]
+    assert record["attempts"] == 2
+    assert [h["phase"] for h in second.history_] == ["rbm1"] * 3 + ["finetune"] * 6  # rbm0 was not trained again
+    assert len([m for m in runs.read_metrics() if m["phase"] == "rbm0"]) == len(rbm0_records)
+    for name, value in weights.get_phase_result("rbm0").items():
+        np.testing.assert_array_equal(value, rbm0[name])
+    assert model.score(X_test, y_test) >= 0.85  # six fine-tuning epochs; chance is 0.1
