@@ -300,17 +300,7 @@ def prepare_training_data(
             functools.partial(_read_shard_at, dataset))
         source = f"dataset {data}"
     elif isinstance(data, np.ndarray) or isinstance(data, (list, tuple)):
-        X = np.asarray(data)
-        if X.dtype == object or not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
-            raise InputDataError(f"X must be numeric, got dtype {X.dtype}")
-        if X.ndim < 2 or len(X) == 0:
-            raise InputDataError(f"X must have shape (n_samples, n_features) with n_samples > 0, got {X.shape}")
-        labels = None
-        if y is not None:
-            labels = np.asarray(y)
-            if labels.ndim != 1 or len(labels) != len(X):
-                raise InputDataError(f"y has shape {labels.shape}, expected ({len(X)},) to match X")
-        _check_arrays(X, labels, n_classes)  # here the rows still have the caller's numbering
+        X, labels = _check_arrays(data, y, n_classes)  # here rows still have the caller's numbering
         partitions = min(partitions, len(X))
         rng = np.random.default_rng(shuffle_seed) if shuffle_seed is not None else None
         elements = _split_arrays(X.astype(np.float32, copy=False), labels, partitions, rng)
@@ -346,23 +336,16 @@ def prepare_training_data(
     return prepared
 
 
-def _check_arrays(X: np.ndarray, y: np.ndarray | None, n_classes: int | None) -> None:
-    """NaN/Inf and label checks on driver-side arrays, naming the caller's row."""
-    bad = ~np.isfinite(X.reshape(len(X), -1)).all(axis=1)
-    if bad.any():
-        raise InputDataError(f"X row {int(np.flatnonzero(bad)[0])} contains NaN or Inf")
-    if y is None:
-        return
-    if not np.issubdtype(y.dtype, np.integer):
-        if not np.issubdtype(y.dtype, np.floating) or not np.all(np.isfinite(y)) or np.any(y != np.round(y)):
-            raise InputDataError(f"y must hold integer class labels 0..n_classes-1, got dtype {y.dtype}")
-    labels = y.astype(np.int64)
-    upper = n_classes if n_classes is not None else np.iinfo(np.int64).max
-    bad = (labels < 0) | (labels >= upper)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        expected = f"outside the class range 0..{n_classes - 1}" if n_classes is not None else "labels must be >= 0"
-        raise InputDataError(f"y row {row} has label {labels[row]}, {expected}")
+def _check_arrays(X: Any, y: Any, n_classes: int | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Driver-side arrays checked with the models' own rules (shape, NaN/Inf, labels), as InputDataError."""
+    from rbm._validation import check_features, check_labels
+
+    try:
+        features = check_features(X, dtype=np.float32)
+        labels = None if y is None else check_labels(y, len(features), n_classes)
+    except ValueError as error:
+        raise InputDataError(str(error)) from error
+    return features, labels
 
 
 def _read_shard_at(dataset: Any, index: int, rows: Iterator[Any]) -> Iterator[tuple[int, dict, bytes]]:

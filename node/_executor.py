@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import io
 import logging
 import os
 import signal
@@ -50,15 +49,16 @@ def node_id() -> str:
 
 def encode_arrays(params: Mapping[str, np.ndarray]) -> bytes:
     """Named arrays as ``.npz`` bytes (the phase start parameters the driver broadcasts)."""
-    buffer = io.BytesIO()
-    np.savez(buffer, **{name: np.asarray(value) for name, value in params.items()})
-    return buffer.getvalue()
+    from storage._weights import encode_params
+
+    return encode_params(params, "phase start parameters")
 
 
 def decode_arrays(payload: bytes) -> dict[str, np.ndarray]:
     """Inverse of :func:`encode_arrays` (``allow_pickle=False``)."""
-    with np.load(io.BytesIO(payload), allow_pickle=False) as data:
-        return {name: data[name] for name in data.files}
+    from storage._weights import decode_params
+
+    return decode_params(payload, "phase start parameters")
 
 
 class _Node:

@@ -94,5 +94,7 @@ def report(progress: bool, bar: Any, line: str) -> None:
 def progress_bar(enabled: bool, total: int, description: str) -> Any:
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=description, unit="partition", disable=not enabled, file=sys.stderr, leave=False,
-                mininterval=0.5)
+    # disable=None turns the bar off when stderr is not a terminal (logs, CI); the epoch
+    # summary lines are still written.
+    return tqdm(total=total, desc=description, unit="partition", disable=None if enabled else True,
+                file=sys.stderr, leave=False, mininterval=0.5)

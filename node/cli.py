@@ -14,7 +14,6 @@ Under spark-submit the master comes from spark-submit; otherwise ``--master`` (d
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -52,15 +51,12 @@ def load_config(path: str | None) -> dict[str, Any]:
     """A JSON (``.json``) or YAML (``.yaml``/``.yml``) mapping of settings, ``{}`` without a path."""
     if not path:
         return {}
-    with open(path, encoding="utf-8") as handle:
-        if path.endswith((".yaml", ".yml")):
-            import yaml
+    from rbm._params import read_config
 
-            config = yaml.safe_load(handle)
-        else:
-            config = json.load(handle)
-    if not isinstance(config, dict):
-        raise SystemExit(f"sparkdbn: config {path!r} must hold a mapping of settings, got {type(config).__name__}")
+    try:
+        config = read_config(path)
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"sparkdbn: {error}") from error
     return {key.replace("-", "_"): value for key, value in config.items()}
 
 

@@ -1,14 +1,12 @@
-"""Net specs: LeNet's layers, the ConvNet settings, and reading JSON/YAML config files."""
+"""Net specs: LeNet's layers and the ConvNet settings."""
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["LENET_LAYERS", "SETTINGS", "plain", "read_config"]
+__all__ = ["LENET_LAYERS", "SETTINGS", "plain"]
 
 # Deeplearning4j's LeNet example; the softmax output layer is added by ConvNet.
 LENET_LAYERS: list[dict[str, Any]] = [
@@ -32,18 +30,3 @@ def plain(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
-
-
-def read_config(path: str | os.PathLike) -> dict[str, Any]:
-    """The settings mapping in a JSON (``.json``) or YAML (``.yaml``/``.yml``) file."""
-    path = os.fspath(path)
-    with open(path, encoding="utf-8") as handle:
-        if path.endswith((".yaml", ".yml")):
-            import yaml
-
-            spec = yaml.safe_load(handle)
-        else:
-            spec = json.load(handle)
-    if not isinstance(spec, dict):
-        raise ValueError(f"config {path!r} must hold a mapping of ConvNet settings, got {type(spec).__name__}")
-    return spec

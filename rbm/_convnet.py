@@ -24,7 +24,8 @@ import numpy as np
 
 from ._backend import array_module, check_dtype, make_rng, to_device, to_host
 from ._conv_ops import softmax_cross_entropy
-from ._conv_spec import LENET_LAYERS, SETTINGS, plain, read_config
+from ._conv_spec import LENET_LAYERS, SETTINGS, plain
+from ._params import read_config
 from ._layers import Conv2D, Dense, Dropout, Layer, build_layer
 from ._model import read_model_file, register_model, save_model
 from ._updaters import Updater, make_updater

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from ._backend import to_device, to_host
 from ._model import save_model
 from ._params import params_from_spec, read_config, spec_from_params
+
+if TYPE_CHECKING:  # the mixin is part of DBN, which imports this module
+    from ._dbn import DBN
 
 __all__ = ["DBNSeam", "CLASSES_KEY"]
 

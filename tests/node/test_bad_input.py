@@ -106,6 +106,6 @@ def test_a_dbn_with_ten_classes_refuses_label_ten(spark, store_url, some_digits)
     labels = y.copy()
     labels[3] = 10
     model = rbm.DBN(hidden_layer_sizes=(16,), random_state=0).initialize(64, 10)
-    with pytest.raises(node.InputDataError, match=r"row 3 has label 10, outside the class range 0\.\.9"):
+    with pytest.raises(node.InputDataError, match=r"label 10 at row 3, outside the class range 0\.\.9"):
         trainer(spark, store_url).fit(model, X, labels)
     assert nothing_trained(store_url)
