@@ -39,6 +39,8 @@ __all__ = ["TrainingSettings", "Trainer", "train", "default_store_url", "open_ch
 logger = logging.getLogger(__name__)
 
 RECORD_VERSION = 1
+#: A temporary file in a finished phase's weight folder older than this is a dead writer's.
+STALE_TEMPORARY_S = 60.0
 
 
 def default_store_url() -> str:
@@ -400,6 +402,7 @@ class Trainer:
             bar.close()
         result = _consolidate(weights, phase, last_nodes, model.parameters(phase))
         weights.put_phase_result(phase, result)
+        _sweep_temporaries(weights.store, run, phase)
         model.set_parameters(result)
         record["phases_done"].append(phase)
         runs.write_record(record)
@@ -439,6 +442,20 @@ def _consolidate(weights: Any, phase: str, nodes: set[str], fallback: dict[str, 
     logger.info("phase %s consolidated from %d node(s)", phase, len(params))
     return {name: np.mean([p[name].astype(np.float64) for p in params], axis=0).astype(params[0][name].dtype)
             for name in params[0]}
+
+
+def _sweep_temporaries(store: Any, run: str, phase: str) -> int:
+    """Remove temporaries that writers killed mid-write left in a finished phase's weight folders.
+
+    Every node has flushed its writes before its task returned, so at the phase's end a
+    temporary older than ``STALE_TEMPORARY_S`` can only belong to a dead writer.
+    """
+    folder = f"runs/{run}/weights/{phase}"
+    removed = sum(store.remove_stale_temporaries(f"{folder}/{node}", older_than_s=STALE_TEMPORARY_S)
+                  for node in store.list(folder))
+    if removed:
+        logger.info("phase %s: removed %d temporary file(s) left by killed writers", phase, removed)
+    return removed
 
 
 def train(model: Any, data: Any, y: Any = None, *, spark: Any = None, store_url: str | None = None,

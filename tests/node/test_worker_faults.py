@@ -51,3 +51,27 @@ def test_a_worker_killed_mid_partition_is_retried_and_the_run_completes(spark, s
     assert len({m["node"] for m in runs.read_metrics()}) >= 3
     assert every_weight_file_verifies(store, "fault", list(epochs)) > 0
     assert abs(model.score(X_test, y_test) - reference) <= 0.01
+
+
+def test_a_finished_phase_sweeps_temporaries_left_by_killed_writers(tmp_path):
+    import os
+    import time
+
+    import numpy as np
+
+    from node._driver import _sweep_temporaries
+
+    store = storage.open_store(str(tmp_path))
+    weights = storage.WeightStore(store, "r1")
+    ref = weights.put_version("rbm0", "n1", 1, {"W": np.ones((2, 2), np.float32)})
+    folder = tmp_path / "runs" / "r1" / "weights" / "rbm0" / "n1"
+    dead = folder / "._tmp-dead"
+    dead.write_bytes(b"half a snapshot")
+    an_hour_ago = time.time() - 3600
+    os.utime(dead, (an_hour_ago, an_hour_ago))
+    in_flight = folder / "._tmp-in-flight"
+    in_flight.write_bytes(b"being written")
+
+    assert _sweep_temporaries(store, "r1", "rbm0") == 1
+    assert not dead.exists() and in_flight.exists()
+    assert weights.get_version(ref)["W"].sum() == 4
