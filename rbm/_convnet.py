@@ -27,7 +27,7 @@ from ._conv_ops import softmax_cross_entropy
 from ._conv_spec import LENET_LAYERS, SETTINGS, plain
 from ._params import read_config
 from ._layers import Conv2D, Dense, Dropout, Layer, build_layer
-from ._model import read_model_file, register_model, save_model
+from ._model import copy_parameters, read_model_file, register_model, save_model
 from ._updaters import Updater, make_updater
 from ._validation import DivergenceError, check_features, check_finite_parameters, check_labels
 
@@ -200,13 +200,10 @@ class ConvNet:
     def set_parameters(self, params: Mapping[str, np.ndarray]) -> None:
         """Copy the given named arrays into the net (in place, on its device)."""
         self._require_initialized()
-        for name, value in params.items():
-            if name not in self._refs:
-                raise ValueError(f"unknown parameter {name!r}; this net has {sorted(self._refs)}")
-            if tuple(np.shape(value)) != self._refs[name].shape:
-                raise ValueError(f"parameter {name!r} has shape {tuple(np.shape(value))}, the net expects {self._refs[name].shape}")
-        for name, value in params.items():
-            self._refs[name][...] = to_device(value, self._xp, self._refs[name].dtype)
+        unknown = sorted(set(params) - set(self._refs))
+        if unknown:
+            raise ValueError(f"unknown parameters {unknown}; this net has {sorted(self._refs)}")
+        copy_parameters([(name, value, self._refs[name]) for name, value in params.items()], self._xp)
 
     def train_partition(self, X: Any, y: Any, phase: str, rng: np.random.Generator) -> dict[str, Any]:
         """One pass over ``(X, y)`` in shuffled minibatches; ``{"samples", "seconds", "loss"}``."""

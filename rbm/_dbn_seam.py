@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from ._backend import to_device, to_host
-from ._model import save_model
+from ._model import copy_parameters, save_model
 from ._params import params_from_spec, read_config, spec_from_params
 
 if TYPE_CHECKING:  # the mixin is part of DBN, which imports this module
@@ -101,21 +101,18 @@ class DBNSeam:
     def set_parameters(self, params: Mapping[str, np.ndarray]) -> None:
         """Copy named arrays (``rbmK.W``, ``out.b`` ...) into the model, in place."""
         self._require()
+        assignments = []
         for name, value in params.items():
             prefix, _, field = name.partition(".")
             if prefix == "out" and field in ("W", "b"):
                 self._require(classes=True)
-                target = self._out_W if field == "W" else self._out_b
-                value = np.asarray(to_host(value))
-                if value.shape != target.shape:
-                    raise ValueError(f"parameter {name!r} has shape {value.shape}, the model expects {target.shape}")
-                if not np.all(np.isfinite(value)):
-                    raise ValueError(f"parameter {name!r} holds NaN or Inf")
-                target[...] = to_device(value, self._xp, self._dtype)
-            elif prefix.startswith("rbm") and prefix[3:].isdigit() and int(prefix[3:]) < len(self.layers_):
-                self.layers_[int(prefix[3:])].set_parameters({field: value})
+                assignments.append((name, value, self._out_W if field == "W" else self._out_b))
+            elif (prefix.startswith("rbm") and prefix[3:].isdigit() and int(prefix[3:]) < len(self.layers_)
+                  and field in ("W", "hbias", "vbias")):
+                assignments.append((name, value, getattr(self.layers_[int(prefix[3:])], "_" + field)))
             else:
                 raise ValueError(f"unknown DBN parameter name {name!r}")
+        copy_parameters(assignments, self._xp)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the spec, the weights and the classes to one ``.npz``."""

@@ -32,6 +32,7 @@ __all__ = [
     "save_model",
     "load_model",
     "SPEC_KEY",
+    "copy_parameters",
 ]
 
 SPEC_KEY = "__spec__"
@@ -54,6 +55,26 @@ class TrainableModel(Protocol):
     def set_parameters(self, params: Mapping[str, np.ndarray]) -> None: ...
 
     def train_partition(self, X: np.ndarray, y: np.ndarray | None, phase: str, rng: np.random.Generator) -> dict: ...
+
+
+def copy_parameters(assignments: list[tuple[str, Any, Any]], xp: Any) -> None:
+    """Copy host arrays into a model's device arrays, all or nothing.
+
+    Every ``(name, value, target)`` is checked first (same shape, finite values), so a bad
+    entry leaves the model untouched; then each ``value`` is copied into ``target`` in place.
+    """
+    from ._backend import to_device, to_host
+
+    checked = []
+    for name, value, target in assignments:
+        value = np.asarray(to_host(value))
+        if value.shape != target.shape:
+            raise ValueError(f"parameter {name!r} has shape {value.shape}, the model expects {target.shape}")
+        if not np.all(np.isfinite(value)):
+            raise ValueError(f"parameter {name!r} holds NaN or Inf")
+        checked.append((value, target))
+    for value, target in checked:
+        target[...] = to_device(value, xp, target.dtype)
 
 
 def register_model(kind: str) -> Callable[[type], type]:

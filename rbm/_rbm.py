@@ -18,7 +18,7 @@ from sklearn.exceptions import NotFittedError
 
 from . import _cd
 from ._backend import array_module, check_dtype, make_rng, resolve_device, to_device, to_host
-from ._model import register_model, save_model
+from ._model import copy_parameters, register_model, save_model
 from ._params import check_integer, check_number, params_from_spec, spec_from_params
 from ._rbm_inference import RBMInference
 from ._validation import check_features, check_finite_parameters
@@ -334,14 +334,7 @@ class RBM(RBMInference, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseE
             if "W" not in params:
                 raise ValueError("the RBM is not initialized: call initialize(n_features) or pass 'W'")
             self.initialize(np.shape(params["W"])[0])
-        for name, value in params.items():
-            target = getattr(self, "_" + name)
-            value = np.asarray(to_host(value))
-            if value.shape != target.shape:
-                raise ValueError(f"parameter {name!r} has shape {value.shape}, the model expects {target.shape}")
-            if not np.all(np.isfinite(value)):
-                raise ValueError(f"parameter {name!r} holds NaN or Inf")
-            target[...] = to_device(value, self._xp, self._dtype)
+        copy_parameters([(name, value, getattr(self, "_" + name)) for name, value in params.items()], self._xp)
 
     def train_partition(self, X: Any, y: Any, phase: str, rng: np.random.Generator) -> dict:
         """One pass over a partition; ``loss`` is the reconstruction error (MSE per unit)."""

@@ -189,9 +189,9 @@ def test_the_seam_builds_replicas_exchanges_parameters_and_trains_partitions(dig
     assert net.train_partition(X[:0], y[:0], "train", np.random.default_rng(0))["samples"] == 0
     with pytest.raises(ValueError, match="unknown phase 'rbm0'"):
         net.train_partition(X, y, "rbm0", np.random.default_rng(0))
-    with pytest.raises(ValueError, match=r"parameter 'conv0.W' has shape \(3, 3\), the net expects \(6, 1, 3, 3\)"):
+    with pytest.raises(ValueError, match=r"parameter 'conv0.W' has shape \(3, 3\), the model expects \(6, 1, 3, 3\)"):
         net.set_parameters({"conv0.W": np.zeros((3, 3))})
-    with pytest.raises(ValueError, match="unknown parameter 'conv9.W'"):
+    with pytest.raises(ValueError, match=r"unknown parameters \['conv9.W'\]"):
         net.set_parameters({"conv9.W": np.zeros((3, 3))})
 
 

@@ -230,3 +230,23 @@ def test_unfitted_models_say_so():
     with pytest.raises(ValueError, match="not fitted yet"):
         make_dbn().predict(np.zeros((2, 64)))
     assert not hasattr(make_rbm(), "components_")
+
+
+@pytest.mark.parametrize("kind", ["rbm", "dbn", "convnet"])
+def test_set_parameters_with_one_bad_array_changes_nothing(kind):
+    from rbm import ConvNet
+
+    models = {
+        "rbm": lambda: RBM(n_components=4, random_state=0).initialize(6),
+        "dbn": lambda: DBN(hidden_layer_sizes=(4,), random_state=0).initialize(6, 3),
+        "convnet": lambda: ConvNet(layers=[{"type": "conv", "filters": 2, "kernel": 3}], input_shape=(1, 5, 5),
+                                   n_classes=3, random_state=0).initialize(),
+    }
+    model = models[kind]()
+    before = model.parameters()
+    names = sorted(before)
+    update = {names[0]: before[names[0]] + 1, names[1]: np.full(before[names[1]].shape, np.nan)}
+    with pytest.raises(ValueError, match=f"parameter '{names[1]}' holds NaN or Inf"):
+        model.set_parameters(update)
+    after = model.parameters()
+    assert all(np.array_equal(after[name], before[name]) for name in names)
