@@ -96,3 +96,28 @@ def test_fitting_again_with_the_same_run_id_resumes_after_the_stored_phases(spar
     for name, value in weights.get_phase_result("rbm0").items():
         np.testing.assert_array_equal(value, rbm0[name])
     assert model.score(X_test, y_test) >= 0.85  # six fine-tuning epochs; chance is 0.1
+
+
+def test_two_nodes_train_through_an_hdfs_store_reached_over_webhdfs(spark, tmp_path, digits):
+    # No Hadoop can be installed here: the store is the WebHDFS-protocol test server, reached by
+    # the executors' Python workers (other processes) through the real `hdfs` client.
+    from storage.webhdfs_server import WebHDFSServer
+
+    X, y, X_test, y_test = digits
+    with WebHDFSServer(tmp_path / "hdfs") as server:
+        store_url = server.store_url("/sparkdbn")
+        trainer = node.Trainer(spark, store_url, run_id="over-hdfs", epochs={"rbm0": 2, "finetune": 8},
+                               partitions=PARTITIONS, progress=False)
+        model = trainer.fit(rbm.DBN(hidden_layer_sizes=(64,), finetune_learning_rate=0.1, random_state=0), X, y)
+
+        store = storage.open_store(store_url)
+        metrics = storage.RunStore(store, "over-hdfs").read_metrics()
+        assert len({record["node"] for record in metrics}) >= 2
+        assert sum(record["merged"] for record in metrics) > 0
+        weights = storage.WeightStore(store, "over-hdfs")
+        for phase in ("rbm0", "finetune"):
+            assert weights.get_phase_result(phase) is not None
+            for ref in weights.newest_per_node(phase).values():
+                weights.get_version(ref)  # sha256-verified read over WebHDFS
+        assert store.exists(storage.RunStore(store, "over-hdfs").model_path())
+    assert model.score(X_test, y_test) >= 0.85  # it learns (chance: 0.1); accuracy parity is tested above
