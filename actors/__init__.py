@@ -5,7 +5,7 @@ version over signed ZeroMQ PUB/SUB; it fetches its peers' announced versions in 
 and hands the trainer the fresh ones to merge (:func:`merge_snapshots`).  No process is central.
 
 >>> node = start_node("run-1", "host-1234", storage.open_store("/tmp/store"), secret)  # doctest: +SKIP
->>> params, n = node.merge("rbm", model.parameters("rbm"))                              # doctest: +SKIP
+>>> params, used = node.merge("rbm", model.parameters("rbm"))                           # doctest: +SKIP
 """
 
 import logging

@@ -129,7 +129,6 @@ class NodeHandle:
         self._refresh_due = threading.Event()
         self._halt = threading.Event()
         self._latest_frames: list[bytes] | None = None
-        self._peer_endpoints: dict[str, str] = {}
         if seed is None:
             seed = int.from_bytes(hashlib.sha256(f"{run}/{node}".encode()).digest()[:8], "little")
         self._pool = ThreadPoolExecutor(max_workers=FETCH_THREADS, thread_name_prefix=f"sparkdbn-fetch-{node}")
@@ -188,15 +187,15 @@ class NodeHandle:
 
     def merge(
         self, phase: str, own: Mapping[str, np.ndarray], alpha: float | None = None
-    ) -> tuple[dict[str, np.ndarray], int]:
+    ) -> tuple[dict[str, np.ndarray], list[Snapshot]]:
         """:meth:`fresh_snapshots` then :func:`merge_snapshots`, skipping (and counting) unusable ones.
 
         Returns
         -------
         merged : dict of str to ndarray
             ``own`` moved toward the fresh snapshots (a copy of ``own`` when there are none).
-        n_merged : int
-            How many peer snapshots went into it.
+        used : list of Snapshot
+            The peer snapshots that went into it (their node, version, sent_at ...).
 
         Raises
         ------
@@ -211,8 +210,8 @@ class NodeHandle:
                 logger.warning("node %s skips a snapshot: %s", self.node, error)
                 self._counters.add("dropped_bad_snapshot")
                 continue
-            usable.append(snapshot.params)
-        return merge_snapshots(own, usable, alpha), len(usable)
+            usable.append(snapshot)
+        return merge_snapshots(own, [snapshot.params for snapshot in usable], alpha), usable
 
     def stats(self) -> dict[str, int | float]:
         """Counters (``received``, ``accepted``, ``discovered``, ``fetched``, ``merged``, ``published``,
@@ -345,7 +344,6 @@ class NodeHandle:
             if info.get("host") == host and isinstance(info.get("pid"), int) and _process_is_dead(info["pid"]):
                 continue  # killed without a goodbye (SIGKILL, OOM)
             wanted[name] = endpoint
-        self._peer_endpoints = wanted
         self._transport.set_peers(wanted.values())
 
     def _anti_entropy(self) -> None:

@@ -7,9 +7,9 @@ executor loss, a crash), so a node keeps nothing that is not in the store: a fre
 starts from the phase's start parameters and the newest snapshots it finds there.
 
 Per partition (:func:`train_partition_task`): merge the fresh peer snapshots
-(``actors.merge_snapshots``), train one pass (``model.train_partition``), publish the new
-weights and wait until they are written (``publish`` + ``flush``), append one metrics record
-to the store and return it to the driver.
+(``NodeHandle.merge``: unusable ones are skipped and counted), train one pass
+(``model.train_partition``), publish the new weights and wait until they are written
+(``publish`` + ``flush``), append one metrics record to the store and return it to the driver.
 
 Node identity is ``<host>-<pid>``, never the partition index: the same partition lands on
 different workers from job to job.
@@ -83,7 +83,6 @@ class _Node:
         self.start_digest: str | None = None
         self.samples_seen: dict[str, int] = {}
         self.partitions_done = 0
-        self.merge_errors = 0
         self.handle = actors.start_node(
             self.run,
             self.node,
@@ -128,30 +127,17 @@ class _Node:
 
     # ------------------------------------------------------------------ one partition
     def train(self, config: TaskConfig, partition: int, X: np.ndarray, y: np.ndarray | None) -> dict:
-        import actors
-
         phase = str(config["phase"])
         epoch = int(config["epoch"])
         started = time.time()
         tick = time.perf_counter()
-        fresh = self.handle.fresh_snapshots(phase)
-        merged_from: list[str] = []
-        ages_s: list[float] = []
-        if fresh:
-            own = self.model.parameters(phase)
-            try:
-                merged = actors.merge_snapshots(own, [snapshot.params for snapshot in fresh], config.get("merge_alpha"))
-            except actors.MergeError as error:
-                if not all(np.all(np.isfinite(value)) for value in own.values()):
-                    raise  # this node diverged: say so (the task fails and Spark reports it)
-                # A peer snapshot that cannot be merged is skipped, never fatal (DESIGN: failure model).
-                logger.warning("node %s skips %d peer snapshot(s) in phase %s: %s", self.node, len(fresh), phase, error)
-                self.merge_errors += 1
-                fresh = []
-            else:
-                self.model.set_parameters(merged)
-            merged_from = [snapshot.node for snapshot in fresh]
-            ages_s = [max(0.0, started - float(snapshot.sent_at)) for snapshot in fresh]
+        # Unusable peer snapshots are skipped and counted by the actor (stats: dropped_bad_snapshot);
+        # a MergeError here means this node's own weights diverged, and the task fails saying so.
+        merged, used = self.handle.merge(phase, self.model.parameters(phase), config.get("merge_alpha"))
+        if used:
+            self.model.set_parameters(merged)
+        merged_from = [snapshot.node for snapshot in used]
+        ages_s = [max(0.0, started - float(snapshot.sent_at)) for snapshot in used]
         merge_s = time.perf_counter() - tick
 
         rng = np.random.default_rng([int(config["seed"]), int(config["phase_index"]), epoch, partition,
@@ -180,7 +166,6 @@ class _Node:
             "task_s": time.time() - started,
             "merged": len(merged_from),
             "merged_from": merged_from,
-            "merge_errors": self.merge_errors,
             "staleness_s": float(np.mean(ages_s)) if ages_s else None,
             "samples_seen": self.samples_seen[phase],
             "time": time.time(),

@@ -150,9 +150,9 @@ def round_cost(store_url: str, partition: int, rounds: int) -> dict[str, float]:
                     raise RuntimeError("peer snapshots did not arrive within 60 s")
                 time.sleep(0.001)
             started = time.perf_counter()
-            own, merged = node.merge(PHASE, own)
+            own, used = node.merge(PHASE, own)
             times["merge"].append(time.perf_counter() - started)
-            assert merged == len(peers), merged
+            assert len(used) == len(peers), len(used)
             model.set_parameters(own)
             metrics = model.train_partition(X, None, PHASE, train_rng)
             times["train"].append(metrics["seconds"])

@@ -141,32 +141,30 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _body_chunks(self):
         """The request body, de-chunked when sent with Transfer-Encoding: chunked."""
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            while True:
-                line = self.rfile.readline(1024)
-                if not line:
-                    raise EOFError("client went away in the middle of a chunked body")
-                size = int(line.split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
-                        pass  # skip trailers
-                    return
-                remaining = size
-                while remaining:
-                    data = self.rfile.read(min(remaining, _COPY_CHUNK_BYTES))
-                    if not data:
-                        raise EOFError("client went away in the middle of a chunk")
-                    remaining -= len(data)
-                    yield data
-                self.rfile.read(2)  # the CRLF after each chunk
-        else:
-            remaining = int(self.headers.get("Content-Length") or 0)
-            while remaining:
-                data = self.rfile.read(min(remaining, _COPY_CHUNK_BYTES))
-                if not data:
-                    raise EOFError("client went away before the end of the body")
-                remaining -= len(data)
-                yield data
+        if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
+            yield from self._read_exactly(int(self.headers.get("Content-Length") or 0), "the end of the body")
+            return
+        while True:
+            line = self.rfile.readline(1024)
+            if not line:
+                raise EOFError("client went away in the middle of a chunked body")
+            size = int(line.split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                    pass  # skip trailers
+                return
+            yield from self._read_exactly(size, "the end of a chunk")
+            self.rfile.read(2)  # the CRLF after each chunk
+
+    def _read_exactly(self, size: int, what: str):
+        """``size`` bytes of the request, in pieces of at most ``_COPY_CHUNK_BYTES``."""
+        remaining = size
+        while remaining:
+            data = self.rfile.read(min(remaining, _COPY_CHUNK_BYTES))
+            if not data:
+                raise EOFError(f"client went away before {what}")
+            remaining -= len(data)
+            yield data
 
     def _local(self, hdfs_path: str) -> str:
         parts = [p for p in hdfs_path.split("/") if p]

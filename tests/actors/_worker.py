@@ -45,8 +45,8 @@ def merge_waiting(node, config, runs, phase, own):
     deadline = time.monotonic() + config["wait_s"]
     merged_total = 0
     while True:
-        own, merged = node.merge(phase, own)
-        merged_total += merged
+        own, used = node.merge(phase, own)
+        merged_total += len(used)
         if merged_total >= config.get("min_fresh", 1) or time.monotonic() > deadline:
             return own, merged_total
         if all(peer_finished(config, runs, peer) for peer in config["peers"] if peer != config["node"]):

@@ -215,9 +215,9 @@ def test_merge_moves_own_weights_to_the_average_of_self_and_fresh_peers(node, st
     node._request_anti_entropy()  # what the periodic listing does; the interval is long in this fixture
     poll(lambda: node.stats()["fetched"] == 2, what="both peers from the store")
     own = params(7)
-    merged, count = node.merge("rbm", own)
+    merged, used = node.merge("rbm", own)
     expected = (own["W"] + params(1)["W"] + params(2)["W"]) / 3
-    assert count == 2
+    assert len(used) == 2
     np.testing.assert_allclose(merged["W"], expected, rtol=1e-5, atol=1e-6)
 
 
