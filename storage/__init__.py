@@ -1,21 +1,31 @@
 """The shared store of sparkdbn: weights, run records and staged datasets, on a local directory or HDFS.
 
 >>> store = open_store("/tmp/sparkdbn-store")               # or "hdfs://namenode:9870/sparkdbn"
->>> weights = WeightStore(store, run="r1")
+>>> weights = WeightStore(store, run="r1", key=run_key)     # run_key: the run's secret, >= 16 bytes
 >>> ref = weights.put_version("rbm0", "node-a", 1, {"rbm0.W": W})
->>> weights.get_version(ref)["rbm0.W"]                     # sha256-verified
+>>> weights.get_version(ref)["rbm0.W"]                     # MAC- and sha256-verified
+>>> weights.consolidate("rbm0").params                     # mean of every node's newest snapshot
+
+Everything a node or the driver acts upon (snapshots, phase results, the run record, peer
+entries, metrics, the final model) is authenticated with HMAC-SHA256 under the run's key, which
+never goes to the store: write access to the store alone cannot influence training.
 
 HDFS is reached through WebHDFS (the namenode HTTP port, usually 9870) with the ``hdfs``
-package.  :mod:`storage.webhdfs_server` is a small WebHDFS-protocol server on a local
-directory for tests and demos, because no Hadoop is installed here.
+package.  The tests carry a small WebHDFS-protocol server on a local directory
+(``tests/support/webhdfs_server.py``, started by ``scripts/webhdfs-server``), because no
+Hadoop can be installed where this project is built.
 """
 
 import logging
 
-from ._datasets import Dataset, open_dataset, stage_arrays
+from ._auth import MIN_KEY_BYTES, mac_hex, sha256_hex, sign_json, verify_json, verify_mac
+from ._datasets import Dataset, check_stage_destination, open_dataset, stage_arrays
 from ._errors import (
+    AuthenticationError,
     ChecksumError,
     DatasetError,
+    FileTooLargeError,
+    NoUsableSnapshotError,
     SnapshotValueError,
     StoreError,
     StoreNotFoundError,
@@ -23,16 +33,22 @@ from ._errors import (
     StorePermissionError,
     StoreUnavailableError,
 )
+from ._npz import decode_params, encode_params, snapshot_size_bound
 from ._runs import RunStore
-from ._sources import RECIPES, read_idx, stage_csv, stage_dataframe, stage_idx, stage_recipe
+from ._sources import read_idx, stage_csv, stage_idx
 from ._store import Store, open_store, parse_store_url
-from ._weights import SnapshotRef, WeightStore
+from ._weights import DEFAULT_MAX_SNAPSHOT_BYTES, Consolidation, SnapshotRef, WeightStore
 
 __all__ = [
-    "RECIPES",
+    "AuthenticationError",
     "ChecksumError",
+    "Consolidation",
+    "DEFAULT_MAX_SNAPSHOT_BYTES",
     "Dataset",
     "DatasetError",
+    "FileTooLargeError",
+    "MIN_KEY_BYTES",
+    "NoUsableSnapshotError",
     "RunStore",
     "SnapshotRef",
     "SnapshotValueError",
@@ -43,15 +59,22 @@ __all__ = [
     "StorePermissionError",
     "StoreUnavailableError",
     "WeightStore",
+    "check_stage_destination",
+    "decode_params",
+    "encode_params",
+    "mac_hex",
     "open_dataset",
     "open_store",
     "parse_store_url",
     "read_idx",
+    "sha256_hex",
+    "sign_json",
+    "snapshot_size_bound",
     "stage_arrays",
     "stage_csv",
-    "stage_dataframe",
     "stage_idx",
-    "stage_recipe",
+    "verify_json",
+    "verify_mac",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

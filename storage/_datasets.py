@@ -18,7 +18,6 @@ safe: readers may see shards whose checksums no longer match their (old) meta.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import re
@@ -29,11 +28,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ._auth import sha256_hex
 from ._errors import ChecksumError, DatasetError, StoreNotFoundError
 from ._runs import read_json, write_json
 from ._store import Store, open_store
 
-__all__ = ["Dataset", "open_dataset", "stage_arrays"]
+__all__ = ["Dataset", "open_dataset", "stage_arrays", "check_stage_destination"]
 
 logger = logging.getLogger(__name__)
 
@@ -147,10 +147,6 @@ def _encode_shard(X: np.ndarray, y: np.ndarray | None, compression: str, layout:
     return sink.getvalue().to_pybytes()
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def stage_arrays(
     url: "str | Store",
     X: Any,
@@ -165,8 +161,14 @@ def stage_arrays(
     extra_meta: dict | None = None,
     user: str | None = None,
     retry_timeout_s: float = 30.0,
+    overwrite: bool = False,
+    keep: tuple[str, ...] = (),
 ) -> dict:
     """Stage arrays as Parquet shards with ``_meta.json`` in the dataset directory ``url``.
+
+    The directory must be new or empty; with ``overwrite`` it may hold a dataset staged earlier,
+    which is replaced (see :func:`check_stage_destination`: nothing staging did not write is ever
+    deleted or overwritten).
 
     Parameters
     ----------
@@ -188,6 +190,11 @@ def stage_arrays(
         pandas read as arrays.  :meth:`Dataset.read_shard` reads both.
     progress : bool
         Show a tqdm progress bar over rows.
+    overwrite : bool
+        Replace a dataset staged at ``url`` before (only that).
+    keep : tuple of str
+        Entries of the directory that belong to this staging and are left alone (a recipe's
+        ``test`` split).
 
     Returns
     -------
@@ -197,13 +204,17 @@ def stage_arrays(
     Raises
     ------
     DatasetError
-        Ragged rows, NaN/Inf, empty input, label problems, bad shard counts.
+        Ragged rows, NaN/Inf, empty input, label problems, bad shard counts; a destination that
+        holds files (without ``overwrite``) or anything staging did not write.
     """
     from tqdm.auto import tqdm
 
     store = open_store(url, user=user, retry_timeout_s=retry_timeout_s)
     features = _check_features(X)
     labels = _check_labels(y, len(features)) if y is not None else None
+    previous = check_stage_destination(store, overwrite=overwrite, keep=keep)
+    if previous is not None:
+        store.delete(META_NAME)  # the earlier dataset reads as absent, not mixed, until the new meta is written
     n = len(features)
     bounds = _shard_bounds(n, features[0].nbytes, shards, shard_rows)
     shard_meta = []
@@ -213,7 +224,7 @@ def stage_arrays(
             data = _encode_shard(features[start:stop], shard_labels, compression, layout)
             shard_name = f"part-{index:05d}.parquet"
             store.write_bytes(shard_name, data)
-            shard_meta.append({"name": shard_name, "rows": stop - start, "sha256": _sha256(data), "size_bytes": len(data)})
+            shard_meta.append({"name": shard_name, "rows": stop - start, "sha256": sha256_hex(data), "size_bytes": len(data)})
             bar.update(stop - start)
     meta = {
         "format": FORMAT,
@@ -232,12 +243,49 @@ def stage_arrays(
         **(extra_meta or {}),
     }
     write_json(store, META_NAME, meta)  # last: the dataset is complete from here on
-    keep = {shard["name"] for shard in shard_meta}
-    for stale in store.list(""):
-        if _SHARD_NAME.match(stale) and stale not in keep:
-            store.delete(stale)  # shards of an earlier, larger staging
+    written = {shard["name"] for shard in shard_meta}
+    for stale in _staged_names(previous) - written - {META_NAME}:
+        if store.exists(stale):
+            store.delete(stale)  # shards of the earlier staging this one replaced
     logger.info("staged %d samples in %d shard(s) at %s", n, len(shard_meta), store.url)
     return meta
+
+
+def check_stage_destination(url: "str | Store", *, overwrite: bool = False, keep: tuple[str, ...] = ()) -> dict | None:
+    """Check that a dataset may be staged at ``url``; returns the meta of the dataset it replaces, if any.
+
+    A new or empty directory is fine.  One that holds anything (besides ``keep``) is refused unless
+    ``overwrite``, and even then only when it is a dataset staged before and holds nothing else.
+
+    Raises
+    ------
+    DatasetError
+        Naming the directory and the first entry in the way; nothing was written or deleted.
+    """
+    store = url if isinstance(url, Store) else open_store(url)
+    names = [name for name in store.list("") if name not in keep] if store.exists("") else []
+    if not names:
+        return None
+    if not overwrite:
+        raise DatasetError(f"{store.url} already holds {len(names)} entr{'y' if len(names) == 1 else 'ies'} "
+                           f"(e.g. {sorted(names)[0]!r}); nothing was written. Stage into a new folder, or pass "
+                           "overwrite=True (--overwrite) to replace a dataset staged there before")
+    previous = read_json(store, META_NAME) if META_NAME in names else None
+    if not isinstance(previous, dict) or previous.get("format") != FORMAT:
+        raise DatasetError(f"overwrite refused: {store.url} is not a staged dataset (no _meta.json written by "
+                           "staging); nothing was deleted")
+    foreign = sorted(set(names) - _staged_names(previous) - {META_NAME})
+    if foreign:
+        raise DatasetError(f"overwrite refused: {store.url} holds {foreign[0]!r}, which staging did not write; "
+                           "nothing was deleted")
+    return previous
+
+
+def _staged_names(meta: dict | None) -> set[str]:
+    """The shard files a dataset's meta names (those staging wrote)."""
+    shards = (meta or {}).get("shards") or []
+    return {shard["name"] for shard in shards if isinstance(shard, dict) and isinstance(shard.get("name"), str)
+            and _SHARD_NAME.fullmatch(shard["name"])}
 
 
 class Dataset:
@@ -293,7 +341,7 @@ class Dataset:
         info = self.meta["shards"][index]
         where = f"{self.url}/{info['name']}"
         data = self.store.read_bytes(info["name"])
-        digest = _sha256(data)
+        digest = sha256_hex(data)
         if digest != info["sha256"]:
             raise ChecksumError(f"{where}: sha256 {digest[:12]}... does not match _meta.json ({info['sha256'][:12]}...); "
                                 "the shard is corrupted, truncated or was restaged")

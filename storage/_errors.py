@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 __all__ = [
+    "AuthenticationError",
     "ChecksumError",
+    "FileTooLargeError",
+    "NoUsableSnapshotError",
     "DatasetError",
     "SnapshotValueError",
     "StoreError",
@@ -36,6 +39,19 @@ class StoreUnavailableError(StoreError):
 
 class ChecksumError(StoreError):
     """File contents do not match their sha256 (corrupted or truncated); never returned as valid."""
+
+
+class AuthenticationError(StoreError):
+    """A file does not verify under the run's key: unsigned, signed with another key, or changed
+    by someone without the key.  Never returned as valid."""
+
+
+class FileTooLargeError(StoreError):
+    """A file is larger than the reader's bound (derived from what it expects); it was not read whole."""
+
+
+class NoUsableSnapshotError(StoreNotFoundError):
+    """No node has an authenticated, intact snapshot of the phase (or of the nodes asked for)."""
 
 
 class SnapshotValueError(StoreError, ValueError):

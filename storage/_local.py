@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import BinaryIO, Iterable, Iterator
 
-from ._errors import StoreError, StoreNotFoundError, StorePermissionError
+from ._errors import FileTooLargeError, StoreError, StoreNotFoundError, StorePermissionError
 from ._paths import TMP_PREFIX, parent_and_name
 from ._retry import TransientError
 
@@ -80,10 +80,37 @@ class LocalBackend:
     def write_stream(self, path: str, chunks: Iterable[bytes]) -> None:
         self._write_atomic(path, chunks)
 
-    def read_bytes(self, path: str) -> bytes:
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        parent, name = parent_and_name(path)
+        if not name:
+            raise StoreError("cannot write to the store root itself; give a file name")
+        final = self._abs(path)
+        with _translated("create_exclusive", final):
+            os.makedirs(self._abs(parent), exist_ok=True)
+            tmp = os.path.join(self._abs(parent), f"{TMP_PREFIX}{uuid.uuid4().hex}")
+            try:
+                with open(tmp, "xb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                try:
+                    os.link(tmp, final)  # fails when the name exists: an atomic, exclusive publish
+                except FileExistsError:
+                    return False
+                return True
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+
+    def read_bytes(self, path: str, max_bytes: int | None = None) -> bytes:
         location = self._abs(path)
         with _translated("read", location), open(location, "rb") as handle:
-            return handle.read()
+            if max_bytes is None:
+                return handle.read()
+            data = handle.read(max_bytes + 1)  # one byte more than allowed means "too large"
+        if len(data) > max_bytes:
+            raise FileTooLargeError(f"{location} is larger than the {max_bytes} bytes allowed; not read")
+        return data
 
     @contextlib.contextmanager
     def open_read(self, path: str) -> Iterator[BinaryIO]:

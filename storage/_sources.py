@@ -1,4 +1,8 @@
-"""Staging from files, Spark DataFrames and built-in recipes; all end in :func:`stage_arrays`."""
+"""Staging from files (CSV, IDX); both end in :func:`stage_arrays`.
+
+Spark DataFrames and the built-in recipes are staged by ``node`` (``node.stage_dataframe``,
+``node.stage_recipe``): storage knows neither Spark nor the models.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +16,12 @@ import pyarrow as pa
 
 from ._datasets import stage_arrays
 from ._errors import DatasetError
-from ._store import Store, open_store
+from ._store import Store
 
-__all__ = ["RECIPES", "stage_csv", "stage_dataframe", "stage_idx", "stage_recipe"]
+__all__ = ["read_idx", "stage_csv", "stage_idx"]
 
 logger = logging.getLogger(__name__)
 
-RECIPES = ("digits", "digits28")
 _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
@@ -130,119 +133,3 @@ def stage_idx(
         raise DatasetError(f"{labels} has {len(y)} labels but {images} has {len(X)} images")
     source = {"source": f"idx:{os.path.basename(os.fspath(images))}"}
     return stage_arrays(url, X, y, extra_meta=source, **stage_options)
-
-
-def _arrow_list_to_numpy(column: pa.ChunkedArray, name: str, dtype: str) -> np.ndarray:
-    """A list<number> column (equal lengths) as an (n, width) array, without per-row Python loops."""
-    array = column.combine_chunks()
-    if array.null_count:
-        row = int(np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False))[0])
-        raise DatasetError(f"column {name!r} has {array.null_count} null row(s), first at row {row}")
-    if pa.types.is_fixed_size_list(array.type):
-        width = array.type.list_size
-    elif pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
-        offsets = array.offsets.to_numpy()
-        lengths = np.diff(offsets)
-        if len(lengths) and (lengths != lengths[0]).any():
-            row = int(np.flatnonzero(lengths != lengths[0])[0])
-            raise DatasetError(f"ragged rows in column {name!r}: row 0 has {lengths[0]} values, row {row} has {lengths[row]}")
-        width = int(lengths[0]) if len(lengths) else 0
-    else:
-        raise DatasetError(f"column {name!r} has type {array.type}; expected an array or ml Vector of numbers")
-    values = array.flatten()
-    if values.null_count:
-        raise DatasetError(f"column {name!r} contains null values inside its arrays")
-    return values.to_numpy(zero_copy_only=False).astype(dtype, copy=False).reshape(len(array), width)
-
-
-def stage_dataframe(
-    url: "str | Store",
-    df: Any,
-    features_col: str = "features",
-    label_col: str | None = "label",
-    *,
-    dtype: str = "float32",
-    feature_shape: tuple[int, ...] | None = None,
-    **stage_options: Any,
-) -> dict:
-    """Stage a Spark DataFrame whose features column is an array or a ``pyspark.ml`` Vector.
-
-    The rows travel to the driver as Arrow record batches (``DataFrame.toArrow``), one
-    partition at a time, and are converted column-wise; nothing is done per row in Python.
-
-    Parameters
-    ----------
-    features_col, label_col : str
-        Column names (``label_col=None`` for unlabelled data).
-    dtype : str
-        Feature dtype to store (Spark vectors hold doubles).
-    feature_shape : tuple of int, optional
-        Reshape each sample, e.g. ``(1, 28, 28)``.
-    """
-    from pyspark.ml.functions import vector_to_array
-    from pyspark.ml.linalg import VectorUDT
-    from pyspark.sql import functions as F
-
-    missing = [c for c in (features_col, label_col) if c is not None and c not in df.columns]
-    if missing:
-        raise DatasetError(f"DataFrame has no column(s) {missing}; its columns are {df.columns}")
-    features = F.col(features_col)
-    if isinstance(df.schema[features_col].dataType, VectorUDT):
-        features = vector_to_array(features, "float64")
-    columns = [features.alias("features")] + ([F.col(label_col).alias("label")] if label_col else [])
-    selected = df.select(*columns)
-    if hasattr(selected, "toArrow"):  # pyspark >= 4.0
-        table = selected.toArrow()
-    else:  # pyspark 3.5: the same Arrow collection, private name
-        table = pa.Table.from_batches(selected._collect_as_arrow())
-    if table.num_rows == 0:
-        raise DatasetError("empty input: the DataFrame has no rows")
-    X = _arrow_list_to_numpy(table.column("features"), features_col, dtype)
-    if feature_shape is not None:
-        X = X.reshape((len(X), *feature_shape))
-    y = None
-    if label_col:
-        label = table.column("label")
-        if label.null_count:
-            raise DatasetError(f"label column {label_col!r} has {label.null_count} null value(s)")
-        if not (pa.types.is_integer(label.type) or pa.types.is_floating(label.type)):
-            raise DatasetError(f"label column {label_col!r} has type {label.type}; expected integer class ids")
-        y = label.to_numpy()
-    return stage_arrays(url, X, y, extra_meta={"source": "spark-dataframe"}, **stage_options)
-
-
-def stage_recipe(recipe: str, url: "str | Store", *, shards: int | None = None, random_state: int = 0,
-                 **stage_options: Any) -> dict:
-    """Stage a built-in dataset: training split at ``url``, held-out split at ``url/test``.
-
-    Recipes: ``"digits"`` (scikit-learn's 8x8 digits, (n, 64) float32 in [0, 1]) and
-    ``"digits28"`` (the same digits upsampled to 28x28, training images augmented with
-    integer shifts, held-out images never augmented nor in training; (n, 784) float32).
-    Both are deterministic for a given ``random_state``.  The held-out split has one shard
-    per ``shards`` too when it is large enough, else fewer.
-
-    Returns
-    -------
-    dict
-        The meta of the training split; ``meta["splits"]["test"]`` is the relative path of
-        the held-out split (open it with ``open_dataset(url + "/test")``).
-    """
-    from rbm import datasets
-
-    if recipe == "digits":
-        split = datasets.load_digits01(random_state=random_state)
-    elif recipe == "digits28":
-        split = datasets.load_digits28(random_state=random_state)
-    else:
-        raise DatasetError(f"unknown recipe {recipe!r}; known recipes: {', '.join(RECIPES)}")
-    store = open_store(url, user=stage_options.pop("user", None), retry_timeout_s=stage_options.pop("retry_timeout_s", 30.0))
-    name = stage_options.pop("name", recipe)
-    extra = {"source": f"recipe:{recipe}", "random_state": random_state}
-    test_shards = None if shards is None else min(shards, len(split.X_test))
-    test_meta = stage_arrays(store.child("test"), split.X_test, split.y_test, shards=test_shards,
-                             name=f"{name}-test", extra_meta={**extra, "split": "test"}, **stage_options)
-    meta = stage_arrays(store, split.X_train, split.y_train, shards=shards, name=name,
-                        extra_meta={**extra, "split": "train", "splits": {"test": "test"}}, **stage_options)
-    logger.info("recipe %s: %d training samples at %s, %d held out at %s/test", recipe, meta["n_samples"],
-                store.url, test_meta["n_samples"], store.url)
-    return meta

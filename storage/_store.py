@@ -243,10 +243,29 @@ class Store:
 
         self._call(f"write_stream {p!r}", attempt)
 
-    def read_bytes(self, path: str) -> bytes:
-        """The whole content of the file at ``path``."""
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Write ``data`` at ``path`` only if nothing is there; True when this call created it.
+
+        The file appears whole or not at all.  A retried call whose first attempt succeeded
+        unseen answers False: callers that must know tell their own content apart (a token).
+        """
         p = normalize(path)
-        return self._call(f"read_bytes {p!r}", lambda b: b.read_bytes(p))
+        data = bytes(data)
+        return self._call(f"create_exclusive {p!r}", lambda b: b.create_exclusive(p, data))
+
+    def read_bytes(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """The whole content of the file at ``path``.
+
+        Parameters
+        ----------
+        max_bytes : int, optional
+            Refuse a file larger than this (:class:`FileTooLargeError`) after reading at most
+            ``max_bytes + 1`` bytes of it: a bound on what a hostile file can cost the reader.
+        """
+        p = normalize(path)
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
+            raise ValueError(f"max_bytes must be a non-negative int or None, got {max_bytes!r}")
+        return self._call(f"read_bytes {p!r}", lambda b: b.read_bytes(p, max_bytes))
 
     @contextlib.contextmanager
     def open_read(self, path: str) -> Iterator[BinaryIO]:

@@ -32,7 +32,7 @@ import requests
 import urllib3
 from hdfs import HdfsError, InsecureClient
 
-from ._errors import StoreError, StoreNotFoundError, StorePermissionError
+from ._errors import FileTooLargeError, StoreError, StoreNotFoundError, StorePermissionError
 from ._paths import TMP_PREFIX, parent_and_name
 from ._retry import TransientError
 
@@ -157,6 +157,24 @@ class WebHDFSBackend:
         # A generator makes requests send a chunked body: nothing is held in memory.
         self._write_atomic(path, (chunk for chunk in chunks))
 
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        parent, name = parent_and_name(path)
+        if not name:
+            raise StoreError("cannot write to the store root itself; give a file name")
+        tmp = posixpath.join(self._abs(parent), f"{TMP_PREFIX}{uuid.uuid4().hex}")
+        try:
+            with _translated("create_exclusive", self._where(path)):
+                self.client.write(tmp, data=data, overwrite=False)
+                # Plain RENAME (not rename2) refuses an existing destination: the publish is exclusive.
+                response = self.client._rename(tmp, destination=self._abs(path))
+                created = bool(json.loads(response.content.strip() or b"{}").get("boolean", False))
+        except BaseException:
+            self._discard(tmp)
+            raise
+        if not created:
+            self._discard(tmp)
+        return created
+
     def _rename_over(self, src: str, dst: str) -> None:
         """RENAME ``src`` to ``dst`` replacing ``dst`` (absolute paths; errors untranslated)."""
         response = self.client._rename(src, destination=dst, renameoptions="OVERWRITE")
@@ -171,14 +189,19 @@ class WebHDFSBackend:
         self.client.rename(src, dst)
 
     # -- reads ---------------------------------------------------------------------------
-    def read_bytes(self, path: str) -> bytes:
+    def read_bytes(self, path: str, max_bytes: int | None = None) -> bytes:
         with _translated("read", self._where(path)):
-            with self.client.read(self._abs(path)) as reader:
+            # With a bound, ask for one byte more than allowed: getting it means "too large",
+            # and no more than that is ever transferred.
+            length = None if max_bytes is None else max_bytes + 1
+            with self.client.read(self._abs(path), length=length) as reader:
                 data = reader.read()
                 expected = reader.headers.get("content-length")
             if expected is not None and len(data) != int(expected):
                 raise http.client.IncompleteRead(data, int(expected) - len(data))
-            return data
+        if max_bytes is not None and len(data) > max_bytes:
+            raise FileTooLargeError(f"{self._where(path)} is larger than the {max_bytes} bytes allowed; not read")
+        return data
 
     @contextlib.contextmanager
     def open_read(self, path: str) -> Iterator[BinaryIO]:

@@ -1,90 +1,95 @@
-"""Versioned weight snapshots of a run: ``runs/<run>/weights/<phase>/<node>/<version:08d>-<sha256>.npz``.
+"""Authenticated weight snapshots of a run, their consolidation, and phase results.
 
-The file name carries both the version and the sha256 of the file bytes, so one listing of a
-node's directory tells a peer (anti-entropy) what exists and how to verify it, with no index
-file to keep consistent.  Files are written atomically by :class:`~storage.Store`; a snapshot is
-read with ``allow_pickle=False`` and only after its bytes hash to the sha256 in its name.
+Layout under ``runs/<run>/``::
+
+    weights/<phase>/<node>/<version:08d>-<sha256>-<mac>.npz   one snapshot
+    phases/<phase>.json, phases/<phase>-<sha256>.npz           a phase result (a signed file)
+
+``mac`` is HMAC-SHA256 under the run's key of (run, phase, node, version, sha256).  So one
+listing of a node's folder tells a reader which versions exist and which of them a key holder
+wrote, before reading any content: a file planted by someone who can write the store but does
+not hold the key (any name, any version) is never listed, fetched or merged, and a snapshot
+copied to another node, phase or version does not verify either.  The content is then checked
+against the authenticated sha256 before it is decoded (``allow_pickle=False``), and its size is
+bounded before it is read whole.
+
+What a reader skips is counted per kind in :meth:`WeightStore.refusals` and logged once per
+source (a node's folder).
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
 import logging
 import re
-import zipfile
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping
 
 import numpy as np
 
-from ._errors import ChecksumError, SnapshotValueError, StoreError, StoreNotFoundError
+from ._auth import Refusals, check_key, mac_hex, sha256_hex, verify_mac
+from ._errors import (
+    AuthenticationError,
+    ChecksumError,
+    FileTooLargeError,
+    NoUsableSnapshotError,
+    SnapshotValueError,
+    StoreError,
+    StoreNotFoundError,
+)
+from ._npz import decode_params, encode_params
 from ._paths import check_name, join
+from ._signed import read_signed_file, write_signed_file
 from ._store import Store
 
-__all__ = ["SnapshotRef", "WeightStore", "decode_params", "encode_params"]
+__all__ = ["Consolidation", "DEFAULT_MAX_SNAPSHOT_BYTES", "SnapshotRef", "WeightStore"]
 
 logger = logging.getLogger(__name__)
 
-_SNAPSHOT_NAME = re.compile(r"^(\d{8,})-([0-9a-f]{64})\.npz$")
+_SNAPSHOT_NAME = re.compile(r"^(\d{8,})-([0-9a-f]{64})-([0-9a-f]{64})\.npz$")
+_SNAPSHOT_PURPOSE = "sparkdbn snapshot v1"
+_PHASE_RESULT_PURPOSE = "sparkdbn phase result v1"
+
+#: Largest snapshot read when the caller names no tighter bound (its expected shapes).
+DEFAULT_MAX_SNAPSHOT_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
 class SnapshotRef:
-    """Where a weight snapshot lives and how to verify it (``path`` is relative to the store)."""
+    """Where a weight snapshot lives and how to verify it.
+
+    ``sha256`` is the digest of the file's bytes; ``mac`` authenticates (run, phase, node,
+    version, sha256) under the run's key.  ``path`` (relative to the store) follows from them.
+    """
 
     run: str
     phase: str
     node: str
     version: int
-    path: str
     sha256: str
+    mac: str
+
+    @property
+    def path(self) -> str:
+        """``runs/<run>/weights/<phase>/<node>/<version:08d>-<sha256>-<mac>.npz``."""
+        folder = join("runs", check_name("run", self.run), "weights", check_name("phase", self.phase),
+                      check_name("node", self.node))  # fmt: skip
+        return join(folder, f"{int(self.version):08d}-{self.sha256}-{self.mac}.npz")
 
 
-def encode_params(params: Mapping[str, np.ndarray], what: str = "parameters") -> bytes:
-    """Serialize named arrays to ``.npz`` bytes, refusing NaN/Inf and non-numeric arrays.
+@dataclass(frozen=True)
+class Consolidation:
+    """The mean of the newest usable snapshot of each node (see :meth:`WeightStore.consolidate`).
 
-    Raises
-    ------
-    SnapshotValueError
-        For non-finite values, object/string arrays, empty or non-string names.
+    ``params`` maps names to arrays with the snapshots' shapes and dtype; ``refs`` are the
+    snapshots that went into it, one per node, in node order.
     """
-    if not params:
-        raise SnapshotValueError(f"{what}: no arrays to save (empty parameter dict)")
-    arrays: dict[str, np.ndarray] = {}
-    for name, value in params.items():
-        if not isinstance(name, str) or not name:
-            raise SnapshotValueError(f"{what}: parameter names must be non-empty strings, got {name!r}")
-        array = np.asarray(value)
-        if array.dtype.kind not in "biuf":
-            raise SnapshotValueError(f"{what}: parameter {name!r} has non-numeric dtype {array.dtype}")
-        if array.dtype.kind == "f" and not np.isfinite(array).all():
-            bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
-            raise SnapshotValueError(
-                f"{what}: parameter {name!r} {array.shape} has {bad} NaN/Inf value(s); training diverged, "
-                f"refusing to publish (lower the learning rate or check the input data)"
-            )
-        arrays[name] = array
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return buffer.getvalue()
 
-
-def decode_params(data: bytes, where: str) -> dict[str, np.ndarray]:
-    """Load ``.npz`` bytes (``allow_pickle=False``); a damaged archive raises :class:`ChecksumError`."""
-    try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as exc:
-        raise ChecksumError(f"{where}: not a valid .npz archive ({exc}); the file is corrupted or truncated") from exc
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    params: dict[str, np.ndarray]
+    refs: tuple[SnapshotRef, ...]
 
 
 class WeightStore:
-    """Weight snapshots and phase results of one run.
+    """Weight snapshots and phase results of one run, authenticated under the run's key.
 
     Parameters
     ----------
@@ -92,17 +97,36 @@ class WeightStore:
         The shared store (its root holds ``runs/``).
     run : str
         Run identifier.
+    key : bytes
+        The run's secret key (at least 16 bytes); it never goes to the store.
+    max_snapshot_bytes : int
+        Largest snapshot read when a call names no tighter bound.
     """
 
-    def __init__(self, store: Store, run: str) -> None:
+    def __init__(self, store: Store, run: str, key: bytes, *, max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES) -> None:
         self.store = store
         self.run = check_name("run", run)
+        self._key = check_key(key, "the run key given to WeightStore")
+        self.max_snapshot_bytes = int(max_snapshot_bytes)
+        self._refusals = Refusals(logger)
+
+    def __repr__(self) -> str:
+        return f"WeightStore({self.store.url!r}, run={self.run!r})"
 
     def _node_dir(self, phase: str, node: str) -> str:
         return join("runs", self.run, "weights", check_name("phase", phase), check_name("node", node))
 
+    def _mac(self, phase: str, node: str, version: int, sha256: str) -> str:
+        return mac_hex(self._key, _SNAPSHOT_PURPOSE, self.run, phase, node, int(version), sha256)
+
+    def refusals(self) -> dict[str, int]:
+        """What readers of this object skipped, by kind: ``unauthenticated`` (no valid MAC),
+        ``corrupt`` (content does not match its authenticated sha256), ``oversized``."""
+        return self._refusals.counts()
+
+    # -- snapshots --------------------------------------------------------------------------
     def put_version(self, phase: str, node: str, version: int, params: Mapping[str, np.ndarray]) -> SnapshotRef:
-        """Write a snapshot atomically and return its reference (path and sha256).
+        """Write a snapshot atomically and return its reference.
 
         Parameters
         ----------
@@ -116,50 +140,79 @@ class WeightStore:
         """
         if isinstance(version, bool) or not isinstance(version, (int, np.integer)) or version < 0:
             raise SnapshotValueError(f"snapshot version must be a non-negative int, got {version!r}")
-        where = f"snapshot run={self.run} phase={phase} node={node} version={version}"
-        data = encode_params(params, where)
-        digest = _sha256(data)
-        path = join(self._node_dir(phase, node), f"{int(version):08d}-{digest}.npz")
-        self.store.write_bytes(path, data)
-        return SnapshotRef(self.run, phase, node, int(version), path, digest)
+        self._node_dir(phase, node)  # validates the names before any work
+        data = encode_params(params, f"snapshot run={self.run} phase={phase} node={node} version={version}")
+        digest = sha256_hex(data)
+        ref = SnapshotRef(self.run, phase, node, int(version), digest, self._mac(phase, node, version, digest))
+        self.store.write_bytes(ref.path, data)
+        return ref
 
-    def get_version(self, ref: SnapshotRef) -> dict[str, np.ndarray]:
-        """Read a snapshot, verified against ``ref.sha256``.
+    def get_version(self, ref: SnapshotRef, *, max_bytes: int | None = None) -> dict[str, np.ndarray]:
+        """Read a snapshot: its MAC is checked first, then its size, then its bytes' sha256.
+
+        Parameters
+        ----------
+        max_bytes : int, optional
+            Refuse a larger file before reading it whole (default ``max_snapshot_bytes``);
+            :func:`snapshot_size_bound` gives it from the expected shapes.
 
         Raises
         ------
+        AuthenticationError
+            ``ref`` was not made under this run's key (nothing is read).
+        FileTooLargeError
+            The file is larger than ``max_bytes``.
         ChecksumError
-            Corrupted or truncated file.
+            The content does not match the authenticated sha256 (damaged, truncated or replaced).
         StoreNotFoundError
             The snapshot is gone (e.g. pruned).
         """
-        data = self.store.read_bytes(ref.path)
-        digest = _sha256(data)
+        if ref.run != self.run or not verify_mac(self._key, ref.mac, _SNAPSHOT_PURPOSE, self.run, ref.phase, ref.node,
+                                                 int(ref.version), ref.sha256):  # fmt: skip
+            raise AuthenticationError(
+                f"snapshot {ref.node} v{ref.version} of phase {ref.phase!r}, run {ref.run!r}: its MAC does not verify "
+                f"under the key of run {self.run!r}; it was not written by a holder of the run's key"
+            )
+        where = f"{self.store.url}/{ref.path}"
+        data = self.store.read_bytes(ref.path, max_bytes=self.max_snapshot_bytes if max_bytes is None else max_bytes)
+        digest = sha256_hex(data)
         if digest != ref.sha256:
             raise ChecksumError(
-                f"{self.store.url}/{ref.path}: sha256 {digest[:12]}... of {len(data)} bytes does not match "
-                f"{ref.sha256[:12]}...; the snapshot is corrupted or truncated"
+                f"{where}: sha256 {digest[:12]}... of {len(data)} bytes does not match {ref.sha256[:12]}...; "
+                "the snapshot is corrupted, truncated or was replaced"
             )
-        return decode_params(data, f"{self.store.url}/{ref.path}")
+        return decode_params(data, where)
 
     def list_versions(self, phase: str, node: str) -> list[SnapshotRef]:
-        """All snapshots of ``node`` in ``phase``, oldest first (by version)."""
+        """The authenticated snapshots of ``node`` in ``phase``, oldest first (by version).
+
+        Files whose name carries no valid MAC are skipped and counted as ``unauthenticated``.
+        """
         directory = self._node_dir(phase, node)
         refs = []
         for name in self.store.list(directory):
             match = _SNAPSHOT_NAME.match(name)
+            path = join(directory, name)
             if match is None:
-                logger.debug("ignoring %s/%s: not a snapshot name", directory, name)
+                if name.endswith(".npz"):
+                    self._refusals.refuse("unauthenticated", path, directory, f"{path}: not a signed snapshot name")
                 continue
-            refs.append(SnapshotRef(self.run, phase, node, int(match[1]), join(directory, name), match[2]))
+            if self._refusals.known("unauthenticated", path):
+                continue
+            version, digest, mac = int(match[1]), match[2], match[3]
+            if not verify_mac(self._key, mac, _SNAPSHOT_PURPOSE, self.run, phase, node, version, digest):
+                self._refusals.refuse("unauthenticated", path, directory,
+                                      f"{self.store.url}/{path}: its MAC does not verify under the run's key")  # fmt: skip
+                continue
+            refs.append(SnapshotRef(self.run, phase, node, version, digest, mac))
         return sorted(refs, key=lambda ref: (ref.version, ref.sha256))
 
     def list_nodes(self, phase: str) -> list[str]:
-        """Nodes that have a directory under ``phase``."""
+        """Names of the folders under ``phase`` (a folder may hold no authenticated snapshot)."""
         return self.store.list(join("runs", self.run, "weights", check_name("phase", phase)))
 
     def newest_per_node(self, phase: str) -> dict[str, SnapshotRef]:
-        """The newest snapshot of every node in ``phase`` (nodes without snapshots are absent)."""
+        """The newest authenticated snapshot of every node in ``phase`` (nodes without one are absent)."""
         newest = {}
         for node in self.list_nodes(phase):
             versions = self.list_versions(phase, node)
@@ -168,7 +221,8 @@ class WeightStore:
         return newest
 
     def prune(self, phase: str, node: str, keep: int) -> int:
-        """Delete all but the newest ``keep`` snapshots of ``node``; returns how many were deleted."""
+        """Delete all but the newest ``keep`` authenticated snapshots of ``node``; returns how many
+        were deleted.  Files that do not verify were not written by this run and are left alone."""
         if keep < 0:
             raise ValueError(f"keep must be >= 0, got {keep}")
         versions = self.list_versions(phase, node)
@@ -178,70 +232,115 @@ class WeightStore:
             deleted += bool(self.store.delete(ref.path))
         return deleted
 
-    def newest_verified(self, phase: str, node: str) -> tuple[SnapshotRef, dict[str, np.ndarray]] | None:
-        """The newest snapshot of ``node`` that exists and verifies; damaged ones are logged and skipped."""
+    def newest_verified(
+        self, phase: str, node: str, *, max_bytes: int | None = None
+    ) -> tuple[SnapshotRef, dict[str, np.ndarray]] | None:
+        """The newest snapshot of ``node`` that is authenticated and intact; the others are skipped
+        (counted as ``corrupt`` or ``oversized``, logged once per node)."""
+        directory = self._node_dir(phase, node)
         for ref in reversed(self.list_versions(phase, node)):
             try:
-                return ref, self.get_version(ref)
-            except ChecksumError as exc:
-                logger.warning("skipping damaged snapshot: %s", exc)
+                return ref, self.get_version(ref, max_bytes=max_bytes)
+            except ChecksumError as error:
+                self._refusals.refuse("corrupt", ref.path, directory, str(error))
+            except FileTooLargeError as error:
+                self._refusals.refuse("oversized", ref.path, directory, str(error))
             except StoreNotFoundError:
                 logger.info("snapshot %s vanished (pruned) while reading; trying an older one", ref.path)
         return None
 
-    def consolidate(self, phase: str) -> dict[str, np.ndarray]:
-        """The mean over nodes of each node's newest verified snapshot in ``phase``.
+    def consolidate(self, phase: str, nodes: Iterable[str] | None = None) -> Consolidation:
+        """The element-wise mean of the newest authenticated, intact snapshot of each node.
+
+        Parameters
+        ----------
+        phase : str
+            The phase whose snapshots are averaged.
+        nodes : iterable of str, optional
+            The nodes to average (e.g. those that trained in the phase's last epoch); every node
+            with a folder in ``phase`` when None.  Nodes without a usable snapshot are left out
+            (logged).
 
         Returns
         -------
-        dict of str to ndarray
-            Same names, shapes and dtypes as the snapshots; the mean is accumulated in float64.
+        Consolidation
+            ``params``: same names, shapes and dtype as the snapshots; the sum is accumulated in
+            float64 and the mean cast back.  ``refs``: the snapshots used, in node order.
 
         Raises
         ------
-        StoreNotFoundError
-            No node has a valid snapshot for ``phase``.
+        NoUsableSnapshotError
+            None of the nodes has a usable snapshot of ``phase``.
         StoreError
-            Snapshots of different nodes disagree on names or shapes.
+            A snapshot's names, shapes or dtypes differ from the others' (the message names it).
         """
+        names = self.list_nodes(phase) if nodes is None else sorted({check_name("node", node) for node in nodes})
         total: dict[str, np.ndarray] = {}
         dtypes: dict[str, np.dtype] = {}
-        used = []
-        for node in self.list_nodes(phase):
+        used: list[SnapshotRef] = []
+        for node in names:
             found = self.newest_verified(phase, node)
             if found is None:
+                logger.warning("consolidate phase %s of run %s: node %s has no usable snapshot; left out",
+                               phase, self.run, node)  # fmt: skip
                 continue
             ref, params = found
-            if not total:
+            if not used:
                 total = {name: value.astype(np.float64) for name, value in params.items()}
                 dtypes = {name: value.dtype for name, value in params.items()}
             else:
-                if set(params) != set(total) or any(params[n].shape != total[n].shape for n in total):
+                layout = {name: (value.shape, value.dtype) for name, value in params.items()}
+                expected = {name: (value.shape, dtypes[name]) for name, value in total.items()}
+                if layout != expected:
                     raise StoreError(
-                        f"consolidate phase {phase!r} of run {self.run!r}: snapshot {ref.path} has parameters "
-                        f"{ {n: v.shape for n, v in params.items()} }, others have "
-                        f"{ {n: v.shape for n, v in total.items()} }"
+                        f"consolidate phase {phase!r} of run {self.run!r}: {self.store.url}/{ref.path} has parameters "
+                        f"{_describe(layout)}, the snapshots before it have {_describe(expected)}"
                     )
                 for name, value in params.items():
-                    total[name] += value
+                    np.add(total[name], value, out=total[name])  # float64 += (any float): exact enough
             used.append(ref)
         if not used:
-            raise StoreNotFoundError(f"consolidate: no valid snapshot of phase {phase!r} in run {self.run!r} at {self.store.url}")
+            asked = "" if nodes is None else f" among nodes {names}"
+            raise NoUsableSnapshotError(
+                f"consolidate: no authenticated, intact snapshot of phase {phase!r}{asked} in run {self.run!r} "
+                f"at {self.store.url}"
+            )
         logger.info("consolidated phase %s of run %s from %d node(s)", phase, self.run, len(used))
-        return {name: (value / len(used)).astype(dtypes[name]) for name, value in total.items()}
+        params = {name: (value / len(used)).astype(dtypes[name]) for name, value in total.items()}
+        return Consolidation(params=params, refs=tuple(used))
 
-    def _phase_path(self, phase: str) -> str:
-        return join("runs", self.run, "phases", check_name("phase", phase) + ".npz")
-
+    # -- phase results ------------------------------------------------------------------------
     def put_phase_result(self, phase: str, params: Mapping[str, np.ndarray]) -> None:
-        """Store the consolidated result of ``phase`` at ``runs/<run>/phases/<phase>.npz``."""
-        self.store.write_bytes(self._phase_path(phase), encode_params(params, f"phase result {phase!r}"))
+        """Store the consolidated result of ``phase`` as a signed file under ``runs/<run>/phases/``."""
+        data = encode_params(params, f"phase result {phase!r}")
+        write_signed_file(self.store, self._key, join("runs", self.run, "phases"), check_name("phase", phase), ".npz",
+                          data, _PHASE_RESULT_PURPOSE, self.run, phase)  # fmt: skip
 
     def get_phase_result(self, phase: str) -> dict[str, np.ndarray] | None:
-        """The stored result of ``phase``, or None; damage is caught by the zip CRC (:class:`ChecksumError`)."""
-        path = self._phase_path(phase)
+        """The stored result of ``phase``, or None when there is none.
+
+        A result that does not verify under the run's key (forged, unsigned) is treated as
+        absent: counted as ``unauthenticated`` and logged.
+
+        Raises
+        ------
+        ChecksumError
+            The signed result's content is damaged or was replaced.
+        """
+        folder = join("runs", self.run, "phases")
         try:
-            data = self.store.read_bytes(path)
-        except StoreNotFoundError:
+            data = read_signed_file(self.store, self._key, folder, check_name("phase", phase), ".npz",
+                                    _PHASE_RESULT_PURPOSE, self.run, phase)  # fmt: skip
+        except AuthenticationError as error:
+            self._refusals.refuse("unauthenticated", join(folder, phase), folder, f"phase result {phase!r}: {error}")
             return None
-        return decode_params(data, f"{self.store.url}/{path}")
+        except StoreNotFoundError as error:
+            logger.warning("phase result %s of run %s: its content is gone (%s)", phase, self.run, error)
+            return None
+        if data is None:
+            return None
+        return decode_params(data, f"{self.store.url}/{folder}/{phase}")
+
+
+def _describe(layout: Mapping[str, tuple]) -> str:
+    return "{" + ", ".join(f"{name}: {shape} {np.dtype(dtype)}" for name, (shape, dtype) in sorted(layout.items())) + "}"

@@ -7,7 +7,7 @@ from typing import Iterator
 import pytest
 
 from storage import Store, open_store
-from storage.webhdfs_server import WebHDFSServer
+from support.webhdfs_server import WebHDFSServer
 
 # Short enough that a test of a long outage gives up quickly, long enough to ride out short ones.
 RETRY_TIMEOUT_S = 3.0

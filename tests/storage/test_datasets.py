@@ -17,7 +17,6 @@ from storage import (
     stage_arrays,
     stage_csv,
     stage_idx,
-    stage_recipe,
 )
 
 
@@ -78,12 +77,36 @@ def test_dataset_pickles_small_and_reads_after_unpickling(local_store):
     np.testing.assert_array_equal(clone.read_shard(2)[0], dataset.read_shard(2)[0])
 
 
-def test_restaging_with_fewer_shards_removes_the_old_ones(local_store):
+def test_restaging_is_refused_unless_asked_and_then_removes_only_the_old_shards(local_store):
     X, y = _data()
     stage_arrays(local_store.child("d"), X, y, shards=5)
-    stage_arrays(local_store.child("d"), X[:10], y[:10], shards=2)
+    before = {name: local_store.read_bytes(f"d/{name}") for name in local_store.list("d")}
+    with pytest.raises(DatasetError, match="already holds 6 entries .* nothing was written"):
+        stage_arrays(local_store.child("d"), X[:10], y[:10], shards=2)
+    assert {name: local_store.read_bytes(f"d/{name}") for name in local_store.list("d")} == before
+    stage_arrays(local_store.child("d"), X[:10], y[:10], shards=2, overwrite=True)
     assert local_store.list("d") == ["_meta.json", "part-00000.parquet", "part-00001.parquet"]
     assert open_dataset(local_store.child("d")).n_samples == 10
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_staging_never_touches_a_folder_of_someone_elses_files(local_store, overwrite):
+    X, y = _data()
+    local_store.write_bytes("mine/part-00000.parquet", b"my own parquet")  # looks like a shard; it is not ours
+    local_store.write_bytes("mine/notes.txt", b"years of work")
+    with pytest.raises(DatasetError, match="nothing was (written|deleted)"):
+        stage_arrays(local_store.child("mine"), X, y, shards=2, overwrite=overwrite)
+    assert local_store.list("mine") == ["notes.txt", "part-00000.parquet"]
+    assert local_store.read_bytes("mine/part-00000.parquet") == b"my own parquet"
+
+
+def test_overwriting_a_dataset_that_holds_a_foreign_file_is_refused_whole(local_store):
+    X, y = _data()
+    stage_arrays(local_store.child("d"), X, y, shards=3)
+    local_store.write_bytes("d/README", b"added by a colleague")
+    with pytest.raises(DatasetError, match="holds 'README', which staging did not write; nothing was deleted"):
+        stage_arrays(local_store.child("d"), X[:10], y[:10], shards=1, overwrite=True)
+    assert open_dataset(local_store.child("d")).n_samples == len(X)  # the earlier dataset is intact
 
 
 def test_opening_a_directory_without_meta_is_not_found(local_store):
@@ -176,22 +199,3 @@ def test_mnist_style_idx_files_are_staged_scaled_and_flattened(local_store, tmp_
     _write_idx(tmp_path / "few.gz", labels[:5], 0x08)
     with pytest.raises(DatasetError, match="5 labels but .* 17 images"):
         stage_idx(local_store.child("bad"), tmp_path / "images.gz", tmp_path / "few.gz")
-
-
-def test_digits_recipe_stages_train_and_held_out_splits(store):
-    from rbm.datasets import load_digits01
-
-    meta = stage_recipe("digits", store.child("datasets/digits"), shards=3)
-    split = load_digits01()
-    assert meta["splits"] == {"test": "test"} and meta["n_classes"] == 10
-    X, y = open_dataset(store.child("datasets/digits")).read_all()
-    np.testing.assert_array_equal(X, split.X_train)
-    np.testing.assert_array_equal(y, split.y_train)
-    Xt, yt = open_dataset(store.child("datasets/digits/test")).read_all()
-    np.testing.assert_array_equal(Xt, split.X_test)
-    np.testing.assert_array_equal(yt, split.y_test)
-
-
-def test_unknown_recipes_are_refused(local_store):
-    with pytest.raises(DatasetError, match="known recipes: digits, digits28"):
-        stage_recipe("mnist-from-the-internet", local_store)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from storage import StorePermissionError, StoreUnavailableError, WeightStore, open_store
-from storage.webhdfs_server import WebHDFSServer
+from support.webhdfs_server import WebHDFSServer
 
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB
 
@@ -21,7 +21,7 @@ def test_a_short_spell_of_dropped_connections_is_retried_and_survived(hdfs_store
 @pytest.mark.parametrize("exception", [None, "StandbyException", "RetriableException"])
 def test_a_burst_of_unavailable_answers_is_retried_and_survived(hdfs_store, webhdfs_server, exception):
     webhdfs_server.faults.fail_requests(count=4, exception=exception)
-    weights = WeightStore(hdfs_store, "r")
+    weights = WeightStore(hdfs_store, "r", b"k" * 32)
     params = {"W": np.arange(12, dtype=np.float32).reshape(3, 4)}
     ref = weights.put_version("rbm0", "n", 1, params)
     np.testing.assert_array_equal(weights.get_version(ref)["W"], params["W"])

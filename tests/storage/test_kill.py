@@ -42,7 +42,7 @@ def test_a_writer_killed_mid_write_leaves_the_previous_version_intact(request, b
         on_disk = store.root
     else:
         on_disk = os.path.join(request.getfixturevalue("webhdfs_server").root, store.root.lstrip("/"))
-    weights = WeightStore(store, "r")
+    weights = WeightStore(store, "r", b"k" * 32)
     params = {"W": np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)}
     ref = weights.put_version("rbm0", "n", 1, params)
     final = ref.path  # the writer overwrites this very file, slowly

@@ -1,22 +1,52 @@
-"""Run records, the peer registry and per-node metrics, on both backends."""
+"""Run records, the peer registry, per-node metrics and the final model, signed -- on both backends."""
 
 from __future__ import annotations
 
-from storage import RunStore
+import json
+
+import pytest
+
+from storage import AuthenticationError, RunStore, sign_json
+
+KEY = b"k" * 32
+OTHER_KEY = b"x" * 32
 
 
 def test_run_record_round_trips_and_is_none_before_it_is_written(store):
-    runs = RunStore(store, "r1")
+    runs = RunStore(store, "r1", KEY)
     assert runs.read_record() is None
-    record = {"model": {"kind": "dbn", "layers": [784, 500]}, "phases": ["rbm0", "finetune"], "status": "running"}
+    record = {"model": {"kind": "dbn", "layers": [784, 500]}, "phases": ["rbm0", "finetune"], "status": "running",
+              "lr": 0.1, "note": "caf\u00e9"}  # fmt: skip
     runs.write_record(record)
     assert runs.read_record() == record
     runs.write_record({**record, "status": "done"})
     assert runs.read_record()["status"] == "done"
 
 
+@pytest.mark.parametrize("how", ["wrong key", "edited", "unsigned", "not json", "another run's record"])
+def test_a_run_record_that_does_not_verify_raises_an_authentication_error_naming_the_key(store, how):
+    runs = RunStore(store, "r1", KEY)
+    record = {"phases": ["rbm0"], "status": "running"}
+    if how == "wrong key":
+        RunStore(store, "r1", OTHER_KEY).write_record(record)
+    elif how == "edited":
+        runs.write_record(record)
+        envelope = json.loads(store.read_bytes("runs/r1/run.json"))
+        envelope["signed"]["status"] = "done"
+        store.write_bytes("runs/r1/run.json", json.dumps(envelope).encode())
+    elif how == "unsigned":
+        store.write_bytes("runs/r1/run.json", json.dumps(record).encode())
+    elif how == "not json":
+        store.write_bytes("runs/r1/run.json", b"[" * 100_000)  # deep nesting must not escape as RecursionError
+    else:
+        RunStore(store, "r2", KEY).write_record(record)
+        store.write_bytes("runs/r1/run.json", store.read_bytes("runs/r2/run.json"))
+    with pytest.raises(AuthenticationError, match=r"record of run 'r1' .* does not verify under the key given \(wrong key"):
+        runs.read_record()
+
+
 def test_peers_register_and_are_marked_gone(store):
-    runs = RunStore(store, "r1")
+    runs = RunStore(store, "r1", KEY)
     runs.register_peer("host-1-123", {"endpoint": "tcp://127.0.0.1:5000", "host": "h", "pid": 123, "started": 1.0})
     runs.register_peer("host-1-456", {"endpoint": "tcp://127.0.0.1:5001", "host": "h", "pid": 456, "started": 2.0})
     runs.mark_peer_gone("host-1-123")
@@ -28,8 +58,31 @@ def test_peers_register_and_are_marked_gone(store):
     assert peers["host-1-456"]["last_seen"] > 0
 
 
+def test_unsigned_forged_moved_and_oversized_peer_entries_are_not_listed_and_are_counted_once(store):
+    runs = RunStore(store, "r1", KEY)
+    runs.register_peer("honest", {"endpoint": "tcp://127.0.0.1:5000"})
+    entry = {"node": "x", "endpoint": "tcp://127.0.0.1:6666", "status": "alive", "last_seen": 1e12}
+    store.write_bytes("runs/r1/peers/unsigned.json", json.dumps(entry).encode())
+    RunStore(store, "r1", OTHER_KEY).register_peer("forged", entry)
+    store.write_bytes("runs/r1/peers/moved.json", store.read_bytes("runs/r1/peers/honest.json"))
+    store.write_bytes("runs/r1/peers/big.json", b" " * (1 << 20))
+    assert set(runs.list_peers()) == {"honest"}
+    assert set(runs.list_peers()) == {"honest"}
+    assert runs.refusals() == {"peer_entries": 4}
+    store.write_bytes("runs/r1/peers/unsigned.json", json.dumps({**entry, "pid": 2}).encode())  # new content
+    runs.list_peers()
+    assert runs.refusals() == {"peer_entries": 5}
+
+
+def test_marking_a_peer_gone_replaces_an_entry_that_does_not_verify(store):
+    runs = RunStore(store, "r1", KEY)
+    RunStore(store, "r1", OTHER_KEY).register_peer("n1", {"endpoint": "tcp://127.0.0.1:6666"})
+    runs.mark_peer_gone("n1")
+    assert runs.list_peers() == {"n1": {"node": "n1", "status": "gone", "last_seen": runs.list_peers()["n1"]["last_seen"]}}
+
+
 def test_metrics_are_appended_per_node_and_read_back_in_order(store):
-    runs = RunStore(store, "r1")
+    runs = RunStore(store, "r1", KEY)
     for i in range(5):
         runs.append_metrics("a", {"partition": i, "loss": 1.0 / (i + 1)})
     runs.append_metrics("b", {"partition": 0, "loss": 0.5})
@@ -37,8 +90,19 @@ def test_metrics_are_appended_per_node_and_read_back_in_order(store):
     everything = runs.read_metrics()
     assert len(everything) == 6
     assert {m["node"] for m in everything} == {"a", "b"}
-    assert RunStore(store, "other").read_metrics() == []
+    assert RunStore(store, "other", KEY).read_metrics() == []
+
+
+def test_metrics_records_that_do_not_verify_are_skipped_and_counted(store):
+    runs = RunStore(store, "r1", KEY)
+    runs.append_metrics("a", {"partition": 0, "loss": 0.5})
+    (name,) = store.list("runs/r1/metrics/a")
+    store.write_bytes("runs/r1/metrics/a/00000000000000000000-1-x.json", json.dumps({"loss": -1.0}).encode())
+    store.write_bytes("runs/r1/metrics/b/" + name, store.read_bytes("runs/r1/metrics/a/" + name))  # moved
+    store.write_bytes("runs/r1/metrics/a/99999999999999999999-1-y.json", sign_json(OTHER_KEY, {"loss": -2.0}))
+    assert runs.read_metrics() == [{"partition": 0, "loss": 0.5, "node": "a"}]
+    assert runs.refusals() == {"metrics_records": 3}
 
 
 def test_model_path_lives_under_the_run(store):
-    assert RunStore(store, "r1").model_path() == "runs/r1/model/model.npz"
+    assert RunStore(store, "r1", KEY).model_path() == "runs/r1/model/model.npz"

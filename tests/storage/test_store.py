@@ -112,6 +112,16 @@ def test_rename_moves_and_replaces_the_destination(store):
     assert store.read_bytes("fresh/parent/file") == b"other"
 
 
+def test_create_exclusive_creates_once_and_never_replaces(store):
+    assert store.create_exclusive("locks/lease.json", b"first") is True
+    assert store.create_exclusive("locks/lease.json", b"second") is False
+    assert store.read_bytes("locks/lease.json") == b"first"
+    assert store.list("locks") == ["lease.json"]  # no temporary left behind by the refused attempt
+    store.delete("locks/lease.json")
+    assert store.create_exclusive("locks/lease.json", b"third") is True
+    assert store.read_bytes("locks/lease.json") == b"third"
+
+
 def test_missing_files_raise_not_found_naming_the_path(store):
     with pytest.raises(StoreNotFoundError, match="missing.bin"):
         store.read_bytes("missing.bin")
@@ -213,3 +223,14 @@ def test_readers_see_whole_versions_while_a_file_is_overwritten(store):
     thread.join()
     assert not errors
     assert seen and all(data in versions for data in seen)
+
+
+def test_a_bounded_read_returns_a_file_within_the_bound_and_refuses_a_larger_one(store):
+    from storage import FileTooLargeError
+
+    store.write_bytes("f", b"x" * 1000)
+    assert store.read_bytes("f", max_bytes=1000) == b"x" * 1000
+    with pytest.raises(FileTooLargeError, match="larger than the 999 bytes allowed"):
+        store.read_bytes("f", max_bytes=999)
+    with pytest.raises(ValueError, match="max_bytes"):
+        store.read_bytes("f", max_bytes=-1)
