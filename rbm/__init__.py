@@ -1,16 +1,19 @@
 """Models on numpy or cupy: RBM, DBN, convolutional nets, and the array backend.
 
-Nothing here knows about Spark, actors or the store.
+Grouped by idea: :mod:`rbm.boltzmann` (RBM, DBN), :mod:`rbm.conv` (ConvNet, LeNet and
+their kernels), :mod:`rbm.datasets`; the pieces every model shares stay flat here (the
+array backend, BLAS, updaters, input checks, hyperparameter specs, the trainable-model
+seam with save/load).  Nothing here knows about Spark, actors or the store.
 """
 
 import logging
 
 from ._backend import array_module, gpu_available, resolve_device, to_host
-from ._convnet import ConvNet, lenet
-from ._dbn import DBN
-from ._model import TrainableModel, load_model, model_from_spec
-from ._rbm import RBM
-from ._validation import DivergenceError
+from ._model import TrainableModel, load_model, model_from_spec, read_model_file, save_model
+from ._params import read_config
+from ._validation import DivergenceError, check_features, check_labels
+from .boltzmann import DBN, RBM
+from .conv import ConvNet, lenet, softmax_cross_entropy
 
 __all__ = [
     "RBM",
@@ -21,6 +24,12 @@ __all__ = [
     "DivergenceError",
     "model_from_spec",
     "load_model",
+    "save_model",
+    "read_model_file",
+    "read_config",
+    "check_features",
+    "check_labels",
+    "softmax_cross_entropy",
     "array_module",
     "gpu_available",
     "resolve_device",

@@ -24,6 +24,7 @@ __all__ = [
     "to_host",
     "make_rng",
     "check_dtype",
+    "NamespacePickling",
 ]
 
 logger = logging.getLogger(__name__)
@@ -114,3 +115,35 @@ def check_dtype(dtype: Any) -> np.dtype:
     if resolved.type not in FLOAT_DTYPES:
         raise ValueError(f"dtype must be float32 or float64, got {resolved}")
     return resolved
+
+
+class _ModuleName(str):
+    """The name of an array namespace inside a pickled model (a module cannot be pickled)."""
+
+
+class NamespacePickling:
+    """Mixin: pickle objects that hold an array namespace (``numpy`` or ``cupy``) by its name.
+
+    Attributes listed in ``_TRANSIENT`` (scratch buffers, caches) are left out of the
+    pickle and rebuilt on demand.  Models pickle like any scikit-learn estimator (joblib,
+    ``GridSearchCV(n_jobs=...)``); this project itself never unpickles anything.
+    """
+
+    _TRANSIENT: tuple[str, ...] = ()
+
+    def __getstate__(self) -> dict[str, Any]:
+        parent = getattr(super(), "__getstate__", None)
+        state = dict(parent() if parent is not None else self.__dict__)
+        for key in self._TRANSIENT:
+            state.pop(key, None)
+        return {key: _ModuleName(value.__name__) if isinstance(value, ModuleType) else value for key, value in state.items()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = {
+            key: importlib.import_module(value) if isinstance(value, _ModuleName) else value for key, value in state.items()
+        }
+        parent = getattr(super(), "__setstate__", None)
+        if parent is not None:
+            parent(state)
+        else:
+            self.__dict__.update(state)

@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_info
 
 __all__ = ["gemm_tn"]
 
@@ -31,8 +32,6 @@ _FUNCTIONS: dict[Any, Any] | None = None
 def _load() -> dict[Any, Any]:
     """The cblas gemm functions of numpy's OpenBLAS, keyed by dtype ({} when unusable)."""
     try:
-        from threadpoolctl import threadpool_info
-
         # numpy's wheels keep their OpenBLAS in site-packages/numpy.libs (or numpy/.libs).
         prefix = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy")
         paths = [

@@ -7,14 +7,21 @@ only ever talks to a model through it:
 * ``to_spec()`` / :func:`model_from_spec` -- hyperparameters as plain JSON, enough to
   build an identical untrained replica in another process;
 * ``initialize(n_features, classes)`` -- allocate parameters for an input width
-  (or input shape) and a label set, without training;
+  (or input shape) and the class labels (a count ``k`` for ``0 .. k - 1``, or the
+  labels themselves), without training; the classifiers keep them in ``classes_``;
 * ``phases()`` -- the ordered training phases, e.g. ``["rbm0", "rbm1", "finetune"]``;
+* ``input_bounds()`` -- the range every input value must lie in (``(0, 1)`` for Bernoulli
+  visible units), or None: the driver checks the data against it before training;
 * ``parameters(phase)`` / ``set_parameters(params)`` -- named host (numpy) copies of
   the weights that are merged between nodes; names are unique across the whole model
   (``"rbm0.W"``, ``"conv1.b"`` ...), ``phase=None`` means all of them;
 * ``train_partition(X, y, phase, rng)`` -- one pass over a partition in minibatches,
+  ``y`` as class *indices* ``0 .. len(classes_) - 1`` (the driver maps labels to indices),
   returning metrics ``{"samples": int, "seconds": float, "loss": float}`` (``loss`` is
-  the reconstruction error for RBM phases, the cross-entropy for supervised ones).
+  the reconstruction error for RBM phases, the cross-entropy for supervised ones); an
+  empty partition is skipped (``samples == 0``);
+* ``set_learning_rate_scale(factor)`` -- multiply the learning rate of every following
+  update (not a hyperparameter: not in the spec or the saved file).
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
+from ._backend import to_device, to_host
+
 __all__ = [
     "TrainableModel",
     "register_model",
@@ -33,6 +42,8 @@ __all__ = [
     "load_model",
     "SPEC_KEY",
     "copy_parameters",
+    "empty_partition_metrics",
+    "is_empty",
 ]
 
 SPEC_KEY = "__spec__"
@@ -50,11 +61,26 @@ class TrainableModel(Protocol):
 
     def phases(self) -> list[str]: ...
 
+    def input_bounds(self) -> "tuple[float, float] | None": ...
+
     def parameters(self, phase: str | None = None) -> dict[str, np.ndarray]: ...
 
     def set_parameters(self, params: Mapping[str, np.ndarray]) -> None: ...
 
     def train_partition(self, X: np.ndarray, y: np.ndarray | None, phase: str, rng: np.random.Generator) -> dict: ...
+
+    def set_learning_rate_scale(self, factor: float) -> None: ...
+
+
+def is_empty(X: Any) -> bool:
+    """True for input without rows (an empty partition, which ``train_partition`` skips)."""
+    shape = getattr(X, "shape", None)
+    return (shape[0] if shape is not None and len(shape) else len(X)) == 0
+
+
+def empty_partition_metrics() -> dict:
+    """The metrics of a skipped, empty partition."""
+    return {"samples": 0, "seconds": 0.0, "loss": 0.0}
 
 
 def copy_parameters(assignments: list[tuple[str, Any, Any]], xp: Any) -> None:
@@ -63,8 +89,6 @@ def copy_parameters(assignments: list[tuple[str, Any, Any]], xp: Any) -> None:
     Every ``(name, value, target)`` is checked first (same shape, finite values), so a bad
     entry leaves the model untouched; then each ``value`` is copied into ``target`` in place.
     """
-    from ._backend import to_device, to_host
-
     checked = []
     for name, value, target in assignments:
         value = np.asarray(to_host(value))

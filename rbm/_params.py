@@ -13,8 +13,17 @@ from numbers import Integral, Real
 from typing import Any, Mapping
 
 import numpy as np
+import yaml
 
-__all__ = ["check_integer", "check_number", "spec_from_params", "params_from_spec", "read_config"]
+__all__ = [
+    "check_integer",
+    "check_number",
+    "check_learning_rate_scale",
+    "spec_from_params",
+    "params_from_spec",
+    "read_config",
+    "SpecConstructors",
+]
 
 
 def check_integer(name: str, value: Any, low: int) -> None:
@@ -33,6 +42,12 @@ def check_number(name: str, value: Any, low: float, high: float = math.inf, *,
         raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
 
 
+def check_learning_rate_scale(factor: Any) -> float:
+    """The factor of ``set_learning_rate_scale``: a finite number > 0, as a float."""
+    check_number("learning rate scale", factor, 0.0, low_open=True)
+    return float(factor)
+
+
 def spec_from_params(kind: str, params: Mapping[str, Any]) -> dict:
     """A JSON-able spec: ``{"kind": kind, **params}`` with dtype as its name and
     ``random_state`` as an int or None (a Generator has no JSON form; replicas draw fresh seeds)."""
@@ -43,14 +58,14 @@ def spec_from_params(kind: str, params: Mapping[str, Any]) -> dict:
     return spec
 
 
-def params_from_spec(kind: str, spec: Mapping[str, Any], known: list[str]) -> dict:
-    """Constructor arguments from a spec; ``"kind"`` is optional but must match."""
+def params_from_spec(kind: str, spec: Mapping[str, Any], known: list[str], *, model: str) -> dict:
+    """Constructor arguments of class ``model`` from a spec; ``"kind"`` is optional but must match."""
     if spec.get("kind", kind) != kind:
         raise ValueError(f"spec kind is {spec['kind']!r}, expected {kind!r}")
     params = {key: value for key, value in spec.items() if key != "kind"}
     unknown = sorted(set(params) - set(known))
     if unknown:
-        raise ValueError(f"unknown {kind.upper()} hyperparameters in spec: {unknown}; known: {sorted(known)}")
+        raise ValueError(f"unknown {model} hyperparameters in spec: {unknown}; known: {sorted(known)}")
     return params
 
 
@@ -60,8 +75,6 @@ def read_config(path: str | os.PathLike) -> dict:
     with open(path, encoding="utf-8") as handle:
         text = handle.read()
     if path.endswith((".yaml", ".yml")):
-        import yaml
-
         try:
             spec = yaml.safe_load(text)
         except yaml.YAMLError as error:
@@ -74,3 +87,28 @@ def read_config(path: str | os.PathLike) -> dict:
     if not isinstance(spec, dict):
         raise ValueError(f"config {path!r} must hold a mapping of hyperparameters, got {type(spec).__name__}")
     return spec
+
+
+class SpecConstructors:
+    """Mixin: ``from_spec`` and ``from_config`` for an estimator whose spec kind is ``_KIND``.
+
+    Lists in a spec become tuples for the hyperparameters named in ``_TUPLE_PARAMS``
+    (JSON has no tuples), so a model rebuilt from its spec has the same ``get_params``.
+    """
+
+    _KIND: str = ""
+    _TUPLE_PARAMS: tuple[str, ...] = ()
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> Any:
+        """An untrained model from a spec dict (as written by ``to_spec``; ``"kind"`` optional)."""
+        params = params_from_spec(cls._KIND, spec, cls._get_param_names(), model=cls.__name__)  # type: ignore[attr-defined]
+        for name in cls._TUPLE_PARAMS:
+            if isinstance(params.get(name), list):
+                params[name] = tuple(params[name])
+        return cls(**params)
+
+    @classmethod
+    def from_config(cls, path: str | os.PathLike) -> Any:
+        """An untrained model from a JSON (``.json``) or YAML (``.yaml``/``.yml``) spec file."""
+        return cls.from_spec(read_config(path))

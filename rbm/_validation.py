@@ -1,7 +1,11 @@
 """Input checks shared by every model: clear ``ValueError`` messages that name the problem.
 
 Checks run on the host (numpy) before data moves to the model's device, so that no
-training time is wasted on input that would fail or silently produce garbage.
+training time is wasted on input that would fail or silently produce garbage.  The
+conversion itself is scikit-learn's ``check_array``, so empty, one-dimensional, complex,
+object and sparse input fail with the words scikit-learn users (and its estimator
+checks) know; NaN/Inf and the [0, 1] range of Bernoulli units are then checked here,
+naming the first bad row.
 """
 
 from __future__ import annotations
@@ -9,8 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
+from sklearn.utils.validation import check_array
 
-__all__ = ["check_features", "check_labels", "check_finite_parameters", "DivergenceError"]
+__all__ = [
+    "check_features",
+    "check_labels",
+    "check_finite_parameters",
+    "output_dtype",
+    "DivergenceError",
+]
 
 
 class DivergenceError(FloatingPointError, ValueError):
@@ -28,12 +40,16 @@ def check_features(
     dtype: Any = np.float32,
     bernoulli: bool = False,
     name: str = "X",
-) -> np.ndarray:
+    model: str = "the model",
+    accept_sparse: bool = False,
+    allow_nd: bool = True,
+) -> Any:
     """Validate a feature matrix and return it as a C-contiguous array of ``dtype``.
 
     Parameters
     ----------
     X : array-like of shape (n_samples, n_features) or (n_samples, *input_shape)
+        Or a scipy sparse matrix when ``accept_sparse``.
     n_features : int or tuple, optional
         Expected width (int) or per-sample shape (tuple); checked when given.
     dtype : numpy dtype
@@ -41,54 +57,99 @@ def check_features(
     bernoulli : bool
         Require every value in [0, 1] (Bernoulli visible units).
     name : str
-        Name used in messages.
+        Name of the input in messages.
+    model : str
+        Name of the model in messages (``"X has 3 features, but RBM is expecting 4 ..."``).
+    accept_sparse : bool
+        Accept scipy sparse input (CSR, CSC, LIL, ...), returned as CSR of ``dtype``
+        without ever being densified.
+    allow_nd : bool
+        Accept more than two dimensions (per-sample shapes such as (C, H, W)).
+
+    Returns
+    -------
+    ndarray of shape (n_samples, ...) or scipy.sparse.csr_matrix
 
     Raises
     ------
     ValueError
-        Empty input, wrong width or shape, NaN/Inf (naming the first bad row), values
-        outside [0, 1] for Bernoulli input, or data that is not numeric.
+        Empty or one-dimensional input, wrong width or shape, NaN/Inf (naming the first
+        bad row), values outside [0, 1] for Bernoulli input, complex data.
+    TypeError
+        Sparse input where it is not accepted; objects that are not numbers.
     """
-    try:
-        array = np.asarray(X)
-    except Exception as error:  # ragged nested lists and the like
-        raise ValueError(f"{name} cannot be turned into a numeric array: {error}") from error
-    if array.dtype == object or not np.issubdtype(array.dtype, np.number) and array.dtype != bool:
-        raise ValueError(f"{name} must be numeric, got dtype {array.dtype}")
-    if array.ndim < 2:
-        raise ValueError(f"{name} must be 2-D (n_samples, n_features), got shape {array.shape}")
-    if array.shape[0] == 0:
-        raise ValueError(f"{name} is empty: it has 0 samples")
+    array = check_array(
+        X, accept_sparse="csr" if accept_sparse else False, dtype=dtype, order="C",
+        ensure_all_finite=False, allow_nd=allow_nd, input_name=name,
+    )
     if isinstance(n_features, tuple):
         width = int(np.prod(n_features))
         if array.shape[1:] != tuple(n_features) and array.shape[1:] != (width,):
             raise ValueError(
-                f"{name} has per-sample shape {array.shape[1:]}, expected {tuple(n_features)} or ({width},)"
+                f"{name} has per-sample shape {array.shape[1:]}, but {model} is expecting "
+                f"{tuple(n_features)} (or flat ({width},)) as input"
             )
     elif n_features is not None and (array.ndim != 2 or array.shape[1] != n_features):
-        raise ValueError(f"{name} has {array.shape[1:]} features per sample, expected {n_features}")
-    array = np.ascontiguousarray(array, dtype=dtype)
-    flat = array.reshape(array.shape[0], -1)
-    # Fast paths without temporaries (a finite sum means every entry is finite; min/max
-    # bound the range); the row-by-row search only runs when something is wrong.
-    if not np.isfinite(flat.sum()):
-        finite_rows = np.isfinite(flat).all(axis=1)
-        if not finite_rows.all():
-            row = _first_bad_row(~finite_rows)
-            raise ValueError(f"{name} contains NaN or Inf (first at row {row})")
-    if bernoulli and (flat.min() < 0 or flat.max() > 1):
-        inside = ((flat >= 0) & (flat <= 1)).all(axis=1)
-        if not inside.all():
-            row = _first_bad_row(~inside)
-            raise ValueError(
-                f"{name} must lie in [0, 1] for Bernoulli visible units (row {row} has values "
-                f"in [{flat[row].min():g}, {flat[row].max():g}]); scale it, or use visible='gaussian'"
-            )
+        raise ValueError(f"{name} has {array.shape[1]} features, but {model} is expecting {n_features} features as input")
+    _check_values(array, bernoulli, name, model)
     return array
 
 
+def _check_values(array: Any, bernoulli: bool, name: str, model: str) -> None:
+    """NaN/Inf and, for Bernoulli input, the [0, 1] range; each error names the first bad row."""
+    if sp.issparse(array):  # only stored entries can be bad; implicit zeros are fine
+        values = array.data
+
+        def rows_of(bad: np.ndarray) -> int:
+            return int(np.searchsorted(array.indptr, np.flatnonzero(bad)[0], side="right") - 1)
+
+    else:
+        values = array.reshape(-1)
+        width = max(1, int(np.prod(array.shape[1:])))
+
+        def rows_of(bad: np.ndarray) -> int:
+            return int(np.flatnonzero(bad)[0]) // width
+
+    if values.size == 0:
+        return
+    # Fast paths without temporaries (a finite sum means every entry is finite; min/max
+    # bound the range); the search for the row only runs when something is wrong.
+    if not np.isfinite(values.sum()):
+        bad = ~np.isfinite(values)
+        if bad.any():  # (a sum of huge finite values may overflow on its own)
+            raise ValueError(f"{name} contains NaN or Inf (first at row {rows_of(bad)})")
+    if not bernoulli:
+        return
+    low, high = values.min(), values.max()
+    if low < 0:
+        row = rows_of(values < 0)
+        raise ValueError(
+            f"Negative values in data passed to {model} ({name} row {row} has {_row_range(array, row)}): "
+            "Bernoulli visible units need values in [0, 1]; scale it, or use visible='gaussian'"
+        )
+    if high > 1:
+        row = rows_of(values > 1)
+        raise ValueError(
+            f"{name} must lie in [0, 1] for Bernoulli visible units (row {row} has {_row_range(array, row)}); "
+            "scale it, or use visible='gaussian'"
+        )
+
+
+def _row_range(array: Any, row: int) -> str:
+    values = array[row].toarray() if sp.issparse(array) else array[row]
+    return f"values in [{values.min():g}, {values.max():g}]"
+
+
+def output_dtype(X: Any) -> np.dtype:
+    """scikit-learn's rule for a transformer's output: float32 stays float32, all else is float64."""
+    dtype = getattr(X, "dtype", None)
+    if not isinstance(dtype, np.dtype):  # lists, DataFrames (``dtypes``), ...
+        dtype = np.asarray(X).dtype
+    return np.dtype(np.float32) if dtype == np.float32 else np.dtype(np.float64)
+
+
 def check_labels(y: Any, n_samples: int, n_classes: int | None = None, *, name: str = "y") -> np.ndarray:
-    """Validate integer class labels ``0 .. n_classes - 1`` and return them as int64.
+    """Validate integer class indices ``0 .. n_classes - 1`` and return them as int64.
 
     Raises
     ------

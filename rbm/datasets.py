@@ -4,6 +4,9 @@
 * :func:`load_digits28` -- the same digits upsampled to 28x28 (MNIST-sized), split into a
   training and a held-out set *before* augmentation, the training images augmented with
   small integer shifts.  Held-out images and any copy of them never reach the training set.
+* :func:`load_nudged_digits` -- scikit-learn's RBM example data (digits plus copies moved by
+  one pixel), split as that example splits it.
+* :func:`bars_and_stripes` -- the classic tiny binary dataset for exact likelihoods.
 
 Everything is deterministic for a given ``random_state``.
 """
@@ -12,9 +15,23 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
+import itertools
 
-__all__ = ["Split", "load_digits01", "load_digits28", "shift_images", "train_test_indices"]
+import numpy as np
+from scipy.ndimage import zoom
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import minmax_scale
+
+__all__ = [
+    "Split",
+    "load_digits01",
+    "load_digits28",
+    "load_nudged_digits",
+    "bars_and_stripes",
+    "shift_images",
+    "train_test_indices",
+]
 
 
 class Split(NamedTuple):
@@ -40,8 +57,6 @@ def train_test_indices(labels: np.ndarray, test_fraction: float, random_state: i
 
 def load_digits01(test_fraction: float = 0.2, random_state: int = 0) -> Split:
     """scikit-learn's digits as (n, 64) float32 in [0, 1], split stratified and seeded."""
-    from sklearn.datasets import load_digits
-
     digits = load_digits()
     X = (digits.data / 16.0).astype(np.float32)
     y = digits.target.astype(np.int64)
@@ -65,8 +80,6 @@ def shift_images(images: np.ndarray, shifts: list[tuple[int, int]]) -> np.ndarra
 
 def _upsample28(images8: np.ndarray) -> np.ndarray:
     """(n, 8, 8) in [0, 1] -> (n, 28, 28) float32 in [0, 1] by cubic spline zoom, clipped."""
-    from scipy.ndimage import zoom
-
     big = zoom(images8, (1, 3.5, 3.5), order=3)
     return np.clip(big, 0.0, 1.0).astype(np.float32)
 
@@ -100,8 +113,6 @@ def load_digits28(
     Split
         float32 pixels in [0, 1], int64 labels.
     """
-    from sklearn.datasets import load_digits
-
     digits = load_digits()
     images = _upsample28((digits.images / 16.0).astype(np.float32))
     labels = digits.target.astype(np.int64)
@@ -115,3 +126,28 @@ def load_digits28(
     if flatten:
         return Split(X_train.reshape(len(X_train), -1), y_train, X_test.reshape(len(X_test), -1), y_test)
     return Split(X_train[:, None], y_train, X_test[:, None], y_test)
+
+
+def load_nudged_digits() -> Split:
+    """scikit-learn's RBM example data: the digits plus copies moved 1 px in 4 directions.
+
+    Scaled to [0, 1] with ``minmax_scale`` and split 80/20 with ``train_test_split(...,
+    random_state=0)``, exactly as the example does (7188 training, 1797 test rows).
+    """
+    images, labels = load_digits(return_X_y=True)
+    shifted = shift_images(images.reshape(-1, 8, 8), [(0, 0), (-1, 0), (0, -1), (0, 1), (1, 0)]).reshape(-1, 64)
+    X = minmax_scale(shifted.astype(np.float32), feature_range=(0, 1)).astype(np.float32)
+    y = np.tile(labels, 5)
+    X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.2, random_state=0)
+    return Split(X_train, y_train.astype(np.int64), X_test, y_test.astype(np.int64))
+
+
+def bars_and_stripes(size: int = 3) -> np.ndarray:
+    """Every ``size`` x ``size`` binary image whose rows are all equal or whose columns are
+    (``2 ** (size + 1) - 2`` distinct images; 14 for size 3), flat, float64, sorted."""
+    patterns = set()
+    for bits in itertools.product([0, 1], repeat=size):
+        rows = np.repeat(np.array(bits)[:, None], size, axis=1)
+        patterns.add(tuple(rows.ravel()))
+        patterns.add(tuple(rows.T.ravel()))
+    return np.array(sorted(patterns), dtype=np.float64)

@@ -5,7 +5,7 @@ import pytest
 from scipy.special import expit
 
 from rbm import RBM, gpu_available
-from rbm import _cd
+from rbm.boltzmann import _cd
 from rbm.datasets import load_digits01
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rbm._conv_ops import softmax_cross_entropy
-from rbm._im2col import col2im_chwn, im2col_chwn, output_size
-from rbm._layers import build_layer
+from rbm.conv._ops import softmax_cross_entropy
+from rbm.conv._im2col import col2im_chwn, im2col_chwn, output_size
+from rbm.conv._layers import build_layer
 
 EPS = 1e-6
 

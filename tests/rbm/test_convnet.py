@@ -8,12 +8,13 @@ import json
 import numpy as np
 import pytest
 import yaml
+from sklearn.exceptions import NotFittedError
 from threadpoolctl import threadpool_limits
 
 import rbm
 from rbm import ConvNet, lenet
-from rbm._conv_ops import softmax_cross_entropy
-from rbm._validation import DivergenceError
+from rbm.conv._ops import softmax_cross_entropy
+from rbm import DivergenceError
 from rbm.datasets import load_digits01, load_digits28
 
 SMALL_LAYERS = [
@@ -36,22 +37,39 @@ def small_net(**settings) -> ConvNet:
     return ConvNet(**options)
 
 
-def test_lenet_reaches_98_percent_held_out_accuracy_on_shifted_digits():
-    # Training images shifted by up to 2 pixels (13 of the 25 default shifts, to keep the test
-    # short); the held-out images are split off before augmentation, so no copy of them is
-    # ever trained on.  Two passes, the second with a 5x smaller step (a schedule set between
-    # partial_fit calls).  Seeds 0-2 reached 0.983-0.992 here.
-    shifts = [(dy, dx) for dy in (-2, 0, 2) for dx in (-2, 0, 2)] + [(1, 1), (1, -1), (-1, 1), (-1, -1)]
-    split = load_digits28(flatten=False, shifts=shifts)
-    net = lenet(updater="adam", learning_rate=1e-3, random_state=0)
-    # One BLAS thread: ~17 s of CPU either way, and busy-waiting BLAS threads on a shared
-    # machine can make the same run several times slower.
+# The README's LeNet recipe: the 8x8 digits upsampled to 28x28, the training images shifted
+# by up to 2 pixels (13 shifts: about 18.7k images; held-out images are split off before
+# augmentation, so no copy of them is trained on); Adam for 3 epochs at 3e-3, the step
+# divided by 1 + 4t in epoch t.  Tuned on a validation split of the training part of split 0.
+RECIPE_SHIFTS = [(dy, dx) for dy in (-2, 0, 2) for dx in (-2, 0, 2)] + [(1, 1), (1, -1), (-1, 1), (-1, -1)]
+RECIPE = dict(updater="adam", learning_rate=3e-3, lr_decay=4.0, epochs=3)
+
+
+@pytest.fixture(scope="module")
+def lenets():
+    """LeNet trained with the recipe on splits 1, 2 and 3 (seeds 0, 1, 2), with its held-out split."""
+    trained = []
+    # One BLAS thread: ~12 s of CPU per net either way, and busy-waiting BLAS threads on a
+    # shared machine can make the same run several times slower.
     with threadpool_limits(limits=1):
-        net.partial_fit(split.X_train, split.y_train)
-        net.learning_rate = 2e-4
-        net.partial_fit(split.X_train, split.y_train)
-    assert net.loss_curve_[1] < 0.5 * net.loss_curve_[0]
-    assert net.score(split.X_test, split.y_test) >= 0.98
+        for seed in (0, 1, 2):
+            split = load_digits28(flatten=False, shifts=RECIPE_SHIFTS, random_state=seed + 1)
+            trained.append((lenet(random_state=seed, **RECIPE).fit(split.X_train, split.y_train), split))
+    return trained
+
+
+@pytest.mark.slow
+def test_lenet_with_the_readme_recipe_reaches_99_percent_held_out_accuracy_on_digits28(lenets):
+    accuracies = [net.score(split.X_test, split.y_test) for net, split in lenets]
+    # Measured here: 0.997, 0.997, 0.997.
+    assert np.median(accuracies) >= 0.99
+
+
+@pytest.mark.slow
+def test_lenets_training_loss_falls_every_epoch_under_the_learning_rate_schedule(lenets):
+    for net, _ in lenets:
+        assert len(net.loss_curve_) == 3
+        assert net.loss_curve_[2] < net.loss_curve_[1] < 0.5 * net.loss_curve_[0]
 
 
 def test_whole_net_gradients_match_central_finite_differences():
@@ -211,37 +229,58 @@ def test_input_shape_mismatch_names_the_first_layer_and_both_shapes(digits8):
     net = small_net().initialize()
     with pytest.raises(ValueError, match=r"per-sample shape \(1, 9, 9\), but the first layer 'conv0' expects \(1, 8, 8\)"):
         net.predict(np.zeros((2, 1, 9, 9)))
-    with pytest.raises(ValueError, match=r"per-sample shape \(63,\).*expects \(1, 8, 8\) \(or flat \(64,\)\)"):
-        net.fit(np.zeros((2, 63)), np.zeros(2, dtype=int))
+    with pytest.raises(ValueError, match=r"X has 63 features, but ConvNet is expecting 64 features as input"):
+        net.predict(np.zeros((2, 63)))
+    with pytest.raises(ValueError, match=r"63 features per sample cannot be reshaped to the net's input shape \(1, 8, 8\)"):
+        small_net().fit(np.zeros((2, 63)), [0, 1])
 
 
-def test_nan_inputs_and_out_of_range_labels_are_refused_before_training(digits8):
+def test_nan_inputs_and_labels_outside_the_classes_are_refused_before_training(digits8):
     X, y, _, _ = digits8
     net = small_net()
     bad = X[:10].copy()
     bad[3, 0, 2, 2] = np.nan
     with pytest.raises(ValueError, match=r"X contains NaN or Inf \(first at row 3\)"):
         net.fit(bad, y[:10])
+    assert getattr(net, "layers_", None) is None  # refused before any parameter was allocated
     labels = y[:10].copy()
     labels[4] = 10
+    with pytest.raises(ValueError, match=r"label 10 at row 4, outside the class range of this model \(\[0, 1, .*9\]\)"):
+        net.partial_fit(X[:10], labels)  # without classes: 0 .. n_classes - 1
     with pytest.raises(ValueError, match=r"label 10 at row 4, outside the class range 0..9"):
-        net.fit(X[:10], labels)
-    assert net.layers_ is None  # refused before any parameter was allocated
+        net.train_partition(X[:10], labels, "train", np.random.default_rng(0))
 
 
-def test_invalid_net_specs_are_refused_with_clear_messages():
+def test_invalid_net_specs_are_refused_when_the_net_is_built_with_clear_messages():
     with pytest.raises(ValueError, match=r"layer conv1: kernel \(5, 5\) is larger than its padded input \(4, 4\)"):
-        lenet(input_shape=(1, 12, 12))
+        lenet(input_shape=(1, 12, 12)).initialize()
     with pytest.raises(ValueError, match="layer pool0: unknown layer type 'pool'"):
-        ConvNet(layers=[{"type": "pool", "size": 2}])
-    with pytest.raises(ValueError, match=r"unknown ConvNet setting\(s\) \['hidden'\]"):
+        ConvNet(layers=[{"type": "pool", "size": 2}]).fit(np.zeros((2, 784)), [0, 1])
+    with pytest.raises(ValueError, match=r"unknown ConvNet hyperparameters in spec: \['hidden'\]"):
         ConvNet.from_spec({"kind": "convnet", "hidden": [3]})
     with pytest.raises(ValueError, match="unknown updater 'rmsprop'"):
-        ConvNet(updater="rmsprop")
-    with pytest.raises(ValueError, match="n_classes must be an int >= 2"):
-        ConvNet(n_classes=1)
-    with pytest.raises(RuntimeError, match="no parameters yet: call fit, partial_fit or initialize first"):
+        ConvNet(updater="rmsprop").initialize()
+    with pytest.raises(ValueError, match="n_classes must be an integer >= 2"):
+        ConvNet(n_classes=1).initialize()
+    with pytest.raises(ValueError, match="input_shape must be None or a tuple of positive ints"):
+        ConvNet(input_shape=(1, 0, 28)).initialize()
+    with pytest.raises(NotFittedError, match="not fitted yet: call fit, partial_fit or initialize first"):
         lenet().predict(np.zeros((1, 784)))
+
+
+def test_learning_rate_scale_multiplies_one_plain_sgd_step_exactly(digits8):
+    X, y, _, _ = digits8
+    X, y = X[:32].astype(np.float64), y[:32]
+    net = small_net(updater="sgd", momentum=0.0, batch_size=32, dtype="float64").initialize()
+    net.set_learning_rate_scale(0.25)
+    before = net.parameters()
+    order = np.random.default_rng(3).permutation(32)  # the one minibatch, in the order train_partition draws it
+    _, grads = net._loss_and_gradients(X[order], y[order])
+    grads = {name: np.array(value) for name, value in grads.items()}
+    net.train_partition(X, y, "train", np.random.default_rng(3))
+    after, step = net.parameters(), net.learning_rate * 0.25
+    for name, grad in grads.items():
+        np.testing.assert_array_equal(after[name], before[name] - step * grad, err_msg=name)
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # overflow on the way to NaN is the point

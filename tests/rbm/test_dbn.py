@@ -1,13 +1,17 @@
 """The DBN: accuracy on held-out digits, its phases, per-phase parameters, specs and configs."""
 
 import json
+import warnings
 
 import numpy as np
 import pytest
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.neural_network import MLPClassifier
 from threadpoolctl import threadpool_limits
 
 from rbm import DBN, load_model
-from rbm.datasets import load_digits01, shift_images
+from rbm.boltzmann import _cd, _finetune
+from rbm.datasets import load_digits01
 
 
 @pytest.fixture(scope="module")
@@ -20,17 +24,22 @@ def small_dbn(**settings):
     return DBN(**{**base, **settings})
 
 
-def test_pretrained_and_finetuned_dbn_reaches_97_percent_on_held_out_digits(digits):
-    # Training images only, augmented with 1-pixel shifts (as scikit-learn's RBM example
-    # nudges its data); the held-out images are never seen.
-    shifts = [(0, 0), (1, 0), (-1, 0), (0, 1), (0, -1)]
-    X = shift_images(digits.X_train.reshape(-1, 8, 8), shifts).reshape(-1, 64)
-    y = np.tile(digits.y_train, len(shifts))
-    with threadpool_limits(1):
-        model = DBN(hidden_layer_sizes=(256, 256), pretrain_epochs=10, finetune_epochs=16, random_state=0)
-        model.fit(X, y)
-    # Measured: 0.978 with seeds 0 and 1.
-    assert model.score(digits.X_test, digits.y_test) >= 0.97
+@pytest.mark.slow
+def test_dbn_with_default_settings_beats_a_plain_mlp_and_reaches_98_5_percent_on_held_out_digits():
+    # The defaults (fine-tuning epochs, learning rate, dropout) were tuned on a validation
+    # split carved from the training part of split 0; asserted here on splits 1, 2 and 3.
+    ours, mlp = [], []
+    with threadpool_limits(1), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for seed in (0, 1, 2):
+            split = load_digits01(random_state=seed + 1)
+            dbn = DBN(hidden_layer_sizes=(256, 256), random_state=seed).fit(split.X_train, split.y_train)
+            ours.append(dbn.score(split.X_test, split.y_test))
+            reference = MLPClassifier((256, 256), max_iter=500, random_state=seed).fit(split.X_train, split.y_train)
+            mlp.append(reference.score(split.X_test, split.y_test))
+    # Measured here: DBN 0.992, 0.983, 0.994; MLP 0.989, 0.981, 0.992.
+    assert np.median(ours) >= 0.985
+    assert np.mean(ours) >= np.mean(mlp)
 
 
 def test_fit_runs_exactly_the_per_phase_steps_of_train_partition(digits):
@@ -154,3 +163,50 @@ def test_finetune_phase_before_classes_are_known_says_what_to_do(digits):
     model = small_dbn().initialize(64)
     with pytest.raises(ValueError, match="initialize\\(n_features, classes\\)"):
         model.train_partition(digits.X_train[:20], digits.y_train[:20], "finetune", np.random.default_rng(0))
+
+
+def test_fine_tuning_gradients_with_dropout_match_central_finite_differences():
+    rng = np.random.default_rng(0)
+    X, labels = rng.random((5, 6)), np.array([0, 2, 1, 2, 0])
+    weights = [rng.normal(0, 0.5, (6, 4)), rng.normal(0, 0.5, (4, 3))]
+    biases = [rng.normal(0, 0.1, 4), rng.normal(0, 0.1, 3)]
+    out_W, out_b = rng.normal(0, 0.5, (3, 3)), rng.normal(0, 0.1, 3)
+
+    def run():  # the same dropout masks every time: a fresh generator with a fixed seed
+        generator = _cd.device_generator(np.random.default_rng(7), np)
+        inputs, activations = _finetune.forward(X, weights, biases, 0.4, generator)
+        return inputs, activations, _finetune.cross_entropy_backward(inputs, activations, weights, out_W, out_b, labels)
+
+    inputs, _, (_, grad_W, grad_b, grad_out_W, grad_out_b) = run()
+    assert (inputs[1] == 0).any() and (inputs[2] == 0).any()  # some units really were dropped
+    analytic = [*grad_W, *grad_b, grad_out_W, grad_out_b]
+    for array, grad in zip([*weights, *biases, out_W, out_b], analytic):
+        numeric = np.zeros_like(array)
+        for index in np.ndindex(array.shape):
+            saved = array[index]
+            array[index] = saved + 1e-6
+            up = float(run()[2][0])
+            array[index] = saved - 1e-6
+            down = float(run()[2][0])
+            array[index] = saved
+            numeric[index] = (up - down) / 2e-6
+        np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-9)
+
+
+def test_learning_rate_scale_multiplies_one_plain_sgd_fine_tuning_step_exactly(digits):
+    X, y = digits.X_train[:50].astype(np.float64), digits.y_train[:50]
+    model = small_dbn(finetune_momentum=0.0, finetune_dropout=0.0, l2=0.0, batch_size=50, dtype=np.float64)
+    model.initialize(64, classes=10)
+    model.set_learning_rate_scale(0.3)
+    before = model.parameters("finetune")
+    order = np.random.default_rng(4).permutation(50)  # the one minibatch, in the order train_partition draws it
+    weights, biases = [before["rbm0.W"], before["rbm1.W"]], [before["rbm0.hbias"], before["rbm1.hbias"]]
+    inputs, activations = _finetune.forward(X[order], weights, biases)
+    _, grad_W, grad_b, grad_out_W, grad_out_b = _finetune.cross_entropy_backward(
+        inputs, activations, weights, before["out.W"], before["out.b"], y[order])
+    model.train_partition(X, y, "finetune", np.random.default_rng(4))
+    after, step = model.parameters("finetune"), model.finetune_learning_rate * 0.3
+    grads = {"rbm0.W": grad_W[0], "rbm1.W": grad_W[1], "rbm0.hbias": grad_b[0], "rbm1.hbias": grad_b[1],
+             "out.W": grad_out_W, "out.b": grad_out_b}
+    for name, grad in grads.items():
+        np.testing.assert_array_equal(after[name], before[name] - step * grad, err_msg=name)

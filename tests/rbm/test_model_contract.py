@@ -1,6 +1,7 @@
-"""The scikit-learn contract and the trainable-model seam, for RBM and DBN alike."""
+"""The scikit-learn contract and the trainable-model seam, for RBM, DBN and ConvNet alike."""
 
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -8,8 +9,7 @@ from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline
 
-from rbm import DBN, RBM, TrainableModel, load_model, model_from_spec
-from rbm._validation import DivergenceError
+from rbm import DBN, RBM, ConvNet, DivergenceError, TrainableModel, load_model, model_from_spec
 from rbm.datasets import load_digits01
 
 
@@ -27,11 +27,23 @@ def make_dbn(**settings):
     return DBN(**{"hidden_layer_sizes": (16, 8), "pretrain_epochs": 1, "finetune_epochs": 2, "random_state": 0, **settings})
 
 
-MODELS = {"rbm": make_rbm, "dbn": make_dbn}
+def make_convnet(**settings):
+    layers = [{"type": "conv", "filters": 4, "kernel": 3, "padding": 1, "activation": "relu"},
+              {"type": "maxpool", "size": 2}, {"type": "dense", "units": 16, "activation": "relu"}]
+    return ConvNet(**{"layers": layers, "input_shape": (1, 8, 8), "epochs": 2, "learning_rate": 0.05,
+                      "random_state": 0, **settings})
+
+
+MODELS = {"rbm": make_rbm, "dbn": make_dbn, "convnet": make_convnet}
 
 
 def fit(model, X, y):
-    return model.fit(X, y) if isinstance(model, DBN) else model.fit(X)
+    return model.fit(X) if isinstance(model, RBM) else model.fit(X, y)
+
+
+def outputs(model, X):
+    """What the model computes for X: features (RBM, DBN) or class probabilities (ConvNet)."""
+    return model.predict_proba(X) if isinstance(model, ConvNet) else model.transform(X)
 
 
 @pytest.mark.parametrize("kind", MODELS)
@@ -43,20 +55,32 @@ def test_fit_and_partial_fit_return_self(kind, digits):
         assert model.partial_fit(X[:10]) is model
         fresh = make_rbm()
         assert fresh.partial_fit(X[:10]) is fresh
+    if kind == "convnet":
+        assert model.partial_fit(X[:10], y[:10]) is model
+        fresh = make_convnet()
+        assert fresh.partial_fit(X[:10], y[:10], classes=np.arange(10)) is fresh
 
 
+@pytest.mark.parametrize("kind", ["rbm", "dbn"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("kind", MODELS)
-def test_output_dtype_follows_the_input_dtype(kind, dtype, digits):
+def test_model_dtype_sets_the_precision_of_the_parameters(kind, dtype, digits):
+    X, y, _ = digits
+    model = fit(MODELS[kind](dtype=dtype), X, y)
+    assert model.parameters()["rbm0.W" if kind == "dbn" else "W"].dtype == dtype
+
+
+@pytest.mark.parametrize("kind", ["rbm", "dbn"])
+@pytest.mark.parametrize("input_dtype, output_dtype", [(np.float32, np.float32), (np.float64, np.float64),
+                                                       (np.int64, np.float64), (bool, np.float64)])
+def test_outputs_follow_scikit_learns_dtype_rule_whatever_the_model_dtype(kind, input_dtype, output_dtype, digits):
     X, y, X_test = digits
-    model = fit(MODELS[kind](dtype=dtype), X.astype(dtype), y)
-    assert model.transform(X_test.astype(dtype)).dtype == dtype
+    X_test = (X_test > 0.5).astype(input_dtype) if input_dtype in (np.int64, bool) else X_test.astype(input_dtype)
+    model = fit(MODELS[kind](), X, y)  # float32 parameters
+    assert model.transform(X_test).dtype == output_dtype
     if kind == "dbn":
-        assert model.predict_proba(X_test.astype(dtype)).dtype == dtype
-        assert model.parameters()["rbm0.W"].dtype == dtype
+        assert model.predict_proba(X_test).dtype == output_dtype
     else:
-        assert model.components_.dtype == dtype
-        assert model.score_samples(X_test.astype(dtype)).dtype == dtype
+        assert model.score_samples(X_test).dtype == output_dtype
 
 
 @pytest.mark.parametrize("kind", MODELS)
@@ -85,10 +109,10 @@ def test_clone_gives_an_unfitted_copy_with_the_same_hyperparameters(kind, digits
 
 def test_rbm_works_inside_a_pipeline(digits):
     X, y, _ = digits
-    pipeline = Pipeline([("rbm", make_rbm(n_components=32, n_iter=5)), ("lr", LogisticRegression(max_iter=500))])
+    pipeline = Pipeline([("rbm", make_rbm(n_components=32, n_iter=10)), ("lr", LogisticRegression(max_iter=500))])
     pipeline.fit(X, y)
     assert pipeline.score(X, y) > 0.8
-    assert pipeline.named_steps["rbm"].get_feature_names_out().shape == (32,)
+    assert pipeline.named_steps["rbm"].get_feature_names_out().tolist() == [f"rbm{k}" for k in range(32)]
 
 
 def test_dbn_works_inside_a_pipeline(digits):
@@ -112,8 +136,9 @@ def test_save_and_load_round_trip_is_exact(kind, digits, tmp_path):
     assert loaded.to_spec() == model.to_spec()
     for name, value in model.parameters().items():
         np.testing.assert_array_equal(loaded.parameters()[name], value, err_msg=name)
-    np.testing.assert_array_equal(loaded.transform(X_test), model.transform(X_test))
-    if kind == "dbn":
+    np.testing.assert_array_equal(outputs(loaded, X_test), outputs(model, X_test))
+    if kind != "rbm":
+        np.testing.assert_array_equal(loaded.classes_, model.classes_)
         np.testing.assert_array_equal(loaded.predict(X_test), model.predict(X_test))
         np.testing.assert_array_equal(loaded.predict_proba(X_test), model.predict_proba(X_test))
 
@@ -130,7 +155,7 @@ def test_spec_is_json_and_builds_an_untrained_replica_of_the_same_shape(kind, di
     shapes = {name: value.shape for name, value in model.parameters().items()}
     assert {name: value.shape for name, value in replica.parameters().items()} == shapes
     replica.set_parameters(model.parameters())
-    np.testing.assert_array_equal(replica.transform(X), model.transform(X))
+    np.testing.assert_array_equal(outputs(replica, X), outputs(model, X))
 
 
 def test_rbm_seam_has_one_phase_and_plain_parameter_names(digits):
@@ -150,12 +175,11 @@ def test_rbm_seam_has_one_phase_and_plain_parameter_names(digits):
 
 
 BAD_INPUTS = [
-    (lambda X: X[:, :10], "features per sample, expected 64"),
+    (lambda X: X[:, :10], "X has 10 features, but (RBM|DBN|ConvNet) is expecting 64 features as input"),
     (lambda X: np.where(np.arange(X.size).reshape(X.shape) == 70, np.nan, X), r"NaN or Inf \(first at row 1\)"),
     (lambda X: np.where(np.arange(X.size).reshape(X.shape) == 0, np.inf, X), r"NaN or Inf \(first at row 0\)"),
-    (lambda X: X * 2, r"must lie in \[0, 1\] for Bernoulli visible units"),
-    (lambda X: X[:0], "empty"),
-    (lambda X: X[0], "must be 2-D"),
+    (lambda X: X[0], "Expected 2D array, got 1D array instead"),
+    (lambda X: X.astype(complex), "Complex data not supported"),
 ]
 
 
@@ -165,9 +189,35 @@ def test_bad_input_is_rejected_with_a_message_naming_the_problem(kind, corrupt, 
     X, y, _ = digits
     model = fit(MODELS[kind](), X, y)
     with pytest.raises(ValueError, match=message):
-        model.transform(corrupt(X))
+        outputs(model, corrupt(X))
     with pytest.raises(ValueError, match=message):
         model.train_partition(corrupt(X), y, model.phases()[0], np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_empty_input_is_refused_by_fit_and_predict_and_skipped_as_a_partition(kind, digits):
+    X, y, _ = digits
+    model = fit(MODELS[kind](), X, y)
+    before = model.parameters()
+    with pytest.raises(ValueError, match=r"Found array with 0 sample\(s\) \(shape=\(0, 64\)\)"):
+        outputs(model, X[:0])
+    with pytest.raises(ValueError, match=r"Found array with 0 sample\(s\)"):
+        fit(MODELS[kind](), X[:0], y[:0])
+    assert model.train_partition(X[:0], y[:0], model.phases()[-1], np.random.default_rng(0))["samples"] == 0
+    assert all(np.array_equal(value, model.parameters()[name]) for name, value in before.items())
+
+
+@pytest.mark.parametrize("kind", ["rbm", "dbn"])
+def test_bernoulli_units_refuse_training_data_outside_the_unit_interval_but_predict_on_any(kind, digits):
+    X, y, _ = digits
+    model = fit(MODELS[kind](), X, y)
+    X_scaled = X * 2
+    with pytest.raises(ValueError, match=r"X must lie in \[0, 1\] for Bernoulli visible units \(row 0 has values in "
+                                         r"\[0, 1.875\]\); scale it, or use visible='gaussian'"):
+        model.train_partition(X_scaled, y, model.phases()[0], np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"Negative values in data passed to (RBM|DBN) \(X row 3 has values in "):
+        fit(MODELS[kind](), np.where(np.arange(X.size).reshape(X.shape) == 200, -0.5, X), y)
+    assert np.isfinite(outputs(model, X_scaled)).all()  # p(h | v) is defined for any real v
 
 
 @pytest.mark.parametrize(
@@ -221,7 +271,7 @@ def test_gaussian_visible_units_accept_values_outside_the_unit_interval(digits):
 def test_divergence_raises_a_clear_error_instead_of_returning_garbage(digits):
     X, _, _ = digits
     with np.errstate(all="ignore"), pytest.raises(DivergenceError, match="training diverged in RBM pass 1"):
-        make_rbm(visible="gaussian", learning_rate=1e4, momentum=0.9).fit(X * 100)
+        make_rbm(visible="gaussian", learning_rate=1e4, persistent=False, momentum=0.9).fit(X * 100)
 
 
 def test_unfitted_models_say_so():
@@ -234,8 +284,6 @@ def test_unfitted_models_say_so():
 
 @pytest.mark.parametrize("kind", ["rbm", "dbn", "convnet"])
 def test_set_parameters_with_one_bad_array_changes_nothing(kind):
-    from rbm import ConvNet
-
     models = {
         "rbm": lambda: RBM(n_components=4, random_state=0).initialize(6),
         "dbn": lambda: DBN(hidden_layer_sizes=(4,), random_state=0).initialize(6, 3),
@@ -250,3 +298,69 @@ def test_set_parameters_with_one_bad_array_changes_nothing(kind):
         model.set_parameters(update)
     after = model.parameters()
     assert all(np.array_equal(after[name], before[name]) for name in names)
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_pickled_models_predict_the_same_and_keep_training_the_same(kind, digits):
+    # What joblib and GridSearchCV(n_jobs=...) do with estimators (this project never unpickles).
+    X, y, X_test = digits
+    model = fit(MODELS[kind](), X, y)
+    copy = pickle.loads(pickle.dumps(model))
+    np.testing.assert_array_equal(outputs(copy, X_test), outputs(model, X_test))
+    rng_a, rng_b = np.random.default_rng(5), np.random.default_rng(5)
+    model.train_partition(X, y, model.phases()[-1], rng_a)
+    copy.train_partition(X, y, copy.phases()[-1], rng_b)
+    for name, value in model.parameters().items():
+        np.testing.assert_array_equal(copy.parameters()[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_learning_rate_scale_s_trains_exactly_as_a_learning_rate_times_s(kind, digits):
+    X, y, _ = digits
+    rate = {"rbm": "learning_rate", "dbn": "finetune_learning_rate", "convnet": "learning_rate"}[kind]
+    extra = {"dbn": {"pretrain_learning_rate": 0.1 * 2.5}}.get(kind, {})
+    scaled = MODELS[kind]().initialize(64, classes=10)
+    scaled.set_learning_rate_scale(2.5)
+    reference = MODELS[kind](**{rate: getattr(scaled, rate) * 2.5, **extra}).initialize(64, classes=10)
+    for phase in scaled.phases():
+        for epoch in range(2):
+            scaled.train_partition(X, y, phase, np.random.default_rng(epoch))
+            reference.train_partition(X, y, phase, np.random.default_rng(epoch))
+    for name, value in reference.parameters().items():
+        np.testing.assert_array_equal(scaled.parameters()[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_learning_rate_scale_is_not_a_hyperparameter(kind, digits, tmp_path):
+    X, y, _ = digits
+    model = fit(MODELS[kind](), X, y)
+    model.set_learning_rate_scale(4.0)
+    assert model.get_params() == MODELS[kind]().get_params()
+    assert model.to_spec() == MODELS[kind]().to_spec()
+    model.save(tmp_path / "model.npz")
+    assert getattr(load_model(tmp_path / "model.npz"), "_learning_rate_scale", 1.0) == 1.0
+    assert getattr(clone(model), "_learning_rate_scale", 1.0) == 1.0
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="learning rate scale must be a number in"):
+            model.set_learning_rate_scale(bad)
+
+
+@pytest.mark.parametrize("kind", ["dbn", "convnet"])
+@pytest.mark.parametrize("labels", [np.array(["cat", "dog", "eel"]), np.array([-1.0, 2.0, 7.0]), np.array([3, 5, 9])],
+                         ids=["strings", "integral-floats", "ints"])
+def test_classifiers_take_any_sortable_labels_and_train_partition_takes_class_indices(kind, labels, digits, tmp_path):
+    X, y, X_test = digits
+    keep = y < 3
+    X, indices = X[keep], y[keep]
+    settings = {"hidden_layer_sizes": (32,), "finetune_epochs": 20} if kind == "dbn" else {"epochs": 20}
+    model = fit(MODELS[kind](**settings), X, labels[indices])
+    np.testing.assert_array_equal(model.classes_, labels)
+    assert set(model.predict(X_test)) <= set(labels)
+    assert model.score(X, labels[indices]) > 0.9  # it learns on the labels (chance: 0.33)
+    # The distributed driver fixes the classes, then trains on indices 0 .. len(classes_) - 1.
+    replica = model_from_spec(model.to_spec()).initialize(64, classes=labels[::-1])  # the order does not matter
+    replica.train_partition(X, indices, replica.phases()[-1], np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"label 3 at row \d+, outside the class range 0..2"):
+        replica.train_partition(X[:5], np.full(5, 3), replica.phases()[-1], np.random.default_rng(0))
+    model.save(tmp_path / "model.npz")
+    np.testing.assert_array_equal(load_model(tmp_path / "model.npz").predict(X_test), model.predict(X_test))

@@ -1,35 +1,17 @@
 """The RBM learns: against scikit-learn's BernoulliRBM on digits, and each training option does its job."""
 
+import logging
+import re
+
 import numpy as np
 import pytest
-from scipy.ndimage import convolve
-from sklearn import datasets, linear_model
-from sklearn.model_selection import train_test_split
+import scipy.sparse as sp
+from sklearn import linear_model
 from sklearn.neural_network import BernoulliRBM
-from sklearn.preprocessing import minmax_scale
 from threadpoolctl import threadpool_limits
 
 from rbm import RBM
-from rbm.datasets import load_digits01
-
-
-def nudged_digits():
-    """scikit-learn's RBM example data: digits plus copies moved 1 px in 4 directions, in [0, 1]."""
-    X, y = datasets.load_digits(return_X_y=True)
-    kernels = [
-        [[0, 1, 0], [0, 0, 0], [0, 0, 0]],
-        [[0, 0, 0], [1, 0, 0], [0, 0, 0]],
-        [[0, 0, 0], [0, 0, 1], [0, 0, 0]],
-        [[0, 0, 0], [0, 0, 0], [0, 1, 0]],
-    ]
-
-    def shift(x, w):
-        return convolve(x.reshape((8, 8)), mode="constant", weights=w).ravel()
-
-    X = np.concatenate([X] + [np.apply_along_axis(shift, 1, X, kernel) for kernel in kernels])
-    y = np.concatenate([y] * 5)
-    X = minmax_scale(np.asarray(X, np.float32), feature_range=(0, 1)).astype(np.float32)
-    return train_test_split(X, y, test_size=0.2, random_state=0)
+from rbm.datasets import load_digits01, load_nudged_digits
 
 
 def accuracy_of_features(model, X_train, X_test, y_train, y_test):
@@ -39,27 +21,30 @@ def accuracy_of_features(model, X_train, X_test, y_train, y_test):
     return classifier.score(model.transform(X_test), y_test)
 
 
-def test_rbm_features_are_as_good_as_scikit_learn_bernoulli_rbm_on_nudged_digits():
-    X_train, X_test, y_train, y_test = nudged_digits()
-    settings = dict(n_components=100, learning_rate=0.06, n_iter=10, batch_size=10)
+# The classic schedule for CD-1 (Hinton's practical guide): the tests of other training
+# options use it, as they did before persistent CD became the default.
+CD1_WITH_MOMENTUM = dict(persistent=False, momentum=0.5, final_momentum=0.9)
+
+
+@pytest.mark.slow
+def test_rbm_defaults_give_features_at_least_as_good_as_bernoulli_rbms_on_nudged_digits():
+    split = load_nudged_digits()
+    X_train, X_test, y_train, y_test = split.X_train, split.X_test, split.y_train, split.y_test
+    example = dict(n_components=100, learning_rate=0.06, n_iter=10)  # the scikit-learn example's own arguments
     theirs, ours = [], []
     # One BLAS thread: the comparison then does not depend on the machine's core count.
     with threadpool_limits(1):
         for seed in (0, 1, 2):
-            theirs.append(accuracy_of_features(BernoulliRBM(random_state=seed, **settings), X_train, X_test, y_train, y_test))
-            # The same stochastic-maximum-likelihood algorithm as BernoulliRBM (persistent
-            # chains, no momentum), plus a little weight decay.
-            model = RBM(random_state=seed, persistent=True, momentum=0.0, final_momentum=0.0,
-                        weight_decay=1e-4, **settings)
-            ours.append(accuracy_of_features(model, X_train, X_test, y_train, y_test))
-    # Measured here (seeds 0, 1, 2): scikit-learn 0.943, 0.944, 0.949; ours 0.938, 0.944, 0.949.
-    assert np.mean(ours) >= np.mean(theirs) - 0.005
-    assert min(ours) >= 0.92
+            theirs.append(accuracy_of_features(BernoulliRBM(random_state=seed, **example), X_train, X_test, y_train, y_test))
+            ours.append(accuracy_of_features(RBM(random_state=seed, **example), X_train, X_test, y_train, y_test))
+    # Measured here (seeds 0, 1, 2): scikit-learn 0.934, 0.952, 0.946; ours 0.946, 0.946, 0.949.
+    assert np.mean(ours) >= np.mean(theirs)
+    assert min(ours) >= 0.93
 
 
 def test_reconstruction_error_falls_as_training_proceeds():
     split = load_digits01()
-    model = RBM(n_components=64, random_state=0)
+    model = RBM(n_components=64, random_state=0, **CD1_WITH_MOMENTUM)
     errors = [model.train_partition(split.X_train, None, "rbm", np.random.default_rng(k))["loss"] for k in range(8)]
     assert errors[-1] < 0.6 * errors[0]
     assert model.reconstruction_error(split.X_test) < 0.03
@@ -69,7 +54,8 @@ def test_gaussian_visible_units_learn_standardized_real_valued_data():
     split = load_digits01()
     mean, std = split.X_train.mean(axis=0), split.X_train.std(axis=0) + 0.1
     X_train, X_test = (split.X_train - mean) / std, (split.X_test - mean) / std
-    model = RBM(n_components=64, visible="gaussian", learning_rate=0.005, n_iter=10, random_state=0).fit(X_train)
+    model = RBM(n_components=64, visible="gaussian", learning_rate=0.005, n_iter=10, random_state=0,
+                **CD1_WITH_MOMENTUM).fit(X_train)
     untrained = RBM(n_components=64, visible="gaussian", random_state=0).initialize(64)
     assert model.reconstruction_error(X_test) < 0.5 * untrained.reconstruction_error(X_test)
     assert np.isfinite(model.score_samples(X_test)).all()
@@ -85,7 +71,7 @@ def test_sparsity_target_lowers_the_mean_hidden_activation():
 
 def test_weight_decay_shrinks_the_weights():
     split = load_digits01()
-    common = dict(n_components=32, n_iter=5, random_state=0)
+    common = dict(n_components=32, n_iter=5, random_state=0, **CD1_WITH_MOMENTUM)
     plain = np.linalg.norm(RBM(**common).fit(split.X_train).components_)
     decayed = np.linalg.norm(RBM(weight_decay=0.01, **common).fit(split.X_train).components_)
     assert decayed < 0.8 * plain
@@ -99,18 +85,20 @@ def test_cd_k_and_persistent_cd_learn_digits(settings):
     assert model.reconstruction_error(split.X_test) < 0.5 * untrained.reconstruction_error(split.X_test)
 
 
-def test_free_energy_and_transform_agree_with_scikit_learn_for_the_same_weights():
+def test_free_energy_transform_and_pseudo_likelihood_equal_scikit_learns_for_the_same_weights():
     split = load_digits01()
     ours = RBM(n_components=16, n_iter=2, random_state=0, dtype=np.float64).fit(split.X_train)
-    theirs = BernoulliRBM(n_components=16).fit(split.X_train[:20].astype(np.float64))
+    theirs = BernoulliRBM(n_components=16, random_state=0).fit(split.X_train[:20].astype(np.float64))
     theirs.components_ = ours.components_
     theirs.intercept_hidden_ = ours.intercept_hidden_
     theirs.intercept_visible_ = ours.intercept_visible_
     X = split.X_test.astype(np.float64)
     np.testing.assert_allclose(ours.transform(X), theirs.transform(X), rtol=1e-10)
     np.testing.assert_allclose(ours.free_energy(X), theirs._free_energy(X), rtol=1e-10)
-    # Pseudo-likelihood flips one random unit per row; averaged, both estimate the same thing.
-    assert np.mean(ours.score_samples(X)) == pytest.approx(np.mean(theirs.score_samples(X)), rel=0.15)
+    # The pseudo-likelihood flips one random unit per row: both draw it from the same seeded
+    # stream, so the estimates agree row by row, not just on average.
+    np.testing.assert_allclose(ours.score_samples(X), theirs.score_samples(X), rtol=1e-9)
+    assert np.ptp(ours.score_samples(X)) > 1.0  # rows really differ: the comparison has teeth
 
 
 def test_momentum_schedule_counts_passes_across_fit_partial_fit_and_train_partition():
@@ -126,3 +114,45 @@ def test_momentum_schedule_counts_passes_across_fit_partial_fit_and_train_partit
     assert model._updates == 4 * 5
     model.fit(split.X_train[:50])  # fit starts over
     assert model._passes == model.n_iter
+
+
+class NoWholeDensify(sp.csr_matrix):
+    """A CSR matrix that refuses to be densified in blocks of more than ``limit`` rows."""
+
+    limit = 1024
+
+    def toarray(self, *args, **kwargs):
+        assert self.shape[0] <= self.limit, f"densified {self.shape[0]} rows at once"
+        return super().toarray(*args, **kwargs)
+
+
+@pytest.mark.parametrize("container", [sp.csr_matrix, sp.csc_matrix, sp.lil_matrix, sp.csr_array, NoWholeDensify])
+def test_sparse_input_trains_and_infers_exactly_as_the_same_dense_input(container):
+    split = load_digits01()
+    X = np.vstack([split.X_train, split.X_train[:300]])  # 1737 rows: more than one inference chunk
+    dense, sparse = RBM(n_components=16, n_iter=2, random_state=0), RBM(n_components=16, n_iter=2, random_state=0)
+    dense.fit(X).partial_fit(X[:100])
+    sparse.fit(container(X)).partial_fit(container(X[:100]))
+    for name, value in dense.parameters().items():
+        np.testing.assert_array_equal(sparse.parameters()[name], value, err_msg=name)
+    np.testing.assert_allclose(sparse.transform(container(X)), dense.transform(X), rtol=1e-6)
+    np.testing.assert_allclose(sparse.score_samples(container(X)), dense.score_samples(X), rtol=1e-5)
+    np.testing.assert_array_equal(sparse.gibbs(container(X)).shape, X.shape)
+    assert sparse.transform(container(X)).dtype == np.float32
+
+
+def test_persistent_chains_are_exposed_as_h_samples_like_bernoulli_rbm():
+    split = load_digits01()
+    model = RBM(n_components=12, batch_size=7, n_iter=1, random_state=0).fit(split.X_train)
+    assert model.h_samples_.shape == (7, 12)
+    assert set(np.unique(model.h_samples_)) <= {0.0, 1.0} and model.h_samples_.any()
+    cd = RBM(n_components=12, persistent=False, n_iter=1, random_state=0).fit(split.X_train)
+    assert not hasattr(cd, "h_samples_")  # CD-k keeps no chains
+
+
+def test_verbose_logs_each_pass_through_logging_also_for_sparse_input(caplog):
+    with caplog.at_level(logging.INFO, logger="rbm"):
+        RBM(n_components=2, batch_size=2, n_iter=2, verbose=True, random_state=0).fit(sp.csc_matrix([[0.0], [1.0]]))
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 2
+    assert re.fullmatch(r"\[RBM\] Iteration 2, reconstruction error = \d\.\d+, time = \d+\.\d\ds", lines[1])

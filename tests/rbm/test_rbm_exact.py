@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from rbm import RBM
-from rbm import _cd
-from rbm._exact import (
+from rbm.datasets import bars_and_stripes
+from rbm.boltzmann import _cd
+from rbm.boltzmann._exact import (
     all_binary_states,
     exact_gradient,
     exact_log_likelihood,
@@ -150,20 +151,11 @@ def test_persistent_chains_of_the_cd_step_sample_the_exact_hidden_marginal():
     assert 0.5 * np.abs(empirical - exact).sum() < 0.03
 
 
-def bars_and_stripes(size=3):
-    patterns = set()
-    for bits in itertools.product([0, 1], repeat=size):
-        rows = np.repeat(np.array(bits)[:, None], size, axis=1)
-        patterns.add(tuple(rows.ravel()))
-        patterns.add(tuple(rows.T.ravel()))
-    return np.array(sorted(patterns), dtype=np.float64)
-
-
 def test_training_on_bars_and_stripes_raises_the_exact_log_likelihood():
     data = bars_and_stripes(3)  # 14 distinct 3x3 patterns; the best possible mean log p is -log 14
     assert len(data) == 14
-    model = RBM(n_components=12, learning_rate=0.02, batch_size=7, cd_k=3, dtype=np.float64,
-                random_state=0).initialize(9)
+    model = RBM(n_components=12, learning_rate=0.02, batch_size=7, cd_k=3, persistent=False, momentum=0.5,
+                final_momentum=0.9, dtype=np.float64, random_state=0).initialize(9)
 
     def log_likelihood():
         p = model.parameters()

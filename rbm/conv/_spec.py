@@ -1,4 +1,4 @@
-"""Net specs: LeNet's layers and the ConvNet settings."""
+"""Net specs: LeNet's layers, and JSON-safe copies of layer specs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["LENET_LAYERS", "SETTINGS", "plain"]
+__all__ = ["LENET_LAYERS", "plain"]
 
 # Deeplearning4j's LeNet example; the softmax output layer is added by ConvNet.
 LENET_LAYERS: list[dict[str, Any]] = [
@@ -16,9 +16,6 @@ LENET_LAYERS: list[dict[str, Any]] = [
     {"type": "maxpool", "size": 2},
     {"type": "dense", "units": 500, "activation": "relu"},
 ]
-# Every ConvNet constructor argument, in order: what a spec or config file may hold.
-SETTINGS = ("layers", "input_shape", "n_classes", "updater", "learning_rate", "momentum", "nesterov", "l2",
-            "batch_size", "epochs", "device", "dtype", "random_state", "verbose")
 
 
 def plain(value: Any) -> Any:

@@ -9,19 +9,38 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ._cd import _namespace, sigmoid_
+from ._cd import _namespace, sigmoid_, uniform_
 
 __all__ = ["forward", "softmax_", "cross_entropy_backward"]
 
 
-def forward(X: Any, weights: Sequence[Any], biases: Sequence[Any]) -> list[Any]:
-    """Activations of every sigmoid layer: ``[X, a_1, ..., a_L]`` with ``a_k`` (n, n_k)."""
-    activations = [X]
+def forward(
+    X: Any, weights: Sequence[Any], biases: Sequence[Any], dropout: float = 0.0, generator: Any = None
+) -> tuple[list[Any], list[Any]]:
+    """The sigmoid layers' activations, with inverted dropout on the hidden units when training.
+
+    Returns
+    -------
+    inputs : ``[X, d_1, ..., d_L]``, what each layer (and the output layer) reads: ``d_k`` is
+        ``a_k`` with a fraction ``dropout`` of its units zeroed and the rest scaled by
+        ``1 / (1 - dropout)`` (just ``a_k`` without dropout)
+    activations : ``[a_1, ..., a_L]``, the sigmoid outputs, ``a_k`` of shape (n, n_k)
+    """
+    inputs, activations = [X], []
+    keep = 1.0 - dropout
     for W, b in zip(weights, biases):
-        a = activations[-1] @ W
+        a = inputs[-1] @ W
         a += b
         activations.append(sigmoid_(a))
-    return activations
+        if dropout:
+            mask = uniform_(generator, _namespace(a).empty_like(a))
+            # mask <- (u < keep) / keep: zero the dropped units, scale the kept ones.
+            _namespace(a).less(mask, keep, out=mask)
+            mask *= 1.0 / keep
+            inputs.append(a * mask)
+        else:
+            inputs.append(a)
+    return inputs, activations
 
 
 def softmax_(logits: Any) -> Any:
@@ -34,6 +53,7 @@ def softmax_(logits: Any) -> Any:
 
 
 def cross_entropy_backward(
+    inputs: list[Any],
     activations: list[Any],
     weights: Sequence[Any],
     out_W: Any,
@@ -44,7 +64,8 @@ def cross_entropy_backward(
 
     Parameters
     ----------
-    activations : output of :func:`forward`, ``[X (n, d), a_1, ..., a_L]``
+    inputs, activations : output of :func:`forward`, ``[X (n, d), d_1, ..., d_L]`` and
+        ``[a_1, ..., a_L]``; where dropout zeroed a unit, ``d_k == 0`` and so is its gradient
     weights : the sigmoid layers' weights ``W_k`` (n_{k-1}, n_k)
     out_W : (n_L, n_classes); out_b : (n_classes,)
     labels : (n,) class indices 0 .. n_classes - 1 (device array)
@@ -58,7 +79,7 @@ def cross_entropy_backward(
     xp = _namespace(out_W)
     n = labels.shape[0]
     rows = xp.arange(n)
-    top = activations[-1]
+    top = inputs[-1]
     probabilities = top @ out_W
     probabilities += out_b
     softmax_(probabilities)
@@ -70,12 +91,13 @@ def cross_entropy_backward(
     grad_out_b = delta.sum(axis=0)
     grad_W: list[Any] = [None] * len(weights)
     grad_b: list[Any] = [None] * len(weights)
-    upstream = delta @ out_W.T
+    upstream = delta @ out_W.T  # d loss / d d_L
     for k in range(len(weights) - 1, -1, -1):
-        a = activations[k + 1]
-        upstream *= a
-        upstream *= 1.0 - a  # sigmoid'(z) = a (1 - a)
-        grad_W[k] = activations[k].T @ upstream
+        # d loss / d z_k = upstream * mask_k * a_k (1 - a_k), and d_k = a_k * mask_k carries
+        # the mask and one factor of sigmoid'(z) = a (1 - a) at once.
+        upstream *= inputs[k + 1]
+        upstream *= 1.0 - activations[k]
+        grad_W[k] = inputs[k].T @ upstream
         grad_b[k] = upstream.sum(axis=0)
         if k:
             upstream = upstream @ weights[k].T

@@ -27,8 +27,9 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
-from . import _blas
+from .. import _blas
 
 __all__ = [
     "sigmoid_",
@@ -65,7 +66,7 @@ def sigmoid_(x: Any, negate: bool = False) -> Any:
 def _namespace(array: Any) -> ModuleType:
     if isinstance(array, np.ndarray):
         return np
-    import cupy  # only reached for cupy arrays
+    import cupy  # optional dependency: only reached for cupy arrays
 
     return cupy
 
@@ -128,7 +129,15 @@ def gather_rows(data: Any, rows: Any, out: Any) -> Any:
 
     numpy's ``take`` buffers its output in the default ``mode="raise"``; ``"clip"`` writes
     straight into ``out`` (the row indices come from a permutation, so they are valid).
+    Sparse ``data`` (scipy CSR on the host, ``rows`` a host array) is densified one
+    minibatch at a time, never as a whole.
     """
+    if sp.issparse(data):
+        batch = data[rows]
+        if isinstance(out, np.ndarray):
+            return batch.toarray(out=out)
+        out[...] = _namespace(out).asarray(batch.toarray())
+        return out
     if isinstance(out, np.ndarray):
         return np.take(data, rows, axis=0, out=out, mode="clip")
     return _namespace(out).take(data, rows, axis=0, out=out)

@@ -3,7 +3,7 @@
 A layer is built from a JSON-able spec dict (``{"type": "conv", "filters": 20, "kernel": 5}``)
 and an input shape, which is how shapes are inferred: no one writes ``n_in`` by hand.
 Shapes that users see are per sample and channels first, ``(C, H, W)`` or ``(D,)``;
-inside, 4-D activations flow as CHWN, the batch innermost (see :mod:`rbm._im2col` for
+inside, 4-D activations flow as CHWN, the batch innermost (see :mod:`rbm.conv._im2col` for
 why); 2-D ones as (N, D).
 
 Each layer offers ``forward(x, train)`` and ``backward(dy) -> dx``; ``backward`` leaves
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from . import _im2col as k
-from ._backend import to_device
-from ._conv_ops import ACTIVATIONS, INITS, activate, activation_grad, initial_weights
+from .._backend import NamespacePickling, to_device
+from ._ops import ACTIVATIONS, INITS, activate, activation_grad, initial_weights
 
 __all__ = ["Layer", "build_layer", "LAYER_TYPES", "ACTIVATIONS", "INITS"]
 
@@ -35,9 +35,11 @@ def _pair(value: Any, what: str, layer: str, minimum: int) -> tuple[int, int]:
     return int(pair[0]), int(pair[1])
 
 
-class Layer:
+class Layer(NamespacePickling):
     """Base layer: no parameters, shape preserved."""
 
+    # What a forward/backward pass leaves behind: not pickled, rebuilt by the next pass.
+    _TRANSIENT = ("_buffers", "_w_matrix", "_cols", "_y", "_x_padded_shape", "_out", "_x_padded", "_x_shape", "_x", "_mask")
     keys: tuple[str, ...] = ()
     defaults: dict[str, Any] = {}
 
@@ -99,7 +101,6 @@ class Conv2D(Layer):
                 f"{(h + 2 * ph, w + 2 * pw)} (input shape {self.input_shape}, padding {self.padding})"
             )
         self.out_hw = (k.output_size(h, kh, self.stride[0], ph), k.output_size(w, kw, self.stride[1], pw))
-        self._buffers: dict[tuple, tuple[Array, Array]] = {}
         return (self.filters, *self.out_hw)
 
     def init_params(self, rng: np.random.Generator) -> None:
@@ -109,15 +110,16 @@ class Conv2D(Layer):
 
     def _scratch(self, n: int) -> tuple[Array, Array]:
         """Per-batch-size padded-input and im2col buffers (allocating them each step costs page faults)."""
-        if n not in self._buffers:
-            if len(self._buffers) >= 2:  # training size plus one prediction chunk size
-                self._buffers.clear()
+        buffers = self.__dict__.setdefault("_buffers", {})
+        if n not in buffers:
+            if len(buffers) >= 2:  # training size plus one prediction chunk size
+                buffers.clear()
             c, h, w = self.input_shape
             (kh, kw), (ph, pw), (oh, ow) = self.kernel, self.padding, self.out_hw
             padded = self.xp.zeros((c, h + 2 * ph, w + 2 * pw, n), dtype=self.dtype) if ph or pw else None
             cols = self.xp.empty((kh, kw, c, oh, ow, n), dtype=self.dtype)
-            self._buffers[n] = (padded, cols)
-        return self._buffers[n]
+            buffers[n] = (padded, cols)
+        return buffers[n]
 
     def forward(self, x: Array, train: bool) -> Array:
         n = x.shape[3]

@@ -3,7 +3,8 @@
 A :class:`DBN` is a stack of :class:`~rbm.RBM` layers.  Phase ``rbmK`` trains layer K on
 the data transformed through layers < K; phase ``finetune`` unrolls the stack into a
 feed-forward net (sigmoid layers initialized from the RBMs' weights and hidden biases,
-plus a softmax output) and trains it by backpropagation with SGD, momentum and L2.
+plus a softmax output) and trains it by backpropagation (SGD with momentum, Adagrad or Adam;
+L2 and dropout).
 :meth:`DBN.fit` runs exactly the per-phase steps the distributed trainer calls through
 :meth:`DBN.train_partition`.
 """
@@ -16,17 +17,21 @@ from numbers import Integral
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
 from sklearn.exceptions import NotFittedError
+from sklearn.utils import Tags
+from sklearn.utils.validation import validate_data
 
-from . import _finetune
-from ._backend import array_module, check_dtype, make_rng, resolve_device, to_device, to_host
+from .._backend import NamespacePickling, array_module, check_dtype, make_rng, resolve_device, to_device, to_host
+from .._classes import check_length, check_targets, encode_labels, resolve_classes
+from .._model import register_model
+from .._params import check_integer, check_number
+from .._updaters import Updater, make_updater
+from .._validation import check_features, check_finite_parameters, output_dtype
+from ..datasets import train_test_indices
+from . import _cd, _finetune
 from ._dbn_seam import DBNSeam
-from ._model import register_model
-from ._params import check_integer, check_number
 from ._rbm import RBM, VISIBLE_UNITS
-from ._updaters import SGD
-from ._validation import check_features, check_finite_parameters
 
 __all__ = ["DBN"]
 
@@ -34,11 +39,20 @@ logger = logging.getLogger(__name__)
 
 # Hyperparameters a per-layer override may set (the rest are fixed by the DBN).
 LAYER_OVERRIDES = frozenset(RBM._get_param_names()) - {"n_components", "device", "dtype", "random_state"}
+# How the DBN pretrains its RBMs unless ``layer_params`` says otherwise: CD-1 with a momentum
+# schedule, which pretrained better for fine-tuning here than the RBM's own defaults
+# (persistent CD without momentum, the best for RBM features alone; see the README).
+PRETRAIN_LAYER_DEFAULTS = {"persistent": False, "momentum": 0.5, "final_momentum": 0.9}
 
 
 @register_model("dbn")
-class DBN(DBNSeam, ClassifierMixin, BaseEstimator):
+class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEstimator):
     """Deep belief net classifier: stacked RBMs, pretrained greedily, fine-tuned by backprop.
+
+    The fine-tuning defaults (100 epochs of SGD with momentum at 0.1, decaying as
+    ``1 / (1 + 0.1 t)``, dropout 0.3 on the hidden units) were tuned on a validation split
+    of the digits (see the README): a 64-256-256 DBN then beats a plain
+    ``MLPClassifier((256, 256))``.
 
     Parameters
     ----------
@@ -54,10 +68,14 @@ class DBN(DBNSeam, ClassifierMixin, BaseEstimator):
     batch_size : int
         Minibatch rows for pretraining and fine-tuning.
     finetune_learning_rate, finetune_momentum, finetune_epochs : float, float, int
-        SGD with momentum for the supervised phase.
+        The supervised phase (``finetune_momentum`` applies to SGD only).
     finetune_lr_decay : float
         The fine-tuning learning rate of pass ``t`` (counted from 0: epochs of :meth:`fit`,
         calls of :meth:`train_partition`) is ``finetune_learning_rate / (1 + decay * t)``.
+    finetune_dropout : float
+        Fraction of hidden units dropped (inverted dropout) in each fine-tuning minibatch.
+    finetune_updater : {"sgd", "adagrad", "adam"}
+        The fine-tuning updater.
     l2 : float
         L2 penalty on the weights during fine-tuning.
     early_stopping : bool
@@ -83,10 +101,12 @@ class DBN(DBNSeam, ClassifierMixin, BaseEstimator):
         pretrain_learning_rate: float = 0.1,
         pretrain_epochs: int = 10,
         batch_size: int = 10,
-        finetune_learning_rate: float = 0.05,
+        finetune_learning_rate: float = 0.1,
         finetune_momentum: float = 0.9,
-        finetune_epochs: int = 20,
+        finetune_epochs: int = 100,
         finetune_lr_decay: float = 0.1,
+        finetune_dropout: float = 0.3,
+        finetune_updater: str = "sgd",
         l2: float = 1e-4,
         early_stopping: bool = False,
         validation_fraction: float = 0.1,
@@ -106,6 +126,8 @@ class DBN(DBNSeam, ClassifierMixin, BaseEstimator):
         self.finetune_momentum = finetune_momentum
         self.finetune_epochs = finetune_epochs
         self.finetune_lr_decay = finetune_lr_decay
+        self.finetune_dropout = finetune_dropout
+        self.finetune_updater = finetune_updater
         self.l2 = l2
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
@@ -133,7 +155,9 @@ class DBN(DBNSeam, ClassifierMixin, BaseEstimator):
         check_number("validation_fraction", self.validation_fraction, 0.0, 1.0, low_open=True)
         check_number("finetune_momentum", self.finetune_momentum, 0.0, 1.0)
         check_number("finetune_lr_decay", self.finetune_lr_decay, 0.0)
+        check_number("finetune_dropout", self.finetune_dropout, 0.0, 1.0)
         check_number("l2", self.l2, 0.0)
+        self._make_updater()  # validates finetune_updater
         if self.visible not in VISIBLE_UNITS:
             raise ValueError(f"visible must be one of {VISIBLE_UNITS}, got {self.visible!r}")
         overrides = self.layer_params
@@ -149,12 +173,24 @@ class DBN(DBNSeam, ClassifierMixin, BaseEstimator):
         check_dtype(self.dtype)
         resolve_device(self.device)
 
+    def _make_updater(self) -> Updater:
+        settings: dict[str, Any] = {"learning_rate": self.finetune_learning_rate, "l2": self.l2}
+        if self.finetune_updater == "sgd":
+            settings["momentum"] = self.finetune_momentum
+        return make_updater(self.finetune_updater, **settings)
+
     def _sizes(self) -> tuple[int, ...]:
         sizes = self.hidden_layer_sizes
         return (int(sizes),) if isinstance(sizes, (int, np.integer)) else tuple(int(s) for s in sizes)
 
     def __sklearn_is_fitted__(self) -> bool:
         return getattr(self, "layers_", None) is not None
+
+    def __sklearn_tags__(self) -> Tags:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = self.visible == "bernoulli"
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
 
     def _require(self, classes: bool = False) -> None:
         if not self.__sklearn_is_fitted__():
@@ -173,9 +209,7 @@ class DBN(DBNSeam, ClassifierMixin, BaseEstimator):
         if not (self.__sklearn_is_fitted__() and self.n_features_in_ == n_features):
             self._allocate_layers(int(n_features), make_rng(self.random_state))
         if classes is not None:
-            labels = np.arange(int(classes)) if isinstance(classes, (int, np.integer)) else np.unique(np.asarray(classes))
-            if len(labels) < 2:
-                raise ValueError(f"a classifier needs at least 2 classes, got {labels.tolist()}")
+            labels = resolve_classes(classes)
             if getattr(self, "classes_", None) is None or not np.array_equal(labels, self.classes_):
                 self._allocate_output(labels)
         return self
@@ -194,13 +228,15 @@ class DBN(DBNSeam, ClassifierMixin, BaseEstimator):
                 size, learning_rate=self.pretrain_learning_rate, batch_size=self.batch_size,
                 n_iter=self.pretrain_epochs, verbose=self.verbose, random_state=int(seed),
                 visible=self.visible if k == 0 else "bernoulli", device=self.device, dtype=self.dtype,
+                **PRETRAIN_LAYER_DEFAULTS,
             )
             layer.set_params(**(extra or {}))
+            layer.set_learning_rate_scale(getattr(self, "_learning_rate_scale", 1.0))
             self.layers_.append(layer.initialize(width))
             width = size
         self.classes_: np.ndarray | None = None
         self._out_W = self._out_b = None
-        self._updater = SGD(self.finetune_learning_rate, momentum=self.finetune_momentum, l2=self.l2)
+        self._updater = self._make_updater()
         self._finetune_epochs_done = 0
 
     def _allocate_output(self, labels: np.ndarray) -> None:
@@ -211,28 +247,19 @@ class DBN(DBNSeam, ClassifierMixin, BaseEstimator):
         self.classes_ = labels
         self._updater.reset()
 
-    def _encode(self, y: Any, n_samples: int) -> np.ndarray:
-        """Class indices of labels ``y``; a clear error for labels outside ``classes_``."""
-        labels = np.asarray(y)
-        if labels.ndim != 1 or len(labels) != n_samples:
-            raise ValueError(f"y must be 1-D with one label per sample ({n_samples}), got shape {labels.shape}")
-        index = np.clip(np.searchsorted(self.classes_, labels), 0, len(self.classes_) - 1)
-        bad = self.classes_[index] != labels
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            known = self.classes_.tolist()
-            shown = known if len(known) <= 12 else known[:6] + ["..."] + known[-3:]
-            raise ValueError(
-                f"y has label {labels[row].item()!r} at row {row}, outside the class range of this "
-                f"model ({shown})"
-            )
-        return index.astype(np.int64)
+    def _check_X(self, X: Any, *, reset: bool = False, training: bool = True) -> np.ndarray:
+        """``X`` as a C-contiguous array of the model dtype (see :meth:`rbm.RBM._validate`).
 
-    def _check_X(self, X: Any, fitted: bool = True) -> np.ndarray:
-        return check_features(
-            X, self.n_features_in_ if fitted else None, dtype=check_dtype(self.dtype),
-            bernoulli=self.visible == "bernoulli",
+        Training input of Bernoulli units must lie in [0, 1]; prediction accepts any finite
+        values.  ``reset`` records ``n_features_in_`` (and feature names), else checks them.
+        """
+        array = check_features(
+            X, dtype=check_dtype(self.dtype), bernoulli=training and self.visible == "bernoulli",
+            model=type(self).__name__, allow_nd=False,
         )
+        if reset or self.__sklearn_is_fitted__():
+            validate_data(self, X, reset=reset, skip_check_array=True)
+        return array
 
     # ------------------------------------------------------------------ phases
     def _propagate(self, data: Any, n_layers: int) -> Any:
@@ -259,12 +286,15 @@ class DBN(DBNSeam, ClassifierMixin, BaseEstimator):
         decayed = tuple(name for name in params if name.endswith(".W"))
         total = xp.zeros((), dtype=self._dtype)
         decay = 1.0 + self.finetune_lr_decay * self._finetune_epochs_done
-        self._updater.learning_rate = self.finetune_learning_rate / decay
+        scale = getattr(self, "_learning_rate_scale", 1.0)  # set by the distributed trainer
+        self._updater.learning_rate = self.finetune_learning_rate / decay * scale
+        dropout = float(self.finetune_dropout)
+        generator = _cd.device_generator(rng, xp) if dropout else None
         for start in range(0, n, self.batch_size):
             rows = order[start : start + self.batch_size]
-            activations = _finetune.forward(xp.take(data, rows, axis=0), weights, biases)
+            inputs, activations = _finetune.forward(xp.take(data, rows, axis=0), weights, biases, dropout, generator)
             loss, grad_W, grad_b, grad_out_W, grad_out_b = _finetune.cross_entropy_backward(
-                activations, weights, self._out_W, self._out_b, xp.take(labels, rows)
+                inputs, activations, weights, self._out_W, self._out_b, xp.take(labels, rows)
             )
             grads = {"out.W": grad_out_W, "out.b": grad_out_b}
             for k in range(len(weights)):
@@ -278,11 +308,19 @@ class DBN(DBNSeam, ClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ scikit-learn API
     def pretrain(self, X: Any, y: Any = None) -> "DBN":
         """Greedy layer-wise pretraining: each RBM for its ``n_iter`` passes, bottom up."""
-        if not self.__sklearn_is_fitted__():
-            X = self._check_X(X, fitted=False)
-            self.initialize(X.shape[1])
-        else:
-            X = self._check_X(X)
+        self._pretrain(self._prepare(X))
+        return self
+
+    def _prepare(self, X: Any) -> np.ndarray:
+        """Validate training input ``X``; allocate the layers from its width on first use."""
+        if self.__sklearn_is_fitted__():
+            return self._check_X(X)
+        self._check_params()
+        X = self._check_X(X, reset=True)
+        self.initialize(X.shape[1])
+        return X
+
+    def _pretrain(self, X: np.ndarray) -> None:
         data = to_device(X, self._xp)
         for k, layer in enumerate(self.layers_):
             for _ in range(layer.n_iter):
@@ -290,36 +328,33 @@ class DBN(DBNSeam, ClassifierMixin, BaseEstimator):
             if self.verbose and layer.n_iter:
                 logger.info("DBN layer %d pretrained: reconstruction error %.6f", k, loss)
             data = layer._mean_hiddens(data) if k + 1 < len(self.layers_) else None
-        return self
 
     def fit(self, X: Any, y: Any) -> "DBN":
-        """Pretrain on ``X`` (n_samples, n_features), then fine-tune on labels ``y``."""
+        """Pretrain on ``X`` (n_samples, n_features), then fine-tune on labels ``y`` (any sortable kind)."""
         self._check_params()
-        X = self._check_X(X, fitted=False)
-        if y is None:
-            raise ValueError("DBN.fit needs labels y; use pretrain(X) for unsupervised training")
-        labels = np.asarray(y)
-        if labels.ndim != 1 or len(labels) != len(X):
-            raise ValueError(f"y must be 1-D with one label per sample ({len(X)}), got shape {labels.shape}")
+        labels = check_targets(y, type(self).__name__)
+        X = self._check_X(X, reset=True)
+        check_length(labels, len(X))
         self._allocate_layers(X.shape[1], make_rng(self.random_state))
         self.initialize(X.shape[1], classes=labels)
-        self.pretrain(X)
-        self.finetune(X, labels)
+        self._pretrain(X)
+        self._finetune(X, encode_labels(labels, self.classes_, len(X)))
         return self
 
     def finetune(self, X: Any, y: Any) -> "DBN":
-        """Supervised fine-tuning for ``finetune_epochs`` epochs (early stopping optional)."""
+        """Supervised fine-tuning on labels ``y`` for ``finetune_epochs`` epochs (early stopping optional)."""
         self._require(classes=True)
         X = self._check_X(X)
-        labels = self._encode(y, len(X))
+        self._finetune(X, encode_labels(y, self.classes_, len(X)))
+        return self
+
+    def _finetune(self, X: np.ndarray, indices: np.ndarray) -> None:
         train, valid = np.arange(len(X)), None
         if self.early_stopping:
-            from .datasets import train_test_indices
-
-            train, valid = train_test_indices(labels, self.validation_fraction, int(self._rng.integers(2**31)))
+            train, valid = train_test_indices(indices, self.validation_fraction, int(self._rng.integers(2**31)))
             if len(valid) == 0 or len(train) == 0:
                 raise ValueError("validation_fraction leaves no validation or no training rows")
-        data, targets = to_device(X[train], self._xp), to_device(labels[train], self._xp)
+        data, targets = to_device(X[train], self._xp), to_device(indices[train], self._xp)
         best_score, best_params, stale = -1.0, None, 0
         for epoch in range(self.finetune_epochs):
             loss = self._finetune_pass(data, targets, self._rng)
@@ -327,7 +362,7 @@ class DBN(DBNSeam, ClassifierMixin, BaseEstimator):
                 if self.verbose:
                     logger.info("DBN fine-tuning epoch %d: cross-entropy %.5f", epoch + 1, loss)
                 continue
-            score = float(np.mean(self._predict_index(to_device(X[valid], self._xp)) == labels[valid]))
+            score = float(np.mean(self._predict_index(to_device(X[valid], self._xp)) == indices[valid]))
             if self.verbose:
                 logger.info("DBN fine-tuning epoch %d: cross-entropy %.5f, validation accuracy %.4f", epoch + 1, loss, score)
             if score > best_score:
@@ -338,7 +373,6 @@ class DBN(DBNSeam, ClassifierMixin, BaseEstimator):
                     break
         if best_params is not None:
             self.set_parameters(best_params)
-        return self
 
     def _predict_index(self, data: Any) -> np.ndarray:
         return to_host(self._logits(data).argmax(axis=1))
@@ -352,20 +386,16 @@ class DBN(DBNSeam, ClassifierMixin, BaseEstimator):
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities, shape (n_samples, n_classes), columns ordered as ``classes_``."""
         self._require(classes=True)
-        probabilities = _finetune.softmax_(self._logits(to_device(self._check_X(X), self._xp)))
-        return to_host(probabilities).astype(self._out_dtype(X), copy=False)
+        probabilities = _finetune.softmax_(self._logits(to_device(self._check_X(X, training=False), self._xp)))
+        return to_host(probabilities).astype(output_dtype(X), copy=False)
 
     def predict(self, X: Any) -> np.ndarray:
-        """Most probable class of each row, shape (n_samples,)."""
+        """Most probable class label of each row, shape (n_samples,)."""
         self._require(classes=True)
-        return self.classes_[self._predict_index(to_device(self._check_X(X), self._xp))]
+        return self.classes_[self._predict_index(to_device(self._check_X(X, training=False), self._xp))]
 
     def transform(self, X: Any) -> np.ndarray:
         """Top hidden layer probabilities, shape (n_samples, hidden_layer_sizes[-1])."""
         self._require()
-        top = self._propagate(to_device(self._check_X(X), self._xp), len(self.layers_))
-        return to_host(top).astype(self._out_dtype(X), copy=False)
-
-    def _out_dtype(self, X: Any) -> np.dtype:
-        dtype = np.asarray(X).dtype
-        return dtype if dtype in (np.float32, np.float64) else check_dtype(self.dtype)
+        top = self._propagate(to_device(self._check_X(X, training=False), self._xp), len(self.layers_))
+        return to_host(top).astype(output_dtype(X), copy=False)

@@ -11,28 +11,32 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
-from ._backend import to_device, to_host
-from ._model import copy_parameters, save_model
-from ._params import params_from_spec, read_config, spec_from_params
-
-if TYPE_CHECKING:  # the mixin is part of DBN, which imports this module
-    from ._dbn import DBN
+from .._backend import to_device, to_host
+from .._model import copy_parameters, empty_partition_metrics, is_empty, save_model
+from .._params import SpecConstructors, check_learning_rate_scale, spec_from_params
+from .._validation import check_labels
 
 __all__ = ["DBNSeam", "CLASSES_KEY"]
 
 CLASSES_KEY = "meta.classes"
 
 
-class DBNSeam:
+class DBNSeam(SpecConstructors):
     """Mixin: the distributed trainer's view of a DBN (see :class:`rbm.DBN`)."""
+
+    _KIND, _TUPLE_PARAMS = "dbn", ("hidden_layer_sizes",)
 
     def phases(self) -> list[str]:
         """``["rbm0", ..., "rbm{L-1}", "finetune"]``."""
         return [f"rbm{k}" for k in range(len(self._sizes()))] + ["finetune"]
+
+    def input_bounds(self) -> tuple[float, float] | None:
+        """The range every input value must lie in: ``(0, 1)`` for Bernoulli visible units, else None."""
+        return (0.0, 1.0) if self.visible == "bernoulli" else None
 
     def _layer_index(self, phase: str) -> int:
         if phase not in self.phases() or phase == "finetune":
@@ -42,27 +46,40 @@ class DBNSeam:
     def train_partition(self, X: Any, y: Any, phase: str, rng: np.random.Generator) -> dict:
         """One pass over a partition in phase ``phase`` (see :meth:`phases`).
 
-        ``loss`` is the RBM's reconstruction error for ``rbmK`` phases and the mean
-        cross-entropy for ``finetune``.
+        ``y`` (phase ``finetune`` only) holds class *indices* ``0 .. len(classes_) - 1``:
+        the distributed driver fixes the classes with ``initialize`` and maps labels to
+        indices.  ``loss`` is the RBM's reconstruction error for ``rbmK`` phases and the
+        mean cross-entropy for ``finetune``.  An empty partition is skipped.
         """
+        if phase != "finetune":
+            self._layer_index(phase)  # an unknown phase fails here, even for an empty partition
+        if is_empty(X):  # empty partitions are simply skipped
+            return empty_partition_metrics()
         started = time.perf_counter()
         if phase == "finetune":
             self._require(classes=True)
             X = self._check_X(X)
             if y is None:
                 raise ValueError("phase 'finetune' needs labels y")
-            labels = to_device(self._encode(y, len(X)), self._xp)
-            loss = self._finetune_pass(to_device(X, self._xp), labels, rng)
+            indices = to_device(check_labels(y, len(X), len(self.classes_)), self._xp)
+            loss = self._finetune_pass(to_device(X, self._xp), indices, rng)
         else:
             k = self._layer_index(phase)
-            if not self.__sklearn_is_fitted__():
-                X = self._check_X(X, fitted=False)
-                self.initialize(X.shape[1])
-            else:
-                X = self._check_X(X)
+            X = self._prepare(X)
             hidden = self._propagate(to_device(X, self._xp), k)
             loss = self.layers_[k]._train_pass(hidden, rng)
         return {"samples": int(len(X)), "seconds": time.perf_counter() - started, "loss": float(loss)}
+
+    def set_learning_rate_scale(self, factor: float) -> None:
+        """Multiply the learning rate of every following update by ``factor`` (default 1.0):
+        the RBMs' CD updates in pretraining and the fine-tuning updater alike.
+
+        Not a hyperparameter: it is not in ``get_params``, the spec or the saved file.  The
+        distributed trainer uses it to scale learning rates with the number of nodes.
+        """
+        self._learning_rate_scale = check_learning_rate_scale(factor)
+        for layer in getattr(self, "layers_", None) or []:
+            layer.set_learning_rate_scale(self._learning_rate_scale)
 
     def to_spec(self) -> dict:
         """JSON-able hyperparameters, ``{"kind": "dbn", ...}``."""
@@ -70,19 +87,6 @@ class DBNSeam:
         spec["hidden_layer_sizes"] = list(self._sizes())
         spec["layer_params"] = None if self.layer_params is None else [dict(p or {}) for p in self.layer_params]
         return spec
-
-    @classmethod
-    def from_spec(cls, spec: Mapping[str, Any]) -> "DBN":
-        """An untrained DBN from a spec dict (``"kind"`` optional)."""
-        params = params_from_spec("dbn", spec, cls._get_param_names())
-        if isinstance(params.get("hidden_layer_sizes"), list):
-            params["hidden_layer_sizes"] = tuple(params["hidden_layer_sizes"])
-        return cls(**params)
-
-    @classmethod
-    def from_config(cls, path: str | os.PathLike) -> "DBN":
-        """An untrained DBN from a JSON (``.json``) or YAML (``.yaml``/``.yml``) spec file."""
-        return cls.from_spec(read_config(path))
 
     def parameters(self, phase: str | None = None) -> dict[str, np.ndarray]:
         """Host copies of the named weights: all, one ``rbmK`` phase, or those of ``finetune``."""
