@@ -3,8 +3,10 @@
 A node (one per process per run) publishes its weights to the store and announces each new
 version over signed ZeroMQ PUB/SUB; it fetches its peers' announced versions in the background
 and hands the trainer the fresh ones to merge (:func:`merge_snapshots`).  No process is central.
+Only what the run's key signed is acted upon (announcements, snapshots, registry entries), and
+what a hostile peer can make a node hold is bounded; see ``NodeHandle.stats`` for the refusals.
 
->>> node = start_node("run-1", "host-1234", storage.open_store("/tmp/store"), secret)  # doctest: +SKIP
+>>> node = start_node("run-1", "host-1234", storage.open_store("/tmp/store"), run_key)  # doctest: +SKIP
 >>> params, used = node.merge("rbm", model.parameters("rbm"))                           # doctest: +SKIP
 """
 

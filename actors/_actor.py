@@ -59,6 +59,9 @@ class NodeActor(pykka.ThreadingActor):
     on_phase_change : callable
         Called (in the actor thread; must not block) when the current phase changes, to
         trigger an immediate store listing: the late-joiner / new-phase catch-up.
+    max_peers : int
+        At most this many peers are tracked in the current phase; announcements of further
+        new peers are dropped (``dropped_too_many_peers``), so per-peer state stays bounded.
     """
 
     # A safety net only: NodeHandle.stop() stops the actor; a forgotten one must not hang exit.
@@ -73,8 +76,10 @@ class NodeActor(pykka.ThreadingActor):
         rng: np.random.Generator,
         fanout: int | None,
         on_phase_change: Callable[[], None],
+        max_peers: int,
     ) -> None:
         super().__init__()
+        self._max_peers = max_peers
         self._node = node
         self._fetch = fetch
         self._pool = pool
@@ -120,7 +125,15 @@ class NodeActor(pykka.ThreadingActor):
             if heard:
                 self._counters.add("dropped_other_phase")
             return
-        state = self._peers.setdefault((announcement.phase, announcement.node), _PeerState())
+        state = self._peers.get((announcement.phase, announcement.node))
+        if state is None:
+            if len(self._peers) >= self._max_peers:
+                if heard:  # the store listing repeats itself: counted when heard only
+                    self._counters.add("dropped_too_many_peers")
+                logger.debug("node %s ignores peer %s: %d peers known already", self._node, announcement.node,
+                             len(self._peers))  # fmt: skip
+                return
+            state = self._peers[(announcement.phase, announcement.node)] = _PeerState()
         newest_known = max(state.announced.version if state.announced else -1, state.last_merged, state.tried)
         if announcement.version <= newest_known:
             if heard:  # the store listing repeats known versions on purpose: not worth counting
@@ -207,7 +220,7 @@ class NodeActor(pykka.ThreadingActor):
     # -- helpers ------------------------------------------------------------------------
     def _maybe_fetch(self, state: _PeerState) -> None:
         announced = state.announced
-        if announced is None or state.inflight is not None or not announced.path:
+        if announced is None or state.inflight is not None:
             return
         if announced.version <= max(state.tried, state.last_merged, state.fetched.version if state.fetched else -1):
             return

@@ -17,23 +17,25 @@ from ._errors import MessageError
 __all__ = ["SCHEMA_VERSION", "WeightAnnouncement", "Goodbye", "Message", "Snapshot", "message_to_dict", "message_from_dict"]
 
 #: Bumped whenever a message's fields change; frames with another schema are dropped and counted.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
 class WeightAnnouncement:
-    """``node`` wrote version ``version`` of its ``phase`` weights to ``path`` in the store.
+    """``node`` wrote version ``version`` of its ``phase`` weights to the store.
 
-    ``path`` is relative to the store root, ``sha256`` the hex digest of the file,
-    ``samples_seen`` the samples the node has trained on so far, ``sent_at`` a Unix time (s).
+    ``sha256`` is the hex digest of the file and ``mac`` its authentication under the run's key
+    (together they name the file: :class:`storage.SnapshotRef`); ``samples_seen`` the samples
+    the node has trained on so far, ``sent_at`` a Unix time (s).  Schema 2: ``path`` gave way
+    to ``mac`` (a reader derives the path, it never follows one from the network).
     """
 
     run: str
     node: str
     phase: str
     version: int
-    path: str
     sha256: str
+    mac: str
     samples_seen: int
     sent_at: float
     schema: int = SCHEMA_VERSION

@@ -1,14 +1,21 @@
 """A node: one pykka actor, a ZeroMQ endpoint, a writer and a few background threads.
 
-:func:`start_node` wires them together and returns a :class:`NodeHandle`, the only object a
-trainer touches.  Threads of a node:
+:func:`start_node` creates and starts a :class:`NodeHandle`, the only object a trainer touches
+(creating a handle starts nothing; :meth:`NodeHandle.start` / :meth:`NodeHandle.stop` or the
+context manager do).  Threads of a node:
 
 * the transport's I/O thread: receives frames, verifies them, offers announcements to the actor;
-* the fetch pool (``FETCH_THREADS``): reads announced snapshots from the store, sha256-verified;
+* the fetch pool (``FETCH_THREADS``): reads announced snapshots from the store, authenticated
+  under the run's key and bounded in size by the node's own parameter shapes;
 * the writer: ``put_version`` then announce then ``prune``;
 * the maintenance thread: refreshes the peers registry (heartbeat + subscriptions) every
   ``peer_refresh_interval_s`` and lists the store for missed versions (anti-entropy) every
   ``anti_entropy_interval_s``, or at once when the phase changes (the late-joiner catch-up).
+
+Trust: the run's key (``secret``) signs announcements, snapshot names, registry entries.  A node
+subscribes only to endpoints whose registry entry verifies, merges only snapshots whose MAC
+verifies, and bounds what any peer can make it hold (frame size, queued messages, peers known,
+snapshot size); each refusal is counted in :meth:`NodeHandle.stats` and logged once per source.
 
 Never fork a process after starting a node: threads and ZeroMQ sockets do not survive fork.
 """
@@ -16,15 +23,13 @@ Never fork a process after starting a node: threads and ZeroMQ sockets do not su
 from __future__ import annotations
 
 import atexit
-import hashlib
 import logging
 import os
-import socket
 import threading
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import pykka
@@ -33,10 +38,11 @@ import storage
 
 from ._actor import NodeActor
 from ._errors import ActorsError, MergeError, MessageError, NodeStoppedError
+from ._maintenance import MAX_PEERS, Maintenance
 from ._merge import check_compatible, check_snapshot, merge_snapshots
 from ._messages import Goodbye, Snapshot, WeightAnnouncement
 from ._publisher import Publisher
-from ._stats import Counters
+from ._stats import Counters, LogOnce
 from ._transport import Transport
 from ._wire import decode_frames, encode_message
 
@@ -48,8 +54,8 @@ logger = logging.getLogger(__name__)
 FETCH_THREADS = 2
 #: How long stop() lets queued publishes finish.
 STOP_FLUSH_TIMEOUT_S = 10.0
-#: A peer whose heartbeat is older than this many refresh intervals (and 30 s) is treated as gone.
-PEER_EXPIRY_INTERVALS = 15
+#: Announcements waiting for the actor beyond this are dropped (counted ``dropped_overloaded``).
+MAX_INBOX_MESSAGES = 1000
 
 _live_handles: "weakref.WeakSet[NodeHandle]" = weakref.WeakSet()
 
@@ -74,25 +80,45 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_disown_nodes_after_fork)
 
 
-def _process_is_dead(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0 checks existence only
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # exists, owned by someone else
-        return False
-    return False
-
-
 class NodeHandle:
-    """The trainer's view of its node (create with :func:`start_node`; one per process per run).
+    """The trainer's view of its node (one per process per run).
+
+    Creating a handle starts nothing: :meth:`start` binds, registers and starts the threads,
+    :meth:`stop` (or leaving a ``with`` block) stops them.  :func:`start_node` does both.
+
+    Parameters
+    ----------
+    run : str
+        The run name (announcements of other runs are dropped).
+    node : str
+        This node's unique name, e.g. ``f"{hostname}-{pid}"`` (the process, never a partition).
+    store : storage.Store
+        The shared store holding ``runs/<run>/...``.
+    secret : bytes
+        The run's key (at least 16 bytes); every node of the run must use the same one.  It
+        signs announcements, snapshots and registry entries; nothing unsigned is acted upon.
+    bind_host : str
+        Interface of the publishing socket (loopback by default).
+    fanout : int, optional
+        Merge at most this many peers per round (a random subset); all fresh peers when None.
+    anti_entropy_interval_s, peer_refresh_interval_s : float
+        How often to list the store for missed versions, and to re-read the peers registry.
+    keep_versions : int
+        How many of its own versions per phase a node keeps in the store.
+    seed : int, optional
+        Seeds the fanout choice (default: derived from run and node names).
+    max_peers : int
+        At most this many peers are subscribed to and tracked.
+    max_snapshot_bytes : int
+        Largest snapshot fetched before this node knows its own parameter shapes (afterwards
+        the bound follows from them).
 
     Attributes
     ----------
     run, node : str
         The run and this node's name.
-    endpoint : str
-        The ZeroMQ endpoint peers subscribe to, e.g. ``"tcp://127.0.0.1:40123"``.
+    endpoint : str or None
+        The ZeroMQ endpoint peers subscribe to, e.g. ``"tcp://127.0.0.1:40123"`` (once started).
     """
 
     def __init__(
@@ -102,57 +128,87 @@ class NodeHandle:
         store: "storage.Store",
         secret: bytes,
         *,
-        bind_host: str,
-        fanout: int | None,
-        anti_entropy_interval_s: float,
-        peer_refresh_interval_s: float,
-        keep_versions: int,
-        seed: int | None,
+        bind_host: str = "127.0.0.1",
+        fanout: int | None = None,
+        anti_entropy_interval_s: float = 5.0,
+        peer_refresh_interval_s: float = 2.0,
+        keep_versions: int = 3,
+        seed: int | None = None,
+        max_peers: int = MAX_PEERS,
+        max_snapshot_bytes: int = storage.DEFAULT_MAX_SNAPSHOT_BYTES,
     ) -> None:
-        if not isinstance(secret, (bytes, bytearray)) or not secret:
-            raise ActorsError("secret must be non-empty bytes (the run's shared HMAC key)")
+        if not isinstance(secret, (bytes, bytearray)) or len(secret) < storage.MIN_KEY_BYTES:
+            raise ActorsError(f"secret must be bytes of at least {storage.MIN_KEY_BYTES} (the run's shared key)")
         if fanout is not None and fanout < 1:
             raise ActorsError(f"fanout must be >= 1 or None, got {fanout}")
+        if max_peers < 1:
+            raise ActorsError(f"max_peers must be >= 1, got {max_peers}")
         self.run = run
         self.node = node
+        self.endpoint: str | None = None
         self._secret = bytes(secret)
+        self._bind_host = bind_host
+        self._fanout = fanout
         self._anti_entropy_interval_s = anti_entropy_interval_s
         self._peer_refresh_interval_s = peer_refresh_interval_s
-        self._weights = storage.WeightStore(store, run)
-        self._runs = storage.RunStore(store, run)
+        self._keep_versions = keep_versions
+        self._max_peers = max_peers
+        if seed is None:
+            seed = int(storage.sha256_hex(f"{run}/{node}".encode())[:16], 16)
+        self._seed = seed
+        self._weights = storage.WeightStore(store, run, self._secret, max_snapshot_bytes=max_snapshot_bytes)
+        self._runs = storage.RunStore(store, run, self._secret)
         self._counters = Counters()
+        self._log_once = LogOnce(logger)
         self._stop_lock = threading.Lock()
+        self._started = False
         self._stopped = False
         self._forked = False
-        self._wake = threading.Event()
-        self._anti_entropy_due = threading.Event()
-        self._refresh_due = threading.Event()
-        self._halt = threading.Event()
         self._latest_frames: list[bytes] | None = None
-        if seed is None:
-            seed = int.from_bytes(hashlib.sha256(f"{run}/{node}".encode()).digest()[:8], "little")
-        self._pool = ThreadPoolExecutor(max_workers=FETCH_THREADS, thread_name_prefix=f"sparkdbn-fetch-{node}")
-        self._actor_ref = NodeActor.start(
-            node, self._fetch, self._pool, self._counters, np.random.default_rng(seed), fanout, self._request_anti_entropy
-        )
-        self._actor = self._actor_ref.proxy()
+        self._pool: ThreadPoolExecutor | None = None
+        self._actor_ref: pykka.ActorRef | None = None
         self._transport: Transport | None = None
         self._publisher: Publisher | None = None
-        self._maintenance: threading.Thread | None = None
+        self._maintenance: Maintenance | None = None
+
+    def start(self) -> "NodeHandle":
+        """Bind the endpoint, register it, subscribe to the registered peers and start listening.
+
+        Raises
+        ------
+        ActorsError
+            Already started, or the sockets cannot be opened.
+        NodeStoppedError
+            The handle was stopped (a stopped node is not restarted: create a new one).
+        """
+        with self._stop_lock:
+            if self._stopped:
+                raise NodeStoppedError(f"node {self.node} of run {self.run} is stopped; create a new handle")
+            if self._started:
+                raise ActorsError(f"node {self.node} of run {self.run} is already started")
+            self._started = True
         try:
-            self._transport = Transport(bind_host, self._on_frames, self._on_subscriber, node)
+            self._pool = ThreadPoolExecutor(max_workers=FETCH_THREADS, thread_name_prefix=f"sparkdbn-fetch-{self.node}")
+            self._actor_ref = NodeActor.start(self.node, self._fetch, self._pool, self._counters,
+                                              np.random.default_rng(self._seed), self._fanout,
+                                              self._request_anti_entropy, self._max_peers)  # fmt: skip
+            self._actor = self._actor_ref.proxy()
+            self._transport = Transport(self._bind_host, self._on_frames, self._on_subscriber, self.node,
+                                        self._on_peer_lost, self._counters).start()  # fmt: skip
             self.endpoint = self._transport.endpoint
-            self._started = time.time()
-            self._publisher = Publisher(run, node, self._weights, self._announce, self._counters, keep_versions)
-            self._heartbeat("alive")
-            self._refresh_peers()
-            self._maintenance = threading.Thread(target=self._maintain, name=f"sparkdbn-maint-{node}", daemon=True)
-            self._maintenance.start()
+            self._publisher = Publisher(self.run, self.node, self._weights, self._announce, self._counters,
+                                        self._keep_versions).start()  # fmt: skip
+            self._maintenance = Maintenance(
+                self.run, self.node, self._weights, self._runs, self._transport, self._actor, self._counters,
+                self._log_once, peer_refresh_interval_s=self._peer_refresh_interval_s,
+                anti_entropy_interval_s=self._anti_entropy_interval_s, max_peers=self._max_peers,
+            ).start()  # fmt: skip
         except BaseException:
             self.stop()
             raise
         _live_handles.add(self)
-        logger.info("node %s of run %s publishing on %s", node, run, self.endpoint)
+        logger.info("node %s of run %s publishing on %s", self.node, self.run, self.endpoint)
+        return self
 
     # -- the trainer's API ----------------------------------------------------------------
     def publish(self, phase: str, params: Mapping[str, np.ndarray], samples_seen: int) -> None:
@@ -202,6 +258,9 @@ class NodeHandle:
         MergeError
             Only when ``own`` itself contains NaN or Inf.
         """
+        self._check_running()
+        # Known shapes also bound the size of every later fetch (see _fetch).
+        self._actor.set_reference(phase, {name: np.shape(value) for name, value in own.items()})
         usable = []
         for snapshot in self.fresh_snapshots(phase):
             try:
@@ -217,8 +276,11 @@ class NodeHandle:
         """Counters (``received``, ``accepted``, ``discovered``, ``fetched``, ``merged``, ``published``,
         ``dropped`` and ``dropped_<reason>``, ...) and staleness (``staleness_s_mean``, ``staleness_s_max``,
         ``staleness_versions_max``, ``versions_behind_now_max``)."""
-        result: dict[str, int | float] = dict(self._counters.snapshot())
-        if not self._stopped:
+        from_store = self._weights.refusals()
+        extra = {f"dropped_{kind}": count for kind, count in from_store.items()}
+        extra["refused_peer_entries"] = self._runs.refusals().get("peer_entries", 0)
+        result: dict[str, int | float] = dict(self._counters.snapshot(extra))
+        if self._started and not self._stopped:
             try:
                 result.update(self._actor.staleness().get())
             except pykka.ActorDeadError:  # stopped meanwhile: the counters are all there is
@@ -227,30 +289,37 @@ class NodeHandle:
         return result
 
     def stop(self) -> None:
-        """Stop the node: write queued versions, mark it gone, say goodbye, close everything. Idempotent."""
+        """Stop the node: write queued versions, mark it gone, say goodbye, close everything.
+
+        Idempotent; stopping a handle never started only marks it stopped.
+        """
         with self._stop_lock:
             if self._stopped:
                 return
             self._stopped = True
         _live_handles.discard(self)
-        self._halt.set()
-        self._wake.set()
+        if not self._started:
+            return
         if self._maintenance is not None:
-            self._maintenance.join()
+            self._maintenance.stop()
         if self._publisher is not None:
             self._publisher.close(STOP_FLUSH_TIMEOUT_S)
-        if self._transport is not None:
+        if self._transport is not None and self._transport.endpoint is not None:
             try:
                 self._runs.mark_peer_gone(self.node)
             except storage.StoreError as error:
                 logger.warning("node %s could not mark itself gone in the registry: %s", self.node, error)
             self._transport.send(encode_message(Goodbye(run=self.run, node=self.node, sent_at=time.time()), self._secret))
             self._transport.close()
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        self._actor_ref.stop()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._actor_ref is not None:
+            self._actor_ref.stop()
         logger.info("node %s stopped: %s", self.node, self._counters.snapshot())
 
     def __enter__(self) -> "NodeHandle":
+        if not self._started:
+            self.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -265,6 +334,8 @@ class NodeHandle:
             )
         if self._stopped:
             raise NodeStoppedError(f"node {self.node} of run {self.run} is stopped")
+        if not self._started:
+            raise NodeStoppedError(f"node {self.node} of run {self.run} is not started: call start() (or use start_node)")
 
     def _on_frames(self, frames: list[bytes]) -> None:
         """I/O thread: verify, decode and route one received message; bad input is counted."""
@@ -275,13 +346,17 @@ class NodeHandle:
             self._counters.add(f"dropped_{error.reason}")
             logger.debug("node %s dropped a frame (%s): %s", self.node, error.reason, error)
             return
+        if self._actor_ref.actor_inbox.qsize() >= MAX_INBOX_MESSAGES:
+            self._counters.add("dropped_overloaded")
+            self._log_once.log("overloaded", "inbox", "node %s drops announcements: its actor has %d waiting",
+                           self.node, MAX_INBOX_MESSAGES)  # fmt: skip
+            return
         try:
             if isinstance(message, WeightAnnouncement):
                 self._actor.offer(message, "net")
             else:
                 self._counters.add("goodbyes")
-                self._refresh_due.set()
-                self._wake.set()  # refresh the registry soon: that peer is gone
+                self._maintenance.request_refresh()  # that peer is gone
         except pykka.ActorDeadError:
             logger.debug("node %s: message arrived while stopping", self.node)
 
@@ -290,154 +365,67 @@ class NodeHandle:
         frames = self._latest_frames
         return [frames] if frames is not None else []
 
+    def _on_peer_lost(self, endpoint: str) -> None:
+        """I/O thread: a subscribed connection dropped (the peer left, or sent an oversized frame)."""
+        self._counters.add("peer_disconnects")
+        logger.debug("node %s lost its connection to %s", self.node, endpoint)
+
     def _announce(self, announcement: WeightAnnouncement) -> None:
         frames = encode_message(announcement, self._secret)
         self._latest_frames = frames
         self._transport.send(frames)
 
     def _request_anti_entropy(self) -> None:
-        self._anti_entropy_due.set()
-        self._wake.set()
+        """List the store soon (the actor asks on a phase change; tests ask instead of waiting)."""
+        if self._maintenance is not None:
+            self._maintenance.request_anti_entropy()
 
     def _fetch(self, announcement: WeightAnnouncement, reference: dict[str, tuple] | None):
-        """Fetch pool: read and verify one snapshot; returns (params, None) or (None, drop reason)."""
+        """Fetch pool: read and verify one snapshot; returns (params, None) or (None, drop reason).
+
+        The MAC is checked before anything is read; with this node's own shapes known, a file
+        larger than such a snapshot can be is refused before it is read whole.
+        """
         ref = storage.SnapshotRef(
             run=self.run, phase=announcement.phase, node=announcement.node,
-            version=announcement.version, path=announcement.path, sha256=announcement.sha256,
+            version=announcement.version, sha256=announcement.sha256, mac=announcement.mac,
         )  # fmt: skip
+        max_bytes = storage.snapshot_size_bound(reference) if reference is not None else None
+        what = f"{ref.node} v{ref.version}"
         try:
-            params = self._weights.get_version(ref)
+            params = self._weights.get_version(ref, max_bytes=max_bytes)
+        except storage.AuthenticationError as error:
+            self._log_once.log("unauthenticated", ref.node, "node %s refuses %s: %s", self.node, what, error)
+            return None, "unauthenticated"
+        except storage.FileTooLargeError as error:
+            self._log_once.log("oversized", ref.node, "node %s refuses %s: %s", self.node, what, error)
+            return None, "oversized"
         except storage.ChecksumError as error:
-            logger.warning("node %s refuses %s v%d: %s", self.node, ref.node, ref.version, error)
+            self._log_once.log("corrupt", ref.node, "node %s refuses %s: %s", self.node, what, error)
             return None, "corrupt"
         except storage.StoreNotFoundError:
-            logger.debug("node %s: %s v%d was pruned before it was read", self.node, ref.node, ref.version)
+            logger.debug("node %s: %s was pruned before it was read", self.node, what)
             return None, "missing"
         except storage.StoreError as error:
-            logger.warning("node %s could not fetch %s v%d: %s", self.node, ref.node, ref.version, error)
+            self._log_once.log("fetch_error", ref.node, "node %s could not fetch %s: %s", self.node, what, error)
             return None, "fetch_error" if not isinstance(error, ValueError) else "corrupt"
         try:
             check_snapshot(params, reference, source=f"peer {ref.node} version {ref.version}")
         except MergeError as error:
-            logger.warning("node %s refuses a snapshot: %s", self.node, error)
+            self._log_once.log("bad_snapshot", ref.node, "node %s refuses a snapshot: %s", self.node, error)
             return None, "bad_snapshot"
         return params, None
 
-    # -- the maintenance thread -----------------------------------------------------------
-    def _heartbeat(self, status: str) -> None:
-        now = time.time()
-        info = {"endpoint": self.endpoint, "host": socket.gethostname(), "pid": os.getpid(),
-                "started": self._started, "last_seen": now, "status": status}  # fmt: skip
-        self._runs.register_peer(self.node, info)
 
-    def _refresh_peers(self) -> None:
-        now = time.time()
-        expiry_s = max(30.0, PEER_EXPIRY_INTERVALS * self._peer_refresh_interval_s)
-        host = socket.gethostname()
-        wanted: dict[str, str] = {}
-        for name, info in self._runs.list_peers().items():
-            endpoint = info.get("endpoint")
-            if name == self.node or not isinstance(endpoint, str) or info.get("status") == "gone":
-                continue
-            if now - float(info.get("last_seen", 0.0)) > expiry_s:
-                continue
-            if info.get("host") == host and isinstance(info.get("pid"), int) and _process_is_dead(info["pid"]):
-                continue  # killed without a goodbye (SIGKILL, OOM)
-            wanted[name] = endpoint
-        self._transport.set_peers(wanted.values())
+def start_node(run: str, node: str, store: "storage.Store", secret: bytes, **options: Any) -> NodeHandle:
+    """Create and start this process's node for ``run``: bind, register, subscribe, and begin listening.
 
-    def _anti_entropy(self) -> None:
-        phase = self._actor.current_phase().get()
-        if phase is None:
-            return
-        found_at = time.time()
-        for peer, ref in self._weights.newest_per_node(phase).items():
-            if peer == self.node:
-                continue
-            # No announcement was heard for it: samples_seen is unknown (0), sent_at is now.
-            self._actor.offer(
-                WeightAnnouncement(run=self.run, node=peer, phase=phase, version=ref.version, path=ref.path,
-                                   sha256=ref.sha256, samples_seen=0, sent_at=found_at),
-                "store",
-            )  # fmt: skip
-        self._counters.add("anti_entropy_rounds")
-
-    def _maintain(self) -> None:
-        next_refresh = time.monotonic() + self._peer_refresh_interval_s
-        next_anti_entropy = time.monotonic() + self._anti_entropy_interval_s
-        while not self._halt.is_set():
-            self._wake.wait(max(0.0, min(next_refresh, next_anti_entropy) - time.monotonic()))
-            self._wake.clear()
-            if self._halt.is_set():
-                return
-            now = time.monotonic()
-            try:
-                if now >= next_refresh or self._refresh_due.is_set():
-                    self._refresh_due.clear()
-                    next_refresh = now + self._peer_refresh_interval_s
-                    self._heartbeat("alive")
-                    self._refresh_peers()
-                if now >= next_anti_entropy or self._anti_entropy_due.is_set():
-                    self._anti_entropy_due.clear()
-                    next_anti_entropy = now + self._anti_entropy_interval_s
-                    self._anti_entropy()
-            except pykka.ActorDeadError:
-                return
-            except Exception as error:  # the store may be down for a while; keep the node alive and retry
-                self._counters.add("store_errors")
-                logger.warning("node %s maintenance failed (will retry): %s", self.node, error)
-
-
-def start_node(
-    run: str,
-    node: str,
-    store: "storage.Store",
-    secret: bytes,
-    *,
-    bind_host: str = "127.0.0.1",
-    fanout: int | None = None,
-    anti_entropy_interval_s: float = 5.0,
-    peer_refresh_interval_s: float = 2.0,
-    keep_versions: int = 3,
-    seed: int | None = None,
-) -> NodeHandle:
-    """Start this process's node for ``run``: bind, register, subscribe, and begin listening.
-
-    Parameters
-    ----------
-    run : str
-        The run name (announcements of other runs are dropped).
-    node : str
-        This node's unique name, e.g. ``f"{hostname}-{pid}"`` (the process, never a partition).
-    store : storage.Store
-        The shared store holding ``runs/<run>/...``.
-    secret : bytes
-        The run's HMAC-SHA256 key; every node of the run must use the same one.
-    bind_host : str
-        Interface of the publishing socket (loopback by default).
-    fanout : int, optional
-        Merge at most this many peers per round (a random subset); all fresh peers when None.
-    anti_entropy_interval_s, peer_refresh_interval_s : float
-        How often to list the store for missed versions, and to re-read the peers registry.
-    keep_versions : int
-        How many of its own versions per phase a node keeps in the store.
-    seed : int, optional
-        Seeds the fanout choice (default: derived from run and node names).
+    ``NodeHandle(run, node, store, secret, **options).start()``; the parameters and keyword
+    options are those of :class:`NodeHandle`.
 
     Returns
     -------
     NodeHandle
-        Stop it with :meth:`NodeHandle.stop` (or use it as a context manager).
+        Started; stop it with :meth:`NodeHandle.stop` (or use it as a context manager).
     """
-    return NodeHandle(
-        run,
-        node,
-        store,
-        secret,
-        bind_host=bind_host,
-        fanout=fanout,
-        anti_entropy_interval_s=anti_entropy_interval_s,
-        peer_refresh_interval_s=peer_refresh_interval_s,
-        keep_versions=keep_versions,
-        seed=seed,
-    )
+    return NodeHandle(run, node, store, secret, **options).start()

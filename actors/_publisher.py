@@ -1,6 +1,7 @@
 """The background writer: store a weight version, announce it, prune old versions.
 
 ``publish`` only copies the arrays and queues them, so the trainer never waits for the store.
+Creating a :class:`Publisher` starts nothing; :meth:`Publisher.start` starts the writer thread.
 If the trainer publishes faster than the store writes, a queued version that has not started
 yet is replaced by the newer one (counted as ``publish_coalesced``): peers only want the newest.
 """
@@ -28,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 
 class Publisher:
-    """One writer thread per node.
+    """One writer thread per node (created idle: call :meth:`start`).
 
     Parameters
     ----------
@@ -68,7 +69,11 @@ class Publisher:
         self._errors: list[str] = []
         self._next_version: dict[str, int] = {}
         self._thread = threading.Thread(target=self._loop, name=f"sparkdbn-writer-{node}", daemon=True)
+
+    def start(self) -> "Publisher":
+        """Start the writer thread."""
         self._thread.start()
+        return self
 
     def publish(self, phase: str, params: Mapping[str, np.ndarray], samples_seen: int) -> None:
         """Queue a copy of ``params`` for writing and announcing; returns at once.
@@ -131,7 +136,8 @@ class Publisher:
             self._closed = True
             self._pending.clear()
             self._condition.notify_all()
-        self._thread.join(timeout_s)
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout_s)
 
     def _loop(self) -> None:
         while True:
@@ -169,8 +175,8 @@ class Publisher:
                 node=self._node,
                 phase=phase,
                 version=ref.version,
-                path=ref.path,
                 sha256=ref.sha256,
+                mac=ref.mac,
                 samples_seen=samples_seen,
                 sent_at=time.time(),
             )

@@ -1,11 +1,14 @@
-"""Thread-safe counters shared by a node's threads (I/O, fetchers, writer, actor)."""
+"""Thread-safe counters shared by a node's threads (I/O, fetchers, writer, actor), and a log-once filter."""
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections import Counter
+import time
+from collections import Counter, OrderedDict
+from typing import Mapping
 
-__all__ = ["Counters", "DROP_REASONS", "COUNTERS"]
+__all__ = ["Counters", "DROP_REASONS", "COUNTERS", "LogOnce", "LogEvery"]
 
 #: Counters always reported (0 when nothing happened yet).
 COUNTERS = (
@@ -22,6 +25,10 @@ COUNTERS = (
     "goodbyes",  # peers that left cleanly
     "anti_entropy_rounds",  # store listings done
     "store_errors",  # registry/listing failures (retried)
+    "refused_peer_entries",  # registry entries that do not verify under the run's key (never subscribed)
+    "peer_disconnects",  # a peer's connection dropped: it went away, or sent a frame over the size limit
+    "malformed_peer_endpoints",  # verified registry entries whose endpoint is not tcp://host:port (skipped)
+    "peer_connect_retries",  # connection attempts to a peer that refused, timed out or never finished the handshake
 )
 
 #: Every reason a frame or snapshot is dropped; each is reported as ``dropped_<reason>`` (0 when unseen).
@@ -33,6 +40,10 @@ DROP_REASONS = (
     "stale",  # duplicate or older version than one already known or merged
     "other_phase",  # announcement for a phase this node is not training
     "corrupt",  # snapshot file failed its sha256 check or could not be parsed
+    "unauthenticated",  # snapshot whose name's MAC does not verify under the run's key (planted, moved)
+    "oversized",  # snapshot file larger than this node's own parameter shapes allow
+    "too_many_peers",  # announcement of a new peer when max_peers are already known
+    "overloaded",  # frame dropped because the node actor's inbox is full
     "missing",  # snapshot file gone (pruned) before it was fetched
     "bad_snapshot",  # NaN/Inf or names/shapes that do not match this node's weights
     "fetch_error",  # the store failed while fetching
@@ -54,12 +65,64 @@ class Counters:
         with self._lock:
             return self._counts[name]
 
-    def snapshot(self) -> dict[str, int]:
+    def snapshot(self, extra: Mapping[str, int] | None = None) -> dict[str, int]:
+        """A copy of every counter (0 when unseen), plus ``extra`` counts, with their ``dropped`` total."""
         with self._lock:
-            counts = dict(self._counts)
+            counts = Counter(self._counts)
+        counts.update(extra or {})
+        counts = dict(counts)
         for name in COUNTERS:
             counts.setdefault(name, 0)
         for reason in DROP_REASONS:
             counts.setdefault(f"dropped_{reason}", 0)
         counts["dropped"] = sum(counts[f"dropped_{reason}"] for reason in DROP_REASONS)
         return counts
+
+
+class LogOnce:
+    """Logs a refusal at warning level the first time its ``(reason, source)`` is seen, later ones at debug.
+
+    A hostile or broken peer then costs one warning, however often it repeats; the counters
+    still count every refusal.  At most ``max_remembered`` pairs are remembered.
+    """
+
+    def __init__(self, logger: logging.Logger, max_remembered: int = 4096) -> None:
+        self._logger = logger
+        self._max = max_remembered
+        self._lock = threading.Lock()
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+
+    def log(self, reason: str, source: str, message: str, *args: object) -> None:
+        with self._lock:
+            first = (reason, source) not in self._seen
+            self._seen[(reason, source)] = None
+            if len(self._seen) > self._max:
+                self._seen.popitem(last=False)
+        self._logger.log(logging.WARNING if first else logging.DEBUG, message, *args)
+
+
+class LogEvery:
+    """Logs a recurring condition of one source at warning level at most once per ``interval_s``.
+
+    For conditions that can last and end (a peer that does not answer): the operator hears of it
+    again a minute later if it persists, never once per retry.  Suppressed repeats go to debug.
+    """
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 60.0, max_remembered: int = 4096) -> None:
+        self._logger = logger
+        self._interval_s = interval_s
+        self._max = max_remembered
+        self._lock = threading.Lock()
+        self._last: OrderedDict[tuple[str, str], float] = OrderedDict()
+
+    def log(self, reason: str, source: str, message: str, *args: object) -> None:
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get((reason, source))
+            loud = last is None or now - last >= self._interval_s
+            if loud:
+                self._last[(reason, source)] = now
+                self._last.move_to_end((reason, source))
+                if len(self._last) > self._max:
+                    self._last.popitem(last=False)
+        self._logger.log(logging.WARNING if loud else logging.DEBUG, message, *args)

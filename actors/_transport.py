@@ -9,9 +9,23 @@ owns both sockets (ZeroMQ sockets are not thread-safe): it polls
   re-send, so a peer that just connected hears the newest announcement at once (the "slow
   joiner" would otherwise miss it until anti-entropy);
 * an inproc PULL socket that other threads :meth:`send` through (their PUSH end is guarded by a lock),
+* a monitor of the SUB socket, whose "disconnected" events call ``on_peer_lost`` and whose
+  "connect retried" events count and report a peer that refuses or never answers,
 
 with a short poll timeout so :meth:`close` is prompt.  The wanted set of peer endpoints is
 applied by the I/O thread on every turn (connect new, disconnect gone).
+
+Peers that cannot be reached cost little: ZeroMQ retries a refused or unanswered connection with
+exponential backoff (from :data:`RECONNECT_START_S` to :data:`RECONNECT_MAX_S`), an endpoint it
+cannot even connect to is retried the same way by the I/O thread, every retry is counted
+(``peer_connect_retries``) and each endpoint is logged at most once per ``log_interval_s``.  The
+node keeps catching up through the store meanwhile.
+
+Creating a :class:`Transport` opens nothing: :meth:`Transport.start` binds and starts the thread,
+:meth:`Transport.close` stops it.  What a peer can make this process hold is bounded: ZeroMQ
+drops a connection whose frame exceeds :data:`MAX_FRAME_BYTES` before reading that frame, and
+queues at most :data:`RECEIVE_QUEUE_MESSAGES` messages per peer.  (ZeroMQ does not bound the
+number of frames in one message; only peers in the signed registry are subscribed to at all.)
 
 One ZeroMQ context is shared by every transport in the process, terminated when the last closes.
 """
@@ -22,11 +36,15 @@ import itertools
 import logging
 import os
 import threading
+import time
 from typing import Callable, Iterable
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from ._errors import ActorsError
+from ._stats import Counters, LogEvery
+from ._wire import MAX_PAYLOAD_BYTES
 
 __all__ = ["Transport"]
 
@@ -36,8 +54,17 @@ logger = logging.getLogger(__name__)
 POLL_INTERVAL_S = 0.05
 #: How long close() lets queued frames (e.g. the Goodbye) leave before dropping them.
 LINGER_S = 0.5
-#: A SUB socket refuses (disconnects) a peer sending frames larger than this.
-MAX_MESSAGE_BYTES = 1 << 20
+#: A SUB socket drops the connection of a peer sending a frame larger than this (unread).
+MAX_FRAME_BYTES = MAX_PAYLOAD_BYTES + 1024
+#: Messages queued per peer before ZeroMQ drops new ones (announcements are rare and superseded).
+RECEIVE_QUEUE_MESSAGES = 100
+#: Backoff of reconnection attempts to a peer that refuses or does not answer (doubling up to the maximum).
+RECONNECT_START_S = 0.5
+RECONNECT_MAX_S = 30.0
+#: A connection attempt, or the ZeroMQ handshake after it, that takes longer than this is abandoned and retried.
+CONNECT_TIMEOUT_S = 5.0
+#: An unreachable peer is logged at warning level at most this often (each retry is counted).
+PEER_LOG_INTERVAL_S = 60.0
 
 _context_lock = threading.Lock()
 _context: zmq.Context | None = None
@@ -76,7 +103,7 @@ def _release_context() -> None:
 
 
 class Transport:
-    """One node's PUB endpoint and subscriptions.
+    """One node's PUB endpoint and subscriptions (created idle: call :meth:`start`).
 
     Parameters
     ----------
@@ -89,6 +116,13 @@ class Transport:
         Called in the I/O thread when a peer subscribes; frames it returns are published.
     name : str
         For log messages and the thread name.
+    on_peer_lost : callable(str), optional
+        Called in the I/O thread with the endpoint whose connection dropped (the peer went
+        away, or sent a frame over :data:`MAX_FRAME_BYTES`).
+    counters : Counters, optional
+        Where ``peer_connect_retries`` is counted.
+    log_interval_s : float, optional
+        How often an unreachable peer is logged at warning level at most (default :data:`PEER_LOG_INTERVAL_S`).
     """
 
     def __init__(
@@ -97,27 +131,51 @@ class Transport:
         on_frames: Callable[[list[bytes]], None],
         on_subscriber: Callable[[], Iterable[list[bytes]]],
         name: str,
+        on_peer_lost: Callable[[str], None] | None = None,
+        counters: Counters | None = None,
+        log_interval_s: float | None = None,
     ) -> None:
+        self._bind_host = bind_host
         self._on_frames = on_frames
         self._on_subscriber = on_subscriber
+        self._on_peer_lost = on_peer_lost
         self._name = name
-        self._context = _acquire_context()
         self._stopping = threading.Event()
+        self._started = False
         self._closed = False
         self._peers_lock = threading.Lock()
+        self._push_lock = threading.Lock()
         self._wanted: set[str] = set()
         self._connected: set[str] = set()
+        self._counters = counters if counters is not None else Counters()
+        self._peer_log = LogEvery(logger, PEER_LOG_INTERVAL_S if log_interval_s is None else log_interval_s)
+        self._retry_at: dict[str, tuple[float, float]] = {}  # endpoint -> (next attempt, backoff), I/O thread only
+        self._thread: threading.Thread | None = None
+        self.endpoint: str | None = None
+
+    def start(self) -> "Transport":
+        """Bind the publishing socket on a random port, open the others, start the I/O thread."""
+        if self._started:
+            raise ActorsError(f"transport {self._name} was already started")
+        self._started = True
+        self._context = _acquire_context()
         self._inproc = f"inproc://sparkdbn-transport-{next(_inproc_ids)}"
         try:
             self._pub = self._context.socket(zmq.XPUB)
             self._pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # report every subscriber, not only the first
             self._pub.setsockopt(zmq.LINGER, int(LINGER_S * 1000))
-            self._pub.bind(f"tcp://{bind_host}:0")
-            self.endpoint: str = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
+            self._pub.bind(f"tcp://{self._bind_host}:0")
+            self.endpoint = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
             self._sub = self._context.socket(zmq.SUB)
             self._sub.setsockopt(zmq.SUBSCRIBE, b"")  # every topic: foreign frames get counted
-            self._sub.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+            self._sub.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
+            self._sub.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE_MESSAGES)
             self._sub.setsockopt(zmq.LINGER, 0)
+            self._sub.setsockopt(zmq.RECONNECT_IVL, int(RECONNECT_START_S * 1000))
+            self._sub.setsockopt(zmq.RECONNECT_IVL_MAX, int(RECONNECT_MAX_S * 1000))
+            self._sub.setsockopt(zmq.CONNECT_TIMEOUT, int(CONNECT_TIMEOUT_S * 1000))
+            self._sub.setsockopt(zmq.HANDSHAKE_IVL, int(CONNECT_TIMEOUT_S * 1000))
+            self._monitor = self._sub.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED)
             self._pull = self._context.socket(zmq.PULL)
             self._pull.setsockopt(zmq.LINGER, 0)
             self._pull.bind(self._inproc)
@@ -125,18 +183,19 @@ class Transport:
             self._push.setsockopt(zmq.LINGER, int(LINGER_S * 1000))
             self._push.connect(self._inproc)
         except zmq.ZMQError as error:
+            self._closed = True
             self._close_sockets()
             _release_context()
-            raise ActorsError(f"cannot open the publish-subscribe sockets on {bind_host!r}: {error}") from error
-        self._push_lock = threading.Lock()
-        self._thread = threading.Thread(target=self._loop, name=f"sparkdbn-io-{name}", daemon=True)
+            raise ActorsError(f"cannot open the publish-subscribe sockets on {self._bind_host!r}: {error}") from error
+        self._thread = threading.Thread(target=self._loop, name=f"sparkdbn-io-{self._name}", daemon=True)
         self._thread.start()
+        return self
 
     # -- called from any thread -------------------------------------------------------------
     def send(self, frames: list[bytes]) -> None:
         """Publish ``frames`` to every subscriber (queued to the I/O thread; returns at once)."""
         with self._push_lock:
-            if self._closed:
+            if self._closed or not self._started:
                 return
             self._push.send_multipart(frames)
 
@@ -151,8 +210,12 @@ class Transport:
             return set(self._connected)
 
     def close(self) -> None:
-        """Stop the I/O thread after it has sent what is queued; close sockets; release the context."""
-        if self._closed:
+        """Stop the I/O thread after it has sent what is queued; close sockets; release the context.
+
+        Idempotent; a transport never started has nothing to close.
+        """
+        if self._closed or not self._started:
+            self._closed = True
             return
         self._stopping.set()
         self._thread.join()
@@ -166,13 +229,22 @@ class Transport:
         with self._peers_lock:
             wanted = set(self._wanted)
             connected = set(self._connected)
+        now = time.monotonic()
         for endpoint in sorted(wanted - connected):
+            due, backoff = self._retry_at.get(endpoint, (now, 0.0))
+            if now < due:
+                continue
             try:
                 self._sub.connect(endpoint)
                 connected.add(endpoint)
+                self._retry_at.pop(endpoint, None)
                 logger.debug("%s subscribed to %s", self._name, endpoint)
-            except zmq.ZMQError as error:
-                logger.warning("%s cannot connect to peer endpoint %s: %s", self._name, endpoint, error)
+            except zmq.ZMQError as error:  # e.g. a host name that does not resolve
+                backoff = min(RECONNECT_MAX_S, 2 * backoff) if backoff else RECONNECT_START_S
+                self._retry_at[endpoint] = (now + backoff, backoff)
+                self._unreachable(endpoint, f"{error}; next try in {backoff:.1f} s")
+        for endpoint in set(self._retry_at) - wanted:
+            del self._retry_at[endpoint]
         for endpoint in sorted(connected - wanted):
             try:
                 self._sub.disconnect(endpoint)
@@ -204,7 +276,7 @@ class Transport:
 
     def _loop(self) -> None:
         poller = zmq.Poller()
-        for socket in (self._sub, self._pub, self._pull):
+        for socket in (self._sub, self._pub, self._pull, self._monitor):
             poller.register(socket, zmq.POLLIN)
         timeout_ms = int(POLL_INTERVAL_S * 1000)
         while not self._stopping.is_set():
@@ -217,6 +289,8 @@ class Transport:
                     self._handle_subscriptions()
                 if self._sub in ready:
                     self._receive_all()
+                if self._monitor in ready:
+                    self._handle_monitor_events()
             except zmq.ZMQError as error:
                 logger.exception("%s I/O loop error (continuing): %s", self._name, error)
             except Exception:  # the callbacks' bugs must not kill message delivery; keep serving
@@ -235,8 +309,30 @@ class Transport:
                 return
             self._on_frames(frames)
 
+    def _handle_monitor_events(self) -> None:
+        while True:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            endpoint = event["endpoint"]
+            endpoint = endpoint.decode("utf-8", "replace") if isinstance(endpoint, bytes) else str(endpoint)
+            if event["event"] == zmq.EVENT_CONNECT_RETRIED:
+                self._unreachable(endpoint, "refused, or no answer within "
+                                  f"{CONNECT_TIMEOUT_S:.0f} s; retrying with backoff up to {RECONNECT_MAX_S:.0f} s")
+            elif event["event"] == zmq.EVENT_DISCONNECTED and self._on_peer_lost is not None:
+                self._on_peer_lost(endpoint)
+
+    def _unreachable(self, endpoint: str, why: str) -> None:
+        self._counters.add("peer_connect_retries")
+        self._peer_log.log("unreachable", endpoint, "%s cannot reach peer endpoint %s (%s); catching up through the "
+                           "store meanwhile", self._name, endpoint, why)
+
     def _close_sockets(self) -> None:
-        for attribute in ("_push", "_pull", "_sub", "_pub"):
+        sub = getattr(self, "_sub", None)
+        if sub is not None and not sub.closed and getattr(self, "_monitor", None) is not None:
+            sub.disable_monitor()
+        for attribute in ("_monitor", "_push", "_pull", "_sub", "_pub"):
             socket = getattr(self, attribute, None)
             if socket is not None and not socket.closed:
                 socket.close()

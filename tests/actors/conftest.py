@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+import actors
 import storage
+from _support import RUN, SECRET, Intruder
 
 WORKER = Path(__file__).with_name("_worker.py")
 
@@ -77,3 +79,20 @@ def processes(tmp_path):
         yield launched
     finally:
         launched.kill_all()
+
+
+@pytest.fixture
+def node(store):
+    """A started node ("victim") whose periodic store listing is off: tests trigger listings themselves."""
+    handle = actors.start_node(RUN, "victim", store, SECRET, anti_entropy_interval_s=600.0, peer_refresh_interval_s=0.05)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+@pytest.fixture
+def intruder(store):
+    """A raw XPUB socket registered as a peer with the run's key."""
+    with Intruder(store) as sender:
+        yield sender

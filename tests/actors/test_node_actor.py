@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import select
@@ -14,94 +13,19 @@ import time
 import msgpack
 import numpy as np
 import pytest
-import zmq
 
 import actors
 import storage
-from actors import Goodbye, WeightAnnouncement, encode_message
+from actors import Goodbye, encode_message
 from actors._wire import TOPIC, sign
 
-SECRET = b"the-run-secret"
-RUN = "run-1"
-
-
-def params(seed, shape=(20, 10)):
-    rng = np.random.default_rng(seed)
-    return {"W": rng.standard_normal(shape).astype(np.float32), "b": rng.standard_normal(shape[0]).astype(np.float32)}
-
-
-def poll(condition, timeout_s=10.0, what="a condition"):
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.005)
-
-
-class Intruder:
-    """A raw XPUB socket registered as a peer: it sends whatever frames a test makes up."""
-
-    def __init__(self, store):
-        self.context = zmq.Context()
-        self.socket = self.context.socket(zmq.XPUB)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.bind("tcp://127.0.0.1:0")
-        self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
-        storage.RunStore(store, RUN).register_peer(
-            "intruder", {"endpoint": self.endpoint, "host": "elsewhere", "pid": 0, "started": time.time()}
-        )
-
-    def wait_for_subscriber(self):
-        # XPUB hands us the subscription: from then on what we send is delivered (no slow joiner).
-        assert self.socket.poll(10_000), "the node never subscribed to the intruder"
-        assert self.socket.recv()[:1] == b"\x01"
-
-    def send(self, frames):
-        self.socket.send_multipart(frames)
-
-    def close(self):
-        self.socket.close()
-        self.context.term()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
-
-
-@pytest.fixture
-def node(store):
-    handle = actors.start_node(RUN, "victim", store, SECRET, anti_entropy_interval_s=600.0, peer_refresh_interval_s=0.05)
-    try:
-        yield handle
-    finally:
-        handle.stop()
-
-
-@pytest.fixture
-def intruder(store):
-    with Intruder(store) as sender:
-        yield sender
-
-
-def announce(ref, **changes):
-    fields = dict(run=RUN, node=ref.node, phase=ref.phase, version=ref.version, path=ref.path, sha256=ref.sha256,
-                  samples_seen=100 * ref.version, sent_at=time.time())  # fmt: skip
-    fields.update(changes)
-    return WeightAnnouncement(**fields)
-
-
-def enter_phase(node, phase="rbm"):
-    """Make ``phase`` current and let its immediate store listing finish, so only frames feed the node."""
-    node.fresh_snapshots(phase)
-    poll(lambda: node.stats()["anti_entropy_rounds"] >= 1, what="the first store listing")
+from _support import RUN, SECRET, Intruder, announce, enter_phase, params, poll
 
 
 def test_forged_duplicate_out_of_order_wrong_run_and_malformed_frames_are_dropped_and_counted(node, intruder, store):
     enter_phase(node)
     intruder.wait_for_subscriber()
-    weights = storage.WeightStore(store, RUN)
+    weights = storage.WeightStore(store, RUN, SECRET)
     older, newer = weights.put_version("rbm", "peer", 4, params(4)), weights.put_version("rbm", "peer", 5, params(5))
     good = encode_message(announce(newer), SECRET)
     garbage = b"\x93\x01\x02"
@@ -137,23 +61,25 @@ def test_forged_duplicate_out_of_order_wrong_run_and_malformed_frames_are_droppe
     assert [snapshot.version for snapshot in node.fresh_snapshots("rbm")] == [6]
 
 
-def write_raw_snapshot(store, node_name, version, arrays):
-    """Write an .npz the way WeightStore names them, bypassing its NaN check."""
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    data = buffer.getvalue()
-    digest = hashlib.sha256(data).hexdigest()
-    path = f"runs/{RUN}/weights/rbm/{node_name}/{version:08d}-{digest}.npz"
-    store.write_bytes(path, data)
-    return storage.SnapshotRef(RUN, "rbm", node_name, version, path, digest)
+def write_raw_snapshot(monkeypatch, store, node_name, version, arrays):
+    """Write a signed snapshot the way WeightStore does, bypassing its NaN check (a key holder gone wrong)."""
+
+    def savez(params, what):
+        buffer = io.BytesIO()
+        np.savez(buffer, **params)
+        return buffer.getvalue()
+
+    with monkeypatch.context() as patch:
+        patch.setattr("storage._weights.encode_params", savez)
+        return storage.WeightStore(store, RUN, SECRET).put_version("rbm", node_name, version, arrays)
 
 
-def test_corrupt_non_finite_and_misshapen_snapshots_are_refused_and_counted(node, intruder, store, tmp_path):
+def test_corrupt_non_finite_and_misshapen_snapshots_are_refused_and_counted(node, intruder, store, tmp_path, monkeypatch):
     node.publish("rbm", params(0), samples_seen=10)  # tells the node its own names and shapes
     node.flush()
     enter_phase(node)
     intruder.wait_for_subscriber()
-    weights = storage.WeightStore(store, RUN)
+    weights = storage.WeightStore(store, RUN, SECRET)
     corrupt = weights.put_version("rbm", "corrupt", 1, params(1))
     with open(tmp_path / "store" / corrupt.path, "r+b") as handle:  # flip bytes in the middle of the file
         handle.seek(200)
@@ -161,7 +87,7 @@ def test_corrupt_non_finite_and_misshapen_snapshots_are_refused_and_counted(node
     non_finite = params(2)
     non_finite["W"][3, 3] = np.nan
     misshapen = weights.put_version("rbm", "shape", 1, params(3, (10, 20)))
-    refs = [corrupt, write_raw_snapshot(store, "nan", 1, non_finite), misshapen]
+    refs = [corrupt, write_raw_snapshot(monkeypatch, store, "nan", 1, non_finite), misshapen]
     for ref in refs:
         intruder.send(encode_message(announce(ref), SECRET))
     poll(lambda: node.stats()["dropped_corrupt"] + node.stats()["dropped_bad_snapshot"] == 3, what="three refusals")
@@ -173,7 +99,7 @@ def test_corrupt_non_finite_and_misshapen_snapshots_are_refused_and_counted(node
 def test_a_version_pruned_before_it_is_fetched_is_counted_missing(node, intruder, store):
     enter_phase(node)
     intruder.wait_for_subscriber()
-    weights = storage.WeightStore(store, RUN)
+    weights = storage.WeightStore(store, RUN, SECRET)
     ref = weights.put_version("rbm", "fast", 1, params(1))
     store.delete(ref.path)
     intruder.send(encode_message(announce(ref), SECRET))
@@ -182,7 +108,7 @@ def test_a_version_pruned_before_it_is_fetched_is_counted_missing(node, intruder
 
 
 def test_publish_copies_writes_announces_and_prunes_old_versions(store):
-    weights = storage.WeightStore(store, RUN)
+    weights = storage.WeightStore(store, RUN, SECRET)
     with actors.start_node(RUN, "writer", store, SECRET, keep_versions=2) as node:
         current = params(0)
         for version in range(1, 5):
@@ -203,13 +129,13 @@ def test_non_finite_weights_are_never_published(node, store):
     with pytest.raises(actors.PublishError, match="NaN or Inf"):
         node.publish("rbm", bad, samples_seen=1)
     node.flush()
-    assert storage.WeightStore(store, RUN).list_versions("rbm", "victim") == []
+    assert storage.WeightStore(store, RUN, SECRET).list_versions("rbm", "victim") == []
     assert node.stats()["publish_refused_nonfinite"] == 1
 
 
 def test_merge_moves_own_weights_to_the_average_of_self_and_fresh_peers(node, store):
     enter_phase(node)
-    weights = storage.WeightStore(store, RUN)
+    weights = storage.WeightStore(store, RUN, SECRET)
     for seed, peer in enumerate(("p1", "p2"), start=1):
         weights.put_version("rbm", peer, 1, params(seed))
     node._request_anti_entropy()  # what the periodic listing does; the interval is long in this fixture
@@ -222,7 +148,7 @@ def test_merge_moves_own_weights_to_the_average_of_self_and_fresh_peers(node, st
 
 
 def test_fanout_limits_each_round_to_a_random_subset_of_fresh_peers(store):
-    weights = storage.WeightStore(store, RUN)
+    weights = storage.WeightStore(store, RUN, SECRET)
     for index in range(5):
         weights.put_version("rbm", f"p{index}", 1, params(index))
     with actors.start_node(RUN, "picky", store, SECRET, fanout=2, seed=0, anti_entropy_interval_s=600.0) as node:
@@ -241,7 +167,7 @@ def test_stop_is_idempotent_marks_the_peer_gone_says_goodbye_and_leaves_no_threa
         poll(lambda: leaver.endpoint in listener._transport.connected_peers(), what="the listener to subscribe")
         leaver.stop()
         leaver.stop()
-        assert storage.RunStore(store, RUN).list_peers()["leaver"]["status"] == "gone"
+        assert storage.RunStore(store, RUN, SECRET).list_peers()["leaver"]["status"] == "gone"
         with pytest.raises(actors.NodeStoppedError):
             leaver.publish("rbm", params(0), 1)
         poll(lambda: listener.stats()["goodbyes"] == 1, what="the goodbye")
@@ -254,7 +180,7 @@ def test_stop_is_idempotent_marks_the_peer_gone_says_goodbye_and_leaves_no_threa
 
 def test_a_peer_registered_with_a_dead_pid_is_not_subscribed(store, intruder):
     ghost = "tcp://127.0.0.1:1"
-    storage.RunStore(store, RUN).register_peer("ghost", {"endpoint": ghost, "host": socket.gethostname(),
+    storage.RunStore(store, RUN, SECRET).register_peer("ghost", {"endpoint": ghost, "host": socket.gethostname(),
                                                          "pid": 2**22 + 12345, "started": 0.0})  # fmt: skip
     with actors.start_node(RUN, "careful", store, SECRET) as node:
         poll(lambda: intruder.endpoint in node._transport.connected_peers(), what="the live peer to be subscribed")
@@ -297,7 +223,7 @@ def test_a_node_inherited_through_fork_refuses_to_work_in_the_child(node):
 
 
 def test_nodes_exchange_snapshots_through_a_webhdfs_store_across_an_outage(tmp_path):
-    from storage.webhdfs_server import WebHDFSServer
+    from support.webhdfs_server import WebHDFSServer
 
     with WebHDFSServer(tmp_path / "hdfs") as server:
         store = storage.open_store(server.store_url("/sparkdbn"), retry_timeout_s=20.0)
@@ -314,11 +240,11 @@ def test_nodes_exchange_snapshots_through_a_webhdfs_store_across_an_outage(tmp_p
 
 
 def test_a_fetch_the_store_failed_is_retried_by_the_next_store_listing(tmp_path):
-    from storage.webhdfs_server import WebHDFSServer
+    from support.webhdfs_server import WebHDFSServer
 
     with WebHDFSServer(tmp_path / "hdfs") as server:
         store = storage.open_store(server.store_url("/sparkdbn"), retry_timeout_s=0.5)
-        weights = storage.WeightStore(store, RUN)
+        weights = storage.WeightStore(store, RUN, SECRET)
         node = actors.start_node(RUN, "retrier", store, SECRET, anti_entropy_interval_s=3600.0)
         with node, Intruder(store) as intruder:
             enter_phase(node)
@@ -356,7 +282,7 @@ def test_a_forked_child_can_start_its_own_node(node, store):
             pytest.fail("the forked child hung starting its own node")
         time.sleep(0.01)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert [ref.version for ref in storage.WeightStore(store, RUN).list_versions("rbm", "child")] == [1]
+    assert [ref.version for ref in storage.WeightStore(store, RUN, SECRET).list_versions("rbm", "child")] == [1]
 
 
 def test_the_receive_loop_survives_a_storm_of_random_frames(node, intruder, store):
@@ -371,7 +297,7 @@ def test_the_receive_loop_survives_a_storm_of_random_frames(node, intruder, stor
             frames = [TOPIC, payload, sign(SECRET, TOPIC, payload)]
         intruder.send(frames)
         sent += 1
-    ref = storage.WeightStore(store, RUN).put_version("rbm", "peer", 1, params(1))
+    ref = storage.WeightStore(store, RUN, SECRET).put_version("rbm", "peer", 1, params(1))
     intruder.send(encode_message(announce(ref), SECRET))
     poll(lambda: node.stats()["fetched"] == 1, what="the valid announcement after the storm")
     stats = node.stats()

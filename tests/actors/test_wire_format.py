@@ -12,8 +12,8 @@ SECRET = b"run-secret-0123456789"
 
 
 def announcement(**changes):
-    fields = dict(run="run-1", node="node-a", phase="rbm", version=3, path="runs/run-1/weights/rbm/node-a/x.npz",
-                  sha256="ab" * 32, samples_seen=1200, sent_at=1_700_000_000.5)  # fmt: skip
+    fields = dict(run="run-1", node="node-a", phase="rbm", version=3, sha256="ab" * 32, mac="cd" * 32,
+                  samples_seen=1200, sent_at=1_700_000_000.5)  # fmt: skip
     fields.update(changes)
     return WeightAnnouncement(**fields)
 
@@ -85,8 +85,25 @@ def test_signed_garbage_is_malformed_and_never_raises_anything_else(payload):
     assert reason_of([TOPIC, payload, sign(SECRET, TOPIC, payload)]) == "malformed"
 
 
-def test_a_negative_version_is_malformed():
-    assert reason_of(encode_message(announcement(version=-1), SECRET)) == "malformed"
+@pytest.mark.parametrize(
+    "changes",
+    [dict(version=-1), dict(node=""), dict(node="../other"), dict(phase="a/b"), dict(node="x" * 300),
+     dict(sha256="AB" * 32), dict(mac="cd" * 31)],
+)  # fmt: skip
+def test_announcements_with_bad_versions_names_or_digests_are_malformed(changes):
+    assert reason_of(encode_message(announcement(**changes), SECRET)) == "malformed"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"\x91" * 60_000 + b"\x00",  # arrays nested 60000 deep (within the payload size limit)
+     b"\xdd\x00\x01\x00\x00" + b"\x00" * 10,  # an array claiming 65536 items
+     msgpack.packb({"type": "announce", "schema": SCHEMA_VERSION, "run": "run-1", "node": "x" * 5000})],
+)  # fmt: skip
+def test_deep_nesting_and_long_fields_are_refused_by_the_decoder_as_malformed(payload):
+    with pytest.raises(MessageError, match="msgpack") as caught:
+        decode_frames([TOPIC, payload, sign(SECRET, TOPIC, payload)], SECRET, "run-1")
+    assert caught.value.reason == "malformed"
 
 
 def test_an_oversized_payload_is_refused_before_its_signature_is_computed():
