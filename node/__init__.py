@@ -6,22 +6,32 @@
   :func:`predict_dataframe` -- distributed inference on a DataFrame;
   :class:`DBNClassifier` / :class:`DBNClassificationModel` -- a pyspark.ml Estimator/Model pair;
 * :func:`render_report` -- PNG plots of a run from the metrics in the store;
-* :func:`get_spark_session` -- a local SparkSession with embedded defaults (or spark-submit's).
+* :func:`open_run` / :func:`load_run_model` -- read a run (record, metrics, results, model) with its key;
+* :func:`get_spark_session` -- a local SparkSession with embedded defaults (or spark-submit's);
+* :func:`stage_dataframe` / :func:`stage_recipe` -- stage a DataFrame or a built-in dataset in the store.
 """
 
 import logging
 
-from ._driver import Trainer, TrainingSettings, default_store_url, train
+from ._contract import ContractError
+from ._driver import Trainer, default_store_url, train
+from ._keys import RunKey, RunKeyError, resolve_run_key, stored_key_path
+from ._lease import LeaseHeldError, LeaseLostError
 from ._errors import InputDataError, NodeError, StoreAccessError, TrainingError
 from ._evaluation import ClassificationReport, evaluate
 from ._inference import predict_dataframe
 from ._ml import DBNClassificationModel, DBNClassifier
+from ._modes import MODE_NAMES
 from ._report import render_report
+from ._run_access import RunView, load_run_model, open_run
 from ._session import get_spark_session
+from ._settings import TrainingSettings
+from ._staging import RECIPES, stage_dataframe, stage_recipe
 
 __all__ = [
     "Trainer",
     "TrainingSettings",
+    "MODE_NAMES",
     "train",
     "default_store_url",
     "get_spark_session",
@@ -31,10 +41,23 @@ __all__ = [
     "DBNClassifier",
     "DBNClassificationModel",
     "render_report",
+    "RunView",
+    "open_run",
+    "load_run_model",
+    "stage_dataframe",
+    "stage_recipe",
+    "RECIPES",
     "NodeError",
     "InputDataError",
     "StoreAccessError",
     "TrainingError",
+    "ContractError",
+    "LeaseHeldError",
+    "LeaseLostError",
+    "RunKey",
+    "RunKeyError",
+    "resolve_run_key",
+    "stored_key_path",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

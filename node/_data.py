@@ -1,35 +1,50 @@
-"""Training data -> one cached RDD element per partition, validated before training.
+"""Training data -> one cached RDD element per partition, checked on the driver before training.
 
 Accepted inputs (see :func:`prepare_training_data`):
 
 * numpy arrays ``X`` (n, *shape) and ``y`` (n,), split on the driver;
 * an RDD of ``(features, label)`` rows (features: array, list or ``pyspark.ml.linalg`` vector);
 * a DataFrame with an array or ``pyspark.ml.linalg`` Vector features column and a label
-  column, moved per partition through Arrow (``mapInArrow``), never row by row;
+  column, moved per partition through Arrow (:mod:`node._frames`), never row by row;
 * a staged dataset URL (a directory written by :func:`storage.stage_arrays`): each
   executor reads its own shard from the store, one shard per partition.
 
 Every partition becomes one element ``(index, summary, payload)``: ``payload`` holds the
-partition's ``X`` and ``y`` as ``.npy`` bytes (decoded with ``allow_pickle=False``) and
-``summary`` is a small dict (rows, per-sample shape, first NaN row, label range).  The
-driver collects the summaries -- which also fills the cache -- and raises
-:class:`~node.InputDataError` naming the partition and row before any training starts.
+partition's ``X`` and ``y`` as ``.npy`` bytes (decoded with ``allow_pickle=False``); labels keep
+their own type (integers, floats, strings) and become class indices only on the executors.
+``summary`` is a small JSON-able dict: rows, per-sample shape, the first NaN/Inf row, per-column
+minimum and maximum (with the rows holding them) and the partition's distinct labels.  Collecting
+the summaries is the one Spark aggregation that checks the data -- and fills the cache -- so
+:func:`check_model_input` can name the partition, row and column of anything the model would
+refuse before any training time is spent.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 import numpy as np
+import pyarrow as pa
+from pyspark import RDD
+from pyspark.sql import SparkSession
 
-from ._errors import InputDataError, short_error
+import rbm
+import storage
 
-__all__ = ["PreparedData", "prepare_training_data", "encode_block", "decode_block", "iter_blocks"]
+from ._errors import InputDataError, StoreAccessError, short_error
+from ._frames import check_label_column, feature_column_kind, features_from_arrow, is_dataframe, is_rdd, labels_from_arrow
+from ._labels import DEFAULT_MAX_CLASSES, check_known_labels, encode_labels, merge_class_sets, summarize_labels
+
+__all__ = ["PreparedData", "prepare_training_data", "check_model_input", "encode_block", "decode_block",
+           "iter_blocks"]
 
 logger = logging.getLogger(__name__)
+
+Element = tuple[int, dict, bytes]
 
 
 # ----------------------------------------------------------------------------- encoding
@@ -52,7 +67,7 @@ def decode_block(payload: bytes) -> tuple[np.ndarray, np.ndarray | None]:
     return X, y
 
 
-def iter_blocks(elements: Iterable[tuple[int, dict, bytes]]) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
+def iter_blocks(elements: Iterable[Element]) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
     """Decode the ``(index, summary, payload)`` elements of a prepared partition."""
     for index, summary, payload in elements:
         if summary.get("rows", 0):
@@ -60,38 +75,43 @@ def iter_blocks(elements: Iterable[tuple[int, dict, bytes]]) -> Iterator[tuple[i
             yield index, X, y
 
 
-def summarize_block(index: int, X: np.ndarray, y: np.ndarray | None, error: str | None = None) -> dict:
-    """The per-partition facts the driver validates (JSON-able, small)."""
-    summary: dict[str, Any] = {"partition": index, "rows": int(len(X)), "shape": list(X.shape[1:]), "error": error}
-    if len(X):
-        flat = X.reshape(len(X), -1)
-        bad_rows = ~np.isfinite(flat).all(axis=1)
-        summary["nan_row"] = int(np.flatnonzero(bad_rows)[0]) if bad_rows.any() else None
-    if y is not None and len(y):
-        integral = np.issubdtype(y.dtype, np.integer) or bool(np.all(np.isfinite(y)) and np.all(y == np.round(y)))
-        summary["labels_integral"] = integral
-        if integral:
-            labels = y.astype(np.int64)
-            summary["label_min"], summary["label_max"] = int(labels.min()), int(labels.max())
-            summary["label_min_row"] = int(np.argmin(labels))
-            summary["label_max_row"] = int(np.argmax(labels))
-    summary["has_labels"] = y is not None
+# ----------------------------------------------------------------------------- per partition
+def summarize_block(index: int, X: np.ndarray, y: np.ndarray | None, max_classes: int,
+                    error: str | None = None) -> dict[str, Any]:
+    """The per-partition facts the driver checks (JSON-able, small: O(features + distinct labels))."""
+    summary: dict[str, Any] = {"partition": index, "rows": int(len(X)), "shape": list(X.shape[1:]), "error": error,
+                               "has_labels": y is not None}
+    if error is not None or not len(X):
+        return summary
+    flat = X.reshape(len(X), -1)
+    finite = np.isfinite(flat)
+    bad_rows = ~finite.all(axis=1)
+    if bad_rows.any():
+        row = int(np.flatnonzero(bad_rows)[0])
+        summary["nan_at"] = [row, int(np.flatnonzero(~finite[row])[0])]
+        return summary
+    lowest, highest = flat.argmin(axis=0), flat.argmax(axis=0)
+    columns = np.arange(flat.shape[1])
+    summary.update(column_min=flat[lowest, columns].astype(float).tolist(), column_min_row=lowest.tolist(),
+                   column_max=flat[highest, columns].astype(float).tolist(), column_max_row=highest.tolist())
+    if y is not None:
+        try:
+            summary["labels"] = summarize_labels(y, max_classes)
+        except InputDataError as label_error:
+            summary["error"] = str(label_error)
     return summary
 
 
-def _element(index: int, X: np.ndarray, y: np.ndarray | None, error: str | None = None) -> tuple[int, dict, bytes]:
-    summary = summarize_block(index, X, y, error)
-    if y is not None and summary.get("labels_integral") and not np.issubdtype(y.dtype, np.integer):
-        y = y.astype(np.int64)  # Arrow and DataFrames carry labels as doubles
-    return index, summary, encode_block(X, y) if error is None else b""
+def _element(index: int, X: np.ndarray, y: np.ndarray | None, max_classes: int, error: str | None = None) -> Element:
+    summary = summarize_block(index, X, y, max_classes, error)
+    return index, summary, encode_block(X, y) if summary["error"] is None else b""
 
 
-def _empty_element(index: int, error: str | None = None) -> tuple[int, dict, bytes]:
+def _empty_element(index: int, error: str | None = None) -> Element:
     return index, {"partition": index, "rows": 0, "shape": None, "error": error, "has_labels": False}, b""
 
 
-# ----------------------------------------------------------------------------- executors
-def _rows_to_element(index: int, rows: Iterator[Any]) -> Iterator[tuple[int, dict, bytes]]:
+def _rows_to_element(max_classes: int, index: int, rows: Iterator[Any]) -> Iterator[Element]:
     """An RDD partition of ``(features, label)`` rows (or bare features) -> one element."""
     features: list[np.ndarray] = []
     labels: list[Any] = []
@@ -108,53 +128,34 @@ def _rows_to_element(index: int, rows: Iterator[Any]) -> Iterator[tuple[int, dic
     if not features:
         yield _empty_element(index)
         return
-    shapes = {array.shape for array in features}
-    if len(shapes) > 1:
-        first = features[0].shape
-        row = next(i for i, array in enumerate(features) if array.shape != first)
+    first = features[0].shape
+    different = next((row for row, array in enumerate(features) if array.shape != first), None)
+    if different is not None:
         yield _empty_element(index, f"rows have different feature shapes ({first} at row 0, "
-                                    f"{features[row].shape} at row {row})")
+                                    f"{features[different].shape} at row {different})")
         return
-    X = np.stack(features)
     y = np.asarray(labels) if has_labels else None
     if y is not None and y.dtype == object:
-        yield _empty_element(index, "labels are not numbers")
+        yield _empty_element(index, "labels mix types (numbers and strings, or None)")
         return
-    yield _element(index, X, y)
+    yield _element(index, np.stack(features), y, max_classes)
 
 
-def _arrow_batches_to_blocks(batches: Iterator[Any]) -> Iterator[Any]:
-    """``mapInArrow`` body: features (list<float>) + label columns -> one binary block per batch."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+def _arrow_batches_to_blocks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body: features (+ label) columns -> one encoded block per batch, or its error."""
     for batch in batches:
-        features = batch.column(0)
-        labels = batch.column(1) if batch.num_columns > 1 else None
-        error = None
-        X = np.zeros((0, 0), dtype=np.float32)
-        if features.null_count:
-            row = int(np.flatnonzero(np.asarray(features.is_null()))[0])
-            error = f"features column is null at row {row} of a batch"
-        elif len(features):
-            widths = np.asarray(pc.list_value_length(features))
-            if (widths != widths[0]).any():
-                row = int(np.flatnonzero(widths != widths[0])[0])
-                error = f"rows have different feature widths ({widths[0]} and {widths[row]} at row {row} of a batch)"
-            else:
-                X = np.asarray(features.flatten(), dtype=np.float32).reshape(len(features), int(widths[0]))
-        y = None
-        if labels is not None and error is None:
-            if labels.null_count:
-                error = "label column holds nulls"
-            else:
-                y = np.asarray(labels.to_numpy(zero_copy_only=False), dtype=np.float64)
-        payload = encode_block(X, y) if error is None else b""
+        error, payload = None, b""
+        try:
+            X = features_from_arrow(batch.column(0), name="features")
+            y = labels_from_arrow(batch.column(1)) if batch.num_columns > 1 else None
+            payload = encode_block(X, y)
+        except InputDataError as input_error:
+            error = str(input_error)
         yield pa.RecordBatch.from_arrays([pa.array([payload], pa.binary()), pa.array([error], pa.string())],
                                          names=["payload", "error"])
 
 
-def _arrow_blocks_to_element(index: int, rows: Iterator[Any]) -> Iterator[tuple[int, dict, bytes]]:
+def _arrow_blocks_to_element(max_classes: int, index: int, rows: Iterator[Any]) -> Iterator[Element]:
     """Concatenate one partition's per-batch blocks into the partition element."""
     parts_X, parts_y = [], []
     for row in rows:
@@ -172,19 +173,19 @@ def _arrow_blocks_to_element(index: int, rows: Iterator[Any]) -> Iterator[tuple[
         yield _empty_element(index, "batches of this partition have different feature widths")
         return
     y = None if parts_y[0] is None else np.concatenate(parts_y)
-    yield _element(index, np.concatenate(parts_X), y)
+    yield _element(index, np.concatenate(parts_X), y, max_classes)
 
 
-def _read_shard(dataset: Any, index: int, _rows: Iterator[Any]) -> Iterator[tuple[int, dict, bytes]]:
+def _read_shard(dataset: storage.Dataset, max_classes: int, index: int, _rows: Iterator[Any]) -> Iterator[Element]:
     """Read shard ``index`` of a staged dataset from the store (runs on an executor)."""
     X, y = dataset.read_shard(index)
-    yield _element(index, np.asarray(X, dtype=np.float32), y)
+    yield _element(index, np.asarray(X, dtype=np.float32), y, max_classes)
 
 
 # ----------------------------------------------------------------------------- driver
 @dataclass
 class PreparedData:
-    """Validated training data: one cached RDD element ``(index, summary, payload)`` per partition.
+    """Checked training data: one cached RDD element ``(index, summary, payload)`` per partition.
 
     Attributes
     ----------
@@ -194,85 +195,118 @@ class PreparedData:
         Rows over all partitions.
     feature_shape : tuple of int
         Per-sample shape, e.g. ``(64,)`` or ``(1, 28, 28)``.
-    n_classes : int or None
-        ``max(label) + 1`` over the data (or the staged dataset's ``n_classes``); None without labels.
+    classes : ndarray of shape (n_classes,) or None
+        The sorted class labels found in the data (None without labels).
     partitions : int
         Number of partitions (non-empty or not).
     rows_per_partition : list of int
     source : str
         What the data came from, for messages and the run record.
+    summaries : list of dict
+        Per-partition summaries (see :func:`summarize_block`), for :func:`check_model_input`.
     """
 
-    blocks: Any
+    blocks: RDD
     n_samples: int
     feature_shape: tuple[int, ...]
-    n_classes: int | None
+    classes: np.ndarray | None
     partitions: int
     rows_per_partition: list[int]
     source: str
+    summaries: list[dict] = field(default_factory=list, repr=False)
+
+    @property
+    def has_labels(self) -> bool:
+        return self.classes is not None
 
     def unpersist(self) -> None:
         """Drop the cached partitions."""
         self.blocks.unpersist()
 
 
-def _split_arrays(X: np.ndarray, y: np.ndarray | None, partitions: int, rng: np.random.Generator | None) -> list[tuple[int, dict, bytes]]:
+def _split_arrays(X: np.ndarray, y: np.ndarray | None, partitions: int, rng: np.random.Generator | None,
+                  max_classes: int) -> list[Element]:
     order = rng.permutation(len(X)) if rng is not None else np.arange(len(X))
     elements = []
     for index, rows in enumerate(np.array_split(order, partitions)):
         rows = np.sort(rows) if rng is None else rows
-        elements.append(_element(index, X[rows], None if y is None else y[rows]))
+        elements.append(_element(index, X[rows], None if y is None else y[rows], max_classes))
     return elements
 
 
-def _open_dataset(url: str) -> Any:
-    import storage
-
+def _open_dataset(url: str) -> storage.Dataset:
     try:
         return storage.open_dataset(url)
     except storage.StoreUnavailableError as error:
-        from ._errors import StoreAccessError
-
         raise StoreAccessError(f"cannot reach the store holding dataset {url!r}: {error}") from error
     except (storage.StoreError, FileNotFoundError, KeyError, ValueError) as error:
         raise InputDataError(f"dataset {url!r} cannot be opened (missing or not a staged dataset: "
                              f"{type(error).__name__}: {error}); stage it first with `sparkdbn stage`") from error
 
 
+def _check_arrays(X: Any, y: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """Driver-side arrays checked with the models' own rules (shape, NaN/Inf), as InputDataError."""
+    try:
+        features = rbm.check_features(X, dtype=np.float32)
+    except ValueError as error:
+        raise InputDataError(str(error)) from error
+    if y is None:
+        return features, None
+    labels = np.asarray(y)
+    if labels.ndim != 1 or len(labels) != len(features):
+        raise InputDataError(f"y must be 1-D with one label per row of X ({len(features)}), got shape {labels.shape}")
+    return features, labels
+
+
+def _dataframe_blocks(df: Any, features_col: str, label_col: str, partitions: int, max_classes: int) -> RDD:
+    """Select features and labels, repartition, move per batch through Arrow."""
+    feature_column_kind(df, features_col)
+    columns = [features_col]
+    if label_col in df.columns:
+        check_label_column(df, label_col)
+        columns.append(label_col)
+    selected = df.select(*columns)
+    if selected.rdd.getNumPartitions() != partitions:
+        selected = selected.repartition(partitions)
+    arrow = selected.mapInArrow(_arrow_batches_to_blocks, "payload binary, error string")
+    return arrow.rdd.map(lambda row: {"payload": row.payload, "error": row.error}).mapPartitionsWithIndex(
+        functools.partial(_arrow_blocks_to_element, max_classes))
+
+
 def prepare_training_data(
-    spark: Any,
+    spark: SparkSession,
     data: Any,
     y: Any = None,
     *,
     partitions: int | None = None,
     features_col: str = "features",
     label_col: str = "label",
-    expected_shape: tuple[int, ...] | None = None,
-    n_classes: int | None = None,
+    classes: np.ndarray | None = None,
     require_labels: bool = False,
     shuffle_seed: int | None = 0,
+    max_classes: int = DEFAULT_MAX_CLASSES,
 ) -> PreparedData:
-    """Turn ``data`` into validated, cached partitions, or raise :class:`~node.InputDataError`.
+    """Turn ``data`` into checked, cached partitions, or raise :class:`~node.InputDataError`.
 
     Parameters
     ----------
     spark : pyspark.sql.SparkSession
     data : ndarray (n, *shape), RDD of (features, label), DataFrame, or str (staged dataset URL)
     y : ndarray (n,), optional
-        Labels, only with array ``data``.
+        Labels (numbers or strings), only with array ``data``.
     partitions : int, optional
         Number of partitions (default: twice the default parallelism).  A staged dataset
         always uses one partition per shard.
     features_col, label_col : str
         DataFrame column names.
-    expected_shape : tuple of int, optional
-        Per-sample shape (or ``(width,)``) the model needs; checked when given.
-    n_classes : int, optional
-        Labels must lie in ``0 .. n_classes - 1`` when given.
+    classes : ndarray, optional
+        The class set the model already fixes; every label must be one of them.
     require_labels : bool
         Raise when the data has no labels (supervised phases need them).
     shuffle_seed : int or None
         Shuffle numpy rows with this seed before splitting (None keeps the order).
+    max_classes : int
+        More distinct labels than this is an error naming the count.
 
     Returns
     -------
@@ -282,39 +316,33 @@ def prepare_training_data(
     partitions = int(partitions or 2 * sc.defaultParallelism)
     if partitions < 1:
         raise InputDataError(f"partitions must be >= 1, got {partitions}")
-    dataset_meta = None
     if isinstance(data, str):
         dataset = _open_dataset(data)
-        dataset_meta = dict(dataset.meta)
         if y is not None:
             raise InputDataError("y must not be given with a staged dataset URL (its labels are staged with it)")
         partitions = int(dataset.num_shards)
         if partitions < 1:
             raise InputDataError(f"dataset {data!r} has no shards")
-        meta_shape = tuple(int(d) for d in dataset_meta.get("feature_shape") or ())
-        if expected_shape is not None and meta_shape and not _shape_matches(meta_shape, expected_shape):
-            raise InputDataError(f"dataset {data!r} has per-sample shape {meta_shape}, the model expects {expected_shape}")
-        import functools
-
         blocks = sc.parallelize(range(partitions), partitions).mapPartitionsWithIndex(
-            functools.partial(_read_shard_at, dataset))
+            functools.partial(_read_shard, dataset, max_classes))
         source = f"dataset {data}"
-    elif isinstance(data, np.ndarray) or isinstance(data, (list, tuple)):
-        X, labels = _check_arrays(data, y, n_classes)  # here rows still have the caller's numbering
+    elif isinstance(data, (np.ndarray, list, tuple)):
+        X, labels = _check_arrays(data, y)
+        if labels is not None and classes is not None:
+            encode_labels(labels, classes)  # names the caller's own row of a label the model does not know
         partitions = min(partitions, len(X))
         rng = np.random.default_rng(shuffle_seed) if shuffle_seed is not None else None
-        elements = _split_arrays(X.astype(np.float32, copy=False), labels, partitions, rng)
-        blocks = sc.parallelize(elements, partitions)
+        blocks = sc.parallelize(_split_arrays(X, labels, partitions, rng, max_classes), partitions)
         source = f"arrays {X.shape}"
-    elif _is_dataframe(data):
-        blocks = _dataframe_blocks(data, features_col, label_col, partitions)
+    elif is_dataframe(data):
+        blocks = _dataframe_blocks(data, features_col, label_col, partitions, max_classes)
         partitions = blocks.getNumPartitions()
         source = f"DataFrame[{features_col}, {label_col}]"
-    elif _is_rdd(data):
+    elif is_rdd(data):
         if y is not None:
             raise InputDataError("y must not be given with an RDD (rows are (features, label) pairs)")
         rdd = data if data.getNumPartitions() == partitions else data.repartition(partitions)
-        blocks = rdd.mapPartitionsWithIndex(_rows_to_element)
+        blocks = rdd.mapPartitionsWithIndex(functools.partial(_rows_to_element, max_classes))
         source = "RDD of (features, label)"
     else:
         raise InputDataError(f"unsupported training data of type {type(data).__name__}: pass numpy arrays, "
@@ -324,41 +352,19 @@ def prepare_training_data(
     blocks.setName(f"sparkdbn training data ({source})")
     try:
         summaries = sorted(blocks.map(lambda element: element[1]).collect(), key=lambda s: s["partition"])
-    except Exception as error:
-        blocks.unpersist()
-        raise InputDataError(f"reading the training data ({source}) failed: {short_error(error)}") from error
-    try:
-        prepared = _validate(summaries, source, expected_shape, n_classes, require_labels, dataset_meta)
+        prepared = _check_summaries(summaries, source, classes, require_labels, max_classes)
     except InputDataError:
         blocks.unpersist()
         raise
+    except Exception as error:
+        blocks.unpersist()
+        raise InputDataError(f"reading the training data ({source}) failed: {short_error(error)}") from error
     prepared.blocks = blocks
     return prepared
 
 
-def _check_arrays(X: Any, y: Any, n_classes: int | None) -> tuple[np.ndarray, np.ndarray | None]:
-    """Driver-side arrays checked with the models' own rules (shape, NaN/Inf, labels), as InputDataError."""
-    from rbm._validation import check_features, check_labels
-
-    try:
-        features = check_features(X, dtype=np.float32)
-        labels = None if y is None else check_labels(y, len(features), n_classes)
-    except ValueError as error:
-        raise InputDataError(str(error)) from error
-    return features, labels
-
-
-def _read_shard_at(dataset: Any, index: int, rows: Iterator[Any]) -> Iterator[tuple[int, dict, bytes]]:
-    return _read_shard(dataset, index, rows)
-
-
-def _shape_matches(shape: tuple[int, ...], expected: tuple[int, ...]) -> bool:
-    width = int(np.prod(expected))
-    return tuple(shape) == tuple(expected) or tuple(shape) == (width,) or int(np.prod(shape)) == width and len(expected) == 1
-
-
-def _validate(summaries: list[dict], source: str, expected_shape: tuple[int, ...] | None, n_classes: int | None,
-              require_labels: bool, meta: dict | None) -> PreparedData:
+def _check_summaries(summaries: list[dict], source: str, classes: np.ndarray | None, require_labels: bool,
+                     max_classes: int) -> PreparedData:
     for summary in summaries:
         if summary.get("error"):
             raise InputDataError(f"{source}: partition {summary['partition']}: {summary['error']}")
@@ -369,81 +375,58 @@ def _validate(summaries: list[dict], source: str, expected_shape: tuple[int, ...
     if len(shapes) > 1:
         raise InputDataError(f"{source}: partitions have different per-sample shapes {sorted(shapes)}")
     shape = shapes.pop()
-    if expected_shape is not None and not _shape_matches(shape, tuple(expected_shape)):
-        raise InputDataError(f"{source} has per-sample shape {shape} ({int(np.prod(shape))} features), "
-                             f"the model expects {tuple(expected_shape)}")
     for s in filled:
-        if s.get("nan_row") is not None:
-            raise InputDataError(f"{source}: partition {s['partition']} row {s['nan_row']} contains NaN or Inf")
+        if s.get("nan_at") is not None:
+            row, column = s["nan_at"]
+            raise InputDataError(f"{source}: partition {s['partition']} row {row} column {column} holds NaN or Inf")
     has_labels = {bool(s.get("has_labels")) for s in filled}
     if has_labels == {False}:
         if require_labels:
             raise InputDataError(f"{source} has no labels, but the model has a supervised phase")
-        classes = None
+        found = None
     else:
         if has_labels != {True}:
             raise InputDataError(f"{source}: some partitions have labels and some do not")
-        for s in filled:
-            if not s.get("labels_integral", False):
-                raise InputDataError(f"{source}: partition {s['partition']} holds labels that are not integers")
-            if s["label_min"] < 0:
-                raise InputDataError(f"{source}: partition {s['partition']} row {s['label_min_row']} has label "
-                                     f"{s['label_min']}, labels must be class indices 0..n_classes-1")
-            if n_classes is not None and s["label_max"] >= n_classes:
-                raise InputDataError(f"{source}: partition {s['partition']} row {s['label_max_row']} has label "
-                                     f"{s['label_max']}, outside the class range 0..{n_classes - 1}")
-        classes = max(s["label_max"] for s in filled) + 1
-        if meta and meta.get("n_classes"):
-            classes = max(classes, int(meta["n_classes"]))
-        if n_classes is not None:
-            classes = n_classes
+        label_summaries = [(s["partition"], s["labels"]) for s in filled]
+        if classes is not None:
+            check_known_labels(label_summaries, classes, source)
+            found = classes
+        else:
+            found = merge_class_sets(label_summaries, source, max_classes)
     rows = [int(s["rows"]) for s in summaries]
     logger.info("training data %s: %d rows in %d partitions, shape %s, %s classes", source, sum(rows), len(rows),
-                shape, classes)
-    return PreparedData(None, sum(rows), shape, classes, len(rows), rows, source)
+                shape, None if found is None else len(found))
+    return PreparedData(None, sum(rows), shape, found, len(rows), rows, source, filled)  # type: ignore[arg-type]
 
 
-def _is_dataframe(data: Any) -> bool:
-    try:
-        from pyspark.sql import DataFrame
-    except ImportError:  # pragma: no cover - pyspark is a dependency
-        return False
-    return isinstance(data, DataFrame)
+def check_model_input(prepared: PreparedData, width: int, bounds: tuple[float, float] | None) -> None:
+    """Refuse, on the driver, data the model would refuse on the executors.
 
+    Parameters
+    ----------
+    width : int
+        Features per sample the model takes.
+    bounds : (low, high) or None
+        The range every input value must lie in (``(0, 1)`` for Bernoulli visible units).
 
-def _is_rdd(data: Any) -> bool:
-    from pyspark import RDD
-
-    return isinstance(data, RDD)
-
-
-def _dataframe_blocks(df: Any, features_col: str, label_col: str, partitions: int) -> Any:
-    """Select features (as array<float>) and labels, repartition, move per batch through Arrow."""
-    from pyspark.ml.functions import vector_to_array
-    from pyspark.ml.linalg import VectorUDT
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, NumericType
-
-    names = df.columns
-    if features_col not in names:
-        raise InputDataError(f"DataFrame has no features column {features_col!r} (columns: {names})")
-    kind = df.schema[features_col].dataType
-    if isinstance(kind, VectorUDT) or type(kind).__name__ == "VectorUDT":
-        features = vector_to_array(F.col(features_col), "float32")
-    elif isinstance(kind, ArrayType) and isinstance(kind.elementType, NumericType):
-        features = F.col(features_col).cast("array<float>")
-    else:
-        raise InputDataError(f"features column {features_col!r} has type {kind.simpleString()}; "
-                             "expected an array of numbers or a pyspark.ml.linalg Vector")
-    columns = [features.alias("features")]
-    if label_col in names:
-        if not isinstance(df.schema[label_col].dataType, NumericType):
-            raise InputDataError(f"label column {label_col!r} has type {df.schema[label_col].dataType.simpleString()}, "
-                                 "expected numbers (class indices)")
-        columns.append(F.col(label_col).cast("double").alias("label"))
-    selected = df.select(*columns)
-    if selected.rdd.getNumPartitions() != partitions:
-        selected = selected.repartition(partitions)
-    arrow = selected.mapInArrow(_arrow_batches_to_blocks, "payload binary, error string")
-    return arrow.rdd.map(lambda row: {"payload": row.payload, "error": row.error}).mapPartitionsWithIndex(
-        _arrow_blocks_to_element)
+    Raises
+    ------
+    InputDataError
+        Naming the partition, row and column of the first offending value.
+    """
+    have = int(np.prod(prepared.feature_shape))
+    if have != width:
+        raise InputDataError(f"{prepared.source} has per-sample shape {prepared.feature_shape} ({have} features), "
+                             f"the model takes {width}")
+    if bounds is None:
+        return
+    low, high = bounds
+    for s in prepared.summaries:
+        for values, rows, outside in ((s["column_min"], s["column_min_row"], lambda v: v < low),
+                                      (s["column_max"], s["column_max_row"], lambda v: v > high)):
+            column = next((c for c, value in enumerate(values) if outside(value)), None)
+            if column is not None:
+                raise InputDataError(
+                    f"{prepared.source}: partition {s['partition']} row {rows[column]} column {column} holds "
+                    f"{values[column]:g}, outside [{low:g}, {high:g}] that the model's visible units take "
+                    "(scale the features into that range first, e.g. divide pixels by their maximum)")

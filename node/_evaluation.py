@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 import numpy as np
+import pyarrow as pa
+from pyspark.sql.types import NumericType
 
 from ._errors import InputDataError
+from ._frames import feature_column_kind, features_from_arrow, is_dataframe, is_rdd
 from ._inference import (
     check_first_row,
-    feature_column_kind,
-    features_from_arrow,
     model_classes,
     model_from_payload,
     model_payload,
@@ -28,6 +29,7 @@ from ._inference import (
     raise_input_errors_from,
     task_location,
 )
+from ._session import get_spark_session
 
 __all__ = ["ClassificationReport", "evaluate"]
 
@@ -262,9 +264,9 @@ def evaluate(
     try:
         if isinstance(data, tuple) and len(data) == 2:
             counts = _evaluate_arrays(model, payload, data, spark, batch_size, num_partitions)
-        elif _is_dataframe(data):
+        elif is_dataframe(data):
             counts = _evaluate_dataframe(model, payload, data, features_col, label_col, batch_size)
-        elif _is_rdd(data):
+        elif is_rdd(data):
             counts = _evaluate_rdd(model, payload, data, batch_size)
         else:
             raise InputDataError(
@@ -285,18 +287,6 @@ def evaluate(
     report = ClassificationReport.from_confusion_matrix(labels, matrix)
     log.info("evaluated %d samples: accuracy %.4f", report.n_samples, report.accuracy)
     return report
-
-
-def _is_dataframe(data: Any) -> bool:
-    from pyspark.sql import DataFrame
-
-    return isinstance(data, DataFrame)
-
-
-def _is_rdd(data: Any) -> bool:
-    from pyspark import RDD
-
-    return isinstance(data, RDD)
 
 
 class _PartitionOutcome:
@@ -394,8 +384,6 @@ def _evaluate_rdd(model: Any, payload: bytes, rdd: Any, batch_size: int) -> Coun
 
 def _cells_batch(result: Counter | str) -> Any:
     """One partition's confusion-matrix cells (or its error, in a row of its own) as an Arrow batch."""
-    import pyarrow as pa
-
     cells = [] if isinstance(result, str) else list(result.items())
     errors: list[str | None] = [None] * len(cells)
     if isinstance(result, str):
@@ -412,8 +400,6 @@ def _cells_batch(result: Counter | str) -> Any:
 
 
 def _evaluate_dataframe(model: Any, payload: bytes, df: Any, features_col: str, label_col: str, batch_size: int) -> Counter:
-    from pyspark.sql.types import NumericType
-
     feature_column_kind(df, features_col)
     if label_col not in df.columns:
         raise InputDataError(f"DataFrame has no label column {label_col!r}; its columns are {df.columns}")
@@ -452,6 +438,4 @@ def _evaluate_dataframe(model: Any, payload: bytes, df: Any, features_col: str, 
 def _session(spark: Any) -> Any:
     if spark is not None:
         return spark
-    from ._session import get_spark_session  # the active session, or a local one with the embedded defaults
-
-    return get_spark_session()
+    return get_spark_session()  # the active session, or a local one with the embedded defaults

@@ -1,45 +1,51 @@
 """The executor side: one process-wide node per run inside a Spark Python worker.
 
 Spark reuses Python workers across tasks and jobs, so the node -- model replica, store
-handle, node actor and transport -- is created on the first task of a run and kept in a
+handles, node actor and transport -- is created on the first task of a fit and kept in a
 module-level registry.  Spark may still kill the worker (a task that raised, 60 s idle,
 executor loss, a crash), so a node keeps nothing that is not in the store: a fresh node
-starts from the phase's start parameters and the newest snapshots it finds there.
+entering a phase starts from the consolidation of the snapshots the store already holds for
+it (:meth:`storage.WeightStore.consolidate`, the same rule the driver uses), else from the
+phase's start parameters the driver broadcast.
 
-Per partition (:func:`train_partition_task`): merge the fresh peer snapshots
-(``NodeHandle.merge``: unusable ones are skipped and counted), train one pass
-(``model.train_partition``), publish the new weights and wait until they are written
-(``publish`` + ``flush``), append one metrics record to the store and return it to the driver.
-
-Node identity is ``<host>-<pid>``, never the partition index: the same partition lands on
-different workers from job to job.
+A task (:func:`run_training_task`) decodes its :class:`~node._contract.TaskSpec`, finds or
+starts the node, and hands each partition to the training mode named in the task
+(:mod:`node._modes`); it returns one encoded :class:`~node._contract.PartitionReport` per
+partition.  Node identity is ``<host>-<pid>``, never the partition index: the same partition
+lands on different workers from job to job.
 """
 
 from __future__ import annotations
 
 import atexit
-import hashlib
 import logging
 import os
 import signal
 import socket
 import threading
 import time
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
+from pyspark import Broadcast
 
-from ._data import iter_blocks
+import actors
+import rbm
+import storage
 
-__all__ = ["TaskConfig", "train_partition_task", "release_run_task", "encode_arrays", "decode_arrays", "node_id"]
+from ._contract import NodeConfig, PartitionReport, TaskSpec, decode, encode
+from ._data import Element, iter_blocks
+from ._errors import InputDataError
+from ._labels import encode_labels
+from ._modes import mode_named
+from ._scaling import NodeScaling
+
+__all__ = ["ExecutorNode", "node_id", "run_training_task", "release_run_task"]
 
 logger = logging.getLogger(__name__)
 
-#: A plain dict (closed over by the task function): run, store_url, secret, spec, ...
-TaskConfig = Mapping[str, Any]
-
 _registry_lock = threading.Lock()
-_nodes: dict[str, "_Node"] = {}  # run -> the node of this process
+_nodes: dict[str, "ExecutorNode"] = {}  # run -> the node of this process
 
 
 def node_id() -> str:
@@ -47,62 +53,62 @@ def node_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-def encode_arrays(params: Mapping[str, np.ndarray]) -> bytes:
-    """Named arrays as ``.npz`` bytes (the phase start parameters the driver broadcasts)."""
-    from storage._weights import encode_params
+class ExecutorNode:
+    """Model replica + store handles + node actor of one fit in this process.
 
-    return encode_params(params, "phase start parameters")
+    Creating it starts nothing; :meth:`start` opens the store and starts the node actor,
+    :meth:`stop` ends them.
+    """
 
-
-def decode_arrays(payload: bytes) -> dict[str, np.ndarray]:
-    """Inverse of :func:`encode_arrays` (``allow_pickle=False``)."""
-    from storage._weights import decode_params
-
-    return decode_params(payload, "phase start parameters")
-
-
-class _Node:
-    """Model replica + store handles + node actor of one run in this process."""
-
-    def __init__(self, config: TaskConfig) -> None:
-        import actors
-        import rbm
-        import storage
-
-        self.run = str(config["run"])
-        self.key = str(config["node_key"])
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
         self.node = node_id()
-        self.store = storage.open_store(config["store_url"], retry_timeout_s=float(config["store_retry_timeout_s"]))
-        self.weights = storage.WeightStore(self.store, self.run)
-        self.runs = storage.RunStore(self.store, self.run)
-        self.model = rbm.model_from_spec(config["spec"])
-        classes = config.get("classes")
-        self.model.initialize(tuple(config["feature_shape"]) if len(config["feature_shape"]) > 1
-                              else int(config["feature_shape"][0]), classes)
+        self.classes = None if config.classes is None else np.asarray(config.classes)
         self.phase: str | None = None
         self.start_digest: str | None = None
         self.samples_seen: dict[str, int] = {}
         self.partitions_done = 0
-        self.handle = actors.start_node(
-            self.run,
-            self.node,
-            self.store,
-            bytes(config["secret"]),
-            fanout=config.get("fanout"),
-            anti_entropy_interval_s=float(config["anti_entropy_interval_s"]),
-            peer_refresh_interval_s=float(config["peer_refresh_interval_s"]),
-            keep_versions=int(config["keep_versions"]),
-        )
-        self._stopped = False
-        logger.info("node %s started for run %s (code from %s)", self.node, self.run, __file__)
+        self.mode_state: dict[str, Any] = {}  # what the training mode keeps on this node between tasks
+        self.slowed_s = 0.0  # the straggler's sleep in the last train()
+        self._straggler: bool | None = None
+        self.store: storage.Store | None = None
+        self.weights: storage.WeightStore | None = None
+        self.runs: storage.RunStore | None = None
+        self.handle: actors.NodeHandle | None = None
+        self.model: Any = None
+        self.scaling = NodeScaling(config.scale_rule, config.spec, config.warmup_partitions, config.fanout,
+                                   n_samples=config.n_samples or None)
+        self.learning_rate_scale = 1.0
 
-    # ------------------------------------------------------------------ phase start
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> "ExecutorNode":
+        config = self.config
+        self.store = storage.open_store(config.store_url, retry_timeout_s=config.store_retry_timeout_s)
+        self.weights = storage.WeightStore(self.store, config.run, config.key)
+        self.runs = storage.RunStore(self.store, config.run, config.key)
+        self.model = rbm.model_from_spec(config.spec)
+        shape = config.feature_shape
+        self.model.initialize(shape if len(shape) > 1 else int(shape[0]), self.classes)
+        self.handle = actors.start_node(
+            config.run, self.node, self.store, config.key, fanout=config.fanout,
+            anti_entropy_interval_s=config.anti_entropy_interval_s,
+            peer_refresh_interval_s=config.peer_refresh_interval_s, keep_versions=config.keep_versions)
+        logger.info("node %s started for run %s", self.node, config.run)
+        return self
+
+    def stop(self) -> None:
+        """Stop the actor and close the transport (idempotent)."""
+        handle, self.handle = self.handle, None
+        if handle is None:
+            return
+        try:
+            handle.stop()
+        except Exception:  # at exit nothing can be done beyond saying so
+            logger.exception("stopping node %s of run %s failed", self.node, self.config.run)
+
+    # ------------------------------------------------------------------ phases
     def enter_phase(self, phase: str, start_digest: str, start_payload: Callable[[], bytes]) -> str:
         """Load the phase's starting point when this process has not trained in it yet.
-
-        The start parameters (every earlier phase consolidated, this phase initialized identically
-        on every node) come from the driver; when the store already holds snapshots of this phase
-        (a replaced worker, a resumed run), their mean is newer and wins.
 
         Returns
         -------
@@ -111,105 +117,130 @@ class _Node:
         """
         if self.phase == phase and self.start_digest == start_digest:
             return "kept"
-        self.model.set_parameters(decode_arrays(start_payload()))
-        origin = "start"
-        newest = self.weights.newest_per_node(phase)
-        found = [self.weights.newest_verified(phase, node) for node in sorted(newest)]
-        params = [entry[1] for entry in found if entry is not None]
-        if params:
-            self.model.set_parameters({name: np.mean([p[name] for p in params], axis=0).astype(params[0][name].dtype)
-                                       for name in params[0]})
-            origin = f"store({len(params)} nodes)"
+        # The payload holds the whole model: the results of the phases before (a node must not
+        # propagate through its own, unconsolidated lower layers) and this phase's start.
+        self.model.set_parameters(storage.decode_params(start_payload(), f"start of phase {phase}"))
+        try:
+            consolidated = self.weights.consolidate(phase)
+            self.model.set_parameters(consolidated.params)
+            origin = f"store({len(consolidated.refs)} nodes)"
+        except storage.StoreNotFoundError:
+            origin = "start"
         self.phase, self.start_digest = phase, start_digest
+        self.scaling.enter_phase(phase)
         self.samples_seen.setdefault(phase, 0)
         logger.info("node %s entered phase %s from %s", self.node, phase, origin)
         return origin
 
     # ------------------------------------------------------------------ one partition
-    def train(self, config: TaskConfig, partition: int, X: np.ndarray, y: np.ndarray | None) -> dict:
-        phase = str(config["phase"])
-        epoch = int(config["epoch"])
-        started = time.time()
-        tick = time.perf_counter()
-        # Unusable peer snapshots are skipped and counted by the actor (stats: dropped_bad_snapshot);
-        # a MergeError here means this node's own weights diverged, and the task fails saying so.
-        merged, used = self.handle.merge(phase, self.model.parameters(phase), config.get("merge_alpha"))
-        if used:
-            self.model.set_parameters(merged)
-        merged_from = [snapshot.node for snapshot in used]
-        ages_s = [max(0.0, started - float(snapshot.sent_at)) for snapshot in used]
-        merge_s = time.perf_counter() - tick
+    def class_indices(self, y: np.ndarray | None) -> np.ndarray | None:
+        """Labels -> class indices (what ``train_partition`` takes)."""
+        if y is None or self.classes is None:
+            return None
+        return encode_labels(y, self.classes)
 
-        rng = np.random.default_rng([int(config["seed"]), int(config["phase_index"]), epoch, partition,
-                                     self.partitions_done])
-        self._maybe_fault(config, phase, epoch, X, y, rng)
-        metrics = self.model.train_partition(X, y, phase, rng)
+    def rng(self, task: TaskSpec, partition: int) -> np.random.Generator:
+        """The minibatch order of one partition: seed, phase, epoch, partition (the same for one node and many)."""
+        return np.random.default_rng([task.node.seed, task.phase_index, task.epoch, partition])
 
-        tick = time.perf_counter()
-        self.samples_seen[phase] = self.samples_seen.get(phase, 0) + int(metrics["samples"])
-        self.handle.publish(phase, self.model.parameters(phase), self.samples_seen[phase])
-        self.handle.flush(timeout_s=float(config["flush_timeout_s"]))
-        publish_s = time.perf_counter() - tick
+    def train(self, task: TaskSpec, partition: int, X: np.ndarray, y: np.ndarray | None,
+              merged_from: Sequence[str] = ()) -> dict:
+        """One pass of the model over a partition (the fault hook may end the process here).
+
+        ``merged_from`` names the peers whose progress the node merged just before: the learning
+        rates follow the number of nodes merging (:class:`~node._scaling.NodeScaling`).
+
+        Raises
+        ------
+        InputDataError
+            The model refused the data, or diverged on it: deterministic, reported once.
+        """
+        indices = self.class_indices(y)
+        rng = self.rng(task, partition)
+        self.scaling.merged(merged_from)
+        self.learning_rate_scale = self.scaling.scale()
+        self.model.set_learning_rate_scale(self.learning_rate_scale)
+        self._maybe_fault(task, X, indices, rng)
+        try:
+            metrics = self.model.train_partition(X, indices, task.phase, rng)
+        except ValueError as error:  # the model's own input checks, or divergence: the same on every retry
+            raise InputDataError(f"{type(error).__name__}: {error}") from error
+        self.samples_seen[task.phase] = self.samples_seen.get(task.phase, 0) + int(metrics["samples"])
         self.partitions_done += 1
+        self.scaling.trained()
+        self.slowed_s = self._straggle(task, float(metrics["seconds"]))
+        return metrics
 
-        record = {
-            "node": self.node,
-            "run": self.run,
-            "phase": phase,
-            "epoch": epoch,
-            "partition": partition,
-            "samples": int(metrics["samples"]),
-            "loss": float(metrics["loss"]),
-            "train_s": float(metrics["seconds"]),
-            "merge_s": merge_s,
-            "publish_s": publish_s,
-            "task_s": time.time() - started,
-            "merged": len(merged_from),
-            "merged_from": merged_from,
-            "staleness_s": float(np.mean(ages_s)) if ages_s else None,
-            "samples_seen": self.samples_seen[phase],
-            "time": time.time(),
-            "pid": os.getpid(),
-            "code": os.path.dirname(os.path.abspath(__file__)),
-            "stats": _plain(self.handle.stats()),
-        }
-        self.runs.append_metrics(self.node, record)
-        return record
+    def _straggle(self, task: TaskSpec, compute_s: float) -> float:
+        """Benchmark/test setting: the one chosen node sleeps ``(factor - 1) x`` its compute time.
 
-    def _maybe_fault(self, config: TaskConfig, phase: str, epoch: int, X: np.ndarray, y: np.ndarray | None,
-                     rng: np.random.Generator) -> None:
+        The node is chosen once per run: the first to train claims ``runs/<run>/faults/straggler``
+        (an exclusive create), so exactly one node of the run is slow.
+        """
+        factor = task.node.straggler_factor
+        if factor <= 1.0:
+            return 0.0
+        if self._straggler is None:
+            marker = f"runs/{task.node.run}/faults/straggler"
+            self.store.makedirs(f"runs/{task.node.run}/faults")
+            self.store.create_exclusive(marker, self.node.encode())
+            self._straggler = self.store.read_bytes(marker, max_bytes=1024).decode(errors="replace") == self.node
+            if self._straggler:
+                logger.warning("node %s is the run's straggler: it sleeps %.1fx its compute time", self.node,
+                               factor - 1.0)
+        if not self._straggler:
+            return 0.0
+        delay_s = (factor - 1.0) * compute_s
+        time.sleep(delay_s)  # the straggler setting itself: slow on purpose, in proportion to real work
+        return delay_s
+
+    def report(self, task: TaskSpec, partition: int, metrics: Mapping[str, Any], started: float, *,
+               merge_s: float, publish_s: float, merged_from: list[str], ages_s: list[float], sent_bytes: int = 0,
+               read_bytes: int = 0) -> PartitionReport:
+        """The partition's report; also stored as this node's metrics record."""
+        report = PartitionReport(
+            node=self.node, run=task.node.run, phase=task.phase, epoch=task.epoch, partition=partition,
+            samples=int(metrics["samples"]), loss=float(metrics["loss"]), train_s=float(metrics["seconds"]),
+            merge_s=merge_s, publish_s=publish_s, task_s=time.time() - started, merged=len(merged_from),
+            merged_from=tuple(merged_from), staleness_s=float(np.mean(ages_s)) if ages_s else None,
+            samples_seen=self.samples_seen[task.phase], time=time.time(), pid=os.getpid(),
+            stats=_plain(self.handle.stats()), code=os.path.dirname(os.path.abspath(__file__)),
+            slowed_s=self.slowed_s, sent_bytes=int(sent_bytes), read_bytes=int(read_bytes),
+            learning_rate_scale=self.learning_rate_scale, nodes_merging=self.scaling.nodes())
+        self.runs.append_metrics(self.node, report.to_record())
+        return report
+
+    def refusal(self, task: TaskSpec, partition: int, error: Exception) -> PartitionReport:
+        """A report that says why the partition's data was refused (returned, not raised: no retry)."""
+        return PartitionReport(node=self.node, run=task.node.run, phase=task.phase, epoch=task.epoch,
+                               partition=partition, samples=0, loss=float("nan"), train_s=0.0, merge_s=0.0,
+                               publish_s=0.0, task_s=0.0, merged=0, merged_from=(), staleness_s=None,
+                               samples_seen=self.samples_seen.get(task.phase, 0), time=time.time(), pid=os.getpid(),
+                               error=f"partition {partition}: {error}")
+
+    def _maybe_fault(self, task: TaskSpec, X: np.ndarray, y: np.ndarray | None, rng: np.random.Generator) -> None:
         """Test hook: once per run, train half the partition and SIGKILL this worker.
 
-        ``config["kill_worker_once_at"] == "<phase>:<epoch>"`` arms it; a marker file in the
-        store makes sure only the first worker to get there dies (the retry must succeed).
+        ``kill_worker_once_at == "<phase>:<epoch>"`` arms it; a marker file in the store makes
+        sure only the first worker to get there dies (the retry must succeed).
         """
-        target = config.get("kill_worker_once_at")
-        if not target or target != f"{phase}:{epoch}":
+        if task.node.kill_worker_once_at != f"{task.phase}:{task.epoch}":
             return
-        marker = f"runs/{self.run}/faults/killed-worker"
+        marker = f"runs/{task.node.run}/faults/killed-worker"
         if self.store.exists(marker):
             return
         self.store.write_bytes(marker, f"{self.node} {time.time()}".encode())
         half = max(1, len(X) // 2)
-        self.model.train_partition(X[:half], None if y is None else y[:half], phase, rng)
+        self.model.train_partition(X[:half], None if y is None else y[:half], task.phase, rng)
         logger.warning("fault hook: node %s kills itself with SIGKILL in the middle of a partition", self.node)
         os.kill(os.getpid(), signal.SIGKILL)
-
-    def stop(self) -> None:
-        """Stop the actor and close the transport (idempotent)."""
-        if self._stopped:
-            return
-        self._stopped = True
-        try:
-            self.handle.stop()
-        except Exception:  # at exit nothing can be done beyond saying so
-            logger.exception("stopping node %s of run %s failed", self.node, self.run)
 
 
 def _plain(stats: Mapping[str, Any]) -> dict[str, Any]:
     return {str(k): (v if isinstance(v, (int, float, str, bool)) or v is None else str(v)) for k, v in stats.items()}
 
 
+# ---------------------------------------------------------------------- the process registry
 def _stop_all() -> None:
     with _registry_lock:
         nodes = list(_nodes.values())
@@ -227,44 +258,46 @@ if _register_thread_exit is not None:
     _register_thread_exit(_stop_all)
 
 
-def _node_for(config: TaskConfig) -> _Node:
-    """The process-wide node of this run, created on first use; nodes of other runs are stopped."""
-    run, key = str(config["run"]), str(config["node_key"])
+def _node_for(config: NodeConfig) -> ExecutorNode:
+    """The process-wide node of this fit, started on first use; nodes of other fits are stopped."""
     with _registry_lock:
-        node = _nodes.get(run)
-        if node is not None and node.key == key:
+        node = _nodes.get(config.run)
+        if node is not None and node.config.fit_id == config.fit_id:
             return node
         stale = list(_nodes.values())
         _nodes.clear()
     for old in stale:  # another run (or an earlier fit of this run) used this worker before
         old.stop()
-    node = _Node(config)
+    node = ExecutorNode(config).start()
     with _registry_lock:
-        _nodes[run] = node
+        _nodes[config.run] = node
     return node
 
 
-def train_partition_task(config: TaskConfig, start: Any, partition: int, elements: Iterator[Any]) -> Iterator[dict]:
-    """``mapPartitionsWithIndex`` body for one epoch: yields one metrics record per non-empty partition.
+def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
+                      elements: Iterator[Element]) -> Iterator[bytes]:
+    """``mapPartitionsWithIndex`` body of an epoch: one encoded PartitionReport per non-empty partition.
 
     Parameters
     ----------
-    config : mapping
-        Plain values from the driver (run, store URL, secret, model spec, phase, epoch, ...).
+    encoded_task : bytes
+        :func:`~node._contract.encode` of the :class:`TaskSpec`.
     start : pyspark.Broadcast
-        ``.value`` is :func:`encode_arrays` bytes of the phase's start parameters.
+        ``.value`` is the phase's start parameters as ``.npz`` bytes.
     partition : int
-        Spark's partition index (used for the random seed and the metrics, never for identity).
+        Spark's partition index (never the node's identity; a mode may group several data
+        partitions in one Spark partition, and each block's own index seeds its minibatch order).
     elements : iterator of (index, summary, payload)
-        The cached training partition (see :mod:`node._data`).
+        The cached training partition(s) (see :mod:`node._data`).
     """
+    task = decode(encoded_task, TaskSpec)
     blocks = list(iter_blocks(elements))
     if not blocks:
         return
-    node = _node_for(config)
-    node.enter_phase(str(config["phase"]), str(config["start_digest"]), lambda: start.value)
-    for _index, X, y in blocks:
-        yield node.train(config, partition, X, y)
+    node = _node_for(task.node)
+    node.enter_phase(task.phase, task.start_digest, lambda: start.value)
+    for report in mode_named(task.mode).train_task(node, task, partition, blocks):
+        yield encode(report)
 
 
 def release_run_task(run: str, _partition: int, _elements: Iterator[Any]) -> Iterator[str]:
@@ -274,8 +307,3 @@ def release_run_task(run: str, _partition: int, _elements: Iterator[Any]) -> Ite
     if node is not None:
         node.stop()
         yield node.node
-
-
-def digest(payload: bytes) -> str:
-    """sha256 hex of the start parameters (lets a reused node tell phases and fits apart)."""
-    return hashlib.sha256(payload).hexdigest()

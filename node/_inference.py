@@ -2,7 +2,7 @@
 
 The model object is never pickled.  The driver turns it into *payload bytes* -- the model file
 written by ``model.save`` (an ``.npz`` of named arrays plus the JSON spec, see
-:func:`rbm._model.save_model`) -- and broadcasts those bytes.  Each Python worker rebuilds the
+:func:`rbm.save_model`) -- and broadcasts those bytes.  Each Python worker rebuilds the
 model once with :func:`rbm.load_model` (``allow_pickle=False``) and keeps it in a small
 process-wide cache keyed by the payload's sha256, so a reused worker does not rebuild it for
 every task.  Features move through Arrow (``mapInArrow``), a whole record batch at a time.
@@ -10,7 +10,6 @@ every task.  Features move through Arrow (``mapInArrow``), a whole record batch 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -20,10 +19,18 @@ from collections import OrderedDict
 from typing import Any, Iterator, Literal
 
 import numpy as np
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.ml.linalg import VectorUDT
+from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
+
+import rbm
+import storage
 
 from ._errors import InputDataError
+from ._frames import feature_column_kind, features_from_arrow
 
-__all__ = ["predict_dataframe", "model_payload", "model_from_payload", "features_from_arrow", "predict_proba_batched"]
+__all__ = ["predict_dataframe", "model_payload", "model_from_payload", "predict_proba_batched"]
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +68,11 @@ def model_payload(model: Any) -> bytes:
 
 def model_from_payload(payload: bytes) -> Any:
     """Rebuild a model from :func:`model_payload` bytes, once per process (cached by sha256)."""
-    key = hashlib.sha256(payload).hexdigest()
+    key = storage.sha256_hex(payload)
     with _cache_lock:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-    import rbm  # imported here: executors pay for it only when they predict
-
     # load_model reads a path; a private temporary file keeps the one reader that never unpickles.
     with tempfile.TemporaryDirectory(prefix="sparkdbn-model-") as directory:
         path = os.path.join(directory, "model.npz")
@@ -119,8 +124,6 @@ def predict_proba_batched(model: Any, X: np.ndarray, batch_size: int) -> np.ndar
 
 def task_location() -> str:
     """``"partition N, "`` inside a Spark task, ``""`` elsewhere (prefix for error messages)."""
-    from pyspark import TaskContext
-
     context = TaskContext.get()
     return f"partition {context.partitionId()}, " if context is not None else ""
 
@@ -139,90 +142,8 @@ def raise_input_errors_from(error: BaseException, what: str) -> None:
         raise InputDataError(f"{what}: {found[-1].strip()}") from error
 
 
-# --------------------------------------------------------------------------- Arrow <-> numpy
-
-
-def features_from_arrow(column: Any, *, name: str = "features") -> np.ndarray:
-    """A feature matrix from an Arrow column of arrays or of ``pyspark.ml.linalg`` vectors.
-
-    Parameters
-    ----------
-    column : pyarrow.Array or ChunkedArray
-        ``list<number>`` / ``fixed_size_list<number>`` (array features), or the struct
-        ``{type, size, indices, values}`` that Spark uses for ``VectorUDT`` (type 1 = dense,
-        0 = sparse; mixed rows are fine).
-    name : str
-        Column name for messages.
-
-    Returns
-    -------
-    ndarray of shape (n_rows, n_features), float32
-
-    Raises
-    ------
-    InputDataError (a ValueError)
-        Null rows, rows of different widths, or a column type that is not a feature vector.
-    """
-    import pyarrow as pa
-
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    n_rows = len(column)
-    if column.null_count:
-        row = int(np.flatnonzero(np.asarray(column.is_null()))[0])
-        raise InputDataError(f"column {name!r} is null at row {row} of a batch; drop or fill missing features")
-    if pa.types.is_struct(column.type) and {"type", "size", "indices", "values"} <= {f.name for f in column.type}:
-        return _vectors_from_arrow(column, name)
-    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type) or pa.types.is_fixed_size_list(column.type)):
-        raise InputDataError(f"column {name!r} has Arrow type {column.type}; expected an array of numbers or a Vector")
-    if n_rows == 0:
-        return np.zeros((0, 0), dtype=np.float32)
-    lengths = np.asarray(column.value_lengths())
-    if (lengths != lengths[0]).any():
-        row = int(np.flatnonzero(lengths != lengths[0])[0])
-        raise InputDataError(f"column {name!r} has rows of different widths ({lengths[0]} and {lengths[row]} at row {row})")
-    values = column.flatten()  # honours slicing offsets
-    if values.null_count:
-        raise InputDataError(f"column {name!r} holds null values inside a feature array")
-    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(n_rows, int(lengths[0]))
-
-
-def _vectors_from_arrow(column: Any, name: str) -> np.ndarray:
-    """Decode Spark's VectorUDT struct column; vectorised, no Python loop over rows."""
-    n_rows = len(column)
-    kind = np.asarray(column.field("type").to_numpy(zero_copy_only=False))
-    values_list = column.field("values")
-    lengths = np.asarray(values_list.value_lengths().fill_null(0))
-    values = np.asarray(values_list.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)
-    sparse = kind == 0
-    widths = np.where(sparse, np.asarray(column.field("size").fill_null(0)), lengths)
-    if n_rows == 0:
-        return np.zeros((0, 0), dtype=np.float32)
-    if (widths != widths[0]).any():
-        row = int(np.flatnonzero(widths != widths[0])[0])
-        raise InputDataError(f"column {name!r} has vectors of different sizes ({widths[0]} and {widths[row]} at row {row})")
-    X = np.zeros((n_rows, int(widths[0])), dtype=np.float32)
-    rows = np.repeat(np.arange(n_rows), lengths)
-    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    positions = np.arange(len(values)) - starts  # index inside each row's values
-    if sparse.any():
-        index_list = column.field("indices")
-        index_lengths = np.asarray(index_list.value_lengths().fill_null(0))
-        indices = np.asarray(index_list.flatten().to_numpy(zero_copy_only=False), dtype=np.int64)
-        # Dense rows carry no indices, so sparse indices line up with the sparse rows' values.
-        sparse_values = np.repeat(sparse, lengths)
-        if not np.array_equal(index_lengths[sparse], lengths[sparse]):
-            raise InputDataError(f"column {name!r} holds a malformed sparse vector (indices and values differ in length)")
-        positions = positions.copy()
-        positions[sparse_values] = indices
-    X[rows, positions] = values
-    return X
-
-
 def _arrow_probability(proba: np.ndarray, as_vector: bool) -> Any:
     """Probabilities as Arrow ``list<double>`` or as the dense-VectorUDT struct."""
-    import pyarrow as pa
-
     n_rows, n_classes = proba.shape
     offsets = pa.array(np.arange(0, (n_rows + 1) * n_classes, n_classes, dtype=np.int32))
     values = pa.ListArray.from_arrays(offsets, pa.array(proba.reshape(-1), type=pa.float64()))
@@ -240,30 +161,6 @@ def _arrow_probability(proba: np.ndarray, as_vector: bool) -> Any:
 
 
 # --------------------------------------------------------------------------- DataFrame checks
-
-
-def feature_column_kind(df: Any, features_col: str) -> Literal["array", "vector"]:
-    """Check that ``features_col`` exists and holds number arrays or ml Vectors; say which.
-
-    Raises
-    ------
-    InputDataError (a ValueError)
-        Missing column (naming the columns there are) or a column of another type.
-    """
-    from pyspark.ml.linalg import VectorUDT
-    from pyspark.sql.types import ArrayType, NumericType
-
-    if features_col not in df.columns:
-        raise InputDataError(f"DataFrame has no features column {features_col!r}; its columns are {df.columns}")
-    data_type = df.schema[features_col].dataType
-    if isinstance(data_type, VectorUDT):
-        return "vector"
-    if isinstance(data_type, ArrayType) and isinstance(data_type.elementType, NumericType):
-        return "array"
-    raise InputDataError(
-        f"features column {features_col!r} has type {data_type.simpleString()}; "
-        "expected array<float|double> or a pyspark.ml.linalg Vector (use VectorAssembler for scalar columns)"
-    )
 
 
 def check_first_row(model: Any, df: Any, features_col: str) -> None:
@@ -319,9 +216,6 @@ def predict_dataframe(
         Missing or mistyped features column, an output column that already exists, or
         features the model refuses (checked on one row on the driver before the job runs).
     """
-    from pyspark.ml.linalg import VectorUDT
-    from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
-
     feature_column_kind(df, features_col)
     for column in (prediction_col, probability_col):
         if column is not None and column in df.columns:
@@ -343,8 +237,6 @@ def predict_dataframe(
     with_probability = probability_col is not None
 
     def predict_batches(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
         replica = model_from_payload(broadcast.value)
         for batch in batches:
             X = features_from_arrow(batch.column(features_col), name=features_col)

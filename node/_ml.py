@@ -37,8 +37,13 @@ from pyspark.ml.util import (
     MLWriter,
 )
 
+import rbm
+import storage
+
+from ._driver import Trainer
 from ._errors import InputDataError
 from ._inference import model_payload, predict_dataframe
+from ._modes import MODE_NAMES
 
 __all__ = ["DBNClassifier", "DBNClassificationModel"]
 
@@ -78,13 +83,17 @@ class _DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasPro
     progress: Param[bool] = Param(
         Params._dummy(), "progress", "show the driver's progress bar and per-epoch summaries",
         typeConverter=TypeConverters.toBoolean)
+    trainingMode: Param[str] = Param(
+        Params._dummy(), "trainingMode", f"how nodes combine their progress: {', '.join(MODE_NAMES)}",
+        typeConverter=TypeConverters.toString)
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self._setDefault(
             featuresCol="features", labelCol="label", predictionCol="prediction", probabilityCol="probability",
             hiddenLayerSizes=[256, 256], pretrainEpochs=5, finetuneEpochs=10, batchSize=32, learningRate=0.05,
-            finetuneLearningRate=0.1, storeUrl="", numPartitions=0, fanout=0, runId="", progress=True, seed=0)
+            finetuneLearningRate=0.1, storeUrl="", numPartitions=0, fanout=0, runId="", progress=True, seed=0,
+            trainingMode="async")
 
     def getHiddenLayerSizes(self) -> list[int]:
         return self.getOrDefault(self.hiddenLayerSizes)
@@ -139,7 +148,7 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
                  probabilityCol: str = "probability", hiddenLayerSizes: list[int] | None = None,
                  pretrainEpochs: int = 5, finetuneEpochs: int = 10, batchSize: int = 32, learningRate: float = 0.05,
                  finetuneLearningRate: float = 0.1, storeUrl: str = "", numPartitions: int = 0, fanout: int = 0,
-                 runId: str = "", progress: bool = True, seed: int = 0) -> None:
+                 runId: str = "", progress: bool = True, seed: int = 0, trainingMode: str = "async") -> None:
         super().__init__()
         kwargs = {key: value for key, value in self._input_kwargs.items() if value is not None}
         self._set(**kwargs)
@@ -149,7 +158,8 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
                   probabilityCol: str = "probability", hiddenLayerSizes: list[int] | None = None,
                   pretrainEpochs: int = 5, finetuneEpochs: int = 10, batchSize: int = 32, learningRate: float = 0.05,
                   finetuneLearningRate: float = 0.1, storeUrl: str = "", numPartitions: int = 0, fanout: int = 0,
-                  runId: str = "", progress: bool = True, seed: int = 0) -> "DBNClassifier":
+                  runId: str = "", progress: bool = True, seed: int = 0,
+                  trainingMode: str = "async") -> "DBNClassifier":
         """Set any of the constructor's params; returns self."""
         kwargs = {key: value for key, value in self._input_kwargs.items() if value is not None}
         return self._set(**kwargs)
@@ -168,8 +178,6 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
 
     def build_model(self) -> Any:
         """The untrained :class:`rbm.DBN` these params describe."""
-        import rbm
-
         sizes = self.getHiddenLayerSizes()
         if not sizes or min(sizes) < 1:
             raise InputDataError(f"hiddenLayerSizes must be a non-empty list of positive ints, got {sizes}")
@@ -182,8 +190,6 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
         )
 
     def _fit(self, dataset: Any) -> "DBNClassificationModel":
-        from ._driver import Trainer  # the training half of node/, imported when a fit needs it
-
         model = self.build_model()
         epochs = {phase: (self.getFinetuneEpochs() if phase == "finetune" else self.getPretrainEpochs())
                   for phase in model.phases()}
@@ -196,6 +202,7 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
             run_id=self.getRunId() or None,
             seed=int(self.getOrDefault(self.seed)) % (2**31),
             progress=self.getProgress(),
+            mode=self.getOrDefault(self.trainingMode),
             features_col=self.getFeaturesCol(),
             label_col=self.getLabelCol(),
         )
@@ -268,8 +275,6 @@ class _ModelWriter(MLWriter):
         self.instance = instance
 
     def saveImpl(self, path: str) -> None:
-        import storage
-
         payload = model_payload(self.instance.model)
         DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession,
                                          extraMetadata={"modelFile": MODEL_FILE, "modelBytes": len(payload)})
@@ -283,8 +288,6 @@ class _ModelReader(MLReader):
 
     def load(self, path: str) -> DBNClassificationModel:
         import rbm
-        import storage
-
         metadata = DefaultParamsReader.loadMetadata(path, self.sparkSession)
         store = storage.open_store(path)
         name = metadata.get("modelFile", MODEL_FILE)

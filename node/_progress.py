@@ -1,5 +1,6 @@
-"""Driver-side progress: an epoch's Spark job run in a helper thread while the caller's thread
-reports finished partitions (Spark's status tracker, no SparkListener), and the epoch summaries."""
+"""Driver-side progress: a phase's progress bar, each epoch's Spark job run in a helper thread while
+the caller's thread reports finished partitions (Spark's status tracker, no SparkListener), and
+the epoch summaries."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import threading
 from typing import Any, Callable, Mapping
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ._errors import TrainingError, short_error
+from ._scaling import scaling_warning
 
-__all__ = ["run_job", "advance", "progress_bar", "report", "summarize_epoch", "summary_line"]
+__all__ = ["EpochProgress", "run_job", "summarize_epoch", "summary_line"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +59,9 @@ def _completed_tasks(tracker: Any, group: str, earlier: set[int]) -> int:
     return best
 
 
-def summarize_epoch(run: str, phase: str, epoch: int, records: list[dict], wall_s: float) -> dict[str, Any]:
+def summarize_epoch(run: str, phase: str, epoch: int, records: list[dict], wall_s: float, *,
+                    batch_size: int | None = None) -> dict[str, Any]:
+    """One epoch's summary from its partitions' records (``batch_size``: for the small-partition warning)."""
     samples = sum(r["samples"] for r in records)
     loss = sum(r["loss"] * r["samples"] for r in records) / samples if samples else float("nan")
     staleness = [r["staleness_s"] for r in records if r.get("staleness_s") is not None]
@@ -69,32 +74,74 @@ def summarize_epoch(run: str, phase: str, epoch: int, records: list[dict], wall_
         "merge_fraction": sum(r["merge_s"] for r in records) / node_s if node_s else 0.0,
         "publish_fraction": sum(r["publish_s"] for r in records) / node_s if node_s else 0.0,
         "nodes": sorted({r["node"] for r in records}),
+        "learning_rate_scale": float(np.mean([r.get("learning_rate_scale", 1.0) for r in records])) if records else 1.0,
+        "nodes_merging": max((int(r.get("nodes_merging", 1)) for r in records), default=1),
+        "warning": small_partition_warning(records, batch_size),
         "records": records,
     }
+
+
+def small_partition_warning(records: list[dict], batch_size: int | None) -> str | None:
+    """What to change when the nodes' shares of the epoch are too small to learn from, else None."""
+    per_node: dict[str, int] = {}
+    for record in records:
+        per_node[record["node"]] = per_node.get(record["node"], 0) + int(record["samples"])
+    return scaling_warning(per_node, len(records), batch_size)
 
 
 def summary_line(summary: Mapping[str, Any], epochs: int) -> str:
     staleness = "-" if summary["staleness_s"] is None else f"{summary['staleness_s']:.2f}s"
     return (f"[{summary['run']}] {summary['phase']} epoch {summary['epoch'] + 1}/{epochs}: "
             f"loss {summary['loss']:.4f}, {summary['samples_per_s']:.0f} samples/s, "
-            f"{summary['merges']} merges, staleness {staleness}, {len(summary['nodes'])} nodes")
+            f"{summary['merges']} merges, staleness {staleness}, {len(summary['nodes'])} nodes, "
+            f"learning rate x{summary.get('learning_rate_scale', 1.0):.2f} for {summary.get('nodes_merging', 1)} "
+            f"merging"
+            + "".join(f", {name} {value:.4f}" for name, value in (summary.get("validation") or {}).items())
+            + (f"; WARNING: {summary['warning']}" if summary.get("warning") else ""))
 
 
-def advance(bar: Any, base: int, done: int) -> None:
-    if base + done > bar.n:  # update(0) would redraw the bar on every poll
-        bar.update(base + done - bar.n)
+class EpochProgress:
+    """The progress bar of one phase and the summary lines of its epochs.
 
+    Parameters
+    ----------
+    enabled : bool
+        Show the bar and the summary lines (they are always logged).
+    sc : pyspark.SparkContext
+    group : str
+        The fit's Spark job group.
+    total : int
+        Partitions the phase will train.
+    description : str
+    """
 
-def report(progress: bool, bar: Any, line: str) -> None:
-    logger.info("%s", line)
-    if progress:
-        bar.write(line, file=sys.stderr)
+    def __init__(self, enabled: bool, sc: Any, group: str, total: int, description: str) -> None:
+        self.enabled = enabled
+        self.sc = sc
+        self.group = group
+        self.description = description
+        # disable=None turns the bar off when stderr is not a terminal (logs, CI); the epoch
+        # summary lines are still written.
+        self.bar = tqdm(total=total, desc=description, unit="partition", disable=None if enabled else True,
+                        file=sys.stderr, leave=False, mininterval=0.5)
 
+    def epoch(self, epoch: int, epochs: int) -> None:
+        self.bar.set_description(f"{self.description} epoch {epoch + 1}/{epochs}")
 
-def progress_bar(enabled: bool, total: int, description: str) -> Any:
-    from tqdm.auto import tqdm
+    def run_job(self, rdd: Any, description: str) -> list[Any]:
+        """Collect ``rdd`` in the fit's job group, moving the bar as partitions finish."""
+        base = self.bar.n
+        records = run_job(self.sc, rdd, self.group, description, lambda done: self._advance(base + done))
+        return records
 
-    # disable=None turns the bar off when stderr is not a terminal (logs, CI); the epoch
-    # summary lines are still written.
-    return tqdm(total=total, desc=description, unit="partition", disable=None if enabled else True,
-                file=sys.stderr, leave=False, mininterval=0.5)
+    def report(self, line: str) -> None:
+        logger.info("%s", line)
+        if self.enabled:
+            self.bar.write(line, file=sys.stderr)
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def _advance(self, done: int) -> None:
+        if done > self.bar.n:  # update(0) would redraw the bar on every poll
+            self.bar.update(done - self.bar.n)

@@ -21,7 +21,6 @@ train_s, merge_s, publish_s  seconds spent training, merging, publishing (option
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 import os
@@ -30,7 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import InputDataError, StoreAccessError
+import storage
+
+from ._errors import InputDataError, StoreAccessError, TrainingError
+from ._run_access import RunView, open_run, run_model_arrays
 
 __all__ = ["render_report", "filter_grid"]
 
@@ -40,7 +42,7 @@ FIGURE_DPI = 100
 MAX_FILTERS = 100
 
 
-def render_report(store_url: str, run: str, out_dir: str) -> list[str]:
+def render_report(store_url: str, run: str, out_dir: str, *, key: bytes | None = None) -> list[str]:
     """Render a run's training curves, merges/staleness and first-layer filters as PNG files.
 
     Parameters
@@ -50,38 +52,43 @@ def render_report(store_url: str, run: str, out_dir: str) -> list[str]:
     run : str
         Run id.
     out_dir : str
-        Local directory for the PNGs (created when missing).
+        Local directory for the PNGs: new, empty, or one an earlier report wrote (its PNGs are
+        replaced); a folder holding anything else is refused, so no user file is ever replaced.
+    key : bytes, optional
+        The run key's master secret, when it is not where the fit kept it (see
+        :func:`node.resolve_run_key`).
 
     Returns
     -------
     list of str
-        Paths written: ``training_curves.png``, ``merges_staleness.png`` and, when the run
+        Paths written: ``training_curves.png``, ``merges_staleness.png``, ``validation.png``
+        when epochs were validated (see :mod:`node._validation`) and, when the run
         has a first RBM layer (or conv layer), ``filters.png``.
 
     Raises
     ------
     InputDataError
-        The run has no metrics in that store (wrong run id or store).
+        The run has no metrics in that store (wrong run id or store), or ``out_dir`` holds files an
+        earlier report did not write.
     StoreAccessError
         The store cannot be read.
     """
-    import storage
-
+    view = open_run(store_url, run, key=key)
+    runs, record = view.runs, view.record or {}
     try:
-        store = storage.open_store(store_url)
-        runs = storage.RunStore(store, run)
         metrics = runs.read_metrics()
-        record = runs.read_record() or {}
     except storage.StoreError as error:
         raise StoreAccessError(f"cannot read run {run!r} from the store {store_url!r}: {error}") from error
     if not metrics:
         raise InputDataError(f"run {run!r} has no metrics in the store {store_url!r}: check the run id and the store URL")
-    os.makedirs(out_dir, exist_ok=True)
+    _claim_report_folder(out_dir)
     paths = [
         _plot_training_curves(metrics, os.path.join(out_dir, "training_curves.png"), run),
         _plot_merges_and_staleness(metrics, os.path.join(out_dir, "merges_staleness.png"), run),
     ]
-    weights = _first_layer_weights(store, runs, run, record)
+    if any((step or {}).get("validation") for step in (record.get("steps") or {}).values()):
+        paths.append(_plot_validation(record, os.path.join(out_dir, "validation.png"), run))
+    weights = _first_layer_weights(view)
     if weights is not None:
         filters = filter_grid(weights, _feature_shape(record))
         paths.append(_plot_filters(filters, os.path.join(out_dir, "filters.png"), run))
@@ -91,11 +98,38 @@ def render_report(store_url: str, run: str, out_dir: str) -> list[str]:
     return paths
 
 
+#: Marks a folder of report plots, so that a later report may replace them (and nothing else).
+REPORT_MARKER = "_SPARKDBN_REPORT"
+REPORT_FILES = ("training_curves.png", "merges_staleness.png", "filters.png", REPORT_MARKER)
+
+
+def check_report_folder(out_dir: str) -> None:
+    """Raise :class:`InputDataError` when ``out_dir`` holds files an earlier report did not write."""
+    if os.path.isdir(out_dir):
+        names = sorted(os.listdir(out_dir))
+        foreign = [name for name in names if name not in REPORT_FILES]
+        if foreign or (names and REPORT_MARKER not in names):
+            first = foreign[0] if foreign else names[0]
+            raise InputDataError(f"the report folder {out_dir} holds {first!r}, which no report wrote; nothing was "
+                                 "written there. Choose a new or empty folder (--out)")
+    elif os.path.exists(out_dir):
+        raise InputDataError(f"the report folder {out_dir} is a file; choose a folder (--out)")
+
+
+def _claim_report_folder(out_dir: str) -> None:
+    """Make ``out_dir`` a report folder (see :func:`check_report_folder`)."""
+    check_report_folder(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, REPORT_MARKER), "w") as handle:
+        handle.write("PNG plots written by `sparkdbn report`; a later report replaces them.\n")
+
+
 # --------------------------------------------------------------------------- metrics plots
 
 
 def _figure(size_in: tuple[float, float]) -> Any:
     """A matplotlib Figure on the Agg canvas, outside pyplot: no global backend or figure state."""
+    # matplotlib is imported when a report is drawn: the CLI and the executors start faster without it.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -181,6 +215,29 @@ def _plot_merges_and_staleness(metrics: list[dict], path: str, run: str) -> str:
     return path
 
 
+def _plot_validation(record: dict, path: str, run: str) -> str:
+    """Per phase: the validation figures of each epoch (from the run record), best epoch marked."""
+    steps = {phase: step for phase, step in (record.get("steps") or {}).items() if (step or {}).get("validation")}
+    figure = _figure((5 * len(steps), 3.8))
+    axes = np.atleast_1d(figure.subplots(1, len(steps)))
+    for axis, (phase, step) in zip(axes, steps.items()):
+        entries = step["validation"]
+        epochs = [int(entry["epoch"]) + 1 for entry in entries]
+        for name in sorted({key for entry in entries for key in entry if key.startswith("val_")}):
+            axis.plot(epochs, [entry.get(name, np.nan) for entry in entries], marker="o", label=name)
+        stopping = step.get("early_stopping") or {}
+        if stopping.get("best_epoch") is not None:
+            axis.axvline(int(stopping["best_epoch"]) + 1, color="grey", linestyle="--",
+                         label="best" + (" (stopped early)" if stopping.get("stopped") else ""))
+        axis.set_title(f"{phase}: validation")
+        axis.set_xlabel("epoch")
+        axis.legend(fontsize=8)
+    figure.suptitle(f"run {run}")
+    figure.tight_layout()
+    figure.savefig(path, dpi=FIGURE_DPI)
+    return path
+
+
 # --------------------------------------------------------------------------- filters
 
 
@@ -189,18 +246,14 @@ def _feature_shape(record: dict) -> tuple[int, ...] | None:
     return tuple(int(d) for d in shape) if shape else None
 
 
-def _first_layer_weights(store: Any, runs: Any, run: str, record: dict) -> np.ndarray | None:
-    """The first layer's weights: from the saved model, else from the consolidated first phase."""
-    import storage
-
+def _first_layer_weights(view: RunView) -> np.ndarray | None:
+    """The first layer's weights: from the finished model, else from the consolidated first phase."""
     arrays: dict[str, np.ndarray] = {}
-    if store.exists(runs.model_path()):
-        with np.load(io.BytesIO(store.read_bytes(runs.model_path())), allow_pickle=False) as data:
-            arrays = {name: data[name] for name in data.files if not name.startswith("__")}
-    else:
-        phases = list(record.get("phases") or ["rbm0"])
-        result = storage.WeightStore(store, run).get_phase_result(phases[0])
-        arrays = dict(result or {})
+    try:
+        arrays = run_model_arrays(view)
+    except TrainingError:  # not finished (yet): the first phase's result, when there is one
+        phases = list((view.record or {}).get("phases") or ["rbm0"])
+        arrays = dict(view.weights.get_phase_result(phases[0]) or {})
     for name in ("rbm0.W", "W"):  # a DBN's first RBM, or a lone RBM
         if name in arrays and np.ndim(arrays[name]) == 2:
             return np.asarray(arrays[name])

@@ -14,6 +14,8 @@ import re
 import sys
 from typing import Mapping
 
+from pyspark.sql import SparkSession
+
 __all__ = ["DEFAULT_MASTER", "get_spark_session", "running_under_spark_submit", "with_task_retries"]
 
 logger = logging.getLogger(__name__)
@@ -72,8 +74,6 @@ def get_spark_session(
     # only, and executors run the interpreter (and virtualenv) the driver runs.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     active = SparkSession.getActiveSession() or SparkSession._instantiatedSession
     if active is not None and not active.sparkContext._jsc.sc().isStopped():
         return active

@@ -6,6 +6,7 @@
     sparkdbn predict --run RUN --input in.parquet --output out.parquet
     sparkdbn stage --recipe digits --url file:///data/sparkdbn-store/datasets/digits --shards 4
     sparkdbn report --run RUN --out plots/
+    sparkdbn status --run RUN            # phases, epochs, validation, nodes: where a run stands
 
 Under spark-submit the master comes from spark-submit; otherwise ``--master`` (default
 ``local[2,4]``: 2 worker threads, so 2 nodes, each task tried up to 4 times).
@@ -19,13 +20,22 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["main", "build_parser", "build_model", "load_config"]
+from ._fit import open_checked_store
+from ._modes import MODE_NAMES
+from ._report import check_report_folder
+
+__all__ = ["main", "build_parser", "build_model", "load_config", "UsageError"]
 
 logger = logging.getLogger(__name__)
+
+
+class UsageError(Exception):
+    """A mistake in what the command was asked: reported as one line, exit status 2, before Spark starts."""
 
 #: Settings of ``train`` when neither the config nor a flag sets them.
 TRAIN_DEFAULTS: dict[str, Any] = {
@@ -40,6 +50,8 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "batch_size": None,
     "fanout": None,
     "merge_alpha": None,
+    "scale_rule": None,
+    "mode": None,
     "seed": 0,
     "out": "sparkdbn-report",
     "report": True,
@@ -51,12 +63,12 @@ def load_config(path: str | None) -> dict[str, Any]:
     """A JSON (``.json``) or YAML (``.yaml``/``.yml``) mapping of settings, ``{}`` without a path."""
     if not path:
         return {}
-    from rbm._params import read_config
+    from rbm import read_config
 
     try:
         config = read_config(path)
     except (OSError, ValueError) as error:
-        raise SystemExit(f"sparkdbn: {error}") from error
+        raise UsageError(f"--config {path}: {error}") from error
     return {key.replace("-", "_"): value for key, value in config.items()}
 
 
@@ -91,7 +103,7 @@ def build_model(kind: Any, layers: Sequence[int] | None, n_features: int, n_clas
     if kind == "convnet":
         side = int(round(np.sqrt(n_features)))
         if side * side != n_features:
-            raise SystemExit(f"sparkdbn: a convnet needs square images, got {n_features} features")
+            raise UsageError(f"a convnet needs square images, got {n_features} features")
         small = side <= 8
         conv_layers = [
             {"type": "conv", "filters": 8 if small else 20, "kernel": 3 if small else 5, "padding": 1 if small else 0,
@@ -101,7 +113,7 @@ def build_model(kind: Any, layers: Sequence[int] | None, n_features: int, n_clas
         ]
         return rbm.ConvNet(layers=conv_layers, input_shape=(1, side, side), n_classes=n_classes,
                            learning_rate=0.05, batch_size=32, random_state=seed)
-    raise SystemExit(f"sparkdbn: unknown model {kind!r}; use dbn, convnet, rbm or a spec mapping with 'kind'")
+    raise UsageError(f"unknown model {kind!r}; use dbn, convnet, rbm or a spec mapping with 'kind'")
 
 
 #: Epochs per phase when neither the config nor --epochs says: short pretraining, longer fine-tuning.
@@ -112,12 +124,18 @@ DEFAULT_PRETRAIN_EPOCHS = 5
 def _settings(options: dict[str, Any], model: Any) -> Any:
     from node import TrainingSettings
 
-    fields = {"epochs", "partitions", "batch_size", "fanout", "merge_alpha", "seed", "run_id", "progress"}
+    fields = {"epochs", "partitions", "batch_size", "fanout", "merge_alpha", "scale_rule", "seed", "run_id", "progress",
+              "mode"}
     given = {key: options[key] for key in fields if options.get(key) is not None}
     if "epochs" not in given and "epochs" not in (options.get("settings") or {}):
         given["epochs"] = {phase: DEFAULT_EPOCHS.get(phase, DEFAULT_PRETRAIN_EPOCHS) for phase in model.phases()}
     given.update(options.get("settings") or {})
-    return TrainingSettings(**given)
+    try:
+        settings = TrainingSettings(**given)
+        settings.validate()
+        return settings
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"training settings: {error}") from error
 
 
 def _session(options: dict[str, Any]) -> Any:
@@ -140,13 +158,22 @@ def cmd_train(options: dict[str, Any]) -> int:
     if isinstance(X, str):
         import storage
 
-        meta = storage.open_dataset(X).meta
+        try:
+            meta = storage.open_dataset(X).meta
+        except storage.StoreError as error:
+            raise UsageError(f"--dataset {X}: {error}") from error
         n_features, n_classes = int(np.prod(meta["feature_shape"])), int(meta.get("n_classes") or 10)
     else:
         n_features, n_classes = int(np.prod(X.shape[1:])), int(y.max()) + 1
     model = build_model(options["model"], options.get("layers"), n_features, n_classes, int(options["seed"]))
+    _check_model_fits(model, X, y, n_features, n_classes, str(options["dataset"]))
+    settings = _settings(options, model)
+    if options.get("report"):
+        check_report_folder(options["out"])  # a folder of other files: said before training, not after
+    store_url = _store_url(options)
+    open_checked_store(store_url, settings.store_retry_timeout_s)  # unreachable: said before Spark starts
     spark = _session(options)
-    trainer = node.Trainer(spark, _store_url(options), _settings(options, model))
+    trainer = node.Trainer(spark, store_url, settings)
     started = time.perf_counter()
     trainer.fit(model, X, y)
     print(f"run {trainer.run_id_}: trained in {time.perf_counter() - started:.1f} s; "
@@ -162,36 +189,59 @@ def cmd_train(options: dict[str, Any]) -> int:
     return 0
 
 
-def _load_run_model(store_url: str, run: str) -> Any:
+def _check_model_fits(model: Any, X: Any, y: Any, n_features: int, n_classes: int, source: str) -> None:
+    """What the driver would refuse after Spark started, refused before: hyperparameters, width, value range."""
     import rbm
-    import storage
 
-    from ._driver import open_checked_store
-    from ._errors import TrainingError
+    try:
+        replica = rbm.model_from_spec(model.to_spec())
+        shape = n_features if isinstance(X, str) or np.ndim(X) == 2 else tuple(np.shape(X)[1:])
+        replica.initialize(shape, np.arange(n_classes) if any(not p.startswith("rbm") for p in model.phases()) else None)
+    except ValueError as error:
+        raise UsageError(f"the model does not fit the dataset {source}: {error}") from error
+    bounds = replica.input_bounds()
+    if bounds is not None and not isinstance(X, str) and np.size(X):
+        low, high = float(np.min(X)), float(np.max(X))
+        if low < bounds[0] or high > bounds[1]:
+            raise UsageError(f"the dataset {source} holds values in [{low:g}, {high:g}]; this model takes "
+                             f"[{bounds[0]:g}, {bounds[1]:g}] (scale the data, or use Gaussian visible units)")
 
-    store = open_checked_store(store_url)
-    runs = storage.RunStore(store, run)
-    path = runs.model_path()
-    if not store.exists(path):
-        raise TrainingError(f"run {run!r} has no saved model in {store_url} ({path}); did it finish?")
-    with tempfile.TemporaryDirectory(prefix="sparkdbn-cli-") as folder:
-        local = os.path.join(folder, "model.npz")
-        with open(local, "wb") as handle:
-            handle.write(store.read_bytes(path))
-        return rbm.load_model(local)
+
+def _check_input(path: str) -> None:
+    """A local ``--input`` that does not exist is refused before Spark starts."""
+    local = path[len("file://"):] if path.startswith("file://") else (None if "://" in path else path)
+    if local is not None and not os.path.exists(local):
+        raise UsageError(f"--input {path} does not exist")
+
+
+def _read_parquet(spark: Any, path: str) -> Any:
+    from pyspark.errors import AnalysisException
+
+    try:
+        return spark.read.parquet(path)
+    except AnalysisException as error:
+        raise UsageError(f"--input {path} cannot be read as Parquet: {str(error).splitlines()[0]}") from error
+
+
+def _load_run_model(store_url: str, run: str) -> Any:
+    from ._run_access import load_run_model, open_run
+
+    return load_run_model(open_run(store_url, run))
 
 
 def cmd_evaluate(options: dict[str, Any]) -> int:
     import node
 
     model = _load_run_model(_store_url(options), options["run"])
+    if options.get("input"):
+        _check_input(options["input"])
     spark = _session(options)
     if options.get("input"):
-        data = spark.read.parquet(options["input"])
+        data = _read_parquet(spark, options["input"])
     else:
         _X, _y, X_test, y_test = _load_dataset(str(options["dataset"]), int(options["seed"]))
         if X_test is None:
-            raise SystemExit("sparkdbn: evaluate needs --input (a Parquet file) or a recipe --dataset")
+            raise UsageError("evaluate needs --input (a Parquet file) or a recipe --dataset")
         data = (X_test, y_test)
     print(node.evaluate(model, data, spark=spark, features_col=options["features_col"],
                         label_col=options["label_col"]))
@@ -201,19 +251,25 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
 def cmd_predict(options: dict[str, Any]) -> int:
     import node
 
+    from ._outputs import write_parquet_safely
+
     model = _load_run_model(_store_url(options), options["run"])
+    if not options.get("input"):
+        raise UsageError("predict needs --input (a Parquet file or folder with a features column)")
+    _check_input(options["input"])
     spark = _session(options)
-    frame = spark.read.parquet(options["input"])
+    frame = _read_parquet(spark, options["input"])
     result = node.predict_dataframe(model, frame, features_col=options["features_col"])
-    result.write.mode("overwrite").parquet(options["output"])
+    write_parquet_safely(result, options["output"], inputs=(options["input"],), overwrite=bool(options.get("overwrite")))
     print(f"wrote predictions of {options['input']} to {options['output']}")
     return 0
 
 
 def cmd_stage(options: dict[str, Any]) -> int:
-    import storage
+    import node
 
-    meta = storage.stage_recipe(options["recipe"], options["url"], shards=int(options["shards"]))
+    meta = node.stage_recipe(options["recipe"], options["url"], shards=int(options["shards"]),
+                             overwrite=bool(options.get("overwrite")))
     print(f"staged {options['recipe']} at {options['url']}: {meta.get('n_samples')} samples in "
           f"{len(meta.get('shards', []))} shards, feature shape {meta.get('feature_shape')}")
     return 0
@@ -224,6 +280,13 @@ def cmd_report(options: dict[str, Any]) -> int:
 
     for path in node.render_report(_store_url(options), options["run"], options["out"]):
         print(f"wrote {path}")
+    return 0
+
+
+def cmd_status(options: dict[str, Any]) -> int:
+    from ._status import run_status
+
+    print(run_status(_store_url(options), options["run"]))
     return 0
 
 
@@ -250,6 +313,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--batch-size", type=int)
     train.add_argument("--fanout", type=int, help="peers merged per partition at most")
     train.add_argument("--merge-alpha", type=float, help="weight of the peers' mean in a merge")
+    train.add_argument("--scale-rule", choices=("auto", "linear", "sqrt", "none"),
+                       help="how learning rates follow the number of nodes "
+                            "(default auto: linear while nodes take few steps per epoch)")
+    train.add_argument("--mode", choices=MODE_NAMES,
+                       help="how nodes combine their progress: async (default), sync or sharing")
     train.add_argument("--seed", type=int)
     train.add_argument("--out", help="folder for the report plots (default ./sparkdbn-report)")
     train.add_argument("--no-report", dest="report", action="store_const", const=False, default=None)
@@ -265,7 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--features-col")
         sub.add_argument("--label-col")
         if name == "predict":
-            sub.add_argument("--output", required=True, help="Parquet output path")
+            sub.add_argument("--output", required=True, help="Parquet output folder (new or empty)")
+            sub.add_argument("--overwrite", action="store_const", const=True,
+                             help="replace predictions an earlier predict wrote to --output (nothing else)")
         else:
             sub.add_argument("--dataset", help="recipe whose test split to use (default digits)")
         sub.set_defaults(handler=handler, defaults={"dataset": "digits", "seed": 0, "features_col": "features",
@@ -276,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     stage.add_argument("--recipe", help="digits or digits28")
     stage.add_argument("--url", help="dataset directory URL, e.g. file:///data/store/datasets/digits")
     stage.add_argument("--shards", type=int)
+    stage.add_argument("--overwrite", action="store_const", const=True,
+                       help="replace a dataset staged at --url before (nothing else is ever replaced)")
     stage.set_defaults(handler=cmd_stage, defaults={"recipe": "digits", "url": None, "shards": 4})
 
     report = commands.add_parser("report", help="render the PNG plots of a run")
@@ -283,26 +355,39 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--run", required=True)
     report.add_argument("--out", help="output folder (default ./sparkdbn-report)")
     report.set_defaults(handler=cmd_report, defaults={"out": "sparkdbn-report"})
+
+    status = commands.add_parser("status", help="where a run stands: phases, epochs, validation, nodes")
+    status.add_argument("--store", help="store URL or path; default ./sparkdbn-store")
+    status.add_argument("--run", required=True)
+    status.set_defaults(handler=cmd_status, defaults={})
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``sparkdbn`` console script; returns the exit status."""
+    """Entry point of the ``sparkdbn`` console script; returns the exit status.
+
+    Mistakes in what was asked (a missing file or run, a model that does not fit the data, a store
+    that does not answer) print one line ``sparkdbn <command>: <what is wrong>`` and return 2.
+    """
+    from storage import StoreError
+
     from ._errors import NodeError
 
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    options = dict(args.defaults)
-    options.update(load_config(getattr(args, "config", None)))
-    options.update({key: value for key, value in vars(args).items()
-                    if value is not None and key not in ("handler", "defaults", "config", "command", "verbose")})
-    if args.command == "stage" and not options.get("url"):
-        parser.error("stage needs --url (the dataset directory)")
     try:
+        options = dict(args.defaults)
+        options.update(load_config(getattr(args, "config", None)))
+        options.update({key: value for key, value in vars(args).items()
+                        if value is not None and key not in ("handler", "defaults", "config", "command", "verbose")})
+        if args.command == "stage" and not options.get("url"):
+            raise UsageError("stage needs --url (the dataset directory)")
         return int(args.handler(options) or 0)
-    except NodeError as error:
+    except (NodeError, StoreError, UsageError) as error:
+        if args.verbose:
+            traceback.print_exc()
         print(f"sparkdbn {args.command}: {error}", file=sys.stderr)
         return 2
 

@@ -29,7 +29,7 @@ CLUSTER_START_TIMEOUT_S = 120.0
 PARTITIONS = 4
 DBN_EPOCHS = {"rbm0": 8, "rbm1": 8, "finetune": 30}
 DBN_SETTINGS = dict(hidden_layer_sizes=(100, 100), batch_size=10, pretrain_learning_rate=0.2,
-                    finetune_learning_rate=0.2, random_state=0)
+                    finetune_learning_rate=0.2, finetune_dropout=0.0, random_state=0)
 
 
 def train_on_one_node(model, X, y, epochs: dict, partitions: int, seed: int = 0):
@@ -58,6 +58,12 @@ class DBNRecipe:
     def reference_accuracy(self, split) -> float:
         model = train_on_one_node(self.make(), split.X_train, split.y_train, self.epochs, self.partitions)
         return model.score(split.X_test, split.y_test)
+
+
+@pytest.fixture(scope="session")
+def one_node_reference():
+    """:func:`train_on_one_node`, for test modules (conftest is not importable by name)."""
+    return train_on_one_node
 
 
 @pytest.fixture(scope="session")

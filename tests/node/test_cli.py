@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import storage
+import node
 from node import cli
 
 pytestmark = pytest.mark.slow
@@ -27,7 +28,7 @@ def test_train_prints_the_evaluation_and_writes_the_plots(spark, tmp_path, capsy
     assert accuracy > 0.6  # 10 classes: chance is 0.1
     plots = sorted(Path(tmp_path / "plots").glob("*.png"))
     assert plots and all(path.stat().st_size > 1000 for path in plots)
-    record = json.loads((store / "runs" / "cli" / "run.json").read_text())
+    record = node.open_run("file://" + str(store), "cli").record
     assert record["status"] == "done" and record["spec"]["kind"] == "convnet"
 
     # The saved model is evaluated again by `evaluate`, and `report` redraws the plots.
@@ -53,6 +54,39 @@ def test_train_prints_the_evaluation_and_writes_the_plots(spark, tmp_path, capsy
     expected = model.predict(np.stack(predicted["features"].to_numpy()).astype(np.float32))
     np.testing.assert_array_equal(predicted["prediction"].to_numpy().astype(np.int64), expected)
 
+    # Nothing it did not write is ever deleted: not the input, not a user's folder, not earlier predictions
+    # unless --overwrite asks to replace them.
+    def predict(*args: str) -> tuple[int, str]:
+        status = cli.main(["predict", "--store", str(store), "--run", "cli", "--input", str(tmp_path / "in.parquet"),
+                           *args])
+        return status, capsys.readouterr().err
+
+    written = sorted(path.name for path in (tmp_path / "out.parquet").iterdir())
+    status, err = predict("--output", str(tmp_path / "out.parquet"))
+    assert status == 2 and "already holds" in err and "--overwrite" in err
+    assert sorted(path.name for path in (tmp_path / "out.parquet").iterdir()) == written
+    assert predict("--output", str(tmp_path / "out.parquet"), "--overwrite")[0] == 0
+    assert len(pq.read_table(str(tmp_path / "out.parquet"))) == len(X_test)
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("years of work")
+    status, err = predict("--output", str(mine), "--overwrite")
+    assert status == 2 and "'thesis.txt', which it did not write" in err
+    assert (mine / "thesis.txt").read_text() == "years of work" and len(list(mine.iterdir())) == 1
+
+    before = (tmp_path / "in.parquet").read_bytes()
+    for output in (tmp_path / "in.parquet", tmp_path / "in.parquet" / "inside", tmp_path):  # itself, inside, parent
+        status, err = predict("--output", str(output), "--overwrite")
+        assert status == 2 and "the input" in err
+    assert (tmp_path / "in.parquet").read_bytes() == before
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert predict("--output", str(empty))[0] == 0
+    assert len(pq.read_table(str(empty))) == len(X_test)
+    assert not [path for path in tmp_path.iterdir() if ".sparkdbn-" in path.name]  # no temporaries left behind
+
 
 def test_stage_then_train_reads_the_shards_on_the_executors(spark, tmp_path, capsys):
     store = tmp_path / "store"
@@ -62,14 +96,14 @@ def test_stage_then_train_reads_the_shards_on_the_executors(spark, tmp_path, cap
     status = cli.main(["train", "--store", str(store), "--run-id", "staged", "--dataset", url, "--model", "convnet",
                        "--epochs", "2", "--no-report", "--no-progress"])
     assert status == 0
-    record = json.loads((store / "runs" / "staged" / "run.json").read_text())
+    record = node.open_run("file://" + str(store), "staged").record
     assert record["status"] == "done"
     assert record["data"]["partitions"] == 3 and record["data"]["source"] == f"dataset {url}"
     assert (store / "runs" / "staged" / "model" / "model.npz").exists()
 
 
-def test_evaluating_a_run_without_a_model_fails_with_a_one_line_error(spark, tmp_path, capsys):
+def test_evaluating_a_run_that_does_not_exist_fails_with_a_one_line_error(spark, tmp_path, capsys):
     status = cli.main(["evaluate", "--store", "file://" + str(tmp_path / "empty"), "--run", "nothing"])
     captured = capsys.readouterr()
     assert status == 2
-    assert "run 'nothing' has no saved model" in captured.err
+    assert "there is no run 'nothing' in the store" in captured.err

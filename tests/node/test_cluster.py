@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import node
 import storage
 
 pytestmark = pytest.mark.slow
@@ -32,9 +33,9 @@ def test_a_job_submitted_to_a_standalone_cluster_trains_with_two_nodes(standalon
     assert "accuracy" in done.stdout
 
     store = storage.open_store(store_url)
-    record = json.loads(store.read_bytes("runs/cluster/run.json"))
+    record = node.open_run(store_url, "cluster").record
     assert record["status"] == "done"
-    metrics = storage.RunStore(store, "cluster").read_metrics()
+    metrics = node.open_run(store_url, "cluster").runs.read_metrics()
     nodes = {m["node"] for m in metrics}
     assert len(nodes) >= 2  # one node per executor (1 core each)
     # The executors imported sparkdbn from the shipped zip, not from this checkout.

@@ -9,7 +9,8 @@ from sklearn.metrics import accuracy_score, classification_report, confusion_mat
 import rbm
 from node._errors import InputDataError
 from node._evaluation import ClassificationReport, evaluate
-from node._inference import features_from_arrow, predict_dataframe
+from node._frames import features_from_arrow
+from node._inference import predict_dataframe
 from rbm.datasets import load_digits01
 
 
@@ -163,14 +164,14 @@ def test_predict_dataframe_adds_the_single_machine_predictions_and_probabilities
     out = predict_dataframe(model, df, probability_type="vector" if features == "vector" else "array").collect()
     out.sort(key=lambda row: row["id"])
     proba = np.array([np.asarray(row["probability"]) for row in out])
-    np.testing.assert_allclose(proba, model.predict_proba(digits.X_test), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(proba, model.predict_proba(digits.X_test), rtol=1e-5, atol=1e-7)  # float32: GEMM results depend on the batch split
     np.testing.assert_array_equal([row["prediction"] for row in out], model.predict(digits.X_test).astype(float))
     assert [row["id"] for row in out] == list(range(len(digits.X_test)))  # other columns pass through
 
 
 @pytest.mark.slow
 def test_wrong_feature_width_is_refused_on_the_driver_naming_the_problem(spark, model, digits):
-    with pytest.raises(InputDataError, match="X does not fit the model.*60.*expected 64"):
+    with pytest.raises(InputDataError, match=r"X does not fit the model.*60.*expect\w* 64"):
         evaluate(model, (digits.X_test[:, :60], digits.y_test), spark=spark)
     df = spark.createDataFrame([(x[:60].tolist(), 1) for x in digits.X_test[:5]], ["features", "label"])
     with pytest.raises(InputDataError, match="features column 'features' does not fit the model"):

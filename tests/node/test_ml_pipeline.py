@@ -58,7 +58,7 @@ def test_classifier_trains_in_a_pipeline_and_the_saved_pipeline_predicts_identic
     prediction, probability = _sorted_predictions(predictions)
     X_sorted = digits.X_test  # monotonically_increasing_id keeps the row order
     np.testing.assert_array_equal(prediction, model.model.predict(X_sorted).astype(float))
-    np.testing.assert_allclose(probability, model.model.predict_proba(X_sorted), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(probability, model.model.predict_proba(X_sorted), rtol=1e-5, atol=1e-7)  # float32: GEMM results depend on the batch split
     accuracy = MulticlassClassificationEvaluator(metricName="accuracy").evaluate(predictions)
     assert accuracy == pytest.approx(model.model.score(digits.X_test, digits.y_test))
     assert accuracy > 0.8  # trained by the decentralized nodes, it really learned

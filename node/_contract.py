@@ -1,0 +1,244 @@
+"""The typed, versioned contract between the driver and the executors.
+
+A Spark task receives one :class:`TaskSpec` (which carries the fit's :class:`NodeConfig`) and
+returns one :class:`PartitionReport` per partition it trained.  Both cross the process boundary
+as msgpack bytes with an explicit :data:`CONTRACT_VERSION`, never as pickles or loose dicts:
+a driver and an executor from different sparkdbn versions fail with a :class:`ContractError`
+that says so, instead of a ``KeyError`` deep in a task.
+
+Arrays (the phase's start parameters, the class labels) travel in Spark broadcasts as ``.npz``
+bytes; the contract carries their sha256 so a reused node can tell fits and phases apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Mapping, TypeVar
+
+import msgpack
+import numpy as np
+
+from ._errors import NodeError
+
+__all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "TaskSpec", "PartitionReport", "encode", "decode",
+           "params_digest"]
+
+#: Bumped whenever a field of the contract changes meaning, appears or goes.
+CONTRACT_VERSION = 3
+
+T = TypeVar("T")
+
+
+class ContractError(NodeError, ValueError):
+    """A task or a report that this side of the contract cannot read (version or fields)."""
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """What every task of one fit shares: the run, the store, the model and the node's settings.
+
+    Attributes
+    ----------
+    run, fit_id : str
+        The run, and this fit of it (a resumed run is a new fit: nodes of an earlier one stop).
+    store_url : str
+    store_retry_timeout_s : float
+    key : bytes
+        The run key (HMAC-SHA256): signs announcements and authenticates what is stored.
+    spec : dict
+        The model's JSON spec (``model.to_spec()``), enough to build an identical replica.
+    feature_shape : tuple of int
+        Per-sample shape, e.g. ``(64,)`` or ``(1, 28, 28)``.
+    classes : tuple or None
+        The class labels (ints, floats or strings), in ``classes_`` order (None: unsupervised).
+    seed : int
+    fanout : int or None
+    merge_alpha : float or None
+    keep_versions : int
+    anti_entropy_interval_s, peer_refresh_interval_s, flush_timeout_s : float
+    scale_rule : str
+        The learning-rate scaling rule (see :mod:`node._scaling`).
+    warmup_partitions : int
+    n_samples : int
+        Training rows of the run (0: unknown); with the spec's ``batch_size``, the steps per node and epoch.
+    kill_worker_once_at : str or None
+        Test hook ``"<phase>:<epoch>"`` (see :class:`~node.TrainingSettings`).
+    straggler_factor : float
+        One node of the run trains this many times slower (see :class:`~node.TrainingSettings`).
+    """
+
+    run: str
+    fit_id: str
+    store_url: str
+    store_retry_timeout_s: float
+    key: bytes
+    spec: dict
+    feature_shape: tuple[int, ...]
+    classes: tuple[Any, ...] | None
+    seed: int
+    fanout: int | None
+    merge_alpha: float | None
+    keep_versions: int
+    anti_entropy_interval_s: float
+    peer_refresh_interval_s: float
+    flush_timeout_s: float
+    scale_rule: str = "auto"
+    warmup_partitions: int = 2
+    n_samples: int = 0
+    kill_worker_once_at: str | None = None
+    straggler_factor: float = 1.0
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One epoch's task for every partition: which phase, which epoch, where the phase starts.
+
+    ``start_digest`` is the sha256 of the broadcast start parameters of ``phase``.  ``options``
+    holds what a training mode's driver half tells its executor half (msgpack-able values; each
+    mode's file says which), e.g. the averaging round of ``"sync"``.
+    """
+
+    node: NodeConfig
+    mode: str
+    phase: str
+    phase_index: int
+    epoch: int
+    start_digest: str
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PartitionReport:
+    """What a node reports for one partition it trained (also its metrics record in the store).
+
+    ``code`` is where the executor imported sparkdbn from (a shipped zip on a cluster).  ``error``
+    is set instead of training when the partition's data was refused: a deterministic input error
+    is reported once, not raised (Spark would retry it on the same data).  ``slowed_s`` is the
+    time a straggler node slept on purpose (``TrainingSettings.straggler_factor``); ``sent_bytes``
+    and ``read_bytes`` count what the partition's mode wrote to and read from the store.
+    ``learning_rate_scale`` is the factor the node trained the partition with, ``nodes_merging``
+    the count of nodes it followed (see :mod:`node._scaling`).
+    """
+
+    node: str
+    run: str
+    phase: str
+    epoch: int
+    partition: int
+    samples: int
+    loss: float
+    train_s: float
+    merge_s: float
+    publish_s: float
+    task_s: float
+    merged: int
+    merged_from: tuple[str, ...]
+    staleness_s: float | None
+    samples_seen: int
+    time: float
+    pid: int
+    stats: dict = field(default_factory=dict)
+    code: str = ""
+    error: str | None = None
+    slowed_s: float = 0.0
+    sent_bytes: int = 0
+    read_bytes: int = 0
+    learning_rate_scale: float = 1.0
+    nodes_merging: int = 1
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-able dict (the metrics record)."""
+        record = dataclasses.asdict(self)
+        record["merged_from"] = list(self.merged_from)
+        return record
+
+
+def params_digest(params: Mapping[str, np.ndarray]) -> str:
+    """sha256 over names, dtypes, shapes and bytes of named arrays: equal digests, equal parameters."""
+    digest = hashlib.sha256()
+    for name in sorted(params):
+        array = np.ascontiguousarray(params[name])
+        digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def encode(value: Any) -> bytes:
+    """msgpack bytes of a contract dataclass, tagged with its type and :data:`CONTRACT_VERSION`."""
+    return msgpack.packb({"contract": CONTRACT_VERSION, "type": type(value).__name__,
+                          "fields": _plain(value)}, use_bin_type=True)
+
+
+def decode(data: bytes, cls: type[T]) -> T:
+    """The ``cls`` instance :func:`encode` made, or :class:`ContractError` saying what differs."""
+    try:
+        envelope = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:
+        raise ContractError(f"not a sparkdbn {cls.__name__}: {error}") from error
+    version = envelope.get("contract") if isinstance(envelope, dict) else None
+    if version != CONTRACT_VERSION:
+        raise ContractError(f"the driver and this executor speak different sparkdbn contracts ({version!r} and "
+                            f"{CONTRACT_VERSION}): install the same sparkdbn version on the driver and every executor")
+    if envelope.get("type") != cls.__name__:
+        raise ContractError(f"expected a {cls.__name__}, got a {envelope.get('type')!r}")
+    return _build(cls, envelope.get("fields"), cls.__name__)
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    return value
+
+
+def _build(cls: type[T], fields: Any, where: str) -> T:
+    if not isinstance(fields, dict):
+        raise ContractError(f"{where}: expected a map of fields, got {type(fields).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    required = {f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    unknown, missing = set(fields) - names, required - set(fields)
+    if unknown or missing:
+        raise ContractError(f"{where}: fields differ from this executor's sparkdbn (unknown {sorted(unknown)}, "
+                            f"missing {sorted(missing)}): install the same version on driver and executors")
+    return cls(**{name: _convert(value, hints[name], f"{where}.{name}") for name, value in fields.items()})
+
+
+def _convert(value: Any, hint: Any, where: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        options = [arg for arg in args if arg is not type(None)]
+        errors = []
+        for option in options:
+            try:
+                return _convert(value, option, where)
+            except ContractError as error:
+                errors.append(str(error))
+        raise ContractError(errors[0])
+    if hint is Any:
+        return value
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, where)
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise ContractError(f"{where}: expected a list, got {type(value).__name__}")
+        return tuple(_convert(item, args[0], where) for item in value)
+    if hint is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise ContractError(f"{where}: expected a map, got {type(value).__name__}")
+        return value
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (str, int, float, bytes, bool) and isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
+        return value
+    raise ContractError(f"{where}: expected {getattr(hint, '__name__', hint)}, got {type(value).__name__}")

@@ -1,0 +1,473 @@
+"""One fit: the run, its store, record, lease, prepared data, key and Spark handles, held together.
+
+:class:`Fit` is what :meth:`node.Trainer.fit` does, as an object: constructing it starts
+nothing; :meth:`Fit.run` checks the data on the driver, takes the run's lease, writes or resumes
+the run record, completes every phase in order (its training mode runs the epochs), saves the
+model and marks the run done -- and in ``finally`` cancels its Spark jobs, stops its nodes and
+drops its broadcasts and cached data.
+
+Crash consistency (see :mod:`node._record`): a phase is completed from what is stored, in one
+idempotent step.  A phase whose result is stored and verifies is loaded; one whose epochs all
+ran is consolidated from the newest snapshots of the nodes that trained its last epoch; one in
+the middle continues from that consolidation; only when nothing usable is left does it train
+again from its start, and the log and the record say so.  The phase result is the one
+consolidation rule of :meth:`storage.WeightStore.consolidate`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import tempfile
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+from pyspark.sql import SparkSession
+
+import rbm
+import storage
+
+from ._contract import NodeConfig, PartitionReport, TaskSpec, decode, encode, params_digest
+from ._data import PreparedData, check_model_input, prepare_training_data
+from ._errors import InputDataError, StoreAccessError, TrainingError, short_error
+from ._executor import release_run_task, run_training_task
+from ._keys import resolve_run_key
+from ._lease import DriverLease
+from ._modes import mode_named
+from ._progress import EpochProgress, summarize_epoch, summary_line
+from ._record import RunRecord
+from ._settings import TrainingSettings
+from ._validation import ValidationSet, hold_out_validation
+from ._watch import RunWatch
+
+if TYPE_CHECKING:
+    from pyspark import Broadcast
+
+__all__ = ["Fit", "open_checked_store", "sweep_temporaries", "STALE_TEMPORARY_S"]
+
+logger = logging.getLogger(__name__)
+
+#: A temporary file this old in a run's folders belongs to a writer that died mid-write.
+STALE_TEMPORARY_S = 10.0
+
+
+def open_checked_store(url: str, retry_timeout_s: float = 30.0) -> storage.Store:
+    """Open the store at ``url`` and prove it answers, or raise :class:`~node.StoreAccessError`."""
+    try:
+        store = storage.open_store(url, retry_timeout_s=retry_timeout_s)
+        store.makedirs("runs")
+        store.exists("runs")
+    except storage.StoreError as error:
+        raise StoreAccessError(f"the store {url!r} is unreachable or not writable ({type(error).__name__}: {error}); "
+                               "check the URL, that the service is up and the permissions") from error
+    except OSError as error:
+        raise StoreAccessError(f"the store {url!r} cannot be used: {error}") from error
+    return store
+
+
+def sweep_temporaries(store: storage.Store, run: str, older_than_s: float = STALE_TEMPORARY_S) -> int:
+    """Remove temporaries that writers killed mid-write left anywhere in a run's folders."""
+    prefix = f"runs/{run}"
+    folders = [prefix] + [f"{prefix}/{name}" for name in ("peers", "phases", "model", "faults")]
+    for phase in store.list(f"{prefix}/weights"):
+        folders += [f"{prefix}/weights/{phase}"] + [f"{prefix}/weights/{phase}/{node}"
+                                                    for node in store.list(f"{prefix}/weights/{phase}")]
+    folders += [f"{prefix}/metrics/{node}" for node in store.list(f"{prefix}/metrics")]
+    removed = sum(store.remove_stale_temporaries(folder, older_than_s=older_than_s) for folder in folders)
+    if removed:
+        logger.info("run %s: removed %d temporary file(s) left by writers that died", run, removed)
+    return removed
+
+
+def _model_input(shape: tuple[int, ...]) -> int | tuple[int, ...]:
+    return int(shape[0]) if len(shape) == 1 else tuple(int(d) for d in shape)
+
+
+class Fit:
+    """Everything one ``Trainer.fit`` call works with (see the module docstring).
+
+    Parameters
+    ----------
+    settings : TrainingSettings
+    spark : SparkSession
+    store_url : str
+    model : rbm.RBM, rbm.DBN, rbm.ConvNet or any model with the trainable seam
+    data, y
+        As :meth:`node.Trainer.fit` takes them.
+    on_epoch : callable, optional
+        Called with each epoch's summary.
+    """
+
+    def __init__(self, settings: TrainingSettings, spark: SparkSession, store_url: str, model: Any, data: Any,
+                 y: Any = None, on_epoch: Callable[[dict], None] | None = None, key: bytes | None = None) -> None:
+        self.settings = settings
+        self.spark = spark
+        self.sc = spark.sparkContext
+        self.store_url = store_url
+        self.model = model
+        self.data, self.y = data, y
+        self.on_epoch = on_epoch
+        self.run_id = settings.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        self.fit_id = uuid.uuid4().hex
+        self.group = f"sparkdbn-{self.run_id}-{self.fit_id[:6]}"
+        self.history: list[dict[str, Any]] = []
+        self.phases: list[str] = list(model.phases())
+        self.spec: dict = dict(model.to_spec())
+        self._given_key = key
+        self.key: bytes = b""  # the run key (resolved in run()); travels to the executors in the tasks only
+        self.store: storage.Store | None = None
+        self.runs: storage.RunStore | None = None
+        self.weights: storage.WeightStore | None = None
+        self.prepared: PreparedData | None = None
+        self.record: RunRecord | None = None
+        self.lease: DriverLease | None = None
+        self.node_config: NodeConfig | None = None
+        self._broadcasts: list[Broadcast] = []
+        self._start: Broadcast | None = None
+        self._start_digest = ""
+        self._progress: EpochProgress | None = None
+        self._nodes_started = False
+        self._derived: dict[str, Any] = {}
+        self.validation: ValidationSet | None = None
+        self.watch: RunWatch | None = None
+
+    # ------------------------------------------------------------------ the whole fit
+    def run(self) -> Any:
+        """Train (or resume) the run; returns the model with the consolidated weights."""
+        settings = self.settings
+        try:
+            settings.check_trains_something(self.phases)
+        except ValueError as error:
+            raise TrainingError(str(error)) from error
+        if settings.stop_after_phase is not None and settings.stop_after_phase not in self.phases:
+            raise TrainingError(f"stop_after_phase {settings.stop_after_phase!r} is not a phase of this model "
+                                f"({self.phases})")
+        self._apply_batch_size()
+        self.store = open_checked_store(self.store_url, settings.store_retry_timeout_s)
+        self.key = self._resolve_key()
+        self.runs = storage.RunStore(self.store, self.run_id, self.key)
+        self.weights = storage.WeightStore(self.store, self.run_id, self.key)
+        self.lease = DriverLease(self.store, self.run_id, settings.lease_timeout_s)
+        try:
+            with self.lease:  # a second driver of the run is refused here, before any work
+                previous = self._earlier_record()
+                self.prepared = self._prepare_data()
+                return self._run_leased(previous)
+        finally:
+            self._close()
+
+    def _resolve_key(self) -> bytes:
+        """The run key: a resumed run must find the first fit's key, a new run may make one."""
+        resuming = self.store.exists(f"runs/{self.run_id}/run.json")
+        return resolve_run_key(self.run_id, self.store_url, key=self._given_key, key_file=self.settings.key_file,
+                               spark_conf=dict(self.sc.getConf().getAll()), create=not resuming).key
+
+    def _earlier_record(self) -> dict | None:
+        """This run's record from an earlier fit; a wrong key stops the fit here, before any work."""
+        try:
+            return self.runs.read_record()
+        except storage.AuthenticationError as error:
+            raise TrainingError(f"run {self.run_id!r} cannot be resumed with this key: {error}") from error
+
+    def _run_leased(self, previous: dict | None) -> Any:
+        settings, model, prepared = self.settings, self.model, self.prepared
+        try:
+            self.record, resumed = RunRecord.start(
+                self.runs, previous, spec=self.spec, phases=self.phases,
+                epochs={phase: settings.epochs_for(phase) for phase in self.phases}, settings=settings.to_dict(),
+                store_url=self.store_url, data_facts=self._data_facts(), classes=prepared.classes)
+            if resumed:
+                logger.info("resuming run %s (%s)", self.run_id, self._progress_text())
+            sweep_temporaries(self.store, self.run_id)
+            self.node_config = self._node_config()
+            self.watch = RunWatch.start(self, self.validation, _model_input(prepared.feature_shape))
+            if settings.initialize_only:
+                self._save_model("initialized")
+                return model
+            for phase_index, phase in enumerate(self.phases):
+                self.lease.check()
+                model.set_parameters(self._complete_phase(phase, phase_index))
+                if phase == settings.stop_after_phase and phase != self.phases[-1]:
+                    self.record.mark("stopped", stopped=time.time())
+                    self.watch.finish("stopped")
+                    logger.info("run %s stopped after phase %s as asked; fit again to resume", self.run_id, phase)
+                    return model
+            self._save_model("done")
+            logger.info("run %s done; model at %s/%s", self.run_id, self.store_url, self.runs.model_path())
+            return model
+        except BaseException as error:
+            self._mark_failed(error)
+            raise
+
+    # ------------------------------------------------------------------ data and model
+    def _apply_batch_size(self) -> None:
+        if self.settings.batch_size is None:
+            return
+        if "batch_size" not in self.spec:
+            raise TrainingError(f"batch_size was set, but a {self.spec.get('kind')!r} model has no batch_size setting")
+        self.spec["batch_size"] = int(self.settings.batch_size)
+
+    def _prepare_data(self) -> PreparedData:
+        """Checked, cached partitions; the model sized for them; anything it would refuse, refused here."""
+        settings, model = self.settings, self.model
+        fixed = getattr(model, "classes_", None)
+        data, y, self.validation = hold_out_validation(
+            self.spark, self.data, self.y, fraction=settings.validation_fraction, given=settings.validation_data,
+            seed=settings.seed, features_col=settings.features_col, label_col=settings.label_col)
+        prepared = prepare_training_data(
+            self.spark, data, y, partitions=settings.partitions, features_col=settings.features_col,
+            label_col=settings.label_col, classes=None if fixed is None else np.asarray(fixed),
+            require_labels=any(not phase.startswith("rbm") for phase in self.phases),
+            shuffle_seed=settings.seed if settings.shuffle else None, max_classes=settings.max_classes)
+        try:
+            width = getattr(model, "n_features_in_", None)
+            if width is not None and int(width) != int(np.prod(prepared.feature_shape)):
+                raise InputDataError(f"the training data ({prepared.source}) has {int(np.prod(prepared.feature_shape))} "
+                                     f"features per sample, the model was initialized for {int(width)}")
+            replica = _replica(self.spec, prepared)
+            model.initialize(_model_input(prepared.feature_shape), prepared.classes)
+            check_model_input(prepared, int(np.prod(prepared.feature_shape)), replica.input_bounds())
+        except BaseException:
+            prepared.unpersist()
+            raise
+        return prepared
+
+    def _data_facts(self) -> dict[str, Any]:
+        prepared = self.prepared
+        return {"source": prepared.source, "n_samples": prepared.n_samples,
+                "feature_shape": list(prepared.feature_shape), "partitions": prepared.partitions,
+                "n_classes": None if prepared.classes is None else len(prepared.classes)}
+
+    def _node_config(self) -> NodeConfig:
+        settings, prepared = self.settings, self.prepared
+        return NodeConfig(
+            run=self.run_id, fit_id=self.fit_id, store_url=self.store_url,
+            store_retry_timeout_s=settings.store_retry_timeout_s, key=self.key, spec=self.spec,
+            feature_shape=tuple(int(d) for d in prepared.feature_shape),
+            classes=None if prepared.classes is None else tuple(prepared.classes.tolist()), seed=settings.seed,
+            fanout=settings.fanout, merge_alpha=settings.merge_alpha, keep_versions=settings.keep_versions,
+            anti_entropy_interval_s=settings.anti_entropy_interval_s,
+            peer_refresh_interval_s=settings.peer_refresh_interval_s, flush_timeout_s=settings.flush_timeout_s,
+            scale_rule=settings.scale_rule, warmup_partitions=settings.warmup_partitions,
+            n_samples=int(prepared.n_samples),
+            kill_worker_once_at=settings.kill_worker_once_at, straggler_factor=settings.straggler_factor)
+
+    # ------------------------------------------------------------------ phases
+    def _complete_phase(self, phase: str, phase_index: int) -> dict[str, np.ndarray]:
+        """The phase's result: loaded when stored and verified, else made from what is stored, else trained."""
+        record = self.record
+        if record.phase_done(phase):
+            stored = self._stored_result(phase)
+            if stored is not None:
+                return stored
+            logger.warning("run %s: phase %s is marked done but its result is missing or does not verify; "
+                           "making it again from the stored snapshots", self.run_id, phase)
+        start, consolidated = self._phase_start(phase)
+        epochs, done = record.epochs_planned(phase), record.epochs_done(phase)
+        if done < epochs and not self.watch.stopped(phase):
+            try:
+                self._train_epochs(phase, start, done, epochs)
+            except _PhaseStopped:
+                pass
+        if epochs == 0:
+            result, origin = start, "no epochs: the phase's start"
+        elif done >= epochs and consolidated:
+            result, origin = start, f"consolidated from the {len(record.nodes(phase))} node(s) of its last epoch"
+        else:
+            consolidation = self.weights.consolidate(phase, record.nodes(phase))
+            result, origin = consolidation.params, f"consolidated from {len(consolidation.refs)} node(s)"
+        result, origin = self.watch.best_result(phase) or (result, origin)
+        self.weights.put_phase_result(phase, result)
+        record.mark_phase(phase, params_digest(result), origin)
+        self._sweep_phase(phase)
+        logger.info("run %s phase %s done: %s", self.run_id, phase, origin)
+        self.watch.end_phase(phase, result)
+        return result
+
+    def _train_epochs(self, phase: str, start: dict[str, np.ndarray], first: int, epochs: int) -> None:
+        self._broadcast_start(phase, start)
+        mode = mode_named(self.settings.mode)
+        self._progress = EpochProgress(self.settings.progress, self.sc, self.group,
+                                       total=self.prepared.partitions * (epochs - first),
+                                       description=f"{self.run_id} {phase}")
+        try:
+            epoch = first
+            while epoch < epochs:
+                self.lease.check()
+                self._progress.epoch(epoch, epochs)
+                started = time.perf_counter()
+                per_epoch = mode.run_epochs(self, phase, epoch, epochs)  # one epoch, or (sync) all that are left
+                wall_s = (time.perf_counter() - started) / max(1, len(per_epoch))
+                for reports in per_epoch:
+                    self._end_epoch(phase, epoch, epochs, reports, wall_s)
+                    epoch += 1
+        finally:
+            self._progress.close()
+
+    def _stored_result(self, phase: str) -> dict[str, np.ndarray] | None:
+        try:
+            result = self.weights.get_phase_result(phase)
+        except storage.StoreError as error:
+            logger.warning("run %s: the stored result of phase %s is unusable: %s", self.run_id, phase, error)
+            return None
+        expected = self.record.result_digest(phase)
+        if result is None or (expected is not None and params_digest(result) != expected):
+            logger.warning("run %s: the stored result of phase %s is %s", self.run_id, phase,
+                           "missing" if result is None else "not the one the record names")
+            return None
+        return result
+
+    def _phase_start(self, phase: str) -> tuple[dict[str, np.ndarray], bool]:
+        """Where the phase stands: the consolidation of its last epoch's nodes when epochs ran, else its start.
+
+        Returns the parameters and whether they are that consolidation.  When epochs ran but none
+        of those nodes left a usable snapshot, the phase trains again from its start (logged and
+        recorded), never silently from initial weights.
+        """
+        record = self.record
+        initial = self.model.parameters(phase)
+        if record.epochs_done(phase) == 0:
+            return initial, False
+        try:
+            consolidation = self.weights.consolidate(phase, record.nodes(phase))
+        except storage.StoreNotFoundError as error:
+            record.restart_phase(phase, f"no usable snapshot of the nodes of its last epoch ({error})")
+            return initial, False
+        logger.info("run %s phase %s stands after epoch %d: consolidated from %d node(s)", self.run_id, phase,
+                    record.epochs_done(phase), len(consolidation.refs))
+        return consolidation.params, True
+
+    def _broadcast_start(self, phase: str, start: dict[str, np.ndarray]) -> None:
+        """Broadcast the whole model with ``start`` as the phase's parameters: the earlier phases' results too."""
+        whole = {**self.model.parameters(), **start}
+        payload = storage.encode_params(whole, f"start of phase {phase}")
+        self._start = self.sc.broadcast(payload)
+        self._broadcasts.append(self._start)
+        self._start_digest = params_digest(whole)
+
+    def task(self, phase: str, epoch: int, mode: str, options: dict | None = None) -> TaskSpec:
+        """The task every partition of ``epoch`` gets (``options``: the mode's own, see TaskSpec)."""
+        return TaskSpec(node=self.node_config, mode=mode, phase=phase, phase_index=self.phases.index(phase),
+                        epoch=epoch, start_digest=self._start_digest, options=dict(options or {}))
+
+    def cached(self, name: str, make: Callable[[Any], Any]) -> Any:
+        """An RDD a mode derives from the cached training partitions, made once per fit.
+
+        ``make(blocks)`` gets :attr:`PreparedData.blocks`; the result is cached and dropped when
+        the fit ends.
+        """
+        if name not in self._derived:
+            self._derived[name] = make(self.prepared.blocks).cache()
+        return self._derived[name]
+
+    def run_partitions(self, task: TaskSpec, rdd: Any = None) -> list[PartitionReport]:
+        """One Spark job over every cached partition with ``task``; the nodes' reports.
+
+        ``rdd`` replaces the cached partitions (e.g. a mode's :meth:`cached` grouping of them).
+
+        Raises
+        ------
+        InputDataError
+            A partition's data was refused on a node (reported once, not retried).
+        """
+        self._nodes_started = True
+        rdd = (self.prepared.blocks if rdd is None else rdd).mapPartitionsWithIndex(
+            functools.partial(run_training_task, encode(task), self._start))
+        description = f"{self.run_id} {task.phase} epoch {task.epoch + 1}"
+        reports = [decode(item, PartitionReport) for item in self._progress.run_job(rdd, description)]
+        refused = [report.error for report in reports if report.error]
+        if refused:
+            more = f" (and {len(refused) - 1} more partition(s))" if len(refused) > 1 else ""
+            raise InputDataError(f"{self.prepared.source}: {refused[0]}{more}")
+        return reports
+
+    def _end_epoch(self, phase: str, epoch: int, epochs: int, reports: list[PartitionReport], wall_s: float) -> None:
+        summary = summarize_epoch(self.run_id, phase, epoch, [report.to_record() for report in reports], wall_s,
+                                  batch_size=self.spec.get("batch_size"))
+        self.history.append(summary)
+        stop = self.watch.end_epoch(phase, epoch, summary, self.model)  # validation, early stopping, live logs
+        self._progress.report(summary_line(summary, epochs))
+        if summary["warning"]:
+            logger.warning("run %s %s epoch %d: %s", self.run_id, phase, epoch + 1, summary["warning"])
+        self.record.mark_epoch(phase, epoch, summary["nodes"], scaling={
+            "rule": self.settings.scale_rule, "learning_rate_scale": summary["learning_rate_scale"],
+            "nodes_merging": summary["nodes_merging"]})
+        if self.on_epoch is not None:
+            self.on_epoch(summary)
+        if stop:
+            raise _PhaseStopped(phase)
+
+    def _sweep_phase(self, phase: str) -> None:
+        folder = f"runs/{self.run_id}/weights/{phase}"
+        for node in self.store.list(folder):
+            self.store.remove_stale_temporaries(f"{folder}/{node}", older_than_s=STALE_TEMPORARY_S)
+
+    # ------------------------------------------------------------------ the end
+    def _save_model(self, status: str) -> None:
+        """Store the model atomically, then mark the run ``status`` naming its sha256 ("done" = it verifies)."""
+        with tempfile.TemporaryDirectory(prefix="sparkdbn-model-") as folder:
+            path = os.path.join(folder, "model.npz")
+            self.model.save(path)
+            with open(path, "rb") as handle:
+                payload = handle.read()
+            self.watch.finish(status, path)
+        self.store.write_bytes(self.runs.model_path(), payload)
+        digest = storage.sha256_hex(self.store.read_bytes(self.runs.model_path()))
+        if digest != storage.sha256_hex(payload):
+            raise TrainingError(f"the model written to {self.store_url}/{self.runs.model_path()} does not read back "
+                                "as written; the run is not marked done")
+        self.record.mark(status, finished=time.time(), model={"path": self.runs.model_path(), "sha256": digest})
+
+    def _mark_failed(self, error: BaseException) -> None:
+        if self.record is None:
+            return
+        try:
+            self.record.mark("failed", error=f"{type(error).__name__}: {error}"[:2000], finished=time.time())
+        except storage.StoreError as store_error:
+            logger.error("could not mark run %s failed in the store: %s", self.run_id, store_error)
+
+    def _close(self) -> None:
+        """Cancel this fit's Spark jobs, stop its nodes, drop its broadcasts and cached data."""
+        self.sc.cancelJobGroup(self.group)
+        if self.watch is not None:
+            self.watch.close()
+        if self._nodes_started:
+            self._release_nodes()
+        for broadcast in self._broadcasts:
+            broadcast.destroy()
+        for derived in self._derived.values():
+            derived.unpersist()
+        if self.prepared is not None:
+            self.prepared.unpersist()
+
+    def _release_nodes(self) -> None:
+        """Best effort: ask the Python workers to stop this run's nodes (a later fit stops them anyway)."""
+        slots = max(2, 2 * self.sc.defaultParallelism)
+        try:
+            released = self.sc.parallelize(range(slots), slots).mapPartitionsWithIndex(
+                functools.partial(release_run_task, self.run_id)).collect()
+            logger.info("released nodes %s of run %s", sorted(set(released)), self.run_id)
+        except Exception as error:  # noqa: BLE001 - cleanup must not hide the real outcome
+            logger.warning("could not release the nodes of run %s: %s", self.run_id, short_error(error))
+
+    def _progress_text(self) -> str:
+        return ", ".join(f"{phase} {'done' if self.record.phase_done(phase) else self.record.epochs_done(phase)}"
+                         for phase in self.phases)
+
+
+class _PhaseStopped(Exception):
+    """Early stopping ended the phase (raised after the epoch is marked in the record)."""
+
+
+def _replica(spec: dict, prepared: PreparedData) -> Any:
+    """A replica sized from the spec for the data, as the executors build it: a mismatch fails here."""
+    try:
+        replica = rbm.model_from_spec(spec)
+        replica.initialize(_model_input(prepared.feature_shape), prepared.classes)
+    except ValueError as error:
+        raise InputDataError(f"the model does not accept the training data ({prepared.source}, per-sample shape "
+                             f"{prepared.feature_shape}): {error}") from error
+    return replica

@@ -1,0 +1,77 @@
+"""What every training mode is: a driver half and an executor half (see :mod:`node._modes`)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator
+
+import numpy as np
+
+from ._contract import PartitionReport, TaskSpec
+from ._errors import InputDataError
+
+if TYPE_CHECKING:  # the fit drives the modes; the modes only call back into it
+    from ._executor import ExecutorNode
+    from ._fit import Fit
+
+__all__ = ["Block", "TrainingMode", "deal_partitions", "one_task_per_node"]
+
+#: One partition of training data as a task holds it: (partition index, X, y or None).
+Block = tuple[int, np.ndarray, "np.ndarray | None"]
+
+
+def deal_partitions(rows_per_partition: list[int], nodes: int) -> list[list[int]]:
+    """The partitions holding data, dealt round-robin to ``nodes`` slots (fewer when there are fewer)."""
+    filled = [index for index, rows in enumerate(rows_per_partition) if rows]
+    count = max(1, min(int(nodes), len(filled)))
+    return [filled[slot::count] for slot in range(count)]
+
+
+def one_task_per_node(fit: "Fit") -> tuple[list[list[int]], Any]:
+    """The training partitions grouped into one Spark partition per node (made once per fit, cached).
+
+    ``nodes`` is ``averaging_nodes`` or Spark's default parallelism: as many tasks as run at
+    once, so every task is a node of its own for as long as its job lasts.  Returns the slots
+    (partition indices per Spark partition, see :func:`deal_partitions`) and the grouped RDD.
+    """
+    slots = deal_partitions(fit.prepared.rows_per_partition, fit.settings.averaging_nodes or fit.sc.defaultParallelism)
+    position = {partition: slot for slot, partitions in enumerate(slots) for partition in partitions}
+    count = len(slots)
+
+    def group(blocks: Any) -> Any:  # closes over plain values only
+        return (blocks.filter(lambda element: element[0] in position)
+                .keyBy(lambda element: position[element[0]])
+                .partitionBy(count, lambda slot: slot).values())
+
+    return slots, fit.cached(f"one-task-per-node-{count}", group)
+
+
+class TrainingMode(ABC):
+    """One way to train: a driver half (epochs as Spark jobs) and an executor half (one task's partitions)."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def run_epochs(self, fit: "Fit", phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
+        """Driver: train epoch ``first`` of ``phase`` (and maybe more, up to ``epochs``) over every partition.
+
+        Returns the nodes' reports, one list per epoch trained (at least one), from ``first`` on.
+        """
+
+    @abstractmethod
+    def train_partition(self, node: "ExecutorNode", task: TaskSpec, partition: int, X: np.ndarray,
+                        y: np.ndarray | None) -> PartitionReport:
+        """Executor: train one partition on ``node`` and report it."""
+
+    def train_task(self, node: "ExecutorNode", task: TaskSpec, spark_partition: int,
+                   blocks: list[Block]) -> Iterator[PartitionReport]:
+        """Executor: every partition a Spark task holds, one report each (default: one at a time).
+
+        A partition whose data the model refuses is reported with its error, not raised: the
+        same data would fail the same way on a retry.
+        """
+        for index, X, y in blocks:
+            try:
+                yield self.train_partition(node, task, index, X, y)
+            except InputDataError as error:
+                yield node.refusal(task, index, error)

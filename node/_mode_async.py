@@ -1,0 +1,56 @@
+"""``mode="async"``: asynchronous merging of fresh peer snapshots (the Impetus design).
+
+Per node, per partition: merge the fresh peer snapshots the node's actor has already fetched
+(at most ``fanout`` of them; ``w <- (1 - a) w + a mean(peers)``, ``a = m / (m + 1)``), train one
+pass, publish the new weights and wait until they are written (so that the driver finds every
+finished task's snapshot when it consolidates), then report.  Nobody waits for a peer.
+On the driver an epoch is one Spark job over the cached partitions.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ._contract import PartitionReport, TaskSpec
+from ._mode import TrainingMode
+
+if TYPE_CHECKING:
+    from ._executor import ExecutorNode
+    from ._fit import Fit
+
+__all__ = ["AsyncMode"]
+
+
+class AsyncMode(TrainingMode):
+    name = "async"
+
+    def run_epochs(self, fit: "Fit", phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
+        return [fit.run_partitions(fit.task(phase, first, self.name))]
+
+    def train_partition(self, node: "ExecutorNode", task: TaskSpec, partition: int, X: np.ndarray,
+                        y: np.ndarray | None) -> PartitionReport:
+        started = time.time()
+        tick = time.perf_counter()
+        # Unusable peer snapshots are skipped and counted by the actor (stats: dropped_bad_snapshot);
+        # a MergeError here means this node's own weights diverged, and the task fails saying so.
+        merged, used = node.handle.merge(task.phase, node.model.parameters(task.phase), task.node.merge_alpha)
+        if used:
+            node.model.set_parameters(merged)
+        merge_s = time.perf_counter() - tick
+
+        metrics = node.train(task, partition, X, y, merged_from=[snapshot.node for snapshot in used])
+
+        tick = time.perf_counter()
+        params = node.model.parameters(task.phase)
+        node.handle.publish(task.phase, params, node.samples_seen[task.phase])
+        node.handle.flush(timeout_s=task.node.flush_timeout_s)
+        publish_s = time.perf_counter() - tick
+        return node.report(task, partition, metrics, started, merge_s=merge_s, publish_s=publish_s,
+                           merged_from=[snapshot.node for snapshot in used],
+                           ages_s=[max(0.0, started - float(snapshot.sent_at)) for snapshot in used],
+                           sent_bytes=sum(int(value.nbytes) for value in params.values()),
+                           read_bytes=sum(int(value.nbytes) for snapshot in used for value in snapshot.params.values()))
+

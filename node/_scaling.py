@@ -1,0 +1,199 @@
+"""Learning rates that follow the number of nodes: the scaling rule (issue 18).
+
+Averaging ``n`` replicas that each took a step on ``1/n`` of the data moves the model as far as
+one step of a batch ``n`` times larger at the same learning rate: without a correction every
+node added costs accuracy at a fixed number of epochs.  The rule multiplies every learning
+rate of a node (pretraining and fine-tuning, every updater) by a factor of the number of nodes
+whose progress it merges (Goyal et al., 2017; Krizhevsky, 2014):
+
+* ``"linear"``: ``n``, for SGD with or without momentum (and the RBMs' CD updates);
+* ``"sqrt"``: ``sqrt(n)``, the rule proposed for adaptive updaters (Adam, Adagrad), whose steps do
+  not grow with the gradient's size;
+* ``"auto"`` (the default): the linear factor, for every updater, applied only as far as the
+  nodes' progress is limited by their steps: ``n`` capped at ``STEP_LIMITED_STEPS / s`` (at least
+  1), ``s`` being the minibatch steps each node takes per epoch.  With Adam fine-tuning, linear beat
+  sqrt at every node count measured (digits, 8 nodes: 0.888 vs 0.788; one node 0.928): where the
+  factor applies at all, the nodes' steps still agree, and their mean is one step, not ``n``.
+  Measured (scripts/bench_scaling.py): on 1,347 digits (``s`` = 17 on 8 nodes) the full factor
+  takes 8 nodes from 0.13 to 0.87 accuracy; on 36k digits28 rows (``s`` = 450) the full factor
+  ruins a run that averaging alone keeps at one node's accuracy (0.87 vs 0.98: the scaled rates
+  are past the stable range, and nodes with hundreds of steps per epoch lose nothing by averaging);
+* ``"none"``: the factor is always 1 (for users who scale by hand).
+
+The factor ramps up from 1 over the first ``warmup_partitions`` partitions a node trains in a
+phase (a "gradual warm-up"): early in a phase the replicas differ most and the count of nodes
+is still being learned.  The number of nodes is what the executor sees merging: itself plus
+the distinct peers whose snapshots it merged in its last :data:`PEER_WINDOW` partitions
+(at most ``fanout`` + 1).  A training mode hands the peers it merged before a partition to
+:meth:`node._executor.ExecutorNode.train` (``merged_from``), which sets the model's
+``set_learning_rate_scale`` from the node's :class:`NodeScaling` (count and warm-up); a mode that
+averages all nodes at once names them all (``sync``: the round's slots); ``sharing`` names
+none: it adds the peers' updates instead of averaging, so their sum already is one process's
+progress.  :func:`learning_rate_scale` is the rule itself.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from typing import Any, Iterable, Mapping
+
+__all__ = ["SCALE_RULES", "DEFAULT_WARMUP_PARTITIONS", "PEER_WINDOW", "STEP_LIMITED_STEPS", "MIN_STEPS_PER_NODE_EPOCH",
+           "ADVISED_PARTITIONS_PER_NODE", "NodeScaling", "learning_rate_scale", "resolve_rule", "scale_target",
+           "scaling_warning"]
+
+#: Every rule's name; ``"auto"`` is linear, capped by the nodes' steps per epoch.
+SCALE_RULES = ("auto", "linear", "sqrt", "none")
+
+#: Partitions per node and phase over which the factor ramps up from 1.
+DEFAULT_WARMUP_PARTITIONS = 2
+
+#: A peer counts as merging when one of its snapshots was merged in this many of the node's last partitions.
+PEER_WINDOW = 4
+
+#: Minibatch steps per node and epoch below which "auto" scales (fully below ``STEP_LIMITED_STEPS / n``).
+STEP_LIMITED_STEPS = 200
+
+#: Fewer minibatch steps than this per node and epoch: scaled learning rates cannot make up for the
+#: steps the nodes no longer take one after the other (the large-batch limit), accuracy at equal
+#: epochs falls short (scripts/bench_scaling.py: 8 nodes on 1,347 digits, 17 steps: -7.5 points).
+MIN_STEPS_PER_NODE_EPOCH = 48
+
+#: Partitions per node and epoch that made up most of that shortfall in the same measurements
+#: (merging more often: 8 nodes on digits -7.5 -> -1.8 points; 2 per node is Spark's default).
+ADVISED_PARTITIONS_PER_NODE = 8
+
+def resolve_rule(rule: str) -> str:
+    """``rule`` as :func:`scale_target` takes it: ``"auto"`` is the linear rule (capped by the steps)."""
+    if rule not in SCALE_RULES:
+        raise ValueError(f"scale_rule must be one of {', '.join(SCALE_RULES)}, got {rule!r}")
+    return "linear" if rule == "auto" else rule
+
+
+def scale_target(rule: str, nodes: int, steps_per_node_epoch: float | None = None) -> float:
+    """The factor after the warm-up: ``nodes`` (linear) or its root (sqrt), 1 for none.
+
+    With ``steps_per_node_epoch`` (the ``"auto"`` rule) only the step-limited share is scaled:
+    the linear factor is ``min(nodes, max(1, STEP_LIMITED_STEPS / steps_per_node_epoch))``.
+    """
+    if rule == "none":
+        return 1.0
+    if rule not in ("linear", "sqrt"):
+        raise ValueError(f"scale_target takes a resolved rule (linear, sqrt, none), got {rule!r}")
+    factor = float(max(1, nodes))
+    if steps_per_node_epoch is not None and steps_per_node_epoch > 0:
+        factor = min(factor, max(1.0, STEP_LIMITED_STEPS / float(steps_per_node_epoch)))
+    return factor if rule == "linear" else math.sqrt(factor)
+
+
+def learning_rate_scale(rule: str, nodes: int, partitions_done: int = 0,
+                        warmup_partitions: int = DEFAULT_WARMUP_PARTITIONS,
+                        steps_per_node_epoch: float | None = None) -> float:
+    """The learning-rate factor of a node that merges the progress of ``nodes`` nodes (itself included).
+
+    Parameters
+    ----------
+    rule : {"linear", "sqrt", "none"}
+        Resolved rule (see :func:`resolve_rule`).
+    nodes : int
+        Nodes merging, >= 1.
+    partitions_done : int
+        Partitions this node trained in the phase before this one (the warm-up position).
+    warmup_partitions : int
+        The factor grows linearly from 1 to its target over this many partitions (0: no warm-up).
+    steps_per_node_epoch : float, optional
+        Minibatch steps each node takes per epoch: scale only the step-limited share (see :func:`scale_target`).
+    """
+    target = scale_target(rule, nodes, steps_per_node_epoch)
+    if warmup_partitions > 0 and partitions_done < warmup_partitions:
+        return 1.0 + (target - 1.0) * (partitions_done + 1) / (warmup_partitions + 1)
+    return target
+
+
+def scaling_warning(samples_per_node: Mapping[str, int], partitions: int, batch_size: int | None) -> str | None:
+    """What to change when the nodes' shares of an epoch are too small to learn from at equal epochs, else None.
+
+    Parameters
+    ----------
+    samples_per_node : dict of str to int
+        Rows each node trained in the epoch.
+    partitions : int
+        Partitions of the epoch.
+    batch_size : int, optional
+        The model's minibatch size (None: no warning).
+    """
+    nodes = len(samples_per_node)
+    if not batch_size or nodes < 2:
+        return None
+    rows = sum(samples_per_node.values()) // nodes  # Spark hands some nodes more partitions than others
+    steps = -(-rows // int(batch_size))
+    if steps >= MIN_STEPS_PER_NODE_EPOCH:
+        return None
+    advice = ["train more epochs", "use fewer nodes for this data"]
+    if partitions < ADVISED_PARTITIONS_PER_NODE * nodes:
+        advice.insert(0, f"merge more often: partitions={ADVISED_PARTITIONS_PER_NODE * nodes}")
+    return (f"each of the {nodes} nodes takes only {steps} minibatch steps of {batch_size} per epoch "
+            f"(~{rows} rows; fewer than {MIN_STEPS_PER_NODE_EPOCH}): the scaled learning rates cannot make up for "
+            f"so few steps, and accuracy at these epochs will fall short of one node's; {', or '.join(advice)}")
+
+
+class NodeScaling:
+    """One node's scaling state in its current phase: peers seen merging, partitions trained.
+
+    Parameters
+    ----------
+    rule : str
+        One of :data:`SCALE_RULES`.
+    spec : dict
+        The model's spec (its ``batch_size``).
+    warmup_partitions : int
+    fanout : int, optional
+        At most this many peers are merged per partition: at most ``fanout + 1`` nodes count.
+    n_samples : int, optional
+        Training rows of the whole run (with the spec's ``batch_size``: the steps per node and epoch
+        that ``"auto"`` needs; unknown: the full factor).
+    """
+
+    def __init__(self, rule: str, spec: Mapping[str, Any], warmup_partitions: int = DEFAULT_WARMUP_PARTITIONS,
+                 fanout: int | None = None, n_samples: int | None = None) -> None:
+        self.rule = rule
+        self.spec = spec
+        self.n_samples = n_samples
+        self.warmup_partitions = int(warmup_partitions)
+        self.fanout = fanout
+        self.phase: str | None = None
+        self.partitions_done = 0
+        self._recent: collections.deque[frozenset[str]] = collections.deque(maxlen=PEER_WINDOW)
+
+    def enter_phase(self, phase: str) -> None:
+        """Start counting afresh (the warm-up restarts at every phase start)."""
+        if phase != self.phase:
+            self.phase, self.partitions_done = phase, 0
+            self._recent.clear()
+
+    def merged(self, peers: Iterable[str]) -> None:
+        """Note the peers whose snapshots the node merged before its next partition."""
+        self._recent.append(frozenset(peers))
+
+    def nodes(self) -> int:
+        """Nodes merging: this one and the distinct peers merged in its last :data:`PEER_WINDOW` partitions."""
+        peers = len(frozenset().union(*self._recent)) if self._recent else 0
+        if self.fanout is not None:
+            peers = min(peers, int(self.fanout))
+        return 1 + peers
+
+    def scale(self) -> float:
+        """The factor of the next partition (call :meth:`merged` first, :meth:`trained` after it)."""
+        return learning_rate_scale(resolve_rule(self.rule), self.nodes(), self.partitions_done, self.warmup_partitions,
+                                   self.steps_per_node_epoch() if self.rule == "auto" else None)
+
+    def steps_per_node_epoch(self) -> float | None:
+        """Minibatch steps each of the merging nodes takes per epoch (None: unknown)."""
+        batch_size = self.spec.get("batch_size")
+        if not self.n_samples or not batch_size:
+            return None
+        return self.n_samples / (self.nodes() * int(batch_size))
+
+    def trained(self) -> None:
+        """One more partition trained in the phase."""
+        self.partitions_done += 1

@@ -1,0 +1,62 @@
+"""A driver process with its own ``local[8]`` Spark (8 nodes): ``python _scaling_driver.py JSON``.
+
+The suite shares one ``local[2,4]`` session per process, and one process holds one Spark
+context, so the 8-node fits of ``test_scaling_nodes.py`` run here.  The JSON names the store
+folder, the runs (``"dbn"``, ``"rbm"``) and the partitions per node; one JSON line per run is
+printed: the 8-node score, the factors the nodes trained with, the nodes merging and the epoch
+warnings.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+import node
+import rbm
+from rbm.datasets import load_digits01
+
+NODES = 8
+#: DBN(64, 64) on digits, epochs rbm0/rbm1/finetune as in the issue's table.
+DBN_EPOCHS = {"rbm0": 3, "rbm1": 3, "finetune": 10}
+RBM_EPOCHS = {"rbm": 3}
+KEY = b"scaling-test-key-0123456789abcdef"
+
+
+def make(kind: str):
+    return rbm.DBN((64, 64), random_state=0) if kind == "dbn" else rbm.RBM(64, random_state=0)
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    spark = node.get_spark_session(f"local[{NODES}]", app_name="sparkdbn-scaling-driver")
+    split = load_digits01(test_fraction=0.25)
+    try:
+        for kind in config["runs"]:
+            model = make(kind)
+            epochs = DBN_EPOCHS if kind == "dbn" else RBM_EPOCHS
+            store_url = f"{config['store']}/{kind}"
+            trainer = node.Trainer(spark, store_url, epochs=epochs,
+                                   partitions=config["partitions_per_node"] * NODES, progress=False,
+                                   key=KEY)
+            trainer.fit(model, split.X_train, None if kind == "rbm" else split.y_train)
+            score = (model.score(split.X_test, split.y_test) if kind == "dbn"
+                     else float(model._reconstruction_mse(split.X_test)))
+            run_record = node.open_run(store_url, trainer.run_id_, key=KEY).record
+            records = [record for summary in trainer.history_ for record in summary["records"]]
+            print(json.dumps({
+                "kind": kind, "score": float(score), "nodes": sorted({r["node"] for r in records}),
+                "max_scale": max(r["learning_rate_scale"] for r in records),
+                "max_nodes_merging": max(r["nodes_merging"] for r in records),
+                "warnings": [summary["warning"] for summary in trainer.history_ if summary["warning"]],
+                "mean_scale": float(np.mean([r["learning_rate_scale"] for r in records])),
+                "recorded": {phase: step.get("scaling") for phase, step in run_record["steps"].items()},
+                "settings_rule": run_record["settings"]["scale_rule"]}), flush=True)
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The one consolidation rule, where the driver and a node use it.
+
+* A phase's result is the element-wise mean, accumulated in float64, of the newest verified
+  snapshot of each node that trained the phase's last epoch -- not the first node's snapshot,
+  not an older version, not a node that stopped training earlier.
+* A fresh node entering a phase that already has snapshots starts from their mean, not from the
+  phase's start parameters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import node
+import rbm
+import storage
+from node._contract import NodeConfig
+from node._executor import ExecutorNode
+
+
+KEY = b"consolidation-test-key-0123456789"
+
+
+def float64_mean(snapshots: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {name: np.mean([s[name].astype(np.float64) for s in snapshots], axis=0).astype(snapshots[0][name].dtype)
+            for name in snapshots[0]}
+
+
+@pytest.mark.slow
+def test_a_phase_result_is_the_float64_mean_of_the_newest_snapshots_of_the_last_epochs_nodes(spark, digits,
+                                                                                              tmp_path):
+    store_url = "file://" + str(tmp_path / "store")
+    store = storage.open_store(store_url)
+    model = rbm.DBN(hidden_layer_sizes=(32,), batch_size=10, random_state=0)
+    epochs = {"rbm0": 2, "finetune": 1}
+
+    def plant_a_ghost(summary: dict) -> None:
+        # A node that stopped training before the last epoch: its snapshot is newer than anyone's
+        # (the highest version) but must not count.
+        if summary["phase"] == "rbm0" and summary["epoch"] == epochs["rbm0"] - 1:
+            key = node.resolve_run_key(summary["run"], store_url, create=False).key
+            weights = storage.WeightStore(store, summary["run"], key)  # a key holder's snapshot
+            ghost = {name: np.full_like(value, 50.0) for name, value in
+                     weights.consolidate("rbm0", summary["nodes"]).params.items()}
+            weights.put_version("rbm0", "ghost-node", 10**6, ghost)
+
+    node.Trainer(spark, store_url, run_id="mean", epochs=epochs, partitions=4, progress=False,
+                 on_epoch=plant_a_ghost).fit(model, digits.X_train, digits.y_train)
+    run = node.open_run(store_url, "mean")
+    weights, record = run.weights, run.record
+    nodes = record["steps"]["rbm0"]["nodes"]
+    assert len(nodes) == 2 and "ghost-node" not in nodes
+    newest = [weights.newest_verified("rbm0", name)[1] for name in nodes]
+    assert not all(np.array_equal(newest[0][name], newest[1][name]) for name in newest[0])  # two different replicas
+    result = weights.get_phase_result("rbm0")
+    for name, expected in float64_mean(newest).items():
+        assert result[name].dtype == expected.dtype
+        np.testing.assert_array_equal(result[name], expected)
+
+
+def a_node_config(store_url: str, spec: dict) -> NodeConfig:
+    return NodeConfig(run="start", fit_id="f1", store_url=store_url, store_retry_timeout_s=5.0, key=KEY,
+                      spec=spec, feature_shape=(16,), classes=None, seed=0, fanout=None, merge_alpha=None,
+                      keep_versions=3, anti_entropy_interval_s=60.0, peer_refresh_interval_s=60.0,
+                      flush_timeout_s=10.0)
+
+
+def test_a_fresh_node_enters_a_phase_at_the_mean_of_the_snapshots_already_stored(tmp_path):
+    store_url = "file://" + str(tmp_path / "store")
+    template = rbm.RBM(n_components=8, random_state=0).initialize(16)
+    start = template.parameters("rbm")
+    rng = np.random.default_rng(0)
+    weights = storage.WeightStore(storage.open_store(store_url), "start", KEY)
+    snapshots = []
+    for index in range(3):
+        params = {name: (value + rng.standard_normal(value.shape)).astype(value.dtype) for name, value in start.items()}
+        weights.put_version("rbm", f"peer-{index}", 1, {name: value - 1 for name, value in params.items()})
+        weights.put_version("rbm", f"peer-{index}", 2, params)  # the newest counts, not the first
+        snapshots.append(params)
+    payload = storage.encode_params(start, "start")
+
+    fresh = ExecutorNode(a_node_config(store_url, template.to_spec())).start()
+    try:
+        assert fresh.enter_phase("rbm", "digest", lambda: payload) == "store(3 nodes)"
+        for name, expected in float64_mean(snapshots).items():
+            np.testing.assert_array_equal(fresh.model.parameters("rbm")[name], expected)
+    finally:
+        fresh.stop()
+
+
+def test_a_node_entering_a_phase_nobody_trained_yet_starts_from_the_broadcast_start(tmp_path):
+    store_url = "file://" + str(tmp_path / "store")
+    template = rbm.RBM(n_components=8, random_state=0).initialize(16)
+    start = {name: value + 0.25 for name, value in template.parameters("rbm").items()}
+    fresh = ExecutorNode(a_node_config(store_url, template.to_spec())).start()
+    try:
+        assert fresh.enter_phase("rbm", "digest", lambda: storage.encode_params(start, "start")) == "start"
+        for name, expected in start.items():
+            np.testing.assert_array_equal(fresh.model.parameters("rbm")[name], expected)
+    finally:
+        fresh.stop()

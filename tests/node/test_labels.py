@@ -1,0 +1,76 @@
+"""Labels on every Spark path are taken exactly as the in-process estimator takes them, and data the
+model would refuse is refused on the driver before a single training task runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import node
+import rbm
+import storage
+
+pytestmark = pytest.mark.slow
+
+EPOCHS = {"rbm0": 1, "finetune": 2}
+
+
+def small_dbn() -> rbm.DBN:
+    return rbm.DBN(hidden_layer_sizes=(16,), batch_size=10, finetune_learning_rate=0.1, random_state=0)
+
+
+def two_digit_classes(digits, labels: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """Digits 0 and 1 of the training split, labelled ``labels[0]`` and ``labels[1]``."""
+    keep = np.isin(digits.y_train, [0, 1])
+    X, y = digits.X_train[keep], digits.y_train[keep]
+    return X, np.where(y == 0, labels[0], labels[1])
+
+
+@pytest.mark.parametrize("labels", [(30, 70), (30.0, 70.0), ("cat", "dog"), (0, 10**9)],
+                         ids=["ints", "integral-floats", "strings", "huge"])
+def test_a_spark_fit_gives_the_classes_an_in_process_fit_gives(spark, digits, tmp_path, labels):
+    X, y = two_digit_classes(digits, labels)
+    in_process = small_dbn().fit(X, y)
+    on_spark = node.Trainer(spark, "file://" + str(tmp_path / "store"), run_id="labels", epochs=EPOCHS,
+                            partitions=2, progress=False).fit(small_dbn(), X, y)
+    assert on_spark.classes_.tolist() == in_process.classes_.tolist()
+    assert on_spark.classes_.dtype.kind == in_process.classes_.dtype.kind
+    assert len(on_spark.parameters()["out.b"]) == 2  # a 2-way output layer, whatever the label values
+    assert set(on_spark.predict(X).tolist()) <= set(labels)
+    assert on_spark.score(X, y) >= 0.9
+
+
+def test_dataframe_and_rdd_labels_give_the_same_classes_as_arrays(spark, digits, tmp_path):
+    X, y = two_digit_classes(digits, ("cat", "dog"))
+    frame = spark.createDataFrame(pa.table({"features": pa.array(list(X), type=pa.list_(pa.float32())),
+                                            "label": pa.array(y.tolist())}))
+    rdd = spark.sparkContext.parallelize(list(zip(X, y.tolist())), 2)
+    for data in (frame, rdd):
+        model = node.Trainer(spark, "file://" + str(tmp_path / "store"), epochs=EPOCHS, partitions=2,
+                             progress=False).fit(small_dbn(), data)
+        assert model.classes_.tolist() == ["cat", "dog"]
+
+
+def failed_tasks(spark) -> int:
+    """Failed task attempts over every job the session still remembers."""
+    tracker = spark.sparkContext.statusTracker()
+    failed = 0
+    for job_id in tracker.getJobIdsForGroup(None) or []:
+        job = tracker.getJobInfo(job_id)
+        for stage_id in (job.stageIds if job else []):
+            stage = tracker.getStageInfo(stage_id)
+            failed += stage.numFailedTasks if stage else 0
+    return failed
+
+
+def test_raw_pixels_for_a_bernoulli_model_fail_on_the_driver_without_a_failed_task(spark, digits, tmp_path):
+    raw = digits.X_train * 16.0  # scikit-learn's digits as they come: 0..16
+    before = failed_tasks(spark)
+    store_url = "file://" + str(tmp_path / "store")
+    with pytest.raises(node.InputDataError, match=r"partition \d+ row \d+ column \d+ holds \d+, outside \[0, 1\]"):
+        node.Trainer(spark, store_url, run_id="raw", epochs=EPOCHS, partitions=2, progress=False).fit(
+            small_dbn(), raw, digits.y_train)
+    assert failed_tasks(spark) == before
+    store = storage.open_store(store_url)
+    assert store.list("runs/raw") == []  # no record, no weights, no metrics; the lease was released

@@ -1,0 +1,210 @@
+"""The three training modes on local[2]: what each promises, checked on real Spark, store and sockets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import node
+import rbm
+import storage
+from node._mode_sharing import SparseUpdate, ThresholdAccumulator, UpdateExchange
+
+pytestmark = pytest.mark.slow
+
+# Plain SGD/CD (no momentum): then one node's result is a pure function of the data order and
+# the seed, whichever Python worker trains which phase.
+NO_MOMENTUM = dict(hidden_layer_sizes=(32, 16), batch_size=10, pretrain_learning_rate=0.1,
+                   finetune_learning_rate=0.1, finetune_momentum=0.0, finetune_dropout=0.0, random_state=0,
+                   layer_params=[{"momentum": 0.0, "final_momentum": 0.0}] * 2)
+SHORT_EPOCHS = {"rbm0": 2, "rbm1": 1, "finetune": 3}
+
+
+def reports_of(store_url: str, run: str) -> list[dict]:
+    return node.open_run(store_url, run).runs.read_metrics()
+
+
+def test_sync_mode_with_one_node_averaging_after_every_partition_equals_training_in_one_process(
+        spark, store_url, digits, one_node_reference):
+    X, y, _X_test, _y_test = digits
+    reference = one_node_reference(rbm.DBN(**NO_MOMENTUM), X, y, SHORT_EPOCHS, partitions=4)
+
+    trainer = node.Trainer(spark, store_url, run_id="sync-one", mode="sync", averaging_nodes=1,
+                           averaging_frequency=1, epochs=SHORT_EPOCHS, partitions=4, progress=False)
+    model = trainer.fit(rbm.DBN(**NO_MOMENTUM), X, y)
+
+    expected, got = reference.parameters(), model.parameters()
+    assert sorted(got) == sorted(expected)
+    for name in expected:
+        assert np.array_equal(got[name], expected[name]), name
+    metrics = reports_of(store_url, "sync-one")
+    for phase in SHORT_EPOCHS:  # one node trained each phase (which worker may differ from phase to phase)
+        assert len({record["node"] for record in metrics if record["phase"] == phase}) == 1, phase
+    assert sum(record["samples"] for record in metrics) == len(X) * sum(SHORT_EPOCHS.values())
+
+
+def test_sync_mode_on_two_nodes_trains_a_dbn_within_a_point_of_one_process_averaging_every_round(
+        spark, store_url, digits, dbn_recipe):
+    X, y, X_test, y_test = digits
+    single_accuracy = dbn_recipe.reference_accuracy(digits)
+
+    trainer = node.Trainer(spark, store_url, run_id="sync-two", mode="sync", epochs=dbn_recipe.epochs,
+                           partitions=dbn_recipe.partitions, progress=False)
+    model = trainer.fit(dbn_recipe.make(), X, y)
+    accuracy = model.score(X_test, y_test)
+    assert abs(accuracy - single_accuracy) <= 0.01, (accuracy, single_accuracy)
+
+    metrics = reports_of(store_url, "sync-two")
+    for phase, epochs in dbn_recipe.epochs.items():
+        records = [record for record in metrics if record["phase"] == phase]
+        nodes = {record["node"] for record in records}
+        assert len(nodes) == 2, (phase, nodes)
+        for name in nodes:  # each node trained its half, and averaged with the other after every partition
+            own = [record for record in records if record["node"] == name]
+            assert len(own) == epochs * dbn_recipe.partitions // 2
+            assert all(record["merged_from"] == sorted(nodes - {name}) for record in own), (phase, name)
+
+
+def test_sharing_mode_on_two_nodes_trains_a_dbn_within_a_point_of_one_process_publishing_sparse_updates(
+        spark, store_url, digits, dbn_recipe):
+    X, y, X_test, y_test = digits
+    single_accuracy = dbn_recipe.reference_accuracy(digits)
+
+    trainer = node.Trainer(spark, store_url, run_id="sharing-two", mode="sharing", epochs=dbn_recipe.epochs,
+                           partitions=dbn_recipe.partitions, progress=False)
+    model = trainer.fit(dbn_recipe.make(), X, y)
+    accuracy = model.score(X_test, y_test)
+    assert abs(accuracy - single_accuracy) <= 0.01, (accuracy, single_accuracy)
+
+    # What a node sends per partition is a fraction of a full snapshot: measured 3.7x smaller in
+    # the RBM phases (the first updates, before the threshold adapted, carry nearly every entry)
+    # and 9.4x in fine-tuning, with the default target of 1% of the entries per update.
+    metrics = reports_of(store_url, "sharing-two")
+    for phase in dbn_recipe.epochs:
+        records = [record for record in metrics if record["phase"] == phase]
+        assert len({record["node"] for record in records}) == 2, phase
+        snapshot_bytes = sum(value.nbytes for value in model.parameters(phase).values())
+        sent_bytes = np.mean([record["sent_bytes"] for record in records])
+        assert 0 < sent_bytes * 3 < snapshot_bytes, (phase, sent_bytes, snapshot_bytes)
+        assert any(record["merged_from"] for record in records), f"no node applied a peer update in {phase}"
+
+
+def test_the_residual_keeps_exactly_what_the_sparse_updates_did_not_publish():
+    rng = np.random.default_rng(0)
+    shapes = {"W": (30, 20), "b": (20,)}
+    accumulator = ThresholdAccumulator(threshold=1e-3, sparsity=0.05)
+    total = {name: np.zeros(shape, np.float32) for name, shape in shapes.items()}
+    published = {name: np.zeros(shape, np.float32) for name, shape in shapes.items()}
+    fractions = []
+    for step in range(40):
+        change = {name: (rng.normal(0, 0.01, shape) * (1 + step % 3)).astype(np.float32)
+                  for name, shape in shapes.items()}
+        update = accumulator.add(change)
+        for name in shapes:
+            total[name] += change[name]
+            published[name] += update.dense(shapes)[name]
+        fractions.append(update.entries / 620)
+        for name in shapes:  # published + residual == everything this node changed
+            np.testing.assert_allclose(published[name] + accumulator.residual[name], total[name], atol=1e-5)
+    assert fractions[0] > 0.5  # the first threshold is far too low ...
+    assert 0.05 / 3 < np.mean(fractions[-20:]) < 0.05 * 3  # ... and it adapted to the target
+
+
+def test_a_peer_update_is_applied_exactly_once_even_when_the_store_lists_it_again(tmp_path):
+    store = storage.open_store(str(tmp_path / "store"))
+    key = b"k" * 32
+    sender = UpdateExchange(store, "r1", key, "node-a")
+    receiver = UpdateExchange(store, "r1", key, "node-b")
+    first, retried = SparseUpdate(0.5, {"W": np.array([1, -4], np.int32)}), SparseUpdate(0.5, {"W": np.array([2], np.int32)})
+    second = SparseUpdate(0.25, {"W": np.array([-1], np.int32)})
+    sender.publish("rbm0", 1, first)
+    sender.publish("rbm0", 1, retried)  # seq 1 again, other content (a retried task)
+    sender.publish("rbm0", 2, second)
+    forged = SparseUpdate(9.0, {"W": np.array([3], np.int32)}).encode()
+    store.write_bytes(f"runs/r1/updates/rbm0/node-a/00000003-{storage.sha256_hex(forged)}-{'0' * 64}.npz", forged)
+
+    params = {"W": np.zeros((2, 2), np.float32)}
+    for _listing in range(3):  # the same files, listed three times
+        for _peer, _seq, update, _size in receiver.receive("rbm0"):
+            update.apply_to(params)
+    assert sorted((peer, seq) for _phase, peer, seq in receiver.applied) == [("node-a", 1), ("node-a", 2)]
+    assert len(receiver.refused) == 1  # the forged update, never applied
+    shapes = {"W": (2, 2)}
+    once = [one.dense(shapes)["W"] + second.dense(shapes)["W"] for one in (first, retried)]
+    assert any(np.array_equal(params["W"], expected) for expected in once), params["W"]
+
+
+def _started(record: dict) -> float:
+    return record["time"] - record["task_s"]
+
+
+def test_with_one_node_slowed_3x_async_gives_the_fast_node_most_partitions_and_sync_waits_for_the_slow_one(
+        spark, store_url, digits):
+    X, y, _X_test, _y_test = digits
+    X, y = np.tile(X, (6, 1)), np.tile(y, 6)  # partitions long enough that training, not bookkeeping, sets a node's pace
+    recipe = dict(hidden_layer_sizes=(400,), batch_size=10, random_state=0)
+    epochs = {"rbm0": 2, "finetune": 0}
+    by_mode = {}
+    for mode in ("async", "sync"):
+        node.Trainer(spark, store_url, run_id=f"straggler-{mode}", mode=mode, epochs=epochs, partitions=8,
+                     straggler_factor=3.0, progress=False).fit(rbm.DBN(**recipe), X, y)
+        by_mode[mode] = [record for record in reports_of(store_url, f"straggler-{mode}")
+                         if record["phase"] == "rbm0"]
+
+    for mode, records in by_mode.items():  # one node, the same in every partition it trained, was slowed
+        slow = {record["node"] for record in records if record["slowed_s"] > 0}
+        assert len(slow) == 1 and len({record["node"] for record in records}) == 2, (mode, slow)
+        assert all(record["slowed_s"] > 0 for record in records if record["node"] in slow)
+
+    records = by_mode["async"]
+    slow = next(record["node"] for record in records if record["slowed_s"] > 0)
+    fast_count = sum(record["node"] != slow for record in records)
+    assert fast_count > len(records) - fast_count, (fast_count, len(records))  # nobody waited for the slow node
+
+    records = sorted(by_mode["sync"], key=_started)
+    slow = next(record["node"] for record in records if record["slowed_s"] > 0)
+    fast = [record for record in records if record["node"] != slow]
+    slowed = [record for record in records if record["node"] == slow]
+    assert len(fast) == len(slowed)  # sync: every node trains the same share ...
+    for later, earlier in zip(fast[1:], slowed[:-1]):  # ... and starts a round only after the slow one ended its last
+        assert _started(later) >= _started(earlier) + earlier["train_s"] + earlier["slowed_s"], (later, earlier)
+
+
+def small_conv_net() -> rbm.ConvNet:
+    """A LeNet in miniature (conv, pool, dense) for the 8x8 digits."""
+    layers = [{"type": "conv", "filters": 8, "kernel": 3, "padding": 1, "activation": "relu"},
+              {"type": "maxpool", "size": 2}, {"type": "dense", "units": 32, "activation": "relu"}]
+    return rbm.ConvNet(layers=layers, input_shape=(1, 8, 8), n_classes=10, learning_rate=0.05, batch_size=32,
+                       random_state=0)
+
+
+def test_a_conv_net_learns_in_every_mode_at_least_as_well_as_one_process_give_or_take_two_points(spark, store_url, digits,
+                                                                          one_node_reference):
+    X, y, X_test, y_test = digits
+    epochs = {"train": 6}
+    single = one_node_reference(small_conv_net(), X, y, epochs, partitions=4).score(X_test, y_test)
+    for mode in node.MODE_NAMES:
+        model = node.Trainer(spark, store_url, run_id=f"conv-{mode}", mode=mode, epochs=epochs, partitions=4,
+                             progress=False).fit(small_conv_net(), X, y)
+        accuracy = model.score(X_test, y_test)
+        assert accuracy >= single - 0.02, (mode, accuracy, single)  # one process: 0.93 after 6 epochs
+        assert node.open_run(store_url, f"conv-{mode}").record["settings"]["mode"] == mode
+
+
+def test_the_cli_and_the_spark_ml_estimator_pass_the_mode_on(spark, store_url, digits):
+    from pyspark.ml.linalg import Vectors
+
+    from node import cli
+
+    options = vars(cli.build_parser().parse_args(["train", "--mode", "sharing"]))
+    assert cli._settings(options, rbm.DBN()).mode == "sharing"
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["train", "--mode", "bulk"])
+
+    X, y, _X_test, _y_test = digits
+    frame = spark.createDataFrame([(Vectors.dense(row.tolist()), int(label)) for row, label in zip(X[:200], y[:200])],
+                                  ["features", "label"])
+    classifier = node.DBNClassifier(hiddenLayerSizes=[16], pretrainEpochs=1, finetuneEpochs=1, batchSize=10,
+                                    storeUrl=store_url, numPartitions=2, progress=False, trainingMode="sync")
+    fitted = classifier.fit(frame)
+    assert node.open_run(store_url, fitted.getRunId()).record["settings"]["mode"] == "sync"

@@ -1,0 +1,151 @@
+"""The learning-rate scaling rule (issue 18): what factor a node trains with for ``k`` merging nodes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import rbm
+from node._contract import NodeConfig, TaskSpec
+from node._executor import ExecutorNode
+from node._progress import small_partition_warning, summary_line
+from node._scaling import STEP_LIMITED_STEPS, NodeScaling, learning_rate_scale, resolve_rule, scale_target
+from node._settings import TrainingSettings
+
+
+def test_after_the_warm_up_the_linear_rule_multiplies_by_the_nodes_and_sqrt_by_their_root():
+    assert [learning_rate_scale("linear", n, partitions_done=5, warmup_partitions=2) for n in (1, 2, 8)] == [1, 2, 8]
+    assert learning_rate_scale("sqrt", 8, partitions_done=5, warmup_partitions=2) == pytest.approx(math.sqrt(8))
+    assert learning_rate_scale("none", 8, partitions_done=5) == 1.0
+
+
+def test_auto_scales_only_the_step_limited_share_of_the_nodes_progress():
+    # 1,347 digits in minibatches of 10 on 8 nodes: 17 steps per node and epoch, the full factor;
+    # 36k digits28 rows on 8 nodes: 450 steps, averaging alone keeps one node's accuracy: no factor.
+    assert scale_target("linear", 8, steps_per_node_epoch=17) == 8.0
+    assert scale_target("linear", 8, steps_per_node_epoch=450) == 1.0
+    assert scale_target("linear", 8, steps_per_node_epoch=STEP_LIMITED_STEPS / 2.5) == pytest.approx(2.5)
+    assert scale_target("sqrt", 8, steps_per_node_epoch=STEP_LIMITED_STEPS / 4) == pytest.approx(2.0)
+    spec = rbm.RBM(4, batch_size=10).to_spec()
+    for rows, expected in ((1347, 8.0), (36_000, 1.0)):
+        scaling = NodeScaling("auto", spec, warmup_partitions=0, n_samples=rows)
+        scaling.enter_phase("rbm")
+        scaling.merged([f"peer{k}" for k in range(7)])
+        assert scaling.scale() == expected
+    linear = NodeScaling("linear", spec, warmup_partitions=0, n_samples=36_000)  # "linear" always scales fully
+    linear.enter_phase("rbm")
+    linear.merged([f"peer{k}" for k in range(7)])
+    assert linear.scale() == 8.0
+
+
+def test_the_warm_up_ramps_the_factor_linearly_from_one_at_each_phase_start():
+    ramp = [learning_rate_scale("linear", 7, partitions_done=k, warmup_partitions=3) for k in range(5)]
+    assert ramp == pytest.approx([2.5, 4.0, 5.5, 7.0, 7.0])
+
+
+def test_auto_is_the_linear_rule_for_every_updater_and_unknown_rules_are_refused():
+    assert [resolve_rule(rule) for rule in ("auto", "linear", "sqrt", "none")] == ["linear", "linear", "sqrt", "none"]
+    with pytest.raises(ValueError, match="scale_rule must be one of"):
+        resolve_rule("cubic")
+
+
+def test_nodes_merging_are_the_distinct_recent_peers_plus_itself_at_most_fanout_plus_one():
+    scaling = NodeScaling("linear", rbm.RBM(4).to_spec(), warmup_partitions=0)
+    scaling.enter_phase("rbm")
+    assert scaling.nodes() == 1
+    for peers in (["a", "b"], ["b", "c"], []):
+        scaling.merged(peers)
+        scaling.trained()
+    assert scaling.nodes() == 4 and scaling.scale() == 4.0
+    for _ in range(4):  # peers not merged in the last PEER_WINDOW partitions stop counting
+        scaling.merged(["a"])
+    assert scaling.nodes() == 2
+    scaling.enter_phase("rbm")  # the same phase: nothing is forgotten
+    assert scaling.nodes() == 2
+    capped = NodeScaling("linear", rbm.RBM(4).to_spec(), warmup_partitions=0, fanout=2)
+    capped.enter_phase("rbm")
+    capped.merged(["a", "b", "c", "d"])
+    assert capped.nodes() == 3
+
+
+def _config(**overrides) -> NodeConfig:
+    fields = dict(run="r", fit_id="f", store_url="file:///nowhere", store_retry_timeout_s=1.0, key=b"k" * 32,
+                  spec=rbm.RBM(4).to_spec(), feature_shape=(6,), classes=None, seed=0, fanout=None,
+                  merge_alpha=None, keep_versions=1, anti_entropy_interval_s=1.0, peer_refresh_interval_s=1.0,
+                  flush_timeout_s=1.0)
+    return NodeConfig(**{**fields, **overrides})
+
+
+@pytest.mark.parametrize("rule, expected", [("auto", [1.0, 1 + 7 * 2 / 3, 8.0]),
+                                            ("sqrt", [1.0, 1 + (8**0.5 - 1) * 2 / 3, 8**0.5]),
+                                            ("none", [1.0, 1.0, 1.0])])
+def test_the_executor_trains_each_partition_with_the_factor_of_the_nodes_it_merged(rule, expected):
+    config = _config(scale_rule=rule, warmup_partitions=2)
+    node = ExecutorNode(config)  # not started: no store, no actor; only the training half is used
+    node.model = rbm.model_from_spec(config.spec).initialize(6)
+    node.scaling.enter_phase("rbm")
+    task = TaskSpec(node=config, mode="async", phase="rbm", phase_index=0, epoch=0, start_digest="digest")
+    X = np.random.default_rng(0).random((20, 6)).astype(np.float32)
+    seen = []
+    for peers in ([], [f"peer{k}" for k in range(7)], ["peer0"]):
+        node.train(task, 0, X, None, merged_from=peers)
+        seen.append(node.model._learning_rate_scale)
+    # Nothing merged yet: 1 node.  Then 8 nodes, warming up (2nd of 2 partitions), then 8 nodes.
+    assert seen == pytest.approx(expected)
+    assert node.learning_rate_scale == pytest.approx(expected[-1])
+
+
+def test_settings_refuse_an_unknown_rule_and_default_to_auto():
+    assert TrainingSettings().scale_rule == "auto"
+    with pytest.raises(ValueError, match="scale_rule"):
+        TrainingSettings(scale_rule="quadratic").validate()
+    with pytest.raises(ValueError, match="warmup_partitions"):
+        TrainingSettings(warmup_partitions=-1).validate()
+
+
+def test_the_epoch_summary_warns_when_nodes_take_too_few_steps_per_epoch_and_says_what_to_change():
+    small = [{"node": f"n{k % 8}", "samples": 84} for k in range(16)]  # 1,347 digits on 8 nodes, 16 partitions
+    warning = small_partition_warning(small, batch_size=10)
+    assert "only 17 minibatch steps" in warning
+    assert "partitions=64" in warning and "more epochs" in warning and "fewer nodes" in warning
+    merged_often = [{"node": f"n{k % 8}", "samples": 21} for k in range(64)]
+    assert "partitions=" not in small_partition_warning(merged_often, batch_size=10)
+    assert small_partition_warning([{"node": f"n{k % 2}", "samples": 337} for k in range(4)], batch_size=10) is None
+    assert small_partition_warning([{"node": "n0", "samples": 84}], batch_size=10) is None  # one node: nothing to scale
+    summary = {"run": "r", "phase": "rbm0", "epoch": 0, "loss": 0.1, "samples_per_s": 10.0, "merges": 3,
+               "staleness_s": None, "nodes": ["a"], "learning_rate_scale": 7.5, "nodes_merging": 8,
+               "warning": warning}
+    line = summary_line(summary, 3)
+    assert "learning rate x7.50 for 8 merging" in line and "WARNING: each of the 8 nodes" in line
+
+
+def test_the_command_line_and_a_config_file_set_the_rule(tmp_path):
+    from node import cli
+
+    model = rbm.RBM(4)
+    parsed = vars(cli.build_parser().parse_args(["train", "--scale-rule", "none"]))
+    assert cli._settings({"scale_rule": parsed["scale_rule"]}, model).scale_rule == "none"
+    config = tmp_path / "settings.json"
+    config.write_text('{"scale-rule": "sqrt"}')
+    assert cli._settings(cli.load_config(str(config)), model).scale_rule == "sqrt"
+    assert cli._settings({}, model).scale_rule == "auto"
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["train", "--scale-rule", "cubic"])
+
+
+def test_sync_rounds_scale_the_learning_rates_by_the_slots_they_average(monkeypatch):
+    from node._mode_sync import SyncMode
+
+    config = _config(scale_rule="linear", warmup_partitions=1)
+    node = ExecutorNode(config)  # not started: the rounds' store traffic is replaced below
+    node.model = rbm.model_from_spec(config.spec).initialize(6)
+    node.scaling.enter_phase("rbm")
+    node.report = lambda task, index, metrics, started, **fields: node.learning_rate_scale
+    monkeypatch.setattr(SyncMode, "_average", lambda self, *args: (0, [], 0))
+    X = np.random.default_rng(0).random((20, 6)).astype(np.float32)
+    task = TaskSpec(node=config, mode="sync", phase="rbm", phase_index=0, epoch=0, start_digest="digest",
+                    options={"slots": [[0, 3], [1, 4], [2, 5]], "averaging_frequency": 1, "epochs": 1})
+    factors = list(SyncMode().train_task(node, task, 0, [(0, X, None), (3, X, None)]))
+    assert factors == [2.0, 3.0]  # every round averages the 3 slots: 1 + 2/2 while warming up, then 3

@@ -1,0 +1,240 @@
+"""Watching a run live: validation each epoch, TensorBoard events mid-run, early stopping, status, MLflow.
+
+One small DBN (64-16) on part of the digits, on the suite's local Spark with two nodes.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import node
+import node.cli
+import rbm
+import storage
+from node._early_stopping import EarlyStopping
+from node._validation import LOG_LOSS_EPS, hold_out_validation
+
+pytestmark = pytest.mark.slow
+
+ROWS = 600
+
+
+def small_dbn() -> rbm.DBN:
+    return rbm.DBN(hidden_layer_sizes=(16,), batch_size=20, pretrain_learning_rate=0.1, finetune_learning_rate=0.2,
+                   finetune_dropout=0.0, random_state=0)
+
+
+def settings(**changes) -> dict:
+    base = dict(partitions=2, progress=False, lease_timeout_s=30.0, log_dir=None)
+    base.update(changes)
+    return base
+
+
+def accuracy_and_log_loss(model: rbm.DBN, X: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    proba = model.predict_proba(X).astype(np.float64)
+    index = np.searchsorted(model.classes_, y)
+    picked = np.clip(proba[np.arange(len(y)), index], LOG_LOSS_EPS, 1.0)
+    return float((proba.argmax(axis=1) == index).mean()), float(-np.log(picked).mean())
+
+
+def status_text(store_url: str, run: str, capsys) -> tuple[int, str]:
+    capsys.readouterr()
+    code = node.cli.main(["status", "--store", store_url, "--run", run])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_tensorboard_shows_every_node_and_the_validation_while_the_run_trains(spark, digits, tmp_path, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    store_url, log_dir = "file://" + str(tmp_path / "store"), str(tmp_path / "logs")
+    X, y = digits.X_train[:ROWS], digits.y_train[:ROWS]
+    seen: list[dict] = []
+
+    def check_live(summary: dict) -> None:
+        if seen:
+            return
+        events = EventAccumulator(os.path.join(log_dir, summary["run"]))
+        events.Reload()
+        scalars = set(events.Tags()["scalars"])
+        seen.append({"summary": summary, "scalars": scalars, "events": events})
+        seen[0]["status"] = status_text(store_url, summary["run"], capsys)
+
+    trainer = node.Trainer(spark, store_url, on_epoch=check_live,
+                           **settings(run_id="live", epochs={"rbm0": 2, "finetune": 2}, validation_fraction=0.25,
+                                      log_dir=log_dir))
+    model = trainer.fit(small_dbn(), X, y)
+
+    first = seen[0]
+    summary, events = first["summary"], first["events"]
+    assert summary["phase"] == "rbm0" and summary["epoch"] == 0 and len(summary["nodes"]) == 2
+    for node_id in summary["nodes"]:
+        mine = [r for r in summary["records"] if r["node"] == node_id]
+        loss = sum(r["loss"] * r["samples"] for r in mine) / sum(r["samples"] for r in mine)
+        for name in ("loss", "samples_per_s", "merges", "dropped"):
+            assert f"rbm0.{name}/{node_id}" in first["scalars"]
+        assert events.Scalars(f"rbm0.loss/{node_id}")[0].value == pytest.approx(loss, rel=1e-5)
+    assert events.Scalars("rbm0.run/val_reconstruction_error")[0].value == pytest.approx(
+        summary["validation"]["val_reconstruction_error"], rel=1e-5)
+
+    # `sparkdbn status` while the run trains: running, the epoch done, the newest validation, both nodes.
+    code, text = first["status"]
+    assert code == 0 and "run live: running" in text and "epochs 1/2" in text
+    assert "val_reconstruction_error" in text and "nodes (2):" in text
+
+    # The recorded figures are those of the phase results (the last epoch's consolidation),
+    # recomputed here without Spark on the same held-out rows.
+    _, _, held = hold_out_validation(spark, X, y, fraction=0.25, given=None, seed=0, features_col="features",
+                                     label_col="label")
+    record = node.open_run(store_url, "live").record
+    assert record["data"]["n_samples"] == ROWS - len(held.X) == 450
+    finetune = record["steps"]["finetune"]["validation"]
+    assert [entry["epoch"] for entry in finetune] == [0, 1]
+    accuracy, log_loss = accuracy_and_log_loss(model, held.X, held.y)
+    assert finetune[-1]["val_accuracy"] == pytest.approx(accuracy, abs=1e-9)
+    assert finetune[-1]["val_loss"] == pytest.approx(log_loss, rel=1e-4)
+    assert accuracy > 0.25  # it learns: ten classes, chance is 0.1 (two short epochs)
+    rbm0 = record["steps"]["rbm0"]["validation"][-1]["val_reconstruction_error"]
+    pretrained = small_dbn().initialize(X.shape[1], model.classes_)  # the rbm0 result, before fine-tuning
+    pretrained.set_parameters(node.open_run(store_url, "live").weights.get_phase_result("rbm0"))
+    assert rbm0 == pytest.approx(pretrained.layers_[0].reconstruction_error(held.X), rel=1e-4)
+
+    # The phase ends: weight histograms and the first layer's filters.
+    events.Reload()
+    assert "rbm0.weights/rbm0.W" in events.Tags()["histograms"] and "rbm0.filters" in events.Tags()["images"]
+    code, text = status_text(store_url, "live", capsys)
+    assert code == 0 and "run live: done" in text and "finetune   done     epochs 2/2" in text
+
+    paths = node.render_report(store_url, "live", str(tmp_path / "report"))
+    assert str(tmp_path / "report" / "validation.png") in paths
+
+
+def test_status_of_an_unknown_run_says_so_without_a_traceback(tmp_path, capsys):
+    store = tmp_path / "store"
+    (store / "runs").mkdir(parents=True)
+    code, text = status_text("file://" + str(store), "nowhere", capsys)
+    assert code == 2
+    assert "there is no run 'nowhere'" in text and "Traceback" not in text
+
+
+def test_early_stopping_on_shuffled_labels_stops_keeps_the_best_and_resumes(spark, digits, tmp_path, capsys):
+    store_url = "file://" + str(tmp_path / "store")
+    rng = np.random.default_rng(0)
+    X, y = digits.X_train[:ROWS], rng.permutation(digits.y_train[:ROWS])  # nothing to learn
+    X_val, y_val = digits.X_test[:200], rng.permutation(digits.y_test[:200])
+    rule = {"metric": "val_accuracy", "patience": 2, "min_delta": 0.05}
+    epochs = 20
+
+    def stopping_state() -> dict:
+        return node.open_run(store_url, "stop").record["steps"]["finetune"].get("early_stopping") or {}
+
+    def fit(stop_when) -> None:
+        def on_epoch(summary: dict) -> None:
+            if stop_when(stopping_state()):
+                raise KeyboardInterrupt
+
+        node.Trainer(spark, store_url, on_epoch=on_epoch,
+                     **settings(run_id="stop", epochs={"rbm0": 0, "finetune": epochs}, validation_data=(X_val, y_val),
+                                early_stopping=rule)).fit(small_dbn(), X, y)
+
+    # 1. Interrupted while the patience count stands at 1; the record says failed.
+    with pytest.raises(KeyboardInterrupt):
+        fit(lambda state: state.get("wait") == 1)
+    code, text = status_text(store_url, "stop", capsys)
+    assert code == 0 and "run stop: failed" in text and "KeyboardInterrupt" in text
+    # 2. Resumed, it continues the count and stops the phase; interrupted right after.
+    with pytest.raises(KeyboardInterrupt):
+        fit(lambda state: state.get("stopped"))
+    # 3. Resumed again, it trains no further epoch and ends the phase with the best weights.
+    model = small_dbn()
+    trained: list[dict] = []
+    node.Trainer(spark, store_url, on_epoch=trained.append,
+                 **settings(run_id="stop", epochs={"rbm0": 0, "finetune": epochs}, validation_data=(X_val, y_val),
+                            early_stopping=rule)).fit(model, X, y)
+    assert trained == []
+
+    record = node.open_run(store_url, "stop").record
+    step = record["steps"]["finetune"]
+    state, entries = step["early_stopping"], step["validation"]
+    assert state["stopped"] and step["epochs_done"] < epochs
+    assert [entry["epoch"] for entry in entries] == list(range(step["epochs_done"]))
+    # The same rule replayed over the recorded figures, without a restart in between, stops at
+    # the same epoch with the same best: the count went on across the resumes.
+    replayed, stopping = None, EarlyStopping(**rule)
+    for entry in entries:
+        assert not (replayed or {}).get("stopped")
+        replayed = stopping.update(replayed, entry["epoch"], entry["val_accuracy"])
+    assert replayed["stopped"] and replayed["best_epoch"] == state["best_epoch"]
+    assert replayed["best"] == state["best"] == entries[state["best_epoch"]]["val_accuracy"]
+    # The phase result (and so the model) is the best epoch's consolidation, not the last one's.
+    accuracy, log_loss = accuracy_and_log_loss(model, X_val, y_val)
+    best, last = entries[state["best_epoch"]], entries[-1]
+    assert accuracy == pytest.approx(best["val_accuracy"], abs=1e-9) == state["best"]
+    # (shuffled labels keep every log loss near ln 10: they differ in the fifth digit)
+    assert log_loss == pytest.approx(best["val_loss"], rel=1e-6)
+    assert log_loss != pytest.approx(last["val_loss"], rel=1e-7)
+    assert step["result"]["origin"].startswith("early stopping (stopped early)")
+    code, text = status_text(store_url, "stop", capsys)
+    assert code == 0 and "run stop: done" in text and "stopped early" in text
+
+
+def test_mlflow_gets_the_params_the_metrics_of_every_epoch_and_the_model(spark, digits, tmp_path):
+    mlflow = pytest.importorskip("mlflow", reason="MLflow is an extra: pip install 'sparkdbn[mlflow]'")
+    store_url, tracking = "file://" + str(tmp_path / "store"), str(tmp_path / "mlruns")
+    node.Trainer(spark, store_url, **settings(run_id="tracked", epochs={"rbm0": 1, "finetune": 2},
+                                              validation_fraction=0.25, mlflow_tracking_uri=tracking)).fit(
+        small_dbn(), digits.X_train[:ROWS], digits.y_train[:ROWS])
+
+    client = mlflow.MlflowClient(tracking_uri="file://" + tracking)
+    (run,) = client.search_runs([client.get_experiment_by_name("sparkdbn").experiment_id],
+                                filter_string="tags.`sparkdbn.run` = 'tracked'")
+    assert run.info.status == "FINISHED"
+    assert run.data.params["settings.validation_fraction"] == "0.25"
+    assert run.data.params["model.hidden_layer_sizes"] == "[16]"
+    record = node.open_run(store_url, "tracked").record
+    history = client.get_metric_history(run.info.run_id, "finetune.val_accuracy")
+    validated = record["steps"]["finetune"]["validation"]
+    assert [(m.step, m.value) for m in history] == [(entry["epoch"] + 1, pytest.approx(entry["val_accuracy"]))
+                                                    for entry in validated]
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "rbm0.loss")] == [1]
+    artifact = client.download_artifacts(run.info.run_id, "model/model.npz", str(tmp_path / "download"))
+    with open(artifact, "rb") as handle:
+        assert storage.sha256_hex(handle.read()) == record["model"]["sha256"]
+
+
+def test_validation_rows_are_held_out_of_arrays_and_dataframes_seeded_and_disjoint(spark):
+    X = np.arange(200, dtype=np.float32).reshape(100, 2)
+    y = np.arange(100) % 7
+    kept_X, kept_y, held = hold_out_validation(spark, X, y, fraction=0.2, given=None, seed=3, features_col="features",
+                                               label_col="label")
+    assert len(held.X) == 20 and len(kept_X) == 80
+    assert sorted(np.concatenate([kept_X[:, 0], held.X[:, 0]]).tolist()) == X[:, 0].tolist()  # disjoint, complete
+    np.testing.assert_array_equal(held.y, (held.X[:, 0] // 2).astype(int) % 7)  # labels stay with their rows
+    again = hold_out_validation(spark, X, y, fraction=0.2, given=None, seed=3, features_col="f", label_col="l")[2]
+    other = hold_out_validation(spark, X, y, fraction=0.2, given=None, seed=4, features_col="f", label_col="l")[2]
+    np.testing.assert_array_equal(again.X, held.X)
+    assert not np.array_equal(other.X, held.X)
+
+    frame = spark.createDataFrame([(row.tolist(), int(label)) for row, label in zip(X, y)], ["features", "label"])
+    kept, _, held = hold_out_validation(spark, frame, None, fraction=0.2, given=None, seed=3, features_col="features",
+                                        label_col="label")
+    kept_first = [row.features[0] for row in kept.collect()]
+    assert len(kept_first) + len(held.X) == 100 and 0 < len(held.X) < 100
+    np.testing.assert_array_equal(held.y, (held.X[:, 0] // 2).astype(int) % 7)
+    assert not set(held.X[:, 0].tolist()) & set(kept_first)
+
+
+def test_a_validation_set_the_run_cannot_use_is_refused_before_any_epoch(spark, digits, tmp_path):
+    store_url = "file://" + str(tmp_path / "store")
+    X, y = digits.X_train[:200], digits.y_train[:200]
+    unknown = np.where(digits.y_test[:50] == 3, 42, digits.y_test[:50])
+    for run, validation, message in (("unlabelled", (digits.X_test[:50], None), "has no labels"),
+                                     ("unknown", (digits.X_test[:50], unknown), "holds label 42")):
+        trained: list[dict] = []
+        with pytest.raises(node.InputDataError, match=message):
+            node.Trainer(spark, store_url, on_epoch=trained.append,
+                         **settings(run_id=run, epochs=1, validation_data=validation)).fit(small_dbn(), X, y)
+        assert trained == [] and node.open_run(store_url, run).record["status"] == "failed"
