@@ -3,11 +3,16 @@
 1. Latency: a node in this process publishes a 784x500 float32 snapshot (plus biases); a node in
    another process polls ``fresh_snapshots`` and reports when the verified snapshot is available
    to merge.  publish() -> available, median and p99, on the local store and on the WebHDFS test
-   server (``storage.webhdfs_server``, run in its own process).
+   server (``support.webhdfs_server``, run in its own process).
 2. Round cost: what the trainer waits for per partition, ``merge`` (3 fresh peers) + ``publish``
    (copy + NaN check + queue), as a fraction of one partition's 784-500 RBM CD-1 training on
    ``--partition`` samples, measured side by side in this process.  The background write is
    reported too: it overlaps training but competes for cores on a small machine.
+3. Cost of authentication, side by side in this process: a snapshot's write and read as before
+   (name = sha256 of the bytes, checked on read) and now (``WeightStore``: sha256 + HMAC in the
+   name, MAC checked before the read, size bounded), alternating, on both stores; the MAC
+   operations alone; and their share of a node's round (one put, three fetches, one signed
+   announcement, three verified ones).
 
     .venv/bin/python scripts/bench_actors.py [--quick] [--announcements 30] [--partition 1500]
 """
@@ -15,6 +20,8 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
+import hmac
 import json
 import os
 import socket
@@ -30,7 +37,7 @@ import actors
 import rbm
 import storage
 
-SECRET = b"bench-secret"
+SECRET = b"bench-secret-0123456789abcdef"
 PHASE = "rbm"
 RECEIVER_POLL_S = 0.0005
 
@@ -90,7 +97,7 @@ def announcement_latency(store_url: str, count: int) -> list[float]:
 
 def store_round_trip(store_url: str, count: int) -> list[float]:
     """Seconds of put_version + get_version alone (the floor under the announcement latency)."""
-    weights = storage.WeightStore(storage.open_store(store_url), f"floor-{os.getpid()}")
+    weights = storage.WeightStore(storage.open_store(store_url), f"floor-{os.getpid()}", SECRET)
     params = snapshot_params(np.random.default_rng(1))
     times = []
     for version in range(1, count + 1):
@@ -101,6 +108,71 @@ def store_round_trip(store_url: str, count: int) -> list[float]:
     return times
 
 
+def _median_us(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return float(np.median(times)) * 1e6
+
+
+def authentication_cost(store_url: str, count: int) -> dict[str, float]:
+    """Median seconds of a snapshot's put and get, plain sha256 (before) and authenticated (now), alternating."""
+    store = storage.open_store(store_url)
+    run = f"auth-{os.getpid()}-{time.monotonic_ns()}"
+    weights = storage.WeightStore(store, run, SECRET)
+    params = snapshot_params(np.random.default_rng(2))
+    bound = storage.snapshot_size_bound({name: value.shape for name, value in params.items()})
+    times: dict[str, list[float]] = {"put_plain": [], "put_mac": [], "get_plain": [], "get_mac": []}
+    for version in range(1, count + 1):
+        params["W"][0, 0] = version
+        started = time.perf_counter()  # before: the file named by the sha256 of its bytes
+        data = storage.encode_params(params)
+        digest = storage.sha256_hex(data)
+        path = f"runs/{run}/plain/{version:08d}-{digest}.npz"
+        store.write_bytes(path, data)
+        times["put_plain"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        ref = weights.put_version(PHASE, "bench", version, params)
+        times["put_mac"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        data = store.read_bytes(path)
+        assert storage.sha256_hex(data) == digest
+        storage.decode_params(data, path)
+        times["get_plain"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        weights.get_version(ref, max_bytes=bound)
+        times["get_mac"].append(time.perf_counter() - started)
+    return {name: float(np.median(values)) for name, values in times.items()}
+
+
+def mac_operations_us() -> dict[str, float]:
+    """Median microseconds of the MAC work added per snapshot and per announcement."""
+    digest = "ab" * 32
+    parts = ("sparkdbn snapshot v1", "run-1", PHASE, "node-a", 12, digest)
+    mac = storage.mac_hex(SECRET, *parts)
+    announcement = actors.WeightAnnouncement(run="run-1", node="node-a", phase=PHASE, version=12, sha256=digest,
+                                             mac=mac, samples_seen=1500, sent_at=time.time())  # fmt: skip
+    frames = actors.encode_message(announcement, SECRET)
+    topic, payload = frames[0], frames[1]
+    return {
+        "snapshot_mac": _median_us(lambda: storage.mac_hex(SECRET, *parts), 2000),
+        "snapshot_verify": _median_us(lambda: storage.verify_mac(SECRET, mac, *parts), 2000),
+        "announce_sign": _median_us(lambda: actors.encode_message(announcement, SECRET), 2000),
+        "announce_verify": _median_us(lambda: actors.decode_frames(frames, SECRET, "run-1"), 2000),
+        # before: the same HMAC-SHA256, over topic + payload, raw digest
+        "announce_hmac_before": _median_us(lambda: hmac.new(SECRET, topic + payload, hashlib.sha256).digest(), 2000),
+        "announce_hmac_now": _median_us(lambda: storage.mac_hex(SECRET, "sparkdbn wire v2", topic, payload), 2000),
+    }
+
+
+def describe_auth(name: str, cost: dict[str, float]) -> str:
+    put, get = (cost["put_plain"], cost["put_mac"]), (cost["get_plain"], cost["get_mac"])
+    return (f"  {name:8s} put: sha256 {put[0] * 1000:6.2f} ms  MAC {put[1] * 1000:6.2f} ms  ({put[1] / put[0]:4.2f}x)   "
+            f"get: sha256 {get[0] * 1000:6.2f} ms  MAC {get[1] * 1000:6.2f} ms  ({get[1] / get[0]:4.2f}x)")
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -109,8 +181,9 @@ def free_port() -> int:
 
 def start_webhdfs(root: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    serve = f"from storage.webhdfs_server import main; main(['--port', '{port}', '--root', {root!r}])"
-    server = subprocess.Popen([sys.executable, "-c", serve])
+    serve = f"from support.webhdfs_server import main; main(['--port', '{port}', '--root', {root!r}])"
+    tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+    server = subprocess.Popen([sys.executable, "-c", serve], env=dict(os.environ, PYTHONPATH=tests))
     url = f"hdfs://127.0.0.1:{port}/bench"
     deadline = time.monotonic() + 30
     while True:
@@ -195,13 +268,23 @@ def main() -> None:
         local = os.path.join(root, "local")
         latency = describe(announcement_latency(local, count), store_round_trip(local, count))
         print(f"announcement latency, local store : {latency}")
+        auth = {"local": authentication_cost(local, count)}
         server, url = start_webhdfs(os.path.join(root, "hdfs"))
         try:
             latency = describe(announcement_latency(url, count), store_round_trip(url, count))
             print(f"announcement latency, WebHDFS     : {latency}")
+            auth["WebHDFS"] = authentication_cost(url, count)
         finally:
             server.terminate()
             server.wait(10)
+        print(f"authentication, medians of {count} alternating snapshot writes/reads (before: sha256 name; now: "
+              "sha256 + HMAC name, MAC checked first, size bounded):")  # fmt: skip
+        for name, cost in auth.items():
+            print(describe_auth(name, cost))
+        macs = mac_operations_us()
+        print(f"  MAC of a snapshot name {macs['snapshot_mac']:.1f} us, its check {macs['snapshot_verify']:.1f} us; "
+              f"announcement encode+sign {macs['announce_sign']:.1f} us, verify+decode {macs['announce_verify']:.1f} us "
+              f"(the HMAC itself: before {macs['announce_hmac_before']:.1f} us, now {macs['announce_hmac_now']:.1f} us)")
         # One BLAS thread, as in a one-core Spark task; also keeps a shared machine's noise down.
         with threadpool_limits(1):
             cost = round_cost(os.path.join(root, "local"), args.partition, rounds)
@@ -214,6 +297,9 @@ def main() -> None:
     print(f"  publish + merge        {blocking * 1000:8.1f} ms   {blocking / cost['train']:.3f}   (target <= 0.050)")
     write = cost["write"]
     print(f"  background write+announce {write * 1000:5.1f} ms   {write / cost['train']:.3f}   (overlaps training)")
+    per_round_s = (macs["snapshot_mac"] + 3 * macs["snapshot_verify"] + 4 * macs["announce_hmac_now"]) / 1e6
+    print(f"  MAC work per round     {per_round_s * 1000:8.3f} ms   {per_round_s / cost['train']:.5f}   "
+          "(1 put, 3 fetches, 1 announcement signed, 3 verified)")
 
 
 if __name__ == "__main__":

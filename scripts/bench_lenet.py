@@ -20,7 +20,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 import rbm
-from rbm._conv_ops import softmax_cross_entropy
+from rbm import softmax_cross_entropy
 from rbm.datasets import load_digits28
 
 BATCH = 64

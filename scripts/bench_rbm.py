@@ -4,8 +4,9 @@
 Compares, in one process and on the same data (digits upsampled to 28x28 and
 shift-augmented, ``rbm.datasets.load_digits28``):
 
-* ``ours``     -- :class:`rbm.RBM`, CD-1, one pass (``train_partition``);
-* ``sklearn``  -- scikit-learn's ``BernoulliRBM`` (same batch size), one ``fit`` pass;
+* ``ours``     -- :class:`rbm.RBM`, one pass (``train_partition``), with CD-1 and with the
+                 default persistent CD-1 (scikit-learn's algorithm);
+* ``sklearn``  -- scikit-learn's ``BernoulliRBM`` (persistent CD-1, same batch size), one ``fit`` pass;
 * ``gemm``     -- only the five matrix products of a CD-1 step, in their fastest layouts
                  (``v0 W``, ``h0 W^T``, ``v1 W``, ``v0^T h0``, ``v1^T h1``): the physical limit;
                  "one W" reads the same W transposed for ``h0 W^T``, as CD with one stored
@@ -15,7 +16,11 @@ at one BLAS thread and at the default thread count.  Measurements are interleave
 the best of ``--repeats`` rounds is kept, so a noisy shared machine hurts less.  Then a
 breakdown of one CD-1 step (GEMMs, sigmoid, sampling, updates, batch gather).
 
-Run:  .venv/bin/python scripts/bench_rbm.py [--quick]
+``--defaults`` prints instead how well RBM settings learn, the table behind the RBM's
+defaults: RBM features + logistic regression on scikit-learn's nudged digits (its RBM
+example's own arguments), and the exact log-likelihood of a 9-12 RBM on bars-and-stripes.
+
+Run:  .venv/bin/python scripts/bench_rbm.py [--quick] [--defaults]
 Targets: ours >= 2x sklearn and >= 85% of the GEMM bound at 1 thread.
 """
 
@@ -26,17 +31,20 @@ import time
 import warnings
 
 import numpy as np
+from sklearn.linear_model import LogisticRegression
 from sklearn.neural_network import BernoulliRBM
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from rbm import RBM, _cd
-from rbm.datasets import load_digits28
+from rbm import RBM
+from rbm.boltzmann import _cd, exact_log_likelihood
+from rbm.datasets import bars_and_stripes, load_digits28, load_nudged_digits
 
 N_VISIBLE, N_HIDDEN, BATCH = 784, 500, 100
 
 
-def time_ours(X: np.ndarray) -> float:
-    model = RBM(N_HIDDEN, learning_rate=0.05, batch_size=BATCH, random_state=0).initialize(N_VISIBLE)
+def time_ours(X: np.ndarray, persistent: bool) -> float:
+    model = RBM(N_HIDDEN, learning_rate=0.05, batch_size=BATCH, persistent=persistent, random_state=0)
+    model.initialize(N_VISIBLE)
     model.train_partition(X[: 5 * BATCH], None, "rbm", np.random.default_rng(0))  # warm-up: buffers, caches
     started = time.perf_counter()
     model.train_partition(X, None, "rbm", np.random.default_rng(1))
@@ -76,8 +84,8 @@ def time_gemm(X: np.ndarray, one_layout: bool = False) -> float:
 
 
 def breakdown(X: np.ndarray, steps: int) -> dict[str, float]:
-    """Seconds per CD-1 step by kind of work, mirroring ``rbm._cd.cd_step`` with timers."""
-    model = RBM(N_HIDDEN, learning_rate=0.05, batch_size=BATCH, random_state=0).initialize(N_VISIBLE)
+    """Seconds per CD-1 step by kind of work, mirroring ``rbm.boltzmann._cd.cd_step`` with timers."""
+    model = RBM(N_HIDDEN, learning_rate=0.05, batch_size=BATCH, persistent=False, random_state=0).initialize(N_VISIBLE)
     W, hb, vb = model._W, model._hbias, model._vbias
     vel_W, vel_h, vel_v = model._velocity
     ws = _cd.Workspace(np, BATCH, N_VISIBLE, N_HIDDEN, np.float32)
@@ -140,12 +148,69 @@ def breakdown(X: np.ndarray, steps: int) -> dict[str, float]:
     return {name: value / steps for name, value in totals.items()}
 
 
+# Settings compared by --defaults (the rest of each RBM's hyperparameters are defaults).
+SETTINGS = {
+    "plain CD-1": dict(persistent=False),
+    "CD-1, momentum 0.5 -> 0.9 (earlier default)": dict(persistent=False, momentum=0.5, final_momentum=0.9),
+    "CD-1, momentum, weight decay 1e-4": dict(persistent=False, momentum=0.5, final_momentum=0.9, weight_decay=1e-4),
+    "persistent CD-1 (default)": dict(),
+    "persistent CD-1, weight decay 1e-4": dict(weight_decay=1e-4),
+    "persistent CD-1, weight decay 1e-3": dict(weight_decay=1e-3),
+    "persistent CD-1, momentum 0.5": dict(momentum=0.5, final_momentum=0.5),
+    "persistent CD-1, momentum 0.5 -> 0.9": dict(momentum=0.5, final_momentum=0.9),
+}
+# Bars-and-stripes budgets: (learning rate, passes over 10 copies of the 14 patterns).
+BAS_BUDGETS = [(0.05, 100), (0.05, 400), (0.01, 1600)]
+
+
+def digits_accuracy(model: object, split: object) -> float:
+    """RBM features + logistic regression (scikit-learn's example, with tol=1e-4) on the nudged digits."""
+    features = model.fit(split.X_train).transform(split.X_train)
+    classifier = LogisticRegression(solver="newton-cg", C=6000, tol=1e-4, max_iter=2000).fit(features, split.y_train)
+    return classifier.score(model.transform(split.X_test), split.y_test)
+
+
+def bars_and_stripes_log_likelihoods(settings: dict, seed: int) -> list[float]:
+    """Exact mean log-likelihood of a 9-12 RBM after each budget of :data:`BAS_BUDGETS`."""
+    data = bars_and_stripes(3)
+    X = np.tile(data, (10, 1))
+    results = []
+    for learning_rate, passes in BAS_BUDGETS:
+        model = RBM(12, learning_rate=learning_rate, batch_size=10, n_iter=passes, dtype=np.float64,
+                    random_state=seed, **settings).fit(X)
+        p = model.parameters()
+        results.append(exact_log_likelihood(p["W"], p["hbias"], p["vbias"], data))
+    return results
+
+
+def print_defaults_table(seeds: list[int]) -> None:
+    split = load_nudged_digits()
+    example = dict(n_components=100, learning_rate=0.06, n_iter=10)  # the scikit-learn example's arguments
+    budgets = ", ".join(f"lr {lr} x{passes}" for lr, passes in BAS_BUDGETS)
+    print(f"mean over seeds {seeds}; digits: RBM features + logistic regression, {example}")
+    print(f"bars-and-stripes 3x3: exact mean log-likelihood (optimum -log 14 = {-np.log(14):.2f}; start -6.24) "
+          f"after {budgets}, batch 10\n")
+    print(f"{'setting':46s} {'digits accuracy':>16s}   bars-and-stripes LL")
+    with threadpool_limits(1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sklearn = np.mean([digits_accuracy(BernoulliRBM(random_state=seed, **example), split) for seed in seeds])
+        print(f"{'scikit-learn BernoulliRBM':46s} {sklearn:16.4f}")
+        for name, settings in SETTINGS.items():
+            accuracy = np.mean([digits_accuracy(RBM(random_state=seed, **example, **settings), split) for seed in seeds])
+            likelihood = np.mean([bars_and_stripes_log_likelihoods(settings, seed) for seed in seeds], axis=0)
+            print(f"{name:46s} {accuracy:16.4f}   " + "  ".join(f"{value:6.2f}" for value in likelihood), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short run (fewer samples and rounds)")
     parser.add_argument("--samples", type=int, default=None, help="samples per measurement")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved rounds; the best is kept")
+    parser.add_argument("--defaults", action="store_true", help="print the table behind the RBM's defaults")
     args = parser.parse_args()
+    if args.defaults:
+        print_defaults_table([0, 1] if args.quick else [0, 1, 2])
+        return
     samples = args.samples or (3000 if args.quick else 12000)
     repeats = args.repeats or (2 if args.quick else 5)
 
@@ -154,27 +219,29 @@ def main() -> None:
     blas = threadpool_info()
     default_threads = max((entry["num_threads"] for entry in blas), default=1)
     print(f"data: load_digits28() training set {X_all.shape}, using {len(X)} samples per measurement, float32")
-    print(f"RBM {N_VISIBLE}-{N_HIDDEN}, CD-1, batch {BATCH}; BLAS: "
+    print(f"RBM {N_VISIBLE}-{N_HIDDEN}, batch {BATCH}; BLAS: "
           + ", ".join(f"{e['internal_api']} {e.get('version')}" for e in blas))
     print(f"best of {repeats} interleaved rounds; shared machines make absolute numbers noisy, ratios less so\n")
 
     for threads in sorted({1, default_threads}):
         with threadpool_limits(threads):
-            best = {"ours": np.inf, "sklearn": np.inf, "gemm": np.inf, "gemm1": np.inf}
+            best = dict.fromkeys(["cd", "pcd", "sklearn", "gemm", "gemm1"], np.inf)
             for _ in range(repeats):
-                best["ours"] = min(best["ours"], time_ours(X))
+                best["cd"] = min(best["cd"], time_ours(X, persistent=False))
+                best["pcd"] = min(best["pcd"], time_ours(X, persistent=True))
                 best["sklearn"] = min(best["sklearn"], time_sklearn(X))
                 best["gemm"] = min(best["gemm"], time_gemm(X))
                 best["gemm1"] = min(best["gemm1"], time_gemm(X, one_layout=True))
             rate = {name: len(X) / seconds for name, seconds in best.items()}
             print(f"threads={threads}")
-            print(f"  ours          {rate['ours']:10.0f} samples/s")
-            print(f"  sklearn       {rate['sklearn']:10.0f} samples/s")
-            print(f"  GEMM bound    {rate['gemm']:10.0f} samples/s   (fastest layouts)")
-            print(f"  GEMM, one W   {rate['gemm1']:10.0f} samples/s   (the reconstruction reads W transposed)")
-            print(f"  ours/sklearn  {rate['ours'] / rate['sklearn']:10.2f}x   (target >= 2)")
-            print(f"  ours/GEMM     {rate['ours'] / rate['gemm']:10.1%}   (target >= 85% at 1 thread)")
-            print(f"  ours/GEMM 1W  {rate['ours'] / rate['gemm1']:10.1%}\n")
+            print(f"  ours CD-1       {rate['cd']:10.0f} samples/s")
+            print(f"  ours PCD-1      {rate['pcd']:10.0f} samples/s   (the default)")
+            print(f"  sklearn PCD-1   {rate['sklearn']:10.0f} samples/s")
+            print(f"  GEMM bound      {rate['gemm']:10.0f} samples/s   (fastest layouts)")
+            print(f"  GEMM, one W     {rate['gemm1']:10.0f} samples/s   (the reconstruction reads W transposed)")
+            print(f"  PCD/sklearn     {rate['pcd'] / rate['sklearn']:10.2f}x   (target >= 2)")
+            print(f"  CD-1/GEMM       {rate['cd'] / rate['gemm']:10.1%}   (target >= 85% at 1 thread)")
+            print(f"  CD-1/GEMM 1W    {rate['cd'] / rate['gemm1']:10.1%}\n")
 
     with threadpool_limits(1):
         steps = 40 if args.quick else 150

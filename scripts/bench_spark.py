@@ -87,11 +87,11 @@ def spark_run(nodes: int, X, y, X_test, y_test, epochs: dict[str, int], partitio
             if summary["phase"] != "finetune":
                 return
             if "weights" not in weights_holder:
-                weights_holder["weights"] = storage.WeightStore(storage.open_store(store_url), summary["run"])
+                weights_holder["weights"] = node.open_run(store_url, summary["run"]).weights
             probe = make_dbn(seed)
             probe.initialize(X.shape[1], int(y.max()) + 1)
             probe.set_parameters(model.parameters())  # earlier phases (consolidated) ...
-            probe.set_parameters(weights_holder["weights"].consolidate("finetune"))  # ... and the nodes' newest
+            probe.set_parameters(weights_holder["weights"].consolidate("finetune").params)  # ... and the nodes' newest
             checks.append((clock["train_s"], probe.score(X_test, y_test)))
 
         trainer = node.Trainer(spark, store_url, epochs=epochs, partitions=partitions, seed=seed, progress=False,

@@ -2,7 +2,7 @@
 """Storage benchmark: weight snapshot put/get and dataset shard reads, on both backends.
 
 * put + get of a 784x500 float32 snapshot (``WeightStore.put_version`` / ``get_version``,
-  sha256 included) on a local directory and on WebHDFS (the ``hdfs`` client against the
+  sha256 and the HMAC of its name included) on a local directory and on WebHDFS (the ``hdfs`` client against the
   in-process test server), median ms over N runs, next to a plain ``np.save`` + ``os.replace``
   / ``np.load`` of the same array in the same directory.
 * shard read throughput (MB/s of feature data) of ``Dataset.read_shard`` (sha256-verified
@@ -14,13 +14,16 @@
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 
 import numpy as np
 
 import storage
-from storage.webhdfs_server import WebHDFSServer
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from support.webhdfs_server import WebHDFSServer  # noqa: E402 - the test server lives with the tests
 
 
 def _median_ms(fn, runs: int) -> float:
@@ -54,14 +57,15 @@ def _bench_snapshots(stores: dict, runs: int, tmp: str) -> None:
     fsync_put_ms = _median_ms(plain_put_fsync, runs)
     plain_put_ms = _median_ms(plain_put, runs)
     plain_get_ms = _median_ms(lambda: np.load(path, allow_pickle=False), runs)
-    print("\nstore put = npz encode + sha256 + atomic write (local: fsync; webhdfs: CREATE, datanode PUT, RENAME);")
-    print("store get = read + sha256 check + npz decode (allow_pickle=False)")
+    print("\nstore put = npz encode + sha256 + HMAC name + atomic write (local: fsync; webhdfs: CREATE, datanode PUT, "
+          "RENAME);")
+    print("store get = MAC check + size-bounded read + sha256 check + npz decode (allow_pickle=False)")
     print(f"snapshot 784x500 float32 ({size_mb:.2f} MB), median of {runs} runs")
     print(f"{'backend':<10} {'put ms':>8} {'get ms':>8}   {'put / np.save':>13} {'get / np.load':>13}")
     print(f"{'np.save/load':<10} {plain_put_ms:8.2f} {plain_get_ms:8.2f}   {1.0:13.1f} {1.0:13.1f}")
     print(f"{'  +fsync':<10} {fsync_put_ms:8.2f} {'':8}   {fsync_put_ms / plain_put_ms:13.1f}")
     for name, store in stores.items():
-        weights = storage.WeightStore(store, "bench")
+        weights = storage.WeightStore(store, "bench", b"bench-key-0123456789abcdef")
         version = iter(range(1, 10**6))
         refs = []
         put_ms = _median_ms(lambda: refs.append(weights.put_version("rbm0", "n", next(version), params)), runs)

@@ -8,11 +8,17 @@ as on a cluster.  Starting a session costs 10-20 s, so no test file starts its o
 
 import os
 import sys
+import tempfile
 
 import pytest
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# Run keys the fits generate are kept under $XDG_CONFIG_HOME/sparkdbn/keys: a folder of the
+# suite's own, never the user's ~/.config; and no key from the environment leaks in.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="sparkdbn-test-config-")
+for _name in ("SPARKDBN_KEY", "SPARKDBN_KEY_FILE"):
+    os.environ.pop(_name, None)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,215 @@
+"""Benchmark: accuracy at equal epochs as nodes grow, for the ways to keep it (issue 18).
+
+Part 1 (in-process simulation, no Spark): ``n`` replicas of a model each train one partition per
+round on ``1/n`` of the data (``2n`` partitions per epoch, as ``local[n]`` with the default
+partitions; ``--partitions-per-node``), then combine their progress as the asynchronous nodes do when every peer's
+snapshot is fresh.  Strategies:
+
+* ``average``       -- average the replicas after every round (today's behaviour);
+* ``linear``/``sqrt`` -- the same, learning rates times ``n`` / ``sqrt(n)`` with the warm-up of
+  :mod:`node._scaling`; ``auto`` (the default rule) is linear capped by the steps per node and
+  epoch; ``linear-nowarmup`` without the warm-up;
+* ``delta-D``        -- add the peers' progress since their last merged version, damped by D,
+  instead of averaging whole models;
+* ``every-K``        -- average only every K rounds (merge less often);
+* ``linear-every-2`` -- a combination.
+
+Part 2 (``--spark``): the chosen default confirmed on ``local[n]`` Spark through the real
+:class:`node.Trainer` (``scale_rule="auto"`` vs ``"none"``).
+
+    .venv/bin/python scripts/bench_scaling.py                       # digits DBN, 1/2/4/8 nodes
+    .venv/bin/python scripts/bench_scaling.py --kind rbm            # an RBM alone (reconstruction MSE)
+    .venv/bin/python scripts/bench_scaling.py --spark --nodes 2 4 8 # the Spark confirmation
+    .venv/bin/python scripts/bench_scaling.py --data digits28 --kind dbn128 --nodes 1 8 16
+    .venv/bin/python scripts/bench_scaling.py --data digits28 --kind lenet --nodes 1 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from node._scaling import learning_rate_scale, resolve_rule  # noqa: E402
+
+STRATEGIES = ("average", "linear", "sqrt", "auto", "linear-nowarmup", "delta-1.0", "delta-0.5", "every-2", "every-4",
+              "linear-every-2")
+
+
+# ----------------------------------------------------------------------------- models and data
+def load(data: str, kind: str = "dbn"):
+    from rbm.datasets import load_digits01, load_digits28
+
+    if data == "digits":
+        return load_digits01(test_fraction=0.25, random_state=0)
+    return load_digits28(flatten=kind != "lenet")
+
+
+def make_model(kind: str, seed: int):
+    import rbm
+
+    if kind == "dbn":
+        return rbm.DBN((64, 64), random_state=seed)
+    if kind == "dbn-adam":
+        return rbm.DBN((64, 64), finetune_updater="adam", finetune_learning_rate=0.003, random_state=seed)
+    if kind == "dbn128":
+        return rbm.DBN((128, 128), random_state=seed)
+    if kind == "rbm":
+        return rbm.RBM(64, random_state=seed)
+    if kind == "lenet":
+        return rbm.lenet(random_state=seed)
+    raise ValueError(kind)
+
+
+EPOCHS = {"dbn": {"rbm0": 3, "rbm1": 3, "finetune": 10}, "dbn-adam": {"rbm0": 3, "rbm1": 3, "finetune": 10},
+          "dbn128": {"rbm0": 2, "rbm1": 2, "finetune": 4}, "rbm": {"rbm": 5},
+          "lenet": {"train": 2}}
+
+
+def score(model, kind: str, split) -> float:
+    """Test accuracy (classifiers) or test reconstruction error (an RBM alone)."""
+    if kind == "rbm":
+        return float(model._reconstruction_mse(split.X_test))
+    return float(model.score(split.X_test, split.y_test))
+
+
+# ----------------------------------------------------------------------------- the simulation
+def _mean(params_list):
+    return {name: np.mean([p[name] for p in params_list], axis=0) for name in params_list[0]}
+
+
+def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: int = 2) -> float:
+    """Train ``nodes`` replicas with ``strategy`` on ``per_node * nodes`` partitions per epoch; the
+    score of their consolidation (the mean)."""
+    import copy
+
+    base = make_model(kind, seed)
+    X, y = split.X_train, split.y_train
+    base.initialize(X.shape[1] if X.ndim == 2 else X.shape[1:], None if kind == "rbm" else np.unique(y))
+    replicas = [copy.deepcopy(base) for _ in range(nodes)]
+    parts = np.array_split(np.random.default_rng(seed).permutation(len(X)), per_node * nodes)
+    rule = {"average": "none", "linear-nowarmup": "linear", "linear-every-2": "linear"}.get(strategy, strategy)
+    if strategy.startswith(("delta", "every")):
+        rule = "none"
+    warmup = 0 if strategy == "linear-nowarmup" else 2
+    merge_every = int(strategy.rsplit("-", 1)[1]) if "every" in strategy else 1
+    damping = float(strategy.split("-")[1]) if strategy.startswith("delta") else None
+    for phase_index, phase in enumerate(base.phases()):
+        resolved = resolve_rule(rule)
+        bases = [r.parameters(phase) for r in replicas]
+        done = 0
+        rounds = EPOCHS[kind][phase] * per_node
+        for round_index in range(rounds):
+            epoch, half = divmod(round_index, per_node)
+            for i, replica in enumerate(replicas):
+                steps = len(X) / (nodes * base.batch_size) if rule == "auto" else None
+                replica.set_learning_rate_scale(learning_rate_scale(resolved, nodes, done, warmup, steps))
+                partition = half * nodes + i
+                rows = parts[partition]
+                replica.train_partition(X[rows], None if kind == "rbm" else y[rows], phase,
+                                        np.random.default_rng([seed, phase_index, epoch, partition]))
+            done += 1
+            if nodes == 1 or ((round_index + 1) % merge_every and round_index + 1 < rounds):
+                continue
+            params = [r.parameters(phase) for r in replicas]
+            if damping is None:
+                merged = _mean(params)
+                for replica in replicas:
+                    replica.set_parameters(merged)
+                bases = [merged] * nodes
+            else:
+                deltas = [{k: p[k] - b[k] for k in p} for p, b in zip(params, bases)]
+                total = {k: sum(d[k] for d in deltas) for k in deltas[0]}
+                bases = []
+                for i, replica in enumerate(replicas):
+                    new = {k: params[i][k] + damping * (total[k] - deltas[i][k]) for k in total}
+                    replica.set_parameters(new)
+                    bases.append(new)
+        consolidated = _mean([r.parameters(phase) for r in replicas])
+        for replica in replicas:
+            replica.set_parameters(consolidated)
+    for replica in replicas:
+        replica.set_learning_rate_scale(1.0)
+    return score(replicas[0], kind, split)
+
+
+def part_simulation(args) -> None:
+    from threadpoolctl import threadpool_limits
+
+    split = load(args.data, args.kind)
+    what = "test reconstruction MSE" if args.kind == "rbm" else "test accuracy"
+    print(f"# {args.data}: {len(split.X_train)} training rows; {args.seeds} seed(s); score = {what}; "
+          f"epochs {EPOCHS[args.kind]}")
+    header = f"{'strategy':<16}" + "".join(f"{n:>8} nodes" for n in args.nodes)
+    for per_node in args.partitions_per_node:
+        print(f"## {args.kind}, {per_node} partitions per node and epoch\n{header}")
+        with threadpool_limits(limits=1):
+            for strategy in args.strategies:
+                cells = []
+                for n in args.nodes:
+                    try:
+                        values = [simulate(args.kind, split, n, strategy, seed, per_node) for seed in range(args.seeds)]
+                    except ValueError as error:  # rbm.DivergenceError: the scaled rates were past the stable range
+                        cells.append(f"{'diverged':>14}")
+                        print(f"# {strategy} on {n} nodes: {error}", file=sys.stderr)
+                        continue
+                    cells.append(f"{np.mean(values):>8.4f}±{np.std(values):.3f}")
+                print(f"{strategy:<16}" + "".join(f"{c:>14}" for c in cells), flush=True)
+
+
+# ----------------------------------------------------------------------------- Spark confirmation
+def part_spark(args) -> None:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import node
+
+    split = load(args.data, args.kind)
+    print(f"# Spark local[n], partitions {args.partitions_per_node[0]}n, {args.kind} on {args.data}, "
+          f"epochs {EPOCHS[args.kind]}")
+    print(f"{'nodes':>5} {'rule':>6} {'score':>8} {'fit_s':>7} {'max factor':>10} {'nodes merging':>13}")
+    for n in args.nodes:
+        spark = (SparkSession.builder.master(f"local[{n}]").config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.driver.memory", "1g").getOrCreate())
+        for rule in args.rules:
+            for seed in range(args.seeds):
+                model = make_model(args.kind, seed)
+                with tempfile.TemporaryDirectory() as store:
+                    started = time.perf_counter()
+                    trainer = node.Trainer(spark=spark, store_url=store, epochs=EPOCHS[args.kind],
+                                           partitions=args.partitions_per_node[0] * n,
+                                           progress=False, seed=seed, scale_rule=rule, key=b"bench-scaling-key")
+                    trainer.fit(model, split.X_train, None if args.kind == "rbm" else split.y_train)
+                    fit_s = time.perf_counter() - started
+                records = [r for summary in trainer.history_ for r in summary["records"]]
+                print(f"{n:>5} {rule:>6} {score(model, args.kind, split):>8.4f} {fit_s:>7.1f} "
+                      f"{max(r['learning_rate_scale'] for r in records):>10.2f} "
+                      f"{max(r['nodes_merging'] for r in records):>13}", flush=True)
+        spark.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="digits", choices=("digits", "digits28"))
+    parser.add_argument("--kind", default="dbn", choices=tuple(EPOCHS))
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=STRATEGIES)
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--partitions-per-node", type=int, nargs="+", default=[2],
+                        help="partitions per node and epoch (Spark: partitions = this x nodes)")
+    parser.add_argument("--spark", action="store_true", help="confirm on local[n] Spark instead of simulating")
+    parser.add_argument("--rules", nargs="+", default=["none", "auto"])
+    args = parser.parse_args()
+    part_spark(args) if args.spark else part_simulation(args)
+
+
+if __name__ == "__main__":
+    main()
