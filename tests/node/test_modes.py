@@ -141,7 +141,7 @@ def _started(record: dict) -> float:
 def test_with_one_node_slowed_3x_async_gives_the_fast_node_most_partitions_and_sync_waits_for_the_slow_one(
         spark, store_url, digits):
     X, y, _X_test, _y_test = digits
-    X, y = np.tile(X, (6, 1)), np.tile(y, 6)  # partitions long enough that training, not bookkeeping, sets a node's pace
+    X, y = np.tile(X, (12, 1)), np.tile(y, 12)  # partitions long enough that training, not bookkeeping, sets a node's pace
     recipe = dict(hidden_layer_sizes=(400,), batch_size=10, random_state=0)
     epochs = {"rbm0": 2, "finetune": 0}
     by_mode = {}

@@ -15,7 +15,9 @@ import storage
 pytestmark = pytest.mark.slow
 
 WRONG_KEY = b"an-intruder-has-this-key-not-the-run-key"
-TOLERANCE = 0.02
+# Two asynchronous runs of this small harness model differ by up to about 3 points from run to run;
+# an intruder's values merged even once leave the model near chance (0.1-0.3).
+TOLERANCE = 0.04
 
 
 def fit(spark, store_url: str, run_id: str, digits, **options):
