@@ -10,7 +10,7 @@ after every epoch.  Printed per run, and as ratios to ``sync`` without a straggl
 * held-out test accuracy of the final model;
 * bytes the mode wrote to and read from the store per partition (means over the run's metrics);
 * with a straggler: the share of partitions the slowed node trained, and the fast nodes' idle
-  time (time between their last partition in an epoch and the epoch's end, summed).
+  time (between their last partition in a Spark job and the job's end, summed).
 
     .venv/bin/python scripts/bench_modes.py                       # digits, local[2], 3 modes x {1, 3}
     .venv/bin/python scripts/bench_modes.py --modes async sync --stragglers 1 --target 0.95
@@ -76,7 +76,7 @@ def one_run(spark, store_url: str, args: argparse.Namespace, mode: str, straggle
     wall = time.perf_counter() - started
     metrics = [m for m in node.open_run(store_url, run_id).runs.read_metrics() if not m.get("error")]
     return {"mode": mode, "straggler": straggler, "wall_s": wall, "target_s": reached[0] if reached else None,
-            "accuracy": model.score(X_test, y_test), **traffic(metrics), **straggler_figures(metrics)}
+            "accuracy": model.score(X_test, y_test), **traffic(metrics), **straggler_figures(metrics, mode)}
 
 
 def traffic(metrics: list[dict]) -> dict:
@@ -85,17 +85,18 @@ def traffic(metrics: list[dict]) -> dict:
             "read_per_partition": float(np.mean([m["read_bytes"] for m in metrics]))}
 
 
-def straggler_figures(metrics: list[dict]) -> dict:
-    """The slowed node's share of partitions, and the other nodes' idle time at the ends of epochs.
+def straggler_figures(metrics: list[dict], mode: str) -> dict:
+    """The slowed node's share of partitions, and the other nodes' idle time at the ends of Spark jobs.
 
-    A node's idle time in an epoch: from the end of its last partition to the end of the epoch's
-    last partition (anyone's); summed over epochs and fast nodes.
+    A node's idle time in a job: from the end of its last partition to the end of the job's last
+    partition (anyone's); summed over jobs and fast nodes.  ``async`` runs one job per epoch, the
+    other modes one job per phase.
     """
     slowed = {m["node"] for m in metrics if m.get("slowed_s", 0.0) > 0}
     share = (sum(1 for m in metrics if m["node"] in slowed) / len(metrics)) if slowed else None
     ends: dict[tuple, dict[str, float]] = defaultdict(dict)
     for m in metrics:
-        key = (m["phase"], m["epoch"])
+        key = (m["phase"], m["epoch"]) if mode == "async" else (m["phase"],)
         ends[key][m["node"]] = max(ends[key].get(m["node"], 0.0), m["time"])
     idle = sum(max(nodes.values()) - end for nodes in ends.values() for name, end in nodes.items()
                if name not in slowed) if slowed else None
