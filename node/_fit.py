@@ -32,13 +32,14 @@ import storage
 
 from ._contract import NodeConfig, PartitionReport, TaskSpec, decode, encode, params_digest
 from ._data import PreparedData, check_model_input, prepare_training_data
-from ._errors import InputDataError, StoreAccessError, TrainingError, short_error
+from ._errors import InputDataError, TrainingError, short_error
 from ._executor import release_run_task, run_training_task
 from ._keys import resolve_run_key
 from ._lease import DriverLease
 from ._modes import mode_named
 from ._progress import EpochProgress, summarize_epoch, summary_line
 from ._record import RunRecord
+from ._run_store import STALE_TEMPORARY_S, open_checked_store, sweep_temporaries
 from ._settings import TrainingSettings
 from ._validation import ValidationSet, hold_out_validation
 from ._watch import RunWatch
@@ -46,41 +47,9 @@ from ._watch import RunWatch
 if TYPE_CHECKING:
     from pyspark import Broadcast
 
-__all__ = ["Fit", "open_checked_store", "sweep_temporaries", "STALE_TEMPORARY_S"]
+__all__ = ["Fit"]
 
 logger = logging.getLogger(__name__)
-
-#: A temporary file this old in a run's folders belongs to a writer that died mid-write.
-STALE_TEMPORARY_S = 10.0
-
-
-def open_checked_store(url: str, retry_timeout_s: float = 30.0) -> storage.Store:
-    """Open the store at ``url`` and prove it answers, or raise :class:`~node.StoreAccessError`."""
-    try:
-        store = storage.open_store(url, retry_timeout_s=retry_timeout_s)
-        store.makedirs("runs")
-        store.exists("runs")
-    except storage.StoreError as error:
-        raise StoreAccessError(f"the store {url!r} is unreachable or not writable ({type(error).__name__}: {error}); "
-                               "check the URL, that the service is up and the permissions") from error
-    except OSError as error:
-        raise StoreAccessError(f"the store {url!r} cannot be used: {error}") from error
-    return store
-
-
-def sweep_temporaries(store: storage.Store, run: str, older_than_s: float = STALE_TEMPORARY_S) -> int:
-    """Remove temporaries that writers killed mid-write left anywhere in a run's folders."""
-    prefix = f"runs/{run}"
-    folders = [prefix] + [f"{prefix}/{name}" for name in ("peers", "phases", "model", "faults")]
-    for phase in store.list(f"{prefix}/weights"):
-        folders += [f"{prefix}/weights/{phase}"] + [f"{prefix}/weights/{phase}/{node}"
-                                                    for node in store.list(f"{prefix}/weights/{phase}")]
-    folders += [f"{prefix}/metrics/{node}" for node in store.list(f"{prefix}/metrics")]
-    removed = sum(store.remove_stale_temporaries(folder, older_than_s=older_than_s) for folder in folders)
-    if removed:
-        logger.info("run %s: removed %d temporary file(s) left by writers that died", run, removed)
-    return removed
-
 
 def _model_input(shape: tuple[int, ...]) -> int | tuple[int, ...]:
     return int(shape[0]) if len(shape) == 1 else tuple(int(d) for d in shape)

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._fit import open_checked_store
+from ._run_store import open_checked_store
 from ._modes import MODE_NAMES
 from ._report import check_report_folder
 

@@ -43,17 +43,21 @@ def test_sync_mode_with_one_node_averaging_after_every_partition_equals_training
     assert sum(record["samples"] for record in metrics) == len(X) * sum(SHORT_EPOCHS.values())
 
 
+def fit_within_a_point_of_one_process(spark, store_url, digits, dbn_recipe, mode: str):
+    """Train the shared DBN on two nodes in ``mode`` (run id ``<mode>-two``), assert it is within a point of
+    one process, and return it."""
+    single_accuracy = dbn_recipe.reference_accuracy(digits)
+    model = node.Trainer(spark, store_url, run_id=f"{mode}-two", mode=mode, epochs=dbn_recipe.epochs,
+                         partitions=dbn_recipe.partitions, progress=False).fit(dbn_recipe.make(), digits.X_train,
+                                                                               digits.y_train)
+    accuracy = model.score(digits.X_test, digits.y_test)
+    assert abs(accuracy - single_accuracy) <= 0.01, (accuracy, single_accuracy)
+    return model
+
+
 def test_sync_mode_on_two_nodes_trains_a_dbn_within_a_point_of_one_process_averaging_every_round(
         spark, store_url, digits, dbn_recipe):
-    X, y, X_test, y_test = digits
-    single_accuracy = dbn_recipe.reference_accuracy(digits)
-
-    trainer = node.Trainer(spark, store_url, run_id="sync-two", mode="sync", epochs=dbn_recipe.epochs,
-                           partitions=dbn_recipe.partitions, progress=False)
-    model = trainer.fit(dbn_recipe.make(), X, y)
-    accuracy = model.score(X_test, y_test)
-    assert abs(accuracy - single_accuracy) <= 0.01, (accuracy, single_accuracy)
-
+    fit_within_a_point_of_one_process(spark, store_url, digits, dbn_recipe, "sync")
     metrics = reports_of(store_url, "sync-two")
     for phase, epochs in dbn_recipe.epochs.items():
         records = [record for record in metrics if record["phase"] == phase]
@@ -67,14 +71,7 @@ def test_sync_mode_on_two_nodes_trains_a_dbn_within_a_point_of_one_process_avera
 
 def test_sharing_mode_on_two_nodes_trains_a_dbn_within_a_point_of_one_process_publishing_sparse_updates(
         spark, store_url, digits, dbn_recipe):
-    X, y, X_test, y_test = digits
-    single_accuracy = dbn_recipe.reference_accuracy(digits)
-
-    trainer = node.Trainer(spark, store_url, run_id="sharing-two", mode="sharing", epochs=dbn_recipe.epochs,
-                           partitions=dbn_recipe.partitions, progress=False)
-    model = trainer.fit(dbn_recipe.make(), X, y)
-    accuracy = model.score(X_test, y_test)
-    assert abs(accuracy - single_accuracy) <= 0.01, (accuracy, single_accuracy)
+    model = fit_within_a_point_of_one_process(spark, store_url, digits, dbn_recipe, "sharing")
 
     # What a node sends per partition is a fraction of a full snapshot: measured 3.7x smaller in
     # the RBM phases (the first updates, before the threshold adapted, carry nearly every entry)
