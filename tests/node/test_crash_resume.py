@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from crash_store import HARNESS_EPOCHS, CrashingStore, SimulatedStoreFailure, harness_model, harness_settings
+from crash_store import (HARNESS_EPOCHS, HARNESS_TOLERANCE, CrashingStore, SimulatedStoreFailure, harness_model,
+                         harness_settings)
 
 import node
 import node._fit
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.slow
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 #: Resumed accuracy must lie this close to the uninterrupted run's.
-TOLERANCE = 0.02
+TOLERANCE = HARNESS_TOLERANCE
 KILL_TIMEOUT_S = 180.0
 
 
