@@ -139,6 +139,11 @@ def intrude(config: dict, store: storage.Store) -> None:
         json.dump({"rounds": round_index + 1}, handle)
 
 
+def say(name: str, stage: str, **fields) -> None:
+    """One JSON line on stdout: where this node is (a test that times out shows the last one)."""
+    print(json.dumps({"node": name, "stage": stage, **fields, "t": round(time.time(), 3)}), flush=True)
+
+
 def main() -> None:
     config = json.loads(sys.argv[1])
     name, phase = config["node"], config.get("phase", "rbm")
@@ -183,7 +188,9 @@ def main() -> None:
         with open(os.path.join(config["out"], f"{name}.last.json.tmp"), "w") as handle:
             json.dump({"version": last}, handle)
         os.replace(os.path.join(config["out"], f"{name}.last.json.tmp"), os.path.join(config["out"], f"{name}.last.json"))
+        say(name, "final merge", version=last)
         own = final_merge(node, config, runs, phase, own, newest)
+        say(name, "merged last versions")
         np.savez(os.path.join(config["out"], f"{name}.npz.tmp.npz"), **own)
         os.replace(os.path.join(config["out"], f"{name}.npz.tmp.npz"), os.path.join(config["out"], f"{name}.npz"))
         with open(os.path.join(config["out"], f"{name}.json.tmp"), "w") as handle:
@@ -194,8 +201,10 @@ def main() -> None:
             peer_finished(config, runs, peer) for peer in config["peers"] if peer != name
         ):
             time.sleep(0.01)
+        say(name, "stopping")
     finally:
         node.stop()
+    say(name, "stopped")
 
 
 if __name__ == "__main__":

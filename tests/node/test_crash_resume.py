@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from crash_store import (HARNESS_EPOCHS, HARNESS_TOLERANCE, CrashingStore, SimulatedStoreFailure, harness_model,
-                         harness_settings)
+from crash_store import (HARNESS_EPOCHS, HARNESS_TOLERANCE, HARNESS_TRAINED, CrashingStore, SimulatedStoreFailure,
+                         harness_model, harness_settings)
 
 import node
 import node._fit
@@ -66,7 +66,7 @@ def uninterrupted(spark, digits, tmp_path_factory):
 
 def test_the_harness_counts_every_kind_of_driver_write(uninterrupted):
     accuracy, writes = uninterrupted
-    assert accuracy >= 0.9
+    assert accuracy >= HARNESS_TRAINED
     names = [path.rsplit("/", 1)[-1] for path in writes]
     assert names[0] == "lease.json" and names[-1] == "run.json"
     assert {"run.json", "rbm0.json", "finetune.json", "model.npz"} <= set(names)  # phase results: signed pointers
@@ -179,4 +179,4 @@ def test_a_run_whose_last_epoch_snapshots_are_all_gone_trains_the_phase_again_an
     restarts = record["steps"]["finetune"]["restarts"]
     assert len(restarts) == 1 and "no usable snapshot" in restarts[0]["reason"]
     assert record["status"] == "done"
-    assert model.score(digits.X_test, digits.y_test) >= 0.9  # trained again, not left at its initial weights
+    assert model.score(digits.X_test, digits.y_test) >= HARNESS_TRAINED  # trained again, not left at its initial weights
