@@ -12,7 +12,7 @@ what a hostile peer can make a node hold is bounded; see ``NodeHandle.stats`` fo
 
 import logging
 
-from ._errors import ActorsError, MergeError, MessageError, NodeStoppedError, PublishError
+from ._errors import ActorsError, MergeError, MessageError, NodeAddressError, NodeStoppedError, PublishError
 from ._merge import merge_snapshots
 from ._messages import SCHEMA_VERSION, Goodbye, Snapshot, WeightAnnouncement
 from ._node import NodeHandle, start_node
@@ -33,6 +33,7 @@ __all__ = [
     "MergeError",
     "PublishError",
     "NodeStoppedError",
+    "NodeAddressError",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
