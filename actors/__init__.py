@@ -16,6 +16,7 @@ from ._errors import ActorsError, MergeError, MessageError, NodeAddressError, No
 from ._merge import merge_snapshots
 from ._messages import SCHEMA_VERSION, Goodbye, Snapshot, WeightAnnouncement
 from ._node import NodeHandle, start_node
+from ._transport import parse_port_range
 from ._wire import decode_frames, encode_message
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "PublishError",
     "NodeStoppedError",
     "NodeAddressError",
+    "parse_port_range",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
