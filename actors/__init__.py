@@ -12,10 +12,11 @@ what a hostile peer can make a node hold is bounded; see ``NodeHandle.stats`` fo
 
 import logging
 
-from ._errors import ActorsError, MergeError, MessageError, NodeStoppedError, PublishError
+from ._errors import ActorsError, MergeError, MessageError, NodeAddressError, NodeStoppedError, PublishError
 from ._merge import merge_snapshots
 from ._messages import SCHEMA_VERSION, Goodbye, Snapshot, WeightAnnouncement
 from ._node import NodeHandle, start_node
+from ._transport import parse_port_range
 from ._wire import decode_frames, encode_message
 
 __all__ = [
@@ -33,6 +34,8 @@ __all__ = [
     "MergeError",
     "PublishError",
     "NodeStoppedError",
+    "NodeAddressError",
+    "parse_port_range",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -33,6 +33,7 @@ class _PeerState:
     """What this node knows of one peer in one phase."""
 
     announced: WeightAnnouncement | None = None  # newest version heard of (network or store)
+    announced_heard: bool = False  # whether ``announced`` came by announcement (not by listing the store)
     inflight: int | None = None  # version being fetched now
     tried: int = -1  # newest version whose fetch finished (successfully or not)
     fetched: Snapshot | None = None  # newest verified snapshot not yet handed to the trainer
@@ -140,11 +141,15 @@ class NodeActor(pykka.ThreadingActor):
                 self._counters.add("dropped_stale")
             return
         self._counters.add("accepted" if heard else "discovered")
-        state.announced = announcement
+        state.announced, state.announced_heard = announcement, heard
         self._maybe_fetch(state)
 
-    def fetched(self, announcement: WeightAnnouncement, params: dict[str, np.ndarray] | None, reason: str | None) -> None:
-        """A fetch finished: keep the snapshot if still the newest, or count why it was refused."""
+    def fetched(self, announcement: WeightAnnouncement, params: dict[str, np.ndarray] | None, reason: str | None,
+                heard: bool = True) -> None:
+        """A fetch finished: keep the snapshot if still the newest, or count why it was refused.
+
+        ``heard``: the version was announced on the network (False: only found by listing the store).
+        """
         state = self._peers.get((announcement.phase, announcement.node))
         if state is None:  # the phase moved on while fetching
             return
@@ -167,6 +172,7 @@ class NodeActor(pykka.ThreadingActor):
                 samples_seen=announcement.samples_seen,
                 sent_at=announcement.sent_at,
                 params=params,
+                announced=heard,
             )
         self._maybe_fetch(state)
 
@@ -199,6 +205,9 @@ class NodeActor(pykka.ThreadingActor):
             self._staleness_s_max = max(self._staleness_s_max, behind_s)
             self._staleness_versions_max = max(self._staleness_versions_max, behind_versions)
         self._counters.add("merged", len(fresh))
+        heard = sum(1 for _, snapshot in fresh if snapshot.announced)
+        self._counters.add("merged_announced", heard)
+        self._counters.add("merged_listed", len(fresh) - heard)
         return [snapshot for _, snapshot in fresh]
 
     def staleness(self) -> dict[str, float | int]:
@@ -230,11 +239,12 @@ class NodeActor(pykka.ThreadingActor):
         proxy = self._self_proxy
         reference = self._reference.get(announced.phase)
         fetch = self._fetch
+        heard = state.announced_heard
 
         def job() -> None:
             params, reason = fetch(announced, reference)
             try:
-                proxy.fetched(announced, params, reason)
+                proxy.fetched(announced, params, reason, heard)
             except pykka.ActorDeadError:  # the node stopped while this fetch ran
                 logger.debug("fetch of %s v%d finished after the node stopped", announced.node, announced.version)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ActorsError", "MessageError", "MergeError", "PublishError", "NodeStoppedError"]
+__all__ = ["ActorsError", "MessageError", "MergeError", "PublishError", "NodeStoppedError", "NodeAddressError"]
 
 
 class ActorsError(Exception):
@@ -31,3 +31,7 @@ class PublishError(ActorsError, ValueError):
 
 class NodeStoppedError(ActorsError, RuntimeError):
     """The node was used after :meth:`~actors.NodeHandle.stop`."""
+
+
+class NodeAddressError(ActorsError, OSError):
+    """A node cannot bind its endpoint: the host is not local, or every port of its range is taken."""

@@ -64,8 +64,8 @@ class Snapshot:
 
     ``params`` maps parameter names to host arrays (e.g. ``"W"`` of shape (n_visible, n_hidden)).
     ``sent_at`` is the announcement time (Unix s).  For a version found in the store by
-    anti-entropy, no announcement was heard: ``sent_at`` is when it was found and
-    ``samples_seen`` is 0 (unknown).
+    anti-entropy, no announcement was heard: ``sent_at`` is when it was found,
+    ``samples_seen`` is 0 (unknown) and ``announced`` is False.
     """
 
     node: str
@@ -74,6 +74,7 @@ class Snapshot:
     samples_seen: int
     sent_at: float
     params: dict[str, np.ndarray]
+    announced: bool = True
 
 
 def message_to_dict(message: Message) -> dict[str, Any]:

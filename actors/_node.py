@@ -98,7 +98,13 @@ class NodeHandle:
         The run's key (at least 16 bytes); every node of the run must use the same one.  It
         signs announcements, snapshots and registry entries; nothing unsigned is acted upon.
     bind_host : str
-        Interface of the publishing socket (loopback by default).
+        Interface of the publishing socket (loopback by default; ``"0.0.0.0"`` for every
+        interface, then with ``advertise_host``).
+    advertise_host : str, optional
+        The host name or address registered for peers to connect to (default: ``bind_host``).
+    port_range : (int, int), optional
+        Bind a free port of this inclusive range (default: any); a range with no free port
+        raises :class:`NodeAddressError` naming it.
     fanout : int, optional
         Merge at most this many peers per round (a random subset); all fresh peers when None.
     anti_entropy_interval_s, peer_refresh_interval_s : float
@@ -129,6 +135,8 @@ class NodeHandle:
         secret: bytes,
         *,
         bind_host: str = "127.0.0.1",
+        advertise_host: str | None = None,
+        port_range: tuple[int, int] | None = None,
         fanout: int | None = None,
         anti_entropy_interval_s: float = 5.0,
         peer_refresh_interval_s: float = 2.0,
@@ -148,6 +156,8 @@ class NodeHandle:
         self.endpoint: str | None = None
         self._secret = bytes(secret)
         self._bind_host = bind_host
+        self._advertise_host = advertise_host
+        self._port_range = port_range
         self._fanout = fanout
         self._anti_entropy_interval_s = anti_entropy_interval_s
         self._peer_refresh_interval_s = peer_refresh_interval_s
@@ -176,6 +186,8 @@ class NodeHandle:
 
         Raises
         ------
+        NodeAddressError
+            The endpoint cannot be bound (not a local address, or no free port in the range).
         ActorsError
             Already started, or the sockets cannot be opened.
         NodeStoppedError
@@ -194,7 +206,8 @@ class NodeHandle:
                                               self._request_anti_entropy, self._max_peers)  # fmt: skip
             self._actor = self._actor_ref.proxy()
             self._transport = Transport(self._bind_host, self._on_frames, self._on_subscriber, self.node,
-                                        self._on_peer_lost, self._counters).start()  # fmt: skip
+                                        self._on_peer_lost, self._counters, advertise_host=self._advertise_host,
+                                        port_range=self._port_range).start()  # fmt: skip
             self.endpoint = self._transport.endpoint
             self._publisher = Publisher(self.run, self.node, self._weights, self._announce, self._counters,
                                         self._keep_versions).start()  # fmt: skip
@@ -273,8 +286,9 @@ class NodeHandle:
         return merge_snapshots(own, [snapshot.params for snapshot in usable], alpha), usable
 
     def stats(self) -> dict[str, int | float]:
-        """Counters (``received``, ``accepted``, ``discovered``, ``fetched``, ``merged``, ``published``,
-        ``dropped`` and ``dropped_<reason>``, ...) and staleness (``staleness_s_mean``, ``staleness_s_max``,
+        """Counters (``received``, ``accepted``, ``discovered``, ``fetched``, ``merged`` with ``merged_announced``
+        and ``merged_listed``, ``published``, ``dropped`` and ``dropped_<reason>``, ...), the gauges
+        ``peers_connected`` and ``peers_unreachable``, and staleness (``staleness_s_mean``, ``staleness_s_max``,
         ``staleness_versions_max``, ``versions_behind_now_max``)."""
         from_store = self._weights.refusals()
         extra = {f"dropped_{kind}": count for kind, count in from_store.items()}
@@ -286,6 +300,7 @@ class NodeHandle:
             except pykka.ActorDeadError:  # stopped meanwhile: the counters are all there is
                 return result
             result["peers_connected"] = len(self._transport.connected_peers())
+            result["peers_unreachable"] = len(self._transport.unreachable_peers())
         return result
 
     def stop(self) -> None:

@@ -16,7 +16,9 @@ COUNTERS = (
     "accepted",  # announcements heard and taken (newest known version of a peer)
     "discovered",  # peer versions found by listing the store (anti-entropy), not heard
     "fetched",  # snapshots read and verified
-    "merged",  # snapshots handed to the trainer to merge
+    "merged",  # snapshots handed to the trainer to merge (= merged_announced + merged_listed)
+    "merged_announced",  # ... of versions first heard of by announcement (the network works)
+    "merged_listed",  # ... of versions only found by listing the store (no announcement heard)
     "published",  # own versions written and announced
     "publish_coalesced",  # queued versions replaced by a newer one before being written
     "publish_errors",  # writes that failed
@@ -29,6 +31,7 @@ COUNTERS = (
     "peer_disconnects",  # a peer's connection dropped: it went away, or sent a frame over the size limit
     "malformed_peer_endpoints",  # verified registry entries whose endpoint is not tcp://host:port (skipped)
     "peer_connect_retries",  # connection attempts to a peer that refused, timed out or never finished the handshake
+    "peers_unreachable",  # now: subscribed peer endpoints not connected (a retry failed, or no handshake in time)
 )
 
 #: Every reason a frame or snapshot is dropped; each is reported as ``dropped_<reason>`` (0 when unseen).

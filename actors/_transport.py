@@ -1,7 +1,10 @@
 """Brokerless ZeroMQ publish-subscribe between the nodes of a run.
 
 Each node binds one XPUB socket (a PUB that also reports new subscribers) on ``bind_host`` at a
-random port and connects one SUB socket to every peer endpoint it is told about.  One I/O thread
+random port (or the first free one of ``port_range``) and connects one SUB socket to every peer
+endpoint it is told about.  The endpoint it gives peers names ``advertise_host`` (default:
+``bind_host``), because the address a socket listens on (``0.0.0.0``, or an interface behind a
+NAT) need not be one a peer can connect to.  One I/O thread
 owns both sockets (ZeroMQ sockets are not thread-safe): it polls
 
 * the SUB socket, and hands each received frame list to ``on_frames``;
@@ -19,7 +22,9 @@ Peers that cannot be reached cost little: ZeroMQ retries a refused or unanswered
 exponential backoff (from :data:`RECONNECT_START_S` to :data:`RECONNECT_MAX_S`), an endpoint it
 cannot even connect to is retried the same way by the I/O thread, every retry is counted
 (``peer_connect_retries``) and each endpoint is logged at most once per ``log_interval_s``.  The
-node keeps catching up through the store meanwhile.
+node keeps catching up through the store meanwhile.  :meth:`Transport.unreachable_peers` says
+how many subscribed endpoints are not connected now: a retry failed since their last completed
+handshake, or none completed within :data:`CONNECT_TIMEOUT_S` of connecting.
 
 Creating a :class:`Transport` opens nothing: :meth:`Transport.start` binds and starts the thread,
 :meth:`Transport.close` stops it.  What a peer can make this process hold is bounded: ZeroMQ
@@ -35,6 +40,8 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import random
+import socket as socket_module
 import threading
 import time
 from typing import Callable, Iterable
@@ -42,11 +49,11 @@ from typing import Callable, Iterable
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from ._errors import ActorsError
+from ._errors import ActorsError, NodeAddressError
 from ._stats import Counters, LogEvery
 from ._wire import MAX_PAYLOAD_BYTES
 
-__all__ = ["Transport"]
+__all__ = ["Transport", "parse_port_range"]
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +109,32 @@ def _release_context() -> None:
             _context = None
 
 
+def parse_port_range(text: str | None) -> tuple[int, int] | None:
+    """``"40000-40100"`` -> ``(40000, 40100)``, ``"40000"`` -> ``(40000, 40000)``, None -> None (any port).
+
+    Raises
+    ------
+    ValueError
+        Naming the text, when it is not one port or ``low-high`` with 1 <= low <= high <= 65535.
+    """
+    if text is None:
+        return None
+    parts = str(text).strip().split("-")
+    try:
+        low, high = (int(parts[0]), int(parts[-1])) if len(parts) in (1, 2) else (0, -1)
+    except ValueError:
+        low, high = 0, -1
+    if not 1 <= low <= high <= 65535:
+        raise ValueError(f"port_range must be a port or 'low-high' with 1 <= low <= high <= 65535 "
+                         f"(e.g. '40000-40100'), got {text!r}")
+    return low, high
+
+
+def _tcp_host(host: str) -> str:
+    """``host`` as it goes into a ``tcp://`` endpoint (IPv6 literals in brackets)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 class Transport:
     """One node's PUB endpoint and subscriptions (created idle: call :meth:`start`).
 
@@ -123,6 +156,11 @@ class Transport:
         Where ``peer_connect_retries`` is counted.
     log_interval_s : float, optional
         How often an unreachable peer is logged at warning level at most (default :data:`PEER_LOG_INTERVAL_S`).
+    advertise_host : str, optional
+        The host name or address peers are told to connect to (default: ``bind_host``; required
+        when ``bind_host`` is a wildcard such as ``"0.0.0.0"``).
+    port_range : (int, int), optional
+        Bind the first free port of this inclusive range, starting at a random one (default: any port).
     """
 
     def __init__(
@@ -134,8 +172,17 @@ class Transport:
         on_peer_lost: Callable[[str], None] | None = None,
         counters: Counters | None = None,
         log_interval_s: float | None = None,
+        advertise_host: str | None = None,
+        port_range: tuple[int, int] | None = None,
     ) -> None:
+        if advertise_host is None and bind_host in ("0.0.0.0", "*", "::"):
+            raise NodeAddressError(f"bind host {bind_host!r} listens on every interface but is no address a peer can "
+                                   "connect to: give an advertise host too")
+        if port_range is not None and not 1 <= port_range[0] <= port_range[1] <= 65535:
+            raise NodeAddressError(f"port range {port_range[0]}-{port_range[1]} is not within 1-65535")
         self._bind_host = bind_host
+        self._advertise_host = advertise_host or bind_host
+        self._port_range = port_range
         self._on_frames = on_frames
         self._on_subscriber = on_subscriber
         self._on_peer_lost = on_peer_lost
@@ -150,6 +197,13 @@ class Transport:
         self._counters = counters if counters is not None else Counters()
         self._peer_log = LogEvery(logger, PEER_LOG_INTERVAL_S if log_interval_s is None else log_interval_s)
         self._retry_at: dict[str, tuple[float, float]] = {}  # endpoint -> (next attempt, backoff), I/O thread only
+        # Reachability, under _peers_lock: when each subscribed endpoint was connected (or last lost),
+        # which completed a handshake since, which failed a try since; and the names ZeroMQ's monitor
+        # events use for them (the resolved address) -> the endpoint as registered.
+        self._connect_started: dict[str, float] = {}
+        self._handshaken: set[str] = set()
+        self._failing: set[str] = set()
+        self._event_names: dict[str, str] = {}
         self._thread: threading.Thread | None = None
         self.endpoint: str | None = None
 
@@ -164,8 +218,8 @@ class Transport:
             self._pub = self._context.socket(zmq.XPUB)
             self._pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # report every subscriber, not only the first
             self._pub.setsockopt(zmq.LINGER, int(LINGER_S * 1000))
-            self._pub.bind(f"tcp://{self._bind_host}:0")
-            self.endpoint = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
+            port = self._bind_port()
+            self.endpoint = f"tcp://{_tcp_host(self._advertise_host)}:{port}"
             self._sub = self._context.socket(zmq.SUB)
             self._sub.setsockopt(zmq.SUBSCRIBE, b"")  # every topic: foreign frames get counted
             self._sub.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
@@ -175,21 +229,50 @@ class Transport:
             self._sub.setsockopt(zmq.RECONNECT_IVL_MAX, int(RECONNECT_MAX_S * 1000))
             self._sub.setsockopt(zmq.CONNECT_TIMEOUT, int(CONNECT_TIMEOUT_S * 1000))
             self._sub.setsockopt(zmq.HANDSHAKE_IVL, int(CONNECT_TIMEOUT_S * 1000))
-            self._monitor = self._sub.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED)
+            self._monitor = self._sub.get_monitor_socket(
+                zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
             self._pull = self._context.socket(zmq.PULL)
             self._pull.setsockopt(zmq.LINGER, 0)
             self._pull.bind(self._inproc)
             self._push = self._context.socket(zmq.PUSH)
             self._push.setsockopt(zmq.LINGER, int(LINGER_S * 1000))
             self._push.connect(self._inproc)
-        except zmq.ZMQError as error:
+        except (zmq.ZMQError, NodeAddressError) as error:
             self._closed = True
             self._close_sockets()
             _release_context()
+            if isinstance(error, NodeAddressError):
+                raise
             raise ActorsError(f"cannot open the publish-subscribe sockets on {self._bind_host!r}: {error}") from error
         self._thread = threading.Thread(target=self._loop, name=f"sparkdbn-io-{self._name}", daemon=True)
         self._thread.start()
         return self
+
+    def _bind_port(self) -> int:
+        """Bind the XPUB socket: any port, or the first free one of the range from a random start."""
+        address = f"tcp://{_tcp_host(self._bind_host)}"
+        if self._port_range is None:
+            try:
+                self._pub.bind(f"{address}:0")
+            except zmq.ZMQError as error:
+                raise NodeAddressError(f"cannot bind a node endpoint on host {self._bind_host!r}: {error} (is it an "
+                                       "address of this machine? see bind_host)") from error
+            return int(self._pub.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
+        low, high = self._port_range
+        ports = list(range(low, high + 1))
+        start = random.randrange(len(ports))  # nodes starting together should not all race for the first port
+        last_error: zmq.ZMQError | None = None
+        for port in ports[start:] + ports[:start]:
+            try:
+                self._pub.bind(f"{address}:{port}")
+                return port
+            except zmq.ZMQError as error:
+                if error.errno != zmq.EADDRINUSE:
+                    raise NodeAddressError(f"cannot bind a node endpoint on host {self._bind_host!r} port {port}: "
+                                           f"{error} (is it an address of this machine? see bind_host)") from error
+                last_error = error
+        raise NodeAddressError(f"every port of the port range {low}-{high} on host {self._bind_host!r} is taken "
+                               f"({len(ports)} tried; last: {last_error}): widen port_range or free ports")
 
     # -- called from any thread -------------------------------------------------------------
     def send(self, frames: list[bytes]) -> None:
@@ -208,6 +291,15 @@ class Transport:
         """Endpoints the SUB socket is connected to now."""
         with self._peers_lock:
             return set(self._connected)
+
+    def unreachable_peers(self) -> set[str]:
+        """Wanted endpoints not connected now: a try failed since their last completed handshake, or
+        none completed within :data:`CONNECT_TIMEOUT_S` of connecting (or could not even be connected)."""
+        now = time.monotonic()
+        with self._peers_lock:
+            return {endpoint for endpoint in self._wanted if endpoint not in self._handshaken and (
+                endpoint in self._failing or now - self._connect_started.get(endpoint, now) >= CONNECT_TIMEOUT_S
+                or endpoint in self._retry_at)}
 
     def close(self) -> None:
         """Stop the I/O thread after it has sent what is queued; close sockets; release the context.
@@ -238,6 +330,7 @@ class Transport:
                 self._sub.connect(endpoint)
                 connected.add(endpoint)
                 self._retry_at.pop(endpoint, None)
+                self._track_connect(endpoint, now)
                 logger.debug("%s subscribed to %s", self._name, endpoint)
             except zmq.ZMQError as error:  # e.g. a host name that does not resolve
                 backoff = min(RECONNECT_MAX_S, 2 * backoff) if backoff else RECONNECT_START_S
@@ -253,6 +346,30 @@ class Transport:
             connected.discard(endpoint)
         with self._peers_lock:
             self._connected = connected
+            for endpoint in set(self._connect_started) - connected:
+                self._forget(endpoint)
+
+    def _track_connect(self, endpoint: str, now: float) -> None:
+        names = {endpoint}
+        try:  # the monitor names a connection by its resolved address: remember both (I/O thread only)
+            host, port = endpoint[len("tcp://"):].rsplit(":", 1)
+            for *_, address in socket_module.getaddrinfo(host.strip("[]"), int(port), type=socket_module.SOCK_STREAM):
+                names.add(f"tcp://{_tcp_host(address[0])}:{address[1]}")
+        except (OSError, ValueError) as error:  # zmq accepted it; only the bookkeeping misses a name
+            logger.debug("%s cannot resolve %s: %s", self._name, endpoint, error)
+        with self._peers_lock:
+            self._connect_started[endpoint] = now
+            self._handshaken.discard(endpoint)
+            self._failing.discard(endpoint)
+            for name in names:
+                self._event_names[name] = endpoint
+
+    def _forget(self, endpoint: str) -> None:  # under _peers_lock
+        self._connect_started.pop(endpoint, None)
+        self._handshaken.discard(endpoint)
+        self._failing.discard(endpoint)
+        for name in [name for name, target in self._event_names.items() if target == endpoint]:
+            del self._event_names[name]
 
     def _forward_outgoing(self) -> None:
         while True:
@@ -317,7 +434,18 @@ class Transport:
                 return
             endpoint = event["endpoint"]
             endpoint = endpoint.decode("utf-8", "replace") if isinstance(endpoint, bytes) else str(endpoint)
+            with self._peers_lock:
+                endpoint = self._event_names.get(endpoint, endpoint)
+                if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    self._handshaken.add(endpoint)
+                    self._failing.discard(endpoint)
+                elif event["event"] == zmq.EVENT_DISCONNECTED and endpoint in self._connect_started:
+                    self._handshaken.discard(endpoint)  # ZeroMQ reconnects: the clock starts again
+                    self._connect_started[endpoint] = time.monotonic()
             if event["event"] == zmq.EVENT_CONNECT_RETRIED:
+                with self._peers_lock:
+                    if endpoint in self._connect_started:
+                        self._failing.add(endpoint)
                 self._unreachable(endpoint, "refused, or no answer within "
                                   f"{CONNECT_TIMEOUT_S:.0f} s; retrying with backoff up to {RECONNECT_MAX_S:.0f} s")
             elif event["event"] == zmq.EVENT_DISCONNECTED and self._on_peer_lost is not None:

@@ -26,6 +26,7 @@ from ._report import render_report
 from ._run_access import RunView, load_run_model, open_run
 from ._session import get_spark_session
 from ._settings import TrainingSettings
+from ._spark_conf import SparkConfError
 from ._staging import RECIPES, stage_dataframe, stage_recipe
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "StoreAccessError",
     "TrainingError",
     "ContractError",
+    "SparkConfError",
     "LeaseHeldError",
     "LeaseLostError",
     "RunKey",

@@ -28,7 +28,7 @@ __all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "TaskSpec", "Parti
            "params_digest"]
 
 #: Bumped whenever a field of the contract changes meaning, appears or goes.
-CONTRACT_VERSION = 3
+CONTRACT_VERSION = 4
 
 T = TypeVar("T")
 
@@ -69,6 +69,12 @@ class NodeConfig:
         Test hook ``"<phase>:<epoch>"`` (see :class:`~node.TrainingSettings`).
     straggler_factor : float
         One node of the run trains this many times slower (see :class:`~node.TrainingSettings`).
+    local_master : bool
+        The driver's master is ``local[...]``: nodes bind loopback unless a host is given.
+    driver_host : str or None
+        ``spark.driver.host``: a node on a cluster binds the interface that routes to it.
+    bind_host, advertise_host, port_range : str or None
+        The network settings (see :class:`~node.TrainingSettings` and :mod:`node._network`).
     """
 
     run: str
@@ -91,6 +97,11 @@ class NodeConfig:
     n_samples: int = 0
     kill_worker_once_at: str | None = None
     straggler_factor: float = 1.0
+    local_master: bool = True
+    driver_host: str | None = None
+    bind_host: str | None = None
+    advertise_host: str | None = None
+    port_range: str | None = None
 
 
 @dataclass(frozen=True)
@@ -121,7 +132,10 @@ class PartitionReport:
     time a straggler node slept on purpose (``TrainingSettings.straggler_factor``); ``sent_bytes``
     and ``read_bytes`` count what the partition's mode wrote to and read from the store.
     ``learning_rate_scale`` is the factor the node trained the partition with, ``nodes_merging``
-    the count of nodes it followed (see :mod:`node._scaling`).
+    the count of nodes it followed (see :mod:`node._scaling`).  Of the ``merged`` peer versions,
+    ``merged_announced`` were heard of by announcement and ``merged_listed`` only found by listing
+    the store (the nodes cannot reach each other's ports when that is most); ``endpoint`` is the
+    node's advertised endpoint.
     """
 
     node: str
@@ -149,6 +163,9 @@ class PartitionReport:
     read_bytes: int = 0
     learning_rate_scale: float = 1.0
     nodes_merging: int = 1
+    merged_announced: int = 0
+    merged_listed: int = 0
+    endpoint: str = ""
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-able dict (the metrics record)."""

@@ -27,6 +27,7 @@ from pyspark.sql import SparkSession
 from ._fit import Fit
 from ._session import get_spark_session
 from ._settings import TrainingSettings
+from ._spark_conf import apply_spark_conf, explicit_fields
 
 __all__ = ["Trainer", "train", "default_store_url"]
 
@@ -55,7 +56,10 @@ class Trainer:
         The master secret of the run key (see :func:`node.resolve_run_key` for where else it is
         looked for); never stored, never logged.
     **overrides
-        Fields of :class:`TrainingSettings` (e.g. ``epochs=3``).
+        Fields of :class:`TrainingSettings` (e.g. ``epochs=3``).  Fields neither ``settings`` nor
+        ``overrides`` set (left at their defaults) are taken from the session's ``spark.sparkdbn.*``
+        conf where it has them (``--conf spark.sparkdbn.advertise_host=10.0.0.5``; see
+        :mod:`node._spark_conf`).
 
     Attributes
     ----------
@@ -70,6 +74,8 @@ class Trainer:
                  key: bytes | None = None, **overrides: Any) -> None:
         self.settings = dataclasses.replace(settings or TrainingSettings(), **overrides)
         self.settings.validate()
+        self._explicit = explicit_fields(self.settings, overrides)
+        self._given_store_url = store_url
         self.store_url = store_url or self.settings.store_url or default_store_url()
         self._spark = spark
         self.on_epoch = on_epoch
@@ -104,8 +110,12 @@ class Trainer:
             different model, or the run's key does not verify its record.
         RunKeyError
             A resumed run whose key is nowhere to be found.
+        SparkConfError
+            A ``spark.sparkdbn.*`` key of the session names no setting or has a bad value.
         """
-        fit = Fit(self.settings, self.spark, self.store_url, model, data, y, self.on_epoch, self._key)
+        settings = apply_spark_conf(self.settings, self.spark.sparkContext.getConf().getAll(), self._explicit)
+        self.store_url = self._given_store_url or settings.store_url or default_store_url()
+        fit = Fit(settings, self.spark, self.store_url, model, data, y, self.on_epoch, self._key)
         self.run_id_ = fit.run_id
         self.history_ = fit.history
         return fit.run()

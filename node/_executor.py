@@ -38,6 +38,7 @@ from ._data import Element, iter_blocks
 from ._errors import InputDataError
 from ._labels import encode_labels
 from ._modes import mode_named
+from ._network import choose_node_address
 from ._scaling import NodeScaling
 
 __all__ = ["ExecutorNode", "node_id", "run_training_task", "release_run_task"]
@@ -89,11 +90,16 @@ class ExecutorNode:
         self.model = rbm.model_from_spec(config.spec)
         shape = config.feature_shape
         self.model.initialize(shape if len(shape) > 1 else int(shape[0]), self.classes)
+        address = choose_node_address(local_master=config.local_master, driver_host=config.driver_host,
+                                      bind_host=config.bind_host, advertise_host=config.advertise_host)
         self.handle = actors.start_node(
             config.run, self.node, self.store, config.key, fanout=config.fanout,
             anti_entropy_interval_s=config.anti_entropy_interval_s,
-            peer_refresh_interval_s=config.peer_refresh_interval_s, keep_versions=config.keep_versions)
-        logger.info("node %s started for run %s", self.node, config.run)
+            peer_refresh_interval_s=config.peer_refresh_interval_s, keep_versions=config.keep_versions,
+            bind_host=address.bind_host, advertise_host=address.advertise_host,
+            port_range=actors.parse_port_range(config.port_range))
+        logger.info("node %s started for run %s on %s (bound on %s: %s)", self.node, config.run,
+                    self.handle.endpoint, address.bind_host, address.reason)
         return self
 
     def stop(self) -> None:
@@ -196,7 +202,7 @@ class ExecutorNode:
 
     def report(self, task: TaskSpec, partition: int, metrics: Mapping[str, Any], started: float, *,
                merge_s: float, publish_s: float, merged_from: list[str], ages_s: list[float], sent_bytes: int = 0,
-               read_bytes: int = 0) -> PartitionReport:
+               read_bytes: int = 0, merged_announced: int = 0) -> PartitionReport:
         """The partition's report; also stored as this node's metrics record."""
         report = PartitionReport(
             node=self.node, run=task.node.run, phase=task.phase, epoch=task.epoch, partition=partition,
@@ -206,7 +212,9 @@ class ExecutorNode:
             samples_seen=self.samples_seen[task.phase], time=time.time(), pid=os.getpid(),
             stats=_plain(self.handle.stats()), code=os.path.dirname(os.path.abspath(__file__)),
             slowed_s=self.slowed_s, sent_bytes=int(sent_bytes), read_bytes=int(read_bytes),
-            learning_rate_scale=self.learning_rate_scale, nodes_merging=self.scaling.nodes())
+            learning_rate_scale=self.learning_rate_scale, nodes_merging=self.scaling.nodes(),
+            merged_announced=int(merged_announced), merged_listed=len(merged_from) - int(merged_announced),
+            endpoint=self.handle.endpoint or "")
         self.runs.append_metrics(self.node, report.to_record())
         return report
 

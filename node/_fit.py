@@ -37,7 +37,9 @@ from ._executor import release_run_task, run_training_task
 from ._keys import resolve_run_key
 from ._lease import DriverLease
 from ._modes import mode_named
+from ._network import is_local_master
 from ._progress import EpochProgress, summarize_epoch, summary_line
+from ._reachability import ReachabilityWatch
 from ._record import RunRecord
 from ._run_store import STALE_TEMPORARY_S, open_checked_store, sweep_temporaries
 from ._settings import TrainingSettings
@@ -102,6 +104,7 @@ class Fit:
         self._derived: dict[str, Any] = {}
         self.validation: ValidationSet | None = None
         self.watch: RunWatch | None = None
+        self.reachability = ReachabilityWatch()
 
     # ------------------------------------------------------------------ the whole fit
     def run(self) -> Any:
@@ -222,7 +225,9 @@ class Fit:
             peer_refresh_interval_s=settings.peer_refresh_interval_s, flush_timeout_s=settings.flush_timeout_s,
             scale_rule=settings.scale_rule, warmup_partitions=settings.warmup_partitions,
             n_samples=int(prepared.n_samples),
-            kill_worker_once_at=settings.kill_worker_once_at, straggler_factor=settings.straggler_factor)
+            kill_worker_once_at=settings.kill_worker_once_at, straggler_factor=settings.straggler_factor,
+            local_master=is_local_master(self.sc.master), driver_host=self.sc.getConf().get("spark.driver.host"),
+            bind_host=settings.bind_host, advertise_host=settings.advertise_host, port_range=settings.port_range)
 
     # ------------------------------------------------------------------ phases
     def _complete_phase(self, phase: str, phase_index: int) -> dict[str, np.ndarray]:
@@ -361,6 +366,10 @@ class Fit:
         self._progress.report(summary_line(summary, epochs))
         if summary["warning"]:
             logger.warning("run %s %s epoch %d: %s", self.run_id, phase, epoch + 1, summary["warning"])
+        unreachable = self.reachability.end_epoch(phase, summary["records"])
+        if unreachable:
+            summary["reachability_warning"] = unreachable
+            logger.warning("run %s %s epoch %d: %s", self.run_id, phase, epoch + 1, unreachable)
         self.record.mark_epoch(phase, epoch, summary["nodes"], scaling={
             "rule": self.settings.scale_rule, "learning_rate_scale": summary["learning_rate_scale"],
             "nodes_merging": summary["nodes_merging"]})

@@ -50,6 +50,7 @@ class AsyncMode(TrainingMode):
         publish_s = time.perf_counter() - tick
         return node.report(task, partition, metrics, started, merge_s=merge_s, publish_s=publish_s,
                            merged_from=[snapshot.node for snapshot in used],
+                           merged_announced=sum(1 for snapshot in used if snapshot.announced),
                            ages_s=[max(0.0, started - float(snapshot.sent_at)) for snapshot in used],
                            sent_bytes=sum(int(value.nbytes) for value in params.values()),
                            read_bytes=sum(int(value.nbytes) for snapshot in used for value in snapshot.params.values()))

@@ -13,6 +13,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ._errors import TrainingError, short_error
+from ._reachability import merges_by_node, merges_text
 from ._scaling import scaling_warning
 
 __all__ = ["EpochProgress", "run_job", "summarize_epoch", "summary_line"]
@@ -70,6 +71,7 @@ def summarize_epoch(run: str, phase: str, epoch: int, records: list[dict], wall_
         "run": run, "phase": phase, "epoch": epoch, "samples": samples, "loss": loss, "wall_s": wall_s,
         "samples_per_s": samples / wall_s if wall_s > 0 else float("nan"),
         "merges": sum(r["merged"] for r in records),
+        "merges_by_node": merges_by_node(records),
         "staleness_s": float(np.mean(staleness)) if staleness else None,
         "merge_fraction": sum(r["merge_s"] for r in records) / node_s if node_s else 0.0,
         "publish_fraction": sum(r["publish_s"] for r in records) / node_s if node_s else 0.0,
@@ -93,7 +95,8 @@ def summary_line(summary: Mapping[str, Any], epochs: int) -> str:
     staleness = "-" if summary["staleness_s"] is None else f"{summary['staleness_s']:.2f}s"
     return (f"[{summary['run']}] {summary['phase']} epoch {summary['epoch'] + 1}/{epochs}: "
             f"loss {summary['loss']:.4f}, {summary['samples_per_s']:.0f} samples/s, "
-            f"{summary['merges']} merges, staleness {staleness}, {len(summary['nodes'])} nodes, "
+            f"{summary['merges']} merges ({merges_text(summary.get('merges_by_node') or {})}), "
+            f"staleness {staleness}, {len(summary['nodes'])} nodes, "
             f"learning rate x{summary.get('learning_rate_scale', 1.0):.2f} for {summary.get('nodes_merging', 1)} "
             f"merging"
             + "".join(f", {name} {value:.4f}" for name, value in (summary.get("validation") or {}).items())

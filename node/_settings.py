@@ -114,6 +114,17 @@ class TrainingSettings:
     mlflow_tracking_uri : str or True, optional
         Track the fit in MLflow at this URI (a local folder or any tracking URI; True: ``./mlruns``);
         default off.  Needs MLflow (``sparkdbn[mlflow]``).
+    bind_host : str, optional
+        Where each executor's node listens (default: automatic -- loopback on ``local[N]``, else
+        ``SPARK_LOCAL_IP``/``SPARK_LOCAL_HOSTNAME`` where set, else the address of the interface
+        that reaches the driver; see :mod:`node._network`).  ``"0.0.0.0"`` listens on every
+        interface and needs ``advertise_host``.
+    advertise_host : str, optional
+        The host name or address peers connect to (default: the bind host).  For NAT, containers,
+        or a name in the cluster's DNS.
+    port_range : str, optional
+        ``"40000-40100"``: the nodes' endpoints bind a free port of this range (for firewalls);
+        default: any free port.  A range with no free port fails the node's start naming it.
     kill_worker_once_at : str, optional
         Test hook ``"<phase>:<epoch>"``: the first node to reach it trains half a partition
         and kills its Python worker with SIGKILL (once per run).
@@ -156,6 +167,9 @@ class TrainingSettings:
     early_stopping: dict[str, Any] | bool | None = None
     log_dir: str | None = "sparkdbn-logs"
     mlflow_tracking_uri: str | bool | None = None
+    bind_host: str | None = None
+    advertise_host: str | None = None
+    port_range: str | None = None
     kill_worker_once_at: str | None = None
 
     def epochs_for(self, phase: str) -> int:
@@ -198,6 +212,15 @@ class TrainingSettings:
         if self.lease_timeout_s <= 0:
             raise ValueError(f"lease_timeout_s must be > 0, got {self.lease_timeout_s}")
         self._validate_watching()
+        self._validate_network()
+
+    def _validate_network(self) -> None:
+        from actors import parse_port_range
+
+        from ._network import check_host_settings
+
+        check_host_settings(self.bind_host, self.advertise_host)
+        parse_port_range(self.port_range)
 
     def _validate_watching(self) -> None:
         from ._early_stopping import EarlyStopping

@@ -53,6 +53,9 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "scale_rule": None,
     "mode": None,
     "seed": 0,
+    "bind_host": None,
+    "advertise_host": None,
+    "port_range": None,
     "out": "sparkdbn-report",
     "report": True,
     "progress": True,
@@ -125,7 +128,7 @@ def _settings(options: dict[str, Any], model: Any) -> Any:
     from node import TrainingSettings
 
     fields = {"epochs", "partitions", "batch_size", "fanout", "merge_alpha", "scale_rule", "seed", "run_id", "progress",
-              "mode"}
+              "mode", "bind_host", "advertise_host", "port_range"}
     given = {key: options[key] for key in fields if options.get(key) is not None}
     if "epochs" not in given and "epochs" not in (options.get("settings") or {}):
         given["epochs"] = {phase: DEFAULT_EPOCHS.get(phase, DEFAULT_PRETRAIN_EPOCHS) for phase in model.phases()}
@@ -319,6 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--mode", choices=MODE_NAMES,
                        help="how nodes combine their progress: async (default), sync or sharing")
     train.add_argument("--seed", type=int)
+    train.add_argument("--bind-host", help="where each node listens (default: automatic -- loopback on local[N], "
+                       "else SPARK_LOCAL_IP or the interface that reaches the driver; 0.0.0.0 needs --advertise-host)")
+    train.add_argument("--advertise-host", help="host name or address peers connect to (default: the bind host)")
+    train.add_argument("--port-range", help="ports the nodes bind, e.g. 40000-40100 (default: any free port)")
     train.add_argument("--out", help="folder for the report plots (default ./sparkdbn-report)")
     train.add_argument("--no-report", dest="report", action="store_const", const=False, default=None)
     train.add_argument("--no-progress", dest="progress", action="store_const", const=False, default=None)

@@ -1,0 +1,119 @@
+"""Which address an executor's node binds and which it tells its peers.
+
+On ``local[N]`` every node lives on this machine: loopback.  On a cluster a node must listen on
+an address its peers can reach, and the one Spark itself uses is the best guess:
+
+1. ``SPARK_LOCAL_IP`` (Spark's own setting for the address it binds), else the address
+   ``SPARK_LOCAL_HOSTNAME`` resolves to (and that host name is what peers are told);
+2. else the local address of the interface that routes to the driver: a UDP socket
+   "connected" to the driver's host reveals it with ``getsockname()``, and sends nothing.
+
+``bind_host`` / ``advertise_host`` override the guess (``TrainingSettings``, ``--bind-host``,
+``spark.sparkdbn.bind_host``): ``bind_host="0.0.0.0"`` listens on every interface and then needs
+an ``advertise_host`` (behind NAT, or a name in the cluster's DNS).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from dataclasses import dataclass
+from typing import Mapping
+
+__all__ = ["NodeAddress", "choose_node_address", "is_local_master", "route_address", "WILDCARD_HOSTS",
+           "check_host_settings"]
+
+logger = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+#: Bind hosts that listen on every interface: never an address a peer can connect to.
+WILDCARD_HOSTS = ("0.0.0.0", "::", "*")
+#: Any port works for the UDP route probe (nothing is sent); Spark's driver port is not needed.
+_PROBE_PORT = 9
+
+
+@dataclass(frozen=True)
+class NodeAddress:
+    """Where a node binds (``bind_host``) and the host peers are told (``advertise_host``), and why."""
+
+    bind_host: str
+    advertise_host: str
+    reason: str
+
+
+def is_local_master(master: str | None) -> bool:
+    """Whether ``master`` (``spark.master``) runs every executor in this process (``local``, ``local[N]``...)."""
+    return (master or "local").strip().lower().startswith("local")
+
+
+def check_host_settings(bind_host: str | None, advertise_host: str | None) -> None:
+    """Raise ``ValueError`` naming the setting when the hosts given cannot work."""
+    for name, value in (("bind_host", bind_host), ("advertise_host", advertise_host)):
+        if value is not None and (not isinstance(value, str) or not value.strip() or any(
+                character.isspace() or character in "/@" for character in value)):
+            raise ValueError(f"{name} must be a host name or an IP address (e.g. 10.0.0.5), got {value!r}")
+    if advertise_host in WILDCARD_HOSTS:
+        raise ValueError(f"advertise_host {advertise_host!r} is no address a peer can connect to: give the host "
+                         "name or address peers reach this node at")
+    if bind_host in WILDCARD_HOSTS and advertise_host is None:
+        raise ValueError(f"bind_host {bind_host!r} listens on every interface, which is no address a peer can "
+                         "connect to: give advertise_host too (the host name or address peers reach the node at)")
+
+
+def route_address(host: str) -> str:
+    """The local address of the interface this machine uses to reach ``host`` (nothing is sent).
+
+    Raises
+    ------
+    OSError
+        ``host`` does not resolve, or there is no route to it.
+    """
+    family, _, _, _, address = socket.getaddrinfo(host, _PROBE_PORT, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect(address)  # UDP: picks the route and the source address, sends no packet
+        return str(probe.getsockname()[0])
+
+
+def choose_node_address(*, local_master: bool, driver_host: str | None, bind_host: str | None = None,
+                        advertise_host: str | None = None,
+                        environ: Mapping[str, str] | None = None) -> NodeAddress:
+    """The node's bind and advertised hosts (see the module docstring for the order of choices).
+
+    Parameters
+    ----------
+    local_master : bool
+        The driver's master is ``local[...]``: loopback unless a host is given.
+    driver_host : str, optional
+        ``spark.driver.host``: the executors route to it.
+    bind_host, advertise_host : str, optional
+        The user's settings (win over every guess).
+    environ : mapping, optional
+        Where ``SPARK_LOCAL_IP`` / ``SPARK_LOCAL_HOSTNAME`` are read (default ``os.environ``).
+    """
+    import os
+
+    check_host_settings(bind_host, advertise_host)
+    environ = os.environ if environ is None else environ
+    if bind_host is not None:
+        return NodeAddress(bind_host, advertise_host or bind_host, "bind_host setting")
+    if local_master:
+        return NodeAddress(LOOPBACK, advertise_host or LOOPBACK, "local master: loopback")
+    local_ip, local_hostname = environ.get("SPARK_LOCAL_IP"), environ.get("SPARK_LOCAL_HOSTNAME")
+    if local_ip:
+        return NodeAddress(local_ip, advertise_host or local_hostname or local_ip, "SPARK_LOCAL_IP")
+    if local_hostname:
+        try:
+            address = socket.getaddrinfo(local_hostname, None, type=socket.SOCK_STREAM)[0][4][0]
+        except OSError as error:
+            logger.warning("SPARK_LOCAL_HOSTNAME %r does not resolve here (%s): the node listens on every interface",
+                           local_hostname, error)
+            address = "0.0.0.0"
+        return NodeAddress(str(address), advertise_host or local_hostname, "SPARK_LOCAL_HOSTNAME")
+    if driver_host:
+        try:
+            address = route_address(driver_host)
+            return NodeAddress(address, advertise_host or address, f"interface routing to the driver {driver_host}")
+        except OSError as error:
+            logger.warning("no route from this executor to the driver host %r (%s): the node listens on every "
+                           "interface and advertises this host's name", driver_host, error)
+    return NodeAddress("0.0.0.0", advertise_host or socket.gethostname(), "host name (no route to the driver)")
