@@ -16,6 +16,12 @@ record notes them) as a share of the fit.
 
 from __future__ import annotations
 
+import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
+_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
+import _venv  # noqa: E402
+_venv.ensure()
+
+
 import argparse
 import statistics
 import tempfile

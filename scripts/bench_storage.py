@@ -11,6 +11,12 @@
     .venv/bin/python scripts/bench_storage.py [--quick]
 """
 
+
+import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
+_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
+import _venv  # noqa: E402
+_venv.ensure()
+
 import argparse
 import os
 import statistics
