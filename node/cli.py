@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ._cli_options import OneLineParser, UsageError, load_config, parse_spark_conf
 from ._fit import open_checked_store
 from ._modes import MODE_NAMES
 from ._report import check_report_folder
@@ -33,9 +34,6 @@ __all__ = ["main", "build_parser", "build_model", "load_config", "UsageError"]
 
 logger = logging.getLogger(__name__)
 
-
-class UsageError(Exception):
-    """A mistake in what the command was asked: reported as one line, exit status 2, before Spark starts."""
 
 #: Settings of ``train`` when neither the config nor a flag sets them.
 TRAIN_DEFAULTS: dict[str, Any] = {
@@ -57,19 +55,6 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "report": True,
     "progress": True,
 }
-
-
-def load_config(path: str | None) -> dict[str, Any]:
-    """A JSON (``.json``) or YAML (``.yaml``/``.yml``) mapping of settings, ``{}`` without a path."""
-    if not path:
-        return {}
-    from rbm import read_config
-
-    try:
-        config = read_config(path)
-    except (OSError, ValueError) as error:
-        raise UsageError(f"--config {path}: {error}") from error
-    return {key.replace("-", "_"): value for key, value in config.items()}
 
 
 def _load_dataset(name: str, seed: int) -> tuple[Any, Any, np.ndarray | None, np.ndarray | None]:
@@ -141,7 +126,9 @@ def _settings(options: dict[str, Any], model: Any) -> Any:
 def _session(options: dict[str, Any]) -> Any:
     from node import get_spark_session
 
-    return get_spark_session(options.get("master"), conf=options.get("spark_conf"))
+    conf = dict(options.get("spark_conf") or {})
+    conf.update(parse_spark_conf(options.get("conf")))  # --conf over the config file's spark_conf
+    return get_spark_session(options.get("master"), conf=conf)
 
 
 def _store_url(options: dict[str, Any]) -> str:
@@ -291,8 +278,8 @@ def cmd_status(options: dict[str, Any]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sparkdbn", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="sparkdbn", description=__doc__.split("\n\n")[0],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--verbose", "-v", action="store_true", help="log at INFO level")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -301,8 +288,14 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--master", help="Spark master (ignored under spark-submit); default local[2,4]")
         sub.add_argument("--store", help="store URL or path; default ./sparkdbn-store")
 
+    def spark_settings(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--conf", action="append", metavar="KEY=VALUE",
+                         help="a Spark setting, as spark-submit takes it (repeatable); settings spark-submit "
+                              "was given are never overridden by sparkdbn's defaults")
+
     train = commands.add_parser("train", help="train a model on Spark, evaluate it, write the report plots")
     common(train)
+    spark_settings(train)
     train.add_argument("--run-id", help="run name in the store; an existing run resumes")
     train.add_argument("--dataset", help="digits (default), digits28, or a staged dataset URL")
     train.add_argument("--model", help="dbn (default), convnet or rbm")
@@ -328,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 ("predict", cmd_predict, "add prediction columns to a Parquet dataset")):
         sub = commands.add_parser(name, help=text)
         common(sub)
+        spark_settings(sub)
         sub.add_argument("--run", required=True, help="the run whose saved model to use")
         sub.add_argument("--input", help="Parquet input with a features column (and a label column)")
         sub.add_argument("--features-col")
@@ -360,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--store", help="store URL or path; default ./sparkdbn-store")
     status.add_argument("--run", required=True)
     status.set_defaults(handler=cmd_status, defaults={})
+    parser.set_defaults(subparsers=commands.choices)
     return parser
 
 
@@ -374,14 +369,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ._errors import NodeError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's own parser: `sparkdbn train: unrecognized arguments: ...`
+        args.subparsers[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         options = dict(args.defaults)
-        options.update(load_config(getattr(args, "config", None)))
-        options.update({key: value for key, value in vars(args).items()
-                        if value is not None and key not in ("handler", "defaults", "config", "command", "verbose")})
+        internal = ("handler", "defaults", "config", "command", "verbose", "subparsers")
+        known = set(options) | {key for key in vars(args) if key not in internal}
+        options.update(load_config(getattr(args, "config", None), known))
+        options.update({key: value for key, value in vars(args).items() if value is not None and key not in internal})
+        parse_spark_conf(options.get("conf"))  # a malformed --conf is said before anything runs
         if args.command == "stage" and not options.get("url"):
             raise UsageError("stage needs --url (the dataset directory)")
         return int(args.handler(options) or 0)

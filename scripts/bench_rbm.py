@@ -208,7 +208,7 @@ def print_defaults_table(seeds: list[int]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short run (fewer samples and rounds)")
     parser.add_argument("--samples", type=int, default=None, help="samples per measurement")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved rounds; the best is kept")

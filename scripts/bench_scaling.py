@@ -203,7 +203,7 @@ def part_spark(args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="digits", choices=("digits", "digits28"))
     parser.add_argument("--kind", default="dbn", choices=tuple(EPOCHS))
     parser.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4, 8])

@@ -257,7 +257,7 @@ def part2(quick: bool, seed: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller data and fewer epochs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-spark", action="store_true", help="only the simulation")
