@@ -216,22 +216,49 @@ def _load_run_model(store_url: str, run: str) -> Any:
     return load_run_model(open_run(store_url, run))
 
 
+def _run_dataset(store_url: str, run: str) -> str | None:
+    """The staged dataset the run trained on (its record says), or None."""
+    from ._cli_data import run_dataset_url
+    from ._run_access import open_run
+
+    return run_dataset_url(open_run(store_url, run).record)
+
+
+def _new_data(spark: Any, options: dict[str, Any], dataset: str | None) -> tuple[Any, str]:
+    """``(frame, features column)``: the ``--input`` Parquet, its features scaled as the run's staged dataset was."""
+    from ._cli_data import dataset_scaling, scale_frame
+
+    frame = _read_parquet(spark, options["input"])
+    return scale_frame(frame, options["features_col"], dataset_scaling(dataset))
+
+
 def cmd_evaluate(options: dict[str, Any]) -> int:
     import node
 
-    model = _load_run_model(_store_url(options), options["run"])
+    from ._cli_data import held_out_split
+
+    store_url = _store_url(options)
+    model = _load_run_model(store_url, options["run"])
+    dataset = _run_dataset(store_url, options["run"])
     if options.get("input"):
         _check_input(options["input"])
-    spark = _session(options)
-    if options.get("input"):
-        data = _read_parquet(spark, options["input"])
+        spark = _session(options)
+        data, features_col = _new_data(spark, options, dataset)
+    elif options.get("dataset") is None and dataset is not None:  # the run's own held-out split
+        data = held_out_split(dataset)
+        if data is None:
+            raise UsageError(f"run {options['run']} trained on {dataset}, which has no held-out split "
+                             "(stage with --test-fraction); give --input or --dataset")
+        print(f"evaluating on the held-out split of {dataset}")
+        spark = _session(options)
     else:
-        _X, _y, X_test, y_test = _load_dataset(str(options["dataset"]), int(options["seed"]))
+        _X, _y, X_test, y_test = _load_dataset(str(options.get("dataset") or "digits"), int(options["seed"]))
         if X_test is None:
             raise UsageError("evaluate needs --input (a Parquet file) or a recipe --dataset")
         data = (X_test, y_test)
-    print(node.evaluate(model, data, spark=spark, features_col=options["features_col"],
-                        label_col=options["label_col"]))
+        spark = _session(options)
+    print(node.evaluate(model, data, spark=spark, features_col=features_col if options.get("input") else
+                        options["features_col"], label_col=options["label_col"]))
     return 0
 
 
@@ -240,13 +267,17 @@ def cmd_predict(options: dict[str, Any]) -> int:
 
     from ._outputs import write_parquet_safely
 
-    model = _load_run_model(_store_url(options), options["run"])
+    store_url = _store_url(options)
+    model = _load_run_model(store_url, options["run"])
     if not options.get("input"):
         raise UsageError("predict needs --input (a Parquet file or folder with a features column)")
     _check_input(options["input"])
+    dataset = _run_dataset(store_url, options["run"])
     spark = _session(options)
-    frame = _read_parquet(spark, options["input"])
-    result = node.predict_dataframe(model, frame, features_col=options["features_col"])
+    frame, features_col = _new_data(spark, options, dataset)
+    result = node.predict_dataframe(model, frame, features_col=features_col)
+    if features_col != options["features_col"]:
+        result = result.drop(features_col)  # the scaled copy: the input's own columns are what is written
     write_parquet_safely(result, options["output"], inputs=(options["input"],), overwrite=bool(options.get("overwrite")))
     print(f"wrote predictions of {options['input']} to {options['output']}")
     return 0
@@ -255,6 +286,20 @@ def cmd_predict(options: dict[str, Any]) -> int:
 def cmd_stage(options: dict[str, Any]) -> int:
     import node
 
+    if options.get("input"):
+        from ._stage_input import stage_input
+
+        columns = options.get("features_cols")
+        meta = stage_input(options["input"], options["url"], label_col=options.get("label_col") or None,
+                           features_cols=columns.split(",") if isinstance(columns, str) else columns,
+                           labels=options.get("labels"), test_fraction=options.get("test_fraction"),
+                           scale=options.get("scale"), shards=options.get("shards"),
+                           overwrite=bool(options.get("overwrite")), seed=int(options.get("seed") or 0))
+        held_out = f"; held out: {options['url'].rstrip('/')}/test" if meta.get("splits") else ""
+        print(f"staged {options['input']} at {options['url']}: {meta['n_samples']} training samples of "
+              f"{meta['feature_shape']} features, {meta.get('n_classes')} classes{held_out}"
+              f"{'; scaled to [0, 1] (minmax)' if meta.get('scaling') else ''}")
+        return 0
     meta = node.stage_recipe(options["recipe"], options["url"], shards=int(options["shards"]),
                              overwrite=bool(options.get("overwrite")))
     print(f"staged {options['recipe']} at {options['url']}: {meta.get('n_samples')} samples in "
@@ -331,18 +376,28 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--overwrite", action="store_const", const=True,
                              help="replace predictions an earlier predict wrote to --output (nothing else)")
         else:
-            sub.add_argument("--dataset", help="recipe whose test split to use (default digits)")
-        sub.set_defaults(handler=handler, defaults={"dataset": "digits", "seed": 0, "features_col": "features",
+            sub.add_argument("--dataset", help="recipe whose test split to use (default: the held-out split of "
+                                               "the staged dataset the run trained on, else digits)")
+        sub.set_defaults(handler=handler, defaults={"dataset": None, "seed": 0, "features_col": "features",
                                                     "label_col": "label"})
 
-    stage = commands.add_parser("stage", help="stage a dataset recipe as Parquet shards in a store")
+    stage = commands.add_parser("stage", help="stage a file of your own or a dataset recipe as Parquet shards")
     stage.add_argument("--config")
-    stage.add_argument("--recipe", help="digits or digits28")
+    stage.add_argument("--input", help="a CSV, Parquet, NPZ (arrays X, y) or IDX file (.gz too), path or URL")
+    stage.add_argument("--label-col", help="--input's label column (default label; '' for none)")
+    stage.add_argument("--features-cols", help="--input's feature columns, comma-separated (default: every other)")
+    stage.add_argument("--labels", help="the IDX labels file of an IDX --input")
+    stage.add_argument("--test-fraction", type=float, help="hold out this stratified share at <url>/test")
+    stage.add_argument("--scale", choices=("minmax",), help="scale each feature to [0, 1] by the training "
+                       "part's min/max (recorded in _meta.json, applied again to new data)")
+    stage.add_argument("--seed", type=int, help="seed of the held-out split (default 0)")
+    stage.add_argument("--recipe", help="digits or digits28 (without --input)")
     stage.add_argument("--url", help="dataset directory URL, e.g. file:///data/store/datasets/digits")
     stage.add_argument("--shards", type=int)
     stage.add_argument("--overwrite", action="store_const", const=True,
                        help="replace a dataset staged at --url before (nothing else is ever replaced)")
-    stage.set_defaults(handler=cmd_stage, defaults={"recipe": "digits", "url": None, "shards": 4})
+    stage.set_defaults(handler=cmd_stage, defaults={"recipe": "digits", "url": None, "shards": 4,
+                                                    "label_col": "label"})
 
     report = commands.add_parser("report", help="render the PNG plots of a run")
     common(report)
