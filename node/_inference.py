@@ -30,7 +30,7 @@ import storage
 from ._errors import InputDataError
 from ._frames import feature_column_kind, features_from_arrow
 
-__all__ = ["predict_dataframe", "model_payload", "model_from_payload", "predict_proba_batched"]
+__all__ = ["predict_dataframe", "model_payload", "model_from_payload", "predict_proba_batched", "raw_predictions"]
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +142,21 @@ def raise_input_errors_from(error: BaseException, what: str) -> None:
         raise InputDataError(f"{what}: {found[-1].strip()}") from error
 
 
+#: Floor of a probability before its logarithm, so that a 0 gives a finite raw prediction.
+_TINY_PROBABILITY = 1e-300
+
+
+def raw_predictions(proba: np.ndarray) -> np.ndarray:
+    """The raw prediction of each class: ``log p`` (natural log, floored at ``log 1e-300``).
+
+    What pyspark.ml's ``rawPrediction`` is for: a per-class confidence whose order is the
+    probabilities' order (argmax is the prediction; for two classes, ``[1]`` ranks rows for
+    ``BinaryClassificationEvaluator``).  The log-softmax equals the output layer's logits minus a
+    per-row constant.
+    """
+    return np.log(np.maximum(proba, _TINY_PROBABILITY))
+
+
 def _arrow_probability(proba: np.ndarray, as_vector: bool) -> Any:
     """Probabilities as Arrow ``list<double>`` or as the dense-VectorUDT struct."""
     n_rows, n_classes = proba.shape
@@ -186,10 +201,17 @@ def predict_dataframe(
     features_col: str = "features",
     prediction_col: str = "prediction",
     probability_col: str | None = "probability",
+    raw_prediction_col: str | None = "rawPrediction",
     batch_size: int = 1024,
-    probability_type: Literal["array", "vector"] = "array",
+    probability_type: Literal["array", "vector"] = "vector",
 ) -> Any:
-    """Add prediction and class-probability columns to a DataFrame, computed on the executors.
+    """Add pyspark.ml's classifier columns to a DataFrame, computed on the executors.
+
+    The columns are those of pyspark's own probabilistic classifiers (``LogisticRegression``,
+    ``RandomForestClassificationModel``): ``rawPrediction`` and ``probability`` as dense
+    ``pyspark.ml.linalg`` Vectors and ``prediction`` as a double, so pyspark's
+    ``MulticlassClassificationEvaluator``, ``BinaryClassificationEvaluator``, ``CrossValidator``
+    and ``TrainValidationSplit`` take the result unchanged.
 
     Parameters
     ----------
@@ -197,18 +219,21 @@ def predict_dataframe(
     df : pyspark.sql.DataFrame
         Holds ``features_col``: ``array<float|double>`` of the model's width, or a
         ``pyspark.ml.linalg`` Vector.  All other columns pass through unchanged.
-    features_col, prediction_col, probability_col : str
-        Column names; ``probability_col=None`` leaves the probabilities out.
+    features_col, prediction_col, probability_col, raw_prediction_col : str
+        Column names; ``probability_col=None`` / ``raw_prediction_col=None`` leave that column out.
     batch_size : int
         Rows per ``predict_proba`` call on an executor.
-    probability_type : {"array", "vector"}
-        ``array<double>``, or a dense ``pyspark.ml.linalg`` Vector (what Spark ML evaluators use).
+    probability_type : {"vector", "array"}
+        A dense ``pyspark.ml.linalg`` Vector (default: what Spark ML evaluators use), or
+        ``array<double>``; for both the probability and the raw prediction column.
 
     Returns
     -------
     pyspark.sql.DataFrame
-        ``df``'s columns plus ``prediction_col`` (double: the predicted class label, as Spark ML
-        does) and ``probability_col`` (n_classes values in ``model.classes_`` order).
+        ``df``'s columns plus ``raw_prediction_col`` (n_classes values: ``log`` of the
+        probabilities, see :func:`raw_predictions`), ``probability_col`` (n_classes values in
+        ``model.classes_`` order) and ``prediction_col`` (double: the predicted class label, as
+        Spark ML does; class indices when the labels were ``0 .. k-1``).
 
     Raises
     ------
@@ -217,7 +242,7 @@ def predict_dataframe(
         features the model refuses (checked on one row on the driver before the job runs).
     """
     feature_column_kind(df, features_col)
-    for column in (prediction_col, probability_col):
+    for column in (prediction_col, probability_col, raw_prediction_col):
         if column is not None and column in df.columns:
             raise InputDataError(f"output column {column!r} already exists in the DataFrame; choose another name")
     if batch_size < 1:
@@ -225,16 +250,20 @@ def predict_dataframe(
     classes = model_classes(model).astype(np.float64)
     check_first_row(model, df, features_col)
 
-    fields = list(df.schema.fields) + [StructField(prediction_col, DoubleType(), False)]
+    if probability_type not in ("vector", "array"):
+        raise InputDataError(f"probability_type must be 'vector' or 'array', got {probability_type!r}")
+    vector_type = VectorUDT() if probability_type == "vector" else ArrayType(DoubleType(), False)
+    fields = list(df.schema.fields)
+    if raw_prediction_col is not None:
+        fields.append(StructField(raw_prediction_col, vector_type, False))
     if probability_col is not None:
-        probability_type_spark = VectorUDT() if probability_type == "vector" else ArrayType(DoubleType(), False)
-        fields.append(StructField(probability_col, probability_type_spark, False))
+        fields.append(StructField(probability_col, vector_type, False))
+    fields.append(StructField(prediction_col, DoubleType(), False))
     schema = StructType(fields)
 
     broadcast = df.sparkSession.sparkContext.broadcast(model_payload(model))
     # Plain values only in the closure (not the model, not self): they are what the workers get.
     as_vector = probability_type == "vector"
-    with_probability = probability_col is not None
 
     def predict_batches(batches: Iterator[Any]) -> Iterator[Any]:
         replica = model_from_payload(broadcast.value)
@@ -242,11 +271,15 @@ def predict_dataframe(
             X = features_from_arrow(batch.column(features_col), name=features_col)
             proba = predict_proba_batched(replica, X, batch_size)
             prediction = classes[np.argmax(proba, axis=1)] if len(X) else np.zeros(0)
-            columns = list(batch.columns) + [pa.array(prediction, type=pa.float64())]
-            names = list(batch.schema.names) + [prediction_col]
-            if with_probability:
+            columns, names = list(batch.columns), list(batch.schema.names)
+            if raw_prediction_col is not None:
+                columns.append(_arrow_probability(raw_predictions(proba), as_vector))
+                names.append(raw_prediction_col)
+            if probability_col is not None:
                 columns.append(_arrow_probability(proba, as_vector))
                 names.append(probability_col)
+            columns.append(pa.array(prediction, type=pa.float64()))
+            names.append(prediction_col)
             yield pa.RecordBatch.from_arrays(columns, names=names)
 
     log.debug("predicting %s -> %s/%s with a %d-byte model broadcast", features_col, prediction_col, probability_col, len(broadcast.value))

@@ -2,8 +2,10 @@
 
 ``DBNClassifier.fit(df)`` trains an :class:`rbm.DBN` with the decentralized trainer
 (:class:`node.Trainer`: one node per executor Python worker, weights through the store) and
-returns a :class:`DBNClassificationModel`, whose ``transform`` adds prediction and probability
-columns on the executors (:func:`node.predict_dataframe`).  Both work inside a
+returns a :class:`DBNClassificationModel`, whose ``transform`` adds pyspark.ml's classifier columns
+(``rawPrediction``, ``probability``, ``prediction``) on the executors (:func:`node.predict_dataframe`).
+Without a ``storeUrl`` a fit's run lives in a temporary store removed when the fit ends (tuning
+with ``CrossValidator`` leaves nothing behind); with one, every fit's run is kept there.  Both work inside a
 ``pyspark.ml.Pipeline`` and save/load like any Spark ML stage:
 
 * the estimator's params are Spark's usual JSON metadata (``<path>/metadata``);
@@ -19,13 +21,21 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 from typing import Any
 
 from pyspark import keyword_only
 from pyspark.ml import Estimator, Model
 from pyspark.ml.param import Param, Params, TypeConverters
-from pyspark.ml.param.shared import HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProbabilityCol, HasSeed
+from pyspark.ml.param.shared import (
+    HasFeaturesCol,
+    HasLabelCol,
+    HasPredictionCol,
+    HasProbabilityCol,
+    HasRawPredictionCol,
+    HasSeed,
+)
 from pyspark.ml.util import (
     DefaultParamsReadable,
     DefaultParamsReader,
@@ -52,7 +62,8 @@ log = logging.getLogger(__name__)
 MODEL_FILE = "model.npz"
 
 
-class _DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProbabilityCol, HasSeed):
+class _DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProbabilityCol, HasRawPredictionCol,
+                           HasSeed):
     """Params shared by the estimator and the model (the model keeps the estimator's values)."""
 
     hiddenLayerSizes: Param[list[int]] = Param(
@@ -69,8 +80,9 @@ class _DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasPro
     finetuneLearningRate: Param[float] = Param(
         Params._dummy(), "finetuneLearningRate", "learning rate of fine-tuning", typeConverter=TypeConverters.toFloat)
     storeUrl: Param[str] = Param(
-        Params._dummy(), "storeUrl", "store for weights, metrics and the model (path, file:// or hdfs:// URL); "
-        "empty: ./sparkdbn-store", typeConverter=TypeConverters.toString)
+        Params._dummy(), "storeUrl", "store that keeps each fit's run: weights, metrics and the model (path, "
+        "file:// or hdfs:// URL); empty (default): a temporary store removed when the fit ends, so tuning "
+        "(CrossValidator, TrainValidationSplit) leaves nothing behind", typeConverter=TypeConverters.toString)
     numPartitions: Param[int] = Param(
         Params._dummy(), "numPartitions", "RDD partitions per epoch; 0: twice Spark's default parallelism",
         typeConverter=TypeConverters.toInt)
@@ -91,7 +103,7 @@ class _DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasPro
         super().__init__(*args)
         self._setDefault(
             featuresCol="features", labelCol="label", predictionCol="prediction", probabilityCol="probability",
-            hiddenLayerSizes=[256, 256], pretrainEpochs=5, finetuneEpochs=10, batchSize=32, learningRate=0.05,
+            rawPredictionCol="rawPrediction", hiddenLayerSizes=[256, 256], pretrainEpochs=5, finetuneEpochs=10, batchSize=32, learningRate=0.05,
             finetuneLearningRate=0.1, storeUrl="", numPartitions=0, fanout=0, runId="", progress=True, seed=0,
             trainingMode="async")
 
@@ -145,7 +157,8 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
 
     @keyword_only
     def __init__(self, *, featuresCol: str = "features", labelCol: str = "label", predictionCol: str = "prediction",
-                 probabilityCol: str = "probability", hiddenLayerSizes: list[int] | None = None,
+                 probabilityCol: str = "probability", rawPredictionCol: str = "rawPrediction",
+                 hiddenLayerSizes: list[int] | None = None,
                  pretrainEpochs: int = 5, finetuneEpochs: int = 10, batchSize: int = 32, learningRate: float = 0.05,
                  finetuneLearningRate: float = 0.1, storeUrl: str = "", numPartitions: int = 0, fanout: int = 0,
                  runId: str = "", progress: bool = True, seed: int = 0, trainingMode: str = "async") -> None:
@@ -155,7 +168,8 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
 
     @keyword_only
     def setParams(self, *, featuresCol: str = "features", labelCol: str = "label", predictionCol: str = "prediction",
-                  probabilityCol: str = "probability", hiddenLayerSizes: list[int] | None = None,
+                  probabilityCol: str = "probability", rawPredictionCol: str = "rawPrediction",
+                  hiddenLayerSizes: list[int] | None = None,
                   pretrainEpochs: int = 5, finetuneEpochs: int = 10, batchSize: int = 32, learningRate: float = 0.05,
                   finetuneLearningRate: float = 0.1, storeUrl: str = "", numPartitions: int = 0, fanout: int = 0,
                   runId: str = "", progress: bool = True, seed: int = 0,
@@ -176,6 +190,9 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
     def setProbabilityCol(self, value: str) -> "DBNClassifier":
         return self._set(probabilityCol=value)
 
+    def setRawPredictionCol(self, value: str) -> "DBNClassifier":
+        return self._set(rawPredictionCol=value)
+
     def build_model(self) -> Any:
         """The untrained :class:`rbm.DBN` these params describe."""
         sizes = self.getHiddenLayerSizes()
@@ -190,12 +207,28 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
         )
 
     def _fit(self, dataset: Any) -> "DBNClassificationModel":
+        if self.getStoreUrl():
+            return self._fit_in(dataset, self.getStoreUrl(), key=None, log_dir="sparkdbn-logs")
+        # No store asked for: the run lives in a temporary folder for the fit only, with a key that is
+        # never kept (nothing under ~/.config either) and no TensorBoard files; the model stays in memory
+        # and is written where the user saves it.
+        folder = tempfile.mkdtemp(prefix="sparkdbn-fit-")
+        try:
+            fitted = self._fit_in(dataset, "file://" + folder, key=os.urandom(32), log_dir=None)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)  # only the folder this fit made
+        fitted._set(runId="", storeUrl="")
+        return fitted
+
+    def _fit_in(self, dataset: Any, store_url: str, key: bytes | None, log_dir: str | None) -> "DBNClassificationModel":
         model = self.build_model()
         epochs = {phase: (self.getFinetuneEpochs() if phase == "finetune" else self.getPretrainEpochs())
                   for phase in model.phases()}
         trainer = Trainer(
             spark=dataset.sparkSession,
-            store_url=self.getStoreUrl() or None,
+            store_url=store_url,
+            key=key,
+            log_dir=log_dir,
             epochs=epochs,
             partitions=self.getNumPartitions() or None,
             fanout=self.getFanout() or None,
@@ -218,9 +251,10 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
 class DBNClassificationModel(Model, _DBNClassifierParams, MLReadable, MLWritable):
     """A trained DBN (or any sparkdbn classifier) as a Spark ML transformer.
 
-    ``transform(df)`` adds ``predictionCol`` (double: the class number) and ``probabilityCol``
-    (a dense Vector of class probabilities; left out when the param is set to ``""``),
-    computed per partition through Arrow on the executors.
+    ``transform(df)`` adds pyspark.ml's classifier columns: ``rawPredictionCol`` (a dense Vector,
+    ``log`` of the probabilities), ``probabilityCol`` (a dense Vector of class probabilities) --
+    each left out when its param is set to ``""`` -- and ``predictionCol`` (double: the class
+    number), computed per partition through Arrow on the executors.
 
     Parameters
     ----------
@@ -248,6 +282,9 @@ class DBNClassificationModel(Model, _DBNClassifierParams, MLReadable, MLWritable
     def setProbabilityCol(self, value: str) -> "DBNClassificationModel":
         return self._set(probabilityCol=value)
 
+    def setRawPredictionCol(self, value: str) -> "DBNClassificationModel":
+        return self._set(rawPredictionCol=value)
+
     def _transform(self, dataset: Any) -> Any:
         return predict_dataframe(
             self.model,
@@ -255,6 +292,7 @@ class DBNClassificationModel(Model, _DBNClassifierParams, MLReadable, MLWritable
             features_col=self.getFeaturesCol(),
             prediction_col=self.getPredictionCol(),
             probability_col=self.getProbabilityCol() or None,
+            raw_prediction_col=self.getRawPredictionCol() or None,
             batch_size=max(1024, int(self.getBatchSize())),
             probability_type="vector",
         )

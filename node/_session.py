@@ -2,8 +2,14 @@
 
 Defaults: ``local[2,4]`` (two worker threads, up to four attempts per task so that a
 crashed Python worker is retried as it would be on a cluster; plain ``local[2]`` never
-retries), loopback networking, UI and console progress off, executors running this very
-Python (``PYSPARK_PYTHON = sys.executable``) so that they import the same packages.
+retries), loopback networking, console progress off (the driver draws its own), executors
+running this very Python (``PYSPARK_PYTHON = sys.executable``) so that they import the same
+packages.  The Spark UI follows Spark's own default (on, port 4040 and up).
+
+Spark settings come, strongest first, from ``conf`` (the command line's ``--conf``), then from
+what Spark was already given -- spark-submit's ``--conf``/``--master``, ``PYSPARK_SUBMIT_ARGS``,
+``spark-defaults.conf`` -- and only then from these defaults, which never override a setting
+Spark was given.
 """
 
 from __future__ import annotations
@@ -16,14 +22,14 @@ from typing import Mapping
 
 from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_MASTER", "get_spark_session", "running_under_spark_submit", "with_task_retries"]
+__all__ = ["DEFAULT_MASTER", "get_spark_session", "given_spark_conf", "session_settings",
+           "running_under_spark_submit", "with_task_retries"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MASTER = "local[2,4]"
 
 _DEFAULT_CONF: dict[str, str] = {
-    "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
@@ -42,6 +48,41 @@ def with_task_retries(master: str, attempts: int = 4) -> str:
     """
     match = re.fullmatch(r"local\[(\d+|\*)\]", master.strip())
     return f"local[{match.group(1)},{attempts}]" if match else master
+
+
+#: What pyspark's own launcher puts in the SparkConf of a local session: not settings a user gave.
+_LAUNCHER_KEYS = ("spark.master", "spark.app.name", "spark.app.submitTime", "spark.submit.deployMode",
+                  "spark.submit.pyFiles", "spark.ui.showConsoleProgress")
+
+
+def given_spark_conf() -> dict[str, str]:
+    """The settings Spark has before sparkdbn adds any (spark-submit's, PYSPARK_SUBMIT_ARGS', spark-defaults.conf).
+
+    Starts (or joins, under spark-submit) the JVM gateway: the SparkConf a new context would load.
+    """
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    given = dict(SparkConf().getAll())
+    if not running_under_spark_submit():
+        for key in _LAUNCHER_KEYS:
+            given.pop(key, None)
+    return given
+
+
+def session_settings(given: Mapping[str, str], conf: Mapping[str, str] | None = None, *,
+                     under_spark_submit: bool = False) -> dict[str, str]:
+    """The settings sparkdbn adds to a new session: its defaults where Spark was given nothing, then ``conf``.
+
+    Under spark-submit only the quiet bits (console progress) are defaulted: spark-submit decided
+    the master and the network.
+    """
+    defaults = dict(_DEFAULT_CONF)
+    if under_spark_submit:
+        defaults = {key: value for key, value in defaults.items() if key.startswith("spark.ui.")}
+    settings = {key: value for key, value in defaults.items() if key not in given}  # never over what was given
+    settings.update(conf or {})
+    return settings
 
 
 def running_under_spark_submit() -> bool:
@@ -64,7 +105,8 @@ def get_spark_session(
     app_name : str
         Application name shown by the cluster manager.
     conf : mapping, optional
-        Extra Spark settings; they override the embedded defaults.
+        Spark settings of the caller (the command line's ``--conf``); they override the
+        embedded defaults and what Spark was given before.
 
     Returns
     -------
@@ -78,13 +120,9 @@ def get_spark_session(
     if active is not None and not active.sparkContext._jsc.sc().isStopped():
         return active
     builder = SparkSession.builder.appName(app_name)
-    settings = dict(_DEFAULT_CONF)
-    if running_under_spark_submit():
-        # spark-submit decided the master and the network settings; keep only the quiet bits.
-        settings = {key: value for key, value in settings.items() if key.startswith("spark.ui.")}
-    else:
+    if not running_under_spark_submit():
         builder = builder.master(with_task_retries(master or DEFAULT_MASTER))
-    settings.update(conf or {})
+    settings = session_settings(given_spark_conf(), conf, under_spark_submit=running_under_spark_submit())
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ._cli_options import OneLineParser, UsageError, load_config, parse_spark_conf
 from ._run_store import open_checked_store
 from ._modes import MODE_NAMES
 from ._report import check_report_folder
@@ -33,9 +34,6 @@ __all__ = ["main", "build_parser", "build_model", "load_config", "UsageError"]
 
 logger = logging.getLogger(__name__)
 
-
-class UsageError(Exception):
-    """A mistake in what the command was asked: reported as one line, exit status 2, before Spark starts."""
 
 #: Settings of ``train`` when neither the config nor a flag sets them.
 TRAIN_DEFAULTS: dict[str, Any] = {
@@ -60,19 +58,6 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "report": True,
     "progress": True,
 }
-
-
-def load_config(path: str | None) -> dict[str, Any]:
-    """A JSON (``.json``) or YAML (``.yaml``/``.yml``) mapping of settings, ``{}`` without a path."""
-    if not path:
-        return {}
-    from rbm import read_config
-
-    try:
-        config = read_config(path)
-    except (OSError, ValueError) as error:
-        raise UsageError(f"--config {path}: {error}") from error
-    return {key.replace("-", "_"): value for key, value in config.items()}
 
 
 def _load_dataset(name: str, seed: int) -> tuple[Any, Any, np.ndarray | None, np.ndarray | None]:
@@ -144,7 +129,9 @@ def _settings(options: dict[str, Any], model: Any) -> Any:
 def _session(options: dict[str, Any]) -> Any:
     from node import get_spark_session
 
-    return get_spark_session(options.get("master"), conf=options.get("spark_conf"))
+    conf = dict(options.get("spark_conf") or {})
+    conf.update(parse_spark_conf(options.get("conf")))  # --conf over the config file's spark_conf
+    return get_spark_session(options.get("master"), conf=conf)
 
 
 def _store_url(options: dict[str, Any]) -> str:
@@ -232,22 +219,49 @@ def _load_run_model(store_url: str, run: str) -> Any:
     return load_run_model(open_run(store_url, run))
 
 
+def _run_dataset(store_url: str, run: str) -> str | None:
+    """The staged dataset the run trained on (its record says), or None."""
+    from ._cli_data import run_dataset_url
+    from ._run_access import open_run
+
+    return run_dataset_url(open_run(store_url, run).record)
+
+
+def _new_data(spark: Any, options: dict[str, Any], dataset: str | None) -> tuple[Any, str]:
+    """``(frame, features column)``: the ``--input`` Parquet, its features scaled as the run's staged dataset was."""
+    from ._cli_data import dataset_scaling, scale_frame
+
+    frame = _read_parquet(spark, options["input"])
+    return scale_frame(frame, options["features_col"], dataset_scaling(dataset))
+
+
 def cmd_evaluate(options: dict[str, Any]) -> int:
     import node
 
-    model = _load_run_model(_store_url(options), options["run"])
+    from ._cli_data import held_out_split
+
+    store_url = _store_url(options)
+    model = _load_run_model(store_url, options["run"])
+    dataset = _run_dataset(store_url, options["run"])
     if options.get("input"):
         _check_input(options["input"])
-    spark = _session(options)
-    if options.get("input"):
-        data = _read_parquet(spark, options["input"])
+        spark = _session(options)
+        data, features_col = _new_data(spark, options, dataset)
+    elif options.get("dataset") is None and dataset is not None:  # the run's own held-out split
+        data = held_out_split(dataset)
+        if data is None:
+            raise UsageError(f"run {options['run']} trained on {dataset}, which has no held-out split "
+                             "(stage with --test-fraction); give --input or --dataset")
+        print(f"evaluating on the held-out split of {dataset}")
+        spark = _session(options)
     else:
-        _X, _y, X_test, y_test = _load_dataset(str(options["dataset"]), int(options["seed"]))
+        _X, _y, X_test, y_test = _load_dataset(str(options.get("dataset") or "digits"), int(options["seed"]))
         if X_test is None:
             raise UsageError("evaluate needs --input (a Parquet file) or a recipe --dataset")
         data = (X_test, y_test)
-    print(node.evaluate(model, data, spark=spark, features_col=options["features_col"],
-                        label_col=options["label_col"]))
+        spark = _session(options)
+    print(node.evaluate(model, data, spark=spark, features_col=features_col if options.get("input") else
+                        options["features_col"], label_col=options["label_col"]))
     return 0
 
 
@@ -256,13 +270,17 @@ def cmd_predict(options: dict[str, Any]) -> int:
 
     from ._outputs import write_parquet_safely
 
-    model = _load_run_model(_store_url(options), options["run"])
+    store_url = _store_url(options)
+    model = _load_run_model(store_url, options["run"])
     if not options.get("input"):
         raise UsageError("predict needs --input (a Parquet file or folder with a features column)")
     _check_input(options["input"])
+    dataset = _run_dataset(store_url, options["run"])
     spark = _session(options)
-    frame = _read_parquet(spark, options["input"])
-    result = node.predict_dataframe(model, frame, features_col=options["features_col"])
+    frame, features_col = _new_data(spark, options, dataset)
+    result = node.predict_dataframe(model, frame, features_col=features_col)
+    if features_col != options["features_col"]:
+        result = result.drop(features_col)  # the scaled copy: the input's own columns are what is written
     write_parquet_safely(result, options["output"], inputs=(options["input"],), overwrite=bool(options.get("overwrite")))
     print(f"wrote predictions of {options['input']} to {options['output']}")
     return 0
@@ -271,6 +289,20 @@ def cmd_predict(options: dict[str, Any]) -> int:
 def cmd_stage(options: dict[str, Any]) -> int:
     import node
 
+    if options.get("input"):
+        from ._stage_input import stage_input
+
+        columns = options.get("features_cols")
+        meta = stage_input(options["input"], options["url"], label_col=options.get("label_col") or None,
+                           features_cols=columns.split(",") if isinstance(columns, str) else columns,
+                           labels=options.get("labels"), test_fraction=options.get("test_fraction"),
+                           scale=options.get("scale"), shards=options.get("shards"),
+                           overwrite=bool(options.get("overwrite")), seed=int(options.get("seed") or 0))
+        held_out = f"; held out: {options['url'].rstrip('/')}/test" if meta.get("splits") else ""
+        print(f"staged {options['input']} at {options['url']}: {meta['n_samples']} training samples of "
+              f"{meta['feature_shape']} features, {meta.get('n_classes')} classes{held_out}"
+              f"{'; scaled to [0, 1] (minmax)' if meta.get('scaling') else ''}")
+        return 0
     meta = node.stage_recipe(options["recipe"], options["url"], shards=int(options["shards"]),
                              overwrite=bool(options.get("overwrite")))
     print(f"staged {options['recipe']} at {options['url']}: {meta.get('n_samples')} samples in "
@@ -294,8 +326,8 @@ def cmd_status(options: dict[str, Any]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sparkdbn", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="sparkdbn", description=__doc__.split("\n\n")[0],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--verbose", "-v", action="store_true", help="log at INFO level")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -304,8 +336,14 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--master", help="Spark master (ignored under spark-submit); default local[2,4]")
         sub.add_argument("--store", help="store URL or path; default ./sparkdbn-store")
 
+    def spark_settings(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--conf", action="append", metavar="KEY=VALUE",
+                         help="a Spark setting, as spark-submit takes it (repeatable); settings spark-submit "
+                              "was given are never overridden by sparkdbn's defaults")
+
     train = commands.add_parser("train", help="train a model on Spark, evaluate it, write the report plots")
     common(train)
+    spark_settings(train)
     train.add_argument("--run-id", help="run name in the store; an existing run resumes")
     train.add_argument("--dataset", help="digits (default), digits28, or a staged dataset URL")
     train.add_argument("--model", help="dbn (default), convnet or rbm")
@@ -335,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 ("predict", cmd_predict, "add prediction columns to a Parquet dataset")):
         sub = commands.add_parser(name, help=text)
         common(sub)
+        spark_settings(sub)
         sub.add_argument("--run", required=True, help="the run whose saved model to use")
         sub.add_argument("--input", help="Parquet input with a features column (and a label column)")
         sub.add_argument("--features-col")
@@ -344,18 +383,28 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--overwrite", action="store_const", const=True,
                              help="replace predictions an earlier predict wrote to --output (nothing else)")
         else:
-            sub.add_argument("--dataset", help="recipe whose test split to use (default digits)")
-        sub.set_defaults(handler=handler, defaults={"dataset": "digits", "seed": 0, "features_col": "features",
+            sub.add_argument("--dataset", help="recipe whose test split to use (default: the held-out split of "
+                                               "the staged dataset the run trained on, else digits)")
+        sub.set_defaults(handler=handler, defaults={"dataset": None, "seed": 0, "features_col": "features",
                                                     "label_col": "label"})
 
-    stage = commands.add_parser("stage", help="stage a dataset recipe as Parquet shards in a store")
+    stage = commands.add_parser("stage", help="stage a file of your own or a dataset recipe as Parquet shards")
     stage.add_argument("--config")
-    stage.add_argument("--recipe", help="digits or digits28")
+    stage.add_argument("--input", help="a CSV, Parquet, NPZ (arrays X, y) or IDX file (.gz too), path or URL")
+    stage.add_argument("--label-col", help="--input's label column (default label; '' for none)")
+    stage.add_argument("--features-cols", help="--input's feature columns, comma-separated (default: every other)")
+    stage.add_argument("--labels", help="the IDX labels file of an IDX --input")
+    stage.add_argument("--test-fraction", type=float, help="hold out this stratified share at <url>/test")
+    stage.add_argument("--scale", choices=("minmax",), help="scale each feature to [0, 1] by the training "
+                       "part's min/max (recorded in _meta.json, applied again to new data)")
+    stage.add_argument("--seed", type=int, help="seed of the held-out split (default 0)")
+    stage.add_argument("--recipe", help="digits or digits28 (without --input)")
     stage.add_argument("--url", help="dataset directory URL, e.g. file:///data/store/datasets/digits")
     stage.add_argument("--shards", type=int)
     stage.add_argument("--overwrite", action="store_const", const=True,
                        help="replace a dataset staged at --url before (nothing else is ever replaced)")
-    stage.set_defaults(handler=cmd_stage, defaults={"recipe": "digits", "url": None, "shards": 4})
+    stage.set_defaults(handler=cmd_stage, defaults={"recipe": "digits", "url": None, "shards": 4,
+                                                    "label_col": "label"})
 
     report = commands.add_parser("report", help="render the PNG plots of a run")
     common(report)
@@ -367,6 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--store", help="store URL or path; default ./sparkdbn-store")
     status.add_argument("--run", required=True)
     status.set_defaults(handler=cmd_status, defaults={})
+    parser.set_defaults(subparsers=commands.choices)
     return parser
 
 
@@ -381,14 +431,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ._errors import NodeError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's own parser: `sparkdbn train: unrecognized arguments: ...`
+        args.subparsers[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         options = dict(args.defaults)
-        options.update(load_config(getattr(args, "config", None)))
-        options.update({key: value for key, value in vars(args).items()
-                        if value is not None and key not in ("handler", "defaults", "config", "command", "verbose")})
+        internal = ("handler", "defaults", "config", "command", "verbose", "subparsers")
+        known = set(options) | {key for key in vars(args) if key not in internal}
+        options.update(load_config(getattr(args, "config", None), known))
+        options.update({key: value for key, value in vars(args).items() if value is not None and key not in internal})
+        parse_spark_conf(options.get("conf"))  # a malformed --conf is said before anything runs
         if args.command == "stage" and not options.get("url"):
             raise UsageError("stage needs --url (the dataset directory)")
         return int(args.handler(options) or 0)

@@ -19,6 +19,12 @@
 
 from __future__ import annotations
 
+import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
+_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
+import _venv  # noqa: E402
+_venv.ensure()
+
+
 import argparse
 import hashlib
 import hmac
@@ -252,7 +258,7 @@ def describe(latencies: list[float], floor: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short run (8 announcements, 2 rounds)")
     parser.add_argument("--announcements", type=int, default=30)
     parser.add_argument("--partition", type=int, default=1500, help="samples per partition (default 1500)")

@@ -12,6 +12,12 @@ for ours follows.
 
 from __future__ import annotations
 
+import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
+_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
+import _venv  # noqa: E402
+_venv.ensure()
+
+
 import argparse
 import os
 import time
@@ -90,7 +96,7 @@ def layer_table(X: np.ndarray, y: np.ndarray, repeats: int) -> list[tuple[str, s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short run (fewer batches and repeats)")
     parser.add_argument("--batches", type=int, default=60, help="training batches per timed pass")
     parser.add_argument("--repeats", type=int, default=3, help="alternating runs per library; the best is kept")

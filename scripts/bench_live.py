@@ -16,6 +16,12 @@ record notes them) as a share of the fit.
 
 from __future__ import annotations
 
+import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
+_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
+import _venv  # noqa: E402
+_venv.ensure()
+
+
 import argparse
 import statistics
 import tempfile
@@ -63,7 +69,7 @@ def live_log_write_s(folder: str, history: list[dict], repeats: int = 50) -> flo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=2, help="epochs per phase")
     parser.add_argument("--partitions", type=int, default=4)

@@ -26,6 +26,12 @@ Targets: ours >= 2x sklearn and >= 85% of the GEMM bound at 1 thread.
 
 from __future__ import annotations
 
+import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
+_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
+import _venv  # noqa: E402
+_venv.ensure()
+
+
 import argparse
 import time
 import warnings
@@ -202,7 +208,7 @@ def print_defaults_table(seeds: list[int]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short run (fewer samples and rounds)")
     parser.add_argument("--samples", type=int, default=None, help="samples per measurement")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved rounds; the best is kept")

@@ -26,6 +26,12 @@ Part 2 (``--spark``): the chosen default confirmed on ``local[n]`` Spark through
 
 from __future__ import annotations
 
+import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
+_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
+import _venv  # noqa: E402
+_venv.ensure()
+
+
 import argparse
 import os
 import sys
@@ -197,7 +203,7 @@ def part_spark(args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="digits", choices=("digits", "digits28"))
     parser.add_argument("--kind", default="dbn", choices=tuple(EPOCHS))
     parser.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4, 8])

@@ -20,6 +20,12 @@ as N grows far past this machine.
 
 from __future__ import annotations
 
+import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
+_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
+import _venv  # noqa: E402
+_venv.ensure()
+
+
 import argparse
 import heapq
 import logging
@@ -251,7 +257,7 @@ def part2(quick: bool, seed: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller data and fewer epochs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-spark", action="store_true", help="only the simulation")

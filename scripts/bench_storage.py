@@ -11,6 +11,12 @@
     .venv/bin/python scripts/bench_storage.py [--quick]
 """
 
+
+import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
+_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
+import _venv  # noqa: E402
+_venv.ensure()
+
 import argparse
 import os
 import statistics
@@ -111,7 +117,7 @@ def _timed(fn) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="few runs, small dataset")
     args = parser.parse_args()
     runs, n_rows, repeats = (5, 4000, 2) if args.quick else (30, 36000, 5)

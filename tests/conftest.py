@@ -14,6 +14,9 @@ import pytest
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# Spark's UI is on by default (as Spark's own default); the tests, and every Spark process they
+# start, turn it off -- a setting Spark is given, which sparkdbn's defaults never override.
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.ui.enabled=false pyspark-shell")
 # Run keys the fits generate are kept under $XDG_CONFIG_HOME/sparkdbn/keys: a folder of the
 # suite's own, never the user's ~/.config; and no key from the environment leaks in.
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="sparkdbn-test-config-")

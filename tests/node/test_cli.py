@@ -44,15 +44,25 @@ def test_train_prints_the_evaluation_and_writes_the_plots(spark, tmp_path, capsy
     import rbm
     from rbm.datasets import load_digits01
 
-    X_test = load_digits01().X_test
-    pq.write_table(pa.table({"features": pa.array(list(X_test), type=pa.list_(pa.float32()))}),
-                   str(tmp_path / "in.parquet"))
+    X_test, y_test = load_digits01().X_test, load_digits01().y_test
+    pq.write_table(pa.table({"features": pa.array(list(X_test), type=pa.list_(pa.float32())),
+                             "label": pa.array(y_test.astype(np.float64))}), str(tmp_path / "in.parquet"))
     assert cli.main(["predict", "--store", str(store), "--run", "cli", "--input", str(tmp_path / "in.parquet"),
                      "--output", str(tmp_path / "out.parquet")]) == 0
     predicted = pq.read_table(str(tmp_path / "out.parquet")).to_pandas()
     model = rbm.load_model(store / "runs" / "cli" / "model" / "model.npz")
     expected = model.predict(np.stack(predicted["features"].to_numpy()).astype(np.float32))
     np.testing.assert_array_equal(predicted["prediction"].to_numpy().astype(np.int64), expected)
+    # Spark reads the Vector columns back as Vectors: pyspark's evaluators take the output as it is.
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+
+    scored = spark.read.parquet(str(tmp_path / "out.parquet"))
+    assert MulticlassClassificationEvaluator(metricName="accuracy").evaluate(scored) == pytest.approx(
+        float(np.mean(expected == y_test)))
+    proba = model.predict_proba(np.stack(predicted["features"].to_numpy()).astype(np.float32))
+    expected_log_loss = -np.mean(np.log(np.maximum(proba[np.arange(len(proba)), predicted["label"].astype(int)], 1e-15)))
+    assert MulticlassClassificationEvaluator(metricName="logLoss").evaluate(scored) == pytest.approx(
+        expected_log_loss, rel=1e-4)
 
     # Nothing it did not write is ever deleted: not the input, not a user's folder, not earlier predictions
     # unless --overwrite asks to replace them.

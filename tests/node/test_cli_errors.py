@@ -86,3 +86,35 @@ def test_a_missing_predict_input_is_named_before_spark_starts(tmp_path, monkeypa
                        str(tmp_path / "out")])
     assert status == 2 and not started
     assert capsys.readouterr().err.strip() == f"sparkdbn predict: --input {tmp_path / 'in.parquet'} does not exist"
+
+
+def test_misspelled_keys_and_flags_are_one_line_naming_the_closest_and_spark_never_starts(tmp_path, monkeypatch,
+                                                                                         capsys):
+    from node import cli
+
+    monkeypatch.setattr(cli, "_session", lambda options: pytest.fail("Spark started"))
+    (tmp_path / "typo.yaml").write_text("model: dbn\nepoch: 3\n")
+    (tmp_path / "typo-setting.yaml").write_text("settings:\n  fan_out: 2\n")
+    store = str(tmp_path / "store")
+    cases = [
+        (["train", "--store", store, "--config", str(tmp_path / "typo.yaml")],
+         f"sparkdbn train: --config {tmp_path / 'typo.yaml'}: unknown key 'epoch'; did you mean 'epochs'?"),
+        (["train", "--store", store, "--config", str(tmp_path / "typo-setting.yaml")],
+         f"sparkdbn train: --config {tmp_path / 'typo-setting.yaml'}: settings: unknown key 'fan_out'; "
+         "did you mean 'fanout'?"),
+        # abbreviations are off: --conf is never taken for --config, nor --epoch for --epochs
+        (["stage", "--url", str(tmp_path / "d"), "--conf", "spark.ui.port=4050"],
+         "sparkdbn stage: unrecognized arguments: --conf spark.ui.port=4050 (did you mean --config?)"),
+        (["train", "--store", store, "--epoch", "3"],
+         "sparkdbn train: unrecognized arguments: --epoch 3 (did you mean --epochs?)"),
+        (["train", "--store", store, "--conf", "spark.ui.port"],
+         "sparkdbn train: --conf 'spark.ui.port': expected key=value, e.g. --conf spark.ui.port=4050"),
+    ]
+    for args, expected in cases:
+        try:
+            status = cli.main(args)
+        except SystemExit as exit:  # argparse's own mistakes
+            status = exit.code
+        assert status == 2, args
+        assert capsys.readouterr().err.strip() == expected
+    assert not (tmp_path / "store").exists() and not (tmp_path / "d").exists()

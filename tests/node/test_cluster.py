@@ -24,7 +24,7 @@ def test_a_job_submitted_to_a_standalone_cluster_trains_with_two_nodes(standalon
     store_url = "file://" + str(tmp_path / "store")
     command = [sys.executable, str(ROOT / "scripts" / "sparkdbn-submit"), "--master", standalone_cluster,
                "--executor-cores", "1", "--total-executor-cores", "2", "--executor-memory", "512m",
-               "--python", sys.executable, "--store", store_url,
+               "--python", sys.executable, "--store", store_url, "--conf", "spark.ui.enabled=false",
                "--", "train", "--model", "dbn", "--layers", "32", "--epochs", "2", "--partitions", "4",
                "--run-id", "cluster", "--no-report", "--no-progress"]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S,

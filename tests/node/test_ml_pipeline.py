@@ -62,6 +62,9 @@ def test_classifier_trains_in_a_pipeline_and_the_saved_pipeline_predicts_identic
     accuracy = MulticlassClassificationEvaluator(metricName="accuracy").evaluate(predictions)
     assert accuracy == pytest.approx(model.model.score(digits.X_test, digits.y_test))
     assert accuracy > 0.8  # trained by the decentralized nodes, it really learned
+    log_loss = MulticlassClassificationEvaluator(metricName="logLoss").evaluate(predictions)
+    expected_log_loss = -np.mean(np.log(np.maximum(probability[np.arange(len(prediction)), digits.y_test], 1e-15)))
+    assert log_loss == pytest.approx(expected_log_loss, rel=1e-6)
     predictions.unpersist()
 
     fitted.write().overwrite().save(str(tmp_path / "pipeline"))
@@ -88,7 +91,7 @@ def test_classifier_trains_in_a_pipeline_and_the_saved_pipeline_predicts_identic
 def test_a_model_saved_alone_loads_with_its_params_and_exact_weights(spark, digits, tmp_path):
     net = rbm.ConvNet(layers=[{"type": "flatten"}, {"type": "dense", "units": 16}], input_shape=(1, 8, 8),
                       n_classes=10, epochs=2, learning_rate=0.1, random_state=1).fit(digits.X_train, digits.y_train)
-    model = DBNClassificationModel(net).setPredictionCol("digit").setProbabilityCol("")
+    model = DBNClassificationModel(net).setPredictionCol("digit").setProbabilityCol("").setRawPredictionCol("")
     model.save(str(tmp_path / "model"))
     loaded = DBNClassificationModel.load(str(tmp_path / "model"))
     assert loaded.getPredictionCol() == "digit" and loaded.getProbabilityCol() == ""
@@ -97,7 +100,7 @@ def test_a_model_saved_alone_loads_with_its_params_and_exact_weights(spark, digi
 
     df = spark.createDataFrame([(k, x.astype(float).tolist()) for k, x in enumerate(digits.X_test[:50])], ["row", "features"])
     out = loaded.transform(df)
-    assert out.columns == ["row", "features", "digit"]  # probability column left out
+    assert out.columns == ["row", "features", "digit"]  # probability and raw prediction columns left out
     digits_predicted = [row["digit"] for row in out.orderBy("row").collect()]
     assert digits_predicted == net.predict(digits.X_test[:50]).astype(float).tolist()
 

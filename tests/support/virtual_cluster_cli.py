@@ -30,9 +30,9 @@ DOWN_TIMEOUT_S = 60.0
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="virtual-cluster", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="virtual-cluster", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    up = commands.add_parser("up", help="build a cluster and keep it up until Ctrl-C or `down`")
+    up = commands.add_parser("up", allow_abbrev=False, help="build a cluster and keep it up until Ctrl-C or `down`")
     up.add_argument("--workers", type=int, default=2, help="Spark worker hosts (0: no Spark; default 2)")
     up.add_argument("--no-store", action="store_true", help="no WebHDFS namenode/datanode hosts")
     up.add_argument("--extra-host", action="append", default=[], metavar="NAME", help="one more empty host (repeatable)")
@@ -40,10 +40,10 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--work-dir", help="folder for logs, Spark work folders and the HDFS tree (default: a new temp folder)")
     up.add_argument("--worker-cores", type=int, default=1, help="cores each Spark worker offers (default 1)")
     up.add_argument("--worker-memory", default="1g", help="memory each Spark worker offers (default 1g)")
-    commands.add_parser("status", help="list the clusters on this machine, their hosts and processes")
-    down = commands.add_parser("down", help="take clusters down (default: every one started by `up`)")
+    commands.add_parser("status", allow_abbrev=False, help="list the clusters on this machine, their hosts and processes")
+    down = commands.add_parser("down", allow_abbrev=False, help="take clusters down (default: every one started by `up`)")
     down.add_argument("prefixes", nargs="*", metavar="PREFIX", help="cluster prefixes, as `status` shows them")
-    run = commands.add_parser("exec", help="run a command inside a host: exec HOST -- COMMAND...")
+    run = commands.add_parser("exec", allow_abbrev=False, help="run a command inside a host: exec HOST -- COMMAND...")
     run.add_argument("--cluster", metavar="PREFIX", help="which cluster (needed when there are several)")
     run.add_argument("host", help="host name, e.g. driver")
     run.add_argument("argv", nargs=argparse.REMAINDER, help="the command (after --)")

@@ -497,7 +497,7 @@ class WebHDFSServer:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: serve a directory over WebHDFS until interrupted."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=9870, help="port (default 9870, as a Hadoop 3 namenode)")
     parser.add_argument("--root", required=True, help="local directory holding the HDFS tree")

@@ -1,0 +1,179 @@
+"""Staging a file of one's own: CSV, Parquet, NPZ or IDX, with a held-out split and min/max scaling.
+
+``stage_input(source, url, ...)`` reads the file on the driver with Arrow or numpy (no Spark),
+picks the label and feature columns, optionally holds out a stratified test split (staged at
+``<url>/test``) and scales every feature to [0, 1] with the training part's minimum and maximum
+(recorded in ``_meta.json`` under ``scaling`` and applied again wherever a model trained on the
+dataset meets new data: :func:`apply_scaling`, ``sparkdbn evaluate`` and ``predict``).  Like every
+staging it never replaces what it did not write (:func:`storage.check_stage_destination`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from storage import DatasetError, check_stage_destination, open_store, read_idx, stage_arrays
+
+__all__ = ["INPUT_FORMATS", "stage_input", "apply_scaling", "minmax_scaling"]
+
+logger = logging.getLogger(__name__)
+
+INPUT_FORMATS = ("csv", "parquet", "npz", "idx")
+
+
+def _local_copy(source: str, folder: str) -> str:
+    """A local path for ``source``: a path or ``file://`` as it is, a store URL (``hdfs://``) copied here."""
+    if source.startswith("file://"):
+        source = source[len("file://"):]
+    if "://" not in source:
+        if not os.path.exists(source):
+            raise DatasetError(f"--input {source} does not exist")
+        return source
+    parent, _, name = source.rstrip("/").rpartition("/")
+    path = os.path.join(folder, name)
+    with open(path, "wb") as handle:
+        handle.write(open_store(parent).read_bytes(name))
+    return path
+
+
+def _format_of(path: str) -> str:
+    name = path.lower().removesuffix(".gz")
+    if name.endswith(".csv"):
+        return "csv"
+    if name.endswith((".parquet", ".pq")) or os.path.isdir(path):
+        return "parquet"
+    if name.endswith(".npz"):
+        return "npz"
+    return "idx"  # train-images-idx3-ubyte[.gz]: checked by its magic number
+
+
+def _from_table(table: pa.Table, source: str, label_col: str | None,
+                features_cols: Sequence[str] | None) -> tuple[np.ndarray, np.ndarray | None, list[str]]:
+    names = table.column_names
+    if label_col is not None and label_col not in names:
+        raise DatasetError(f"{source} has no label column {label_col!r}; its columns are {names[:10]}"
+                           f"{' ...' if len(names) > 10 else ''} (--label-col)")
+    features = list(features_cols) if features_cols else [name for name in names if name != label_col]
+    missing = [name for name in features if name not in names]
+    if missing:
+        raise DatasetError(f"{source} has no feature column {missing[0]!r} (--features-cols)")
+    if not features:
+        raise DatasetError(f"{source} has no feature columns besides the label {label_col!r}")
+    X = np.empty((table.num_rows, len(features)), dtype=np.float32)
+    for j, name in enumerate(features):
+        column = table.column(name)
+        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
+            raise DatasetError(f"{source}: feature column {name!r} is {column.type}, not numeric")
+        if column.null_count:
+            raise DatasetError(f"{source}: feature column {name!r} has {column.null_count} missing value(s)")
+        X[:, j] = column.to_numpy()
+    y = table.column(label_col).to_numpy(zero_copy_only=False) if label_col is not None else None
+    return X, y, features
+
+
+def read_input(source: str, *, label_col: str | None = "label", features_cols: Sequence[str] | None = None,
+               labels: str | None = None) -> tuple[np.ndarray, np.ndarray | None, list[str] | None]:
+    """``(X, y, feature names)`` of a CSV, Parquet, NPZ (arrays ``X`` and ``y``) or IDX file (``labels``: its labels file)."""
+    with tempfile.TemporaryDirectory(prefix="sparkdbn-input-") as folder:
+        path = _local_copy(source, folder)
+        kind = _format_of(path)
+        if kind in ("csv", "parquet"):
+            if kind == "csv":
+                from pyarrow import csv
+
+                reader = lambda: csv.read_csv(path)  # noqa: E731
+            else:
+                import pyarrow.parquet as pq
+
+                reader = lambda: pq.read_table(path)  # noqa: E731
+            try:
+                table = reader()
+            except (pa.ArrowInvalid, OSError) as error:
+                raise DatasetError(f"{source} cannot be read as {kind}: {error}") from error
+            return _from_table(table, source, label_col, features_cols)
+        if kind == "npz":
+            with np.load(path, allow_pickle=False) as arrays:
+                if "X" not in arrays.files:
+                    raise DatasetError(f"{source} has no array 'X' (it has {arrays.files})")
+                X = np.asarray(arrays["X"], dtype=np.float32)
+                y = arrays["y"] if "y" in arrays.files else None
+            return X.reshape(len(X), -1), y, None
+        X = read_idx(path)
+        if X.ndim < 2:
+            raise DatasetError(f"{source} holds a 1-D IDX array (labels?), not samples")
+        y = read_idx(_local_copy(labels, folder)) if labels else None
+        return X.reshape(len(X), -1).astype(np.float32), y, None
+
+
+def minmax_scaling(X: np.ndarray) -> dict[str, Any]:
+    """The per-feature minimum and maximum of ``X`` (n, d), as recorded in ``_meta.json``."""
+    return {"kind": "minmax", "min": X.min(axis=0).astype(float).tolist(), "max": X.max(axis=0).astype(float).tolist()}
+
+
+def apply_scaling(X: np.ndarray, scaling: dict[str, Any] | None) -> np.ndarray:
+    """``(X - min) / (max - min)`` clipped to [0, 1] (a constant feature becomes 0); X unchanged without scaling."""
+    if not scaling:
+        return X
+    if scaling.get("kind") != "minmax":
+        raise DatasetError(f"unknown scaling {scaling.get('kind')!r} in the dataset's _meta.json")
+    low, high = np.asarray(scaling["min"], dtype=np.float64), np.asarray(scaling["max"], dtype=np.float64)
+    if X.shape[1:] != low.shape:
+        raise DatasetError(f"the data has {X.shape[1:]} features per sample; the dataset's scaling has {low.shape}")
+    span = np.where(high > low, high - low, 1.0)
+    return np.clip((X - low) / span, 0.0, 1.0).astype(np.float32)
+
+
+def _class_indices(y: np.ndarray) -> tuple[np.ndarray, list[Any] | None]:
+    """Labels as class indices ``0 .. k-1``, and the original labels when they were anything else."""
+    classes, indices = np.unique(y, return_inverse=True)
+    if np.issubdtype(classes.dtype, np.number) and np.array_equal(classes, np.arange(len(classes))):
+        return indices.astype(np.int64), None
+    return indices.astype(np.int64), [value.item() if hasattr(value, "item") else value for value in classes]
+
+
+def stage_input(source: str, url: str, *, label_col: str | None = "label", features_cols: Sequence[str] | None = None,
+                labels: str | None = None, test_fraction: float | None = None, scale: str | None = None,
+                shards: int | None = None, overwrite: bool = False, seed: int = 0) -> dict:
+    """Stage ``source`` at ``url`` (held-out split at ``url/test``); returns the training part's meta."""
+    if scale not in (None, "minmax"):
+        raise DatasetError(f"--scale {scale!r}: the one scaling is minmax")
+    if test_fraction is not None and not 0.0 < test_fraction < 1.0:
+        raise DatasetError(f"--test-fraction must lie in (0, 1), got {test_fraction}")
+    store = open_store(url)
+    check_stage_destination(store, overwrite=overwrite, keep=("test",))  # both checked before anything is written
+    if test_fraction:
+        check_stage_destination(store.child("test"), overwrite=overwrite)
+    X, y, feature_names = read_input(source, label_col=label_col, features_cols=features_cols, labels=labels)
+    extra: dict[str, Any] = {"source": f"input:{source}", "feature_names": feature_names}
+    if y is not None:
+        y, classes = _class_indices(y)
+        if classes is not None:
+            extra["classes"] = classes  # class index k stands for classes[k]
+    train_rows = np.arange(len(X))
+    if test_fraction:
+        from sklearn.model_selection import train_test_split
+
+        try:
+            train_rows, test_rows = train_test_split(train_rows, test_size=test_fraction, random_state=seed, stratify=y)
+        except ValueError as error:
+            raise DatasetError(f"--test-fraction {test_fraction}: no stratified split of {source}: {error}") from error
+    if scale == "minmax":
+        extra["scaling"] = minmax_scaling(X[train_rows])  # the training part's range: nothing leaks from the test
+        X = apply_scaling(X, extra["scaling"])
+    ys = (lambda rows: None if y is None else y[rows])
+    if test_fraction:
+        stage_arrays(store.child("test"), X[test_rows], ys(test_rows), shards=min(shards or 1, len(test_rows)),
+                     name=f"{store.root.rstrip('/').rsplit('/', 1)[-1]}-test", overwrite=overwrite,
+                     extra_meta={**extra, "split": "test"})
+        extra.update(split="train", splits={"test": "test"}, test_fraction=test_fraction, seed=seed)
+    meta = stage_arrays(store, X[train_rows], ys(train_rows), shards=shards, overwrite=overwrite,
+                        keep=("test",) if test_fraction else (), extra_meta=extra)
+    logger.info("staged %s at %s: %d training rows%s", source, store.url, len(train_rows),
+                f", {len(X) - len(train_rows)} held out" if test_fraction else "")
+    return meta

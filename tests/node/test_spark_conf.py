@@ -1,0 +1,69 @@
+"""Spark as Spark users know it: ``--conf`` reaches Spark, what Spark was given is never overridden, the UI is Spark's."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from node._session import session_settings
+
+RUN_TIMEOUT_S = 300
+
+
+def test_defaults_fill_only_what_spark_was_not_given_and_conf_wins():
+    given = {"spark.sql.shuffle.partitions": "7", "spark.ui.enabled": "false"}
+    settings = session_settings(given, {"spark.ui.enabled": "true"})
+    assert "spark.sql.shuffle.partitions" not in settings  # spark-submit's 7 stays
+    assert settings["spark.ui.enabled"] == "true"  # the command line's --conf is the user's latest word
+    assert settings["spark.driver.host"] == "127.0.0.1" and settings["spark.ui.showConsoleProgress"] == "false"
+    assert "spark.ui.enabled" not in session_settings({})  # the UI follows Spark's default: on
+    submitted = session_settings({"spark.driver.host": "10.0.0.5"}, under_spark_submit=True)
+    assert submitted == {"spark.ui.showConsoleProgress": "false"}  # spark-submit decided master and network
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _ui_answers(port: int) -> str | None:
+    """The page Spark's UI serves at /jobs/ on 127.0.0.1:port, or None while nothing answers there."""
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        connection.request("GET", "/jobs/")
+        response = connection.getresponse()
+        return response.read().decode(errors="replace") if response.status == 200 else None
+    except OSError:
+        return None
+
+
+@pytest.mark.slow
+def test_conf_turns_on_spark_ui_at_the_port_given_while_a_run_trains(tmp_path: Path):
+    port = _free_port()
+    command = [sys.executable, "-m", "node.cli", "train", "--store", str(tmp_path / "store"), "--run-id", "ui",
+               "--layers", "16", "--epochs", "1", "--no-report", "--no-progress",
+               "--conf", "spark.ui.enabled=true", "--conf", f"spark.ui.port={port}"]
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")  # PYSPARK_SUBMIT_ARGS (conftest) turns the UI off: --conf wins
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    page = None
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    try:
+        while "Spark Jobs" not in (page or "") and process.poll() is None and time.monotonic() < deadline:
+            page = _ui_answers(port)  # "Spark is starting up" first, then the jobs page
+            time.sleep(0.2)  # polling the port with a deadline while the run goes on
+        output, _ = process.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, output[-3000:]
+    assert page is not None and "Spark Jobs" in page, output[-3000:]

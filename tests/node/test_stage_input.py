@@ -1,0 +1,75 @@
+"""Your own data from the command line: a CSV staged with a held-out split and min/max scaling, trained on,
+then evaluated and predicted with no dataset flag -- the run knows its dataset."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+
+import rbm
+import storage
+from node import cli
+
+pytestmark = pytest.mark.slow
+
+
+def _accuracy_line(out: str) -> list[str]:
+    return next(line.split() for line in out.splitlines() if line.strip().startswith("accuracy"))
+
+
+def test_a_csv_staged_trained_and_evaluated_on_its_held_out_split_without_a_dataset_flag(spark, tmp_path, capsys):
+    digits = load_digits()  # raw pixels 0..16: Bernoulli units need the scaling
+    header = ",".join(["digit"] + [f"p{k}" for k in range(64)] + ["row"])
+    rows = [",".join([str(label)] + [str(int(v)) for v in x] + [str(k)])
+            for k, (x, label) in enumerate(zip(digits.data, digits.target))]
+    (tmp_path / "mine.csv").write_text(header + "\n" + "\n".join(rows) + "\n")
+    store = tmp_path / "store"
+    url = "file://" + str(store / "datasets" / "mine")
+    columns = ",".join(f"p{k}" for k in range(64))  # not the row number
+    stage = ["stage", "--input", str(tmp_path / "mine.csv"), "--url", url, "--label-col", "digit",
+             "--features-cols", columns, "--test-fraction", "0.25", "--scale", "minmax", "--shards", "2"]
+    assert cli.main(stage) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    train_meta, test_meta = storage.open_dataset(url).meta, storage.open_dataset(url + "/test").meta
+    assert train_meta["n_samples"] + test_meta["n_samples"] == len(digits.data)
+    assert test_meta["n_samples"] == pytest.approx(0.25 * len(digits.data), abs=1)
+    assert np.bincount(storage.open_dataset(url + "/test").read_all()[1]).min() >= 40  # stratified: every digit
+    X_train, _ = storage.open_dataset(url).read_all()
+    assert X_train.min() == 0.0 and X_train.max() == 1.0
+    scaling = train_meta["scaling"]
+    assert scaling["kind"] == "minmax" and max(scaling["max"]) == 16.0 and train_meta["feature_names"][0] == "p0"
+
+    # Staging never replaces what it did not write.
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "notes.txt").write_text("keep")
+    assert cli.main([*stage[:3], "--url", str(tmp_path / "theirs"), "--overwrite"]) == 2
+    assert "nothing was deleted" in capsys.readouterr().err
+    assert [path.name for path in (tmp_path / "theirs").iterdir()] == ["notes.txt"]
+
+    assert cli.main(["train", "--store", str(store), "--run-id", "mine", "--dataset", url, "--layers", "32",
+                     "--epochs", "2", "--partitions", "2", "--no-report", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert cli.main(["evaluate", "--store", str(store), "--run", "mine"]) == 0
+    out = capsys.readouterr().out
+    assert f"held-out split of {url}" in out
+    accuracy = _accuracy_line(out)
+    assert int(accuracy[-1]) == test_meta["n_samples"] and float(accuracy[-2]) > 0.3  # 10 classes: chance 0.1
+
+    # predict meets raw pixels: the run's scaling is applied to them first.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    raw = digits.data[:50].astype(np.float64)
+    pq.write_table(pa.table({"features": pa.array(list(raw), type=pa.list_(pa.float64()))}), str(tmp_path / "raw.parquet"))
+    assert cli.main(["predict", "--store", str(store), "--run", "mine", "--input", str(tmp_path / "raw.parquet"),
+                     "--output", str(tmp_path / "out")]) == 0
+    predicted = pq.read_table(str(tmp_path / "out")).to_pandas()
+    assert list(predicted.columns) == ["features", "rawPrediction", "probability", "prediction"]
+    model = rbm.load_model(store / "runs" / "mine" / "model" / "model.npz")
+    low, high = np.array(scaling["min"]), np.array(scaling["max"])
+    span = np.where(high > low, high - low, 1.0)
+    for features, prediction in zip(predicted["features"], predicted["prediction"]):  # raw pixels written back
+        scaled = np.clip((np.asarray(features) - low) / span, 0.0, 1.0).astype(np.float32)[None, :]
+        assert prediction == float(model.predict(scaled)[0])
+    assert sorted(map(tuple, predicted["features"])) == sorted(map(tuple, raw))

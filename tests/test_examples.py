@@ -1,0 +1,31 @@
+"""The example configs under examples/ are what the command line reads: every key known, every model builds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from node import cli
+from node._cli_options import load_config
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
+
+
+def _train_keys() -> set[str]:
+    args = cli.build_parser().parse_args(["train"])
+    return set(cli.TRAIN_DEFAULTS) | {key for key in vars(args) if key not in ("handler", "defaults", "subparsers")}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[path.name for path in EXAMPLES])
+def test_an_example_config_has_only_known_keys_and_its_model_builds(path):
+    config = load_config(str(path), _train_keys())
+    square = 784 if config.get("dataset") != "digits" else 64
+    model = cli.build_model(config["model"], config.get("layers"), square, 10, 0)
+    assert model.phases()
+    options = {**cli.TRAIN_DEFAULTS, **config}
+    assert cli._settings(options, model).epochs  # the settings validate
+
+
+def test_the_three_examples_are_there():
+    assert [path.name for path in EXAMPLES] == ["cluster-job.yaml", "dbn-digits.yaml", "lenet-digits28.yaml"]

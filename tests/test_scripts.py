@@ -1,0 +1,41 @@
+"""The scripts under scripts/ run inside the project's virtualenv, whichever ``python3`` is first on the PATH."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def foreign_python_first(tmp_path: Path) -> dict:
+    """An environment whose first ``python3`` is the base interpreter, outside any virtualenv."""
+    base = getattr(sys, "_base_executable", None) or sys.executable  # the interpreter the virtualenv was made from
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(os.path.realpath(base))
+    env = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin"
+    return env
+
+
+def test_python_scripts_started_by_a_foreign_python3_run_inside_the_virtualenv(foreign_python_first, tmp_path):
+    probe = subprocess.run(["python3", "-c", "import node"], env=foreign_python_first, capture_output=True, text=True)
+    assert probe.returncode != 0, "the foreign python3 already has the project: nothing to show"
+    for script in ("stage-dataset", "sparkdbn-submit", "bench_storage.py"):
+        result = subprocess.run(["python3", str(ROOT / "scripts" / script), "--help"], env=foreign_python_first,
+                                cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, f"{script}: {result.stderr[-2000:]}"
+        assert "usage:" in result.stdout and "ModuleNotFoundError" not in result.stderr
+
+
+def test_scripts_sparkdbn_runs_the_command_line_inside_the_virtualenv(foreign_python_first, tmp_path):
+    result = subprocess.run([str(ROOT / "scripts" / "sparkdbn"), "status", "--help"], env=foreign_python_first,
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("usage: sparkdbn status")
