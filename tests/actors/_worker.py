@@ -2,8 +2,9 @@
 
 Modes
 -----
-``average``: start from seeded random weights, then ``rounds`` times: merge fresh peer snapshots
-(waiting up to ``wait_s`` for ``min_fresh`` of them, default 1, while a peer still runs), publish.
+``average``: start from seeded random weights; once every node of ``peers`` has registered (up to
+``start_wait_s``), ``rounds`` times: merge fresh peer snapshots (waiting up to ``wait_s`` for
+``min_fresh`` of them, default 1, while a peer still publishes), publish.
 ``train``: the same loop around ``rbm.RBM.train_partition`` on this node's shard of digits, one
 round per epoch.
 ``intrude``: a process with full write access to the store but the wrong key (``secret``): it runs
@@ -56,8 +57,21 @@ def keep_newest(newest, snapshots):
             newest[snapshot.node] = snapshot
 
 
+def done_publishing(config: dict, runs: storage.RunStore, peer: str) -> bool:
+    """Whether ``peer`` will publish no further version (its last one is out, or it is gone)."""
+    return last_version(config, peer) is not None or peer_finished(config, runs, peer)
+
+
+def wait_for_peers(config: dict, runs: storage.RunStore) -> None:
+    """Start round 0 once every named peer has registered (up to ``start_wait_s``), so the rounds overlap
+    however slowly the processes started (a node that started last would otherwise find everyone done)."""
+    deadline = time.monotonic() + config.get("start_wait_s", 30.0)
+    while time.monotonic() < deadline and not set(config["peers"]) <= set(runs.list_peers()) | {config["node"]}:
+        time.sleep(0.01)
+
+
 def merge_waiting(node, config, runs, phase, own, newest):
-    """Merge fresh snapshots, polling up to wait_s for ``min_fresh`` (default 1) while some peer still runs."""
+    """Merge fresh snapshots, polling up to wait_s for ``min_fresh`` (default 1) while some peer still publishes."""
     deadline = time.monotonic() + config["wait_s"]
     merged_total = 0
     while True:
@@ -66,8 +80,8 @@ def merge_waiting(node, config, runs, phase, own, newest):
         merged_total += len(used)
         if merged_total >= config.get("min_fresh", 1) or time.monotonic() > deadline:
             return own, merged_total
-        if all(peer_finished(config, runs, peer) for peer in config["peers"] if peer != config["node"]):
-            return own, merged_total
+        if all(done_publishing(config, runs, peer) for peer in config["peers"] if peer != config["node"]):
+            return own, merged_total  # nothing fresh will come: the final merge collects their last versions
         time.sleep(0.005)
 
 
@@ -172,6 +186,7 @@ def main() -> None:
                              anti_entropy_interval_s=config.get("anti_entropy_interval_s", 1.0),
                              peer_refresh_interval_s=config.get("peer_refresh_interval_s", 0.2))  # fmt: skip
     try:
+        wait_for_peers(config, runs)
         samples = 0
         newest = {}  # peer -> newest snapshot seen
         for round_index in range(config["rounds"]):
