@@ -31,6 +31,7 @@ import pytest
 
 import node
 import storage
+from support.one_node import train_on_one_node
 from support.virtual_cluster import VirtualCluster
 
 pytestmark = pytest.mark.slow
@@ -172,17 +173,6 @@ def reference_accuracy() -> float:
     split = load_digits01()
     model = train_on_one_node(rbm.DBN(**DBN_SETTINGS), split.X_train, split.y_train, DBN_EPOCHS, PARTITIONS)
     return float(model.score(split.X_test, split.y_test))
-
-
-def train_on_one_node(model, X, y, epochs: dict, partitions: int, seed: int = 0):
-    """The reference of tests/node (conftest.train_on_one_node): the same phases and partitions in one process."""
-    model.initialize(X.shape[1], int(y.max()) + 1)
-    parts = np.array_split(np.random.default_rng(seed).permutation(len(X)), partitions)
-    for phase_index, phase in enumerate(model.phases()):
-        for epoch in range(epochs[phase]):
-            for index, rows in enumerate(parts):
-                model.train_partition(X[rows], y[rows], phase, np.random.default_rng([seed, phase_index, epoch, index]))
-    return model
 
 
 def _host(node_name: str) -> str:

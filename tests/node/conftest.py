@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
 import pytest
+from support.one_node import train_on_one_node
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -30,17 +30,6 @@ PARTITIONS = 4
 DBN_EPOCHS = {"rbm0": 8, "rbm1": 8, "finetune": 30}
 DBN_SETTINGS = dict(hidden_layer_sizes=(100, 100), batch_size=10, pretrain_learning_rate=0.2,
                     finetune_learning_rate=0.2, finetune_dropout=0.0, random_state=0)
-
-
-def train_on_one_node(model, X, y, epochs: dict, partitions: int, seed: int = 0):
-    """The reference: the same model, phases and partitions, trained by one process without Spark."""
-    model.initialize(X.shape[1], int(y.max()) + 1)
-    parts = np.array_split(np.random.default_rng(seed).permutation(len(X)), partitions)
-    for phase_index, phase in enumerate(model.phases()):
-        for epoch in range(epochs[phase]):
-            for index, rows in enumerate(parts):
-                model.train_partition(X[rows], y[rows], phase, np.random.default_rng([seed, phase_index, epoch, index]))
-    return model
 
 
 class DBNRecipe:

@@ -1,0 +1,19 @@
+"""The reference every distributed-training test compares with: the same model, phases and partitions,
+trained by one process without Spark."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["train_on_one_node"]
+
+
+def train_on_one_node(model, X, y, epochs: dict, partitions: int, seed: int = 0):
+    """Train ``model`` phase by phase, ``epochs[phase]`` passes over ``partitions`` fixed parts of the data."""
+    model.initialize(X.shape[1], int(y.max()) + 1)
+    parts = np.array_split(np.random.default_rng(seed).permutation(len(X)), partitions)
+    for phase_index, phase in enumerate(model.phases()):
+        for epoch in range(epochs[phase]):
+            for index, rows in enumerate(parts):
+                model.train_partition(X[rows], y[rows], phase, np.random.default_rng([seed, phase_index, epoch, index]))
+    return model
