@@ -16,6 +16,7 @@ an ``advertise_host`` (behind NAT, or a name in the cluster's DNS).
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from dataclasses import dataclass
 from typing import Mapping
@@ -90,8 +91,6 @@ def choose_node_address(*, local_master: bool, driver_host: str | None, bind_hos
     environ : mapping, optional
         Where ``SPARK_LOCAL_IP`` / ``SPARK_LOCAL_HOSTNAME`` are read (default ``os.environ``).
     """
-    import os
-
     check_host_settings(bind_host, advertise_host)
     environ = os.environ if environ is None else environ
     if bind_host is not None:
