@@ -168,15 +168,24 @@ def cmd_train(options: dict[str, Any]) -> int:
     trainer.fit(model, X, y)
     print(f"run {trainer.run_id_}: trained in {time.perf_counter() - started:.1f} s; "
           f"model saved in {trainer.store_url} under runs/{trainer.run_id_}/model")
-    if X_test is not None:
+    if X_test is not None and _is_classifier(model):
         report = node.evaluate(model, (X_test, y_test), spark=spark)
         print(f"evaluation on {len(X_test)} held-out samples (computed with Spark):")
         print(report)
+    elif X_test is not None:  # an RBM alone learns no labels: how well it reconstructs unseen data
+        error = float(model.reconstruction_error(np.reshape(X_test, (len(X_test), -1))))
+        print(f"reconstruction error on {len(X_test)} held-out samples: {error:.5f} (mean squared error per "
+              "visible unit of the mean-field reconstruction)")
     if options.get("report"):
         paths = node.render_report(trainer.store_url, trainer.run_id_, options["out"])
         for path in paths:
             print(f"wrote {path}")
     return 0
+
+
+def _is_classifier(model: Any) -> bool:
+    """Whether ``model`` learns labels (a supervised phase); an RBM alone does not."""
+    return any(not phase.startswith("rbm") for phase in model.phases())
 
 
 def _check_model_fits(model: Any, X: Any, y: Any, n_features: int, n_classes: int, source: str) -> None:
@@ -186,7 +195,7 @@ def _check_model_fits(model: Any, X: Any, y: Any, n_features: int, n_classes: in
     try:
         replica = rbm.model_from_spec(model.to_spec())
         shape = n_features if isinstance(X, str) or np.ndim(X) == 2 else tuple(np.shape(X)[1:])
-        replica.initialize(shape, np.arange(n_classes) if any(not p.startswith("rbm") for p in model.phases()) else None)
+        replica.initialize(shape, np.arange(n_classes) if _is_classifier(model) else None)
     except ValueError as error:
         raise UsageError(f"the model does not fit the dataset {source}: {error}") from error
     bounds = replica.input_bounds()
@@ -242,6 +251,10 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
 
     store_url = _store_url(options)
     model = _load_run_model(store_url, options["run"])
+    if not _is_classifier(model):
+        raise UsageError(f"run {options['run']} holds an RBM alone, which learns no labels: evaluate reports "
+                         "classifiers (its held-out reconstruction error is printed by train, and its validation "
+                         "metrics are in `sparkdbn status --run ID`)")
     dataset = _run_dataset(store_url, options["run"])
     if options.get("input"):
         _check_input(options["input"])

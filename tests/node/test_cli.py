@@ -117,3 +117,24 @@ def test_evaluating_a_run_that_does_not_exist_fails_with_a_one_line_error(spark,
     captured = capsys.readouterr()
     assert status == 2
     assert "there is no run 'nothing' in the store" in captured.err
+
+
+def test_an_rbm_alone_trains_from_the_command_line_and_reports_its_held_out_reconstruction(spark, tmp_path, capsys):
+    import rbm
+    from rbm.datasets import load_digits01
+
+    store = tmp_path / "store"
+    status = cli.main(["train", "--store", str(store), "--run-id", "rbm", "--model", "rbm", "--layers", "32",
+                       "--epochs", "3", "--no-report", "--no-progress"])
+    out = capsys.readouterr().out
+    assert status == 0
+    line = next(line for line in out.splitlines() if line.startswith("reconstruction error on"))
+    error = float(line.split(":")[1].split()[0])
+    X_test = load_digits01().X_test
+    untrained = rbm.RBM(n_components=32, random_state=0).initialize(X_test.shape[1]).reconstruction_error(X_test)
+    assert error < 0.8 * untrained  # it learned: the printed figure is the trained model's
+    saved = rbm.load_model(store / "runs" / "rbm" / "model" / "model.npz")
+    assert error == pytest.approx(saved.reconstruction_error(X_test), rel=1e-4)
+    # No classification report for a model without labels: one line, before Spark is asked for anything.
+    assert cli.main(["evaluate", "--store", str(store), "--run", "rbm"]) == 2
+    assert "learns no labels" in capsys.readouterr().err
