@@ -39,7 +39,7 @@ ALIAS = "environment"
 PACKED_PYTHON = f"./{ALIAS}/bin/python"
 #: Left out of every archive (glob patterns on paths relative to the environment; see the module notes).
 LEFT_OUT = ("lib/python*/site-packages/pyspark/*", "lib/python*/site-packages/pyspark-*.dist-info/*",
-            "lib/python*/site-packages/__editable__*sparkdbn*")
+            "lib/python*/site-packages/*__editable__*sparkdbn*")  # the .pth, its finder (and its .pyc)
 #: gzip's level for the archive (venv-pack's and conda-pack's default): 200 MB of 640 in ~20 s here.
 DEFAULT_COMPRESS_LEVEL = 4
 PACKERS = {"venv": ("venv_pack", "venv-pack", "pip install 'sparkdbn[cluster]' (or: pip install venv-pack)"),
