@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import socket
+import sys
 import threading
 import time
 from typing import Any
@@ -136,7 +137,8 @@ class Maintenance:
     def heartbeat(self, status: str) -> None:
         """Write this node's signed registry entry."""
         info = {"endpoint": self._transport.endpoint, "host": socket.gethostname(), "pid": os.getpid(),
-                "started": self._started_at, "last_seen": time.time(), "status": status}  # fmt: skip
+                "python": sys.executable, "started": self._started_at, "last_seen": time.time(),
+                "status": status}  # fmt: skip
         self._runs.register_peer(self._node, info)
 
     def refresh_peers(self) -> None:

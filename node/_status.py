@@ -46,7 +46,7 @@ def format_status(run: str, record: dict[str, Any], peers: dict[str, dict], *, n
         seen = entry.get("last_seen")
         when = "never" if seen is None else f"{_age(now - float(seen))} ago"
         lines.append(f"  {node}  {entry.get('status', '?'):<5}  last seen {when}  host {entry.get('host', '?')}"
-                     f"  pid {entry.get('pid', '?')}")
+                     f"  pid {entry.get('pid', '?')}" + (f"  python {entry['python']}" if entry.get("python") else ""))
     return "\n".join(lines)
 
 

@@ -139,8 +139,9 @@ class RunStore:
     def register_peer(self, node: str, info: dict) -> None:
         """Write (replace) the signed registry entry of ``node``.
 
-        ``info`` typically has ``endpoint``, ``host``, ``pid``, ``started``; ``node``,
-        ``status`` (``"alive"``) and ``last_seen`` (epoch seconds) are filled in when absent.
+        ``info`` typically has ``endpoint``, ``host``, ``pid``, ``python`` (the node's interpreter),
+        ``started``; ``node``, ``status`` (``"alive"``) and ``last_seen`` (epoch seconds) are filled
+        in when absent.
         """
         entry = {"node": node, "status": "alive", "last_seen": time.time(), **info}
         write_signed_json(self.store, self._key, self._peer_path(node), entry, _PEER_PURPOSE, self.run, node)
