@@ -178,7 +178,7 @@ def test_a_job_submitted_with_a_packed_environment_runs_its_executors_on_the_pac
                "--executor-memory", "512m", "--store", store_url, "--conf", "spark.ui.enabled=false",
                # both executors registered (so both unpacked the archive) before the tasks go out
                "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
-               "--", "train", "--model", "dbn", "--layers", "16", "--epochs", "1", "--partitions", "2",
+               "--", "train", "--model", "rbm", "--layers", "16", "--epochs", "1", "--partitions", "2",
                "--run-id", "packed", "--no-report", "--no-progress"]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S,
                           env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
