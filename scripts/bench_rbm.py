@@ -16,11 +16,8 @@ at one BLAS thread and at the default thread count.  Measurements are interleave
 the best of ``--repeats`` rounds is kept, so a noisy shared machine hurts less.  Then a
 breakdown of one CD-1 step (GEMMs, sigmoid, sampling, updates, batch gather).
 
-``--defaults`` prints instead how well RBM settings learn, the table behind the RBM's
-defaults: RBM features + logistic regression on scikit-learn's nudged digits (its RBM
-example's own arguments), and the exact log-likelihood of a 9-12 RBM on bars-and-stripes.
-
-Run:  .venv/bin/python scripts/bench_rbm.py [--quick] [--defaults]
+Run:  .venv/bin/python scripts/bench_rbm.py [--quick]
+(How well RBM settings learn, the table behind the defaults: ``scripts/bench_rbm_defaults.py``.)
 Targets: ours >= 2x sklearn and >= 85% of the GEMM bound at 1 thread.
 """
 
@@ -37,13 +34,12 @@ import time
 import warnings
 
 import numpy as np
-from sklearn.linear_model import LogisticRegression
 from sklearn.neural_network import BernoulliRBM
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from rbm import RBM
-from rbm.boltzmann import _cd, exact_log_likelihood
-from rbm.datasets import bars_and_stripes, load_digits28, load_nudged_digits
+from rbm.boltzmann import _cd
+from rbm.datasets import load_digits28
 
 N_VISIBLE, N_HIDDEN, BATCH = 784, 500, 100
 
@@ -154,69 +150,12 @@ def breakdown(X: np.ndarray, steps: int) -> dict[str, float]:
     return {name: value / steps for name, value in totals.items()}
 
 
-# Settings compared by --defaults (the rest of each RBM's hyperparameters are defaults).
-SETTINGS = {
-    "plain CD-1": dict(persistent=False),
-    "CD-1, momentum 0.5 -> 0.9 (earlier default)": dict(persistent=False, momentum=0.5, final_momentum=0.9),
-    "CD-1, momentum, weight decay 1e-4": dict(persistent=False, momentum=0.5, final_momentum=0.9, weight_decay=1e-4),
-    "persistent CD-1 (default)": dict(),
-    "persistent CD-1, weight decay 1e-4": dict(weight_decay=1e-4),
-    "persistent CD-1, weight decay 1e-3": dict(weight_decay=1e-3),
-    "persistent CD-1, momentum 0.5": dict(momentum=0.5, final_momentum=0.5),
-    "persistent CD-1, momentum 0.5 -> 0.9": dict(momentum=0.5, final_momentum=0.9),
-}
-# Bars-and-stripes budgets: (learning rate, passes over 10 copies of the 14 patterns).
-BAS_BUDGETS = [(0.05, 100), (0.05, 400), (0.01, 1600)]
-
-
-def digits_accuracy(model: object, split: object) -> float:
-    """RBM features + logistic regression (scikit-learn's example, with tol=1e-4) on the nudged digits."""
-    features = model.fit(split.X_train).transform(split.X_train)
-    classifier = LogisticRegression(solver="newton-cg", C=6000, tol=1e-4, max_iter=2000).fit(features, split.y_train)
-    return classifier.score(model.transform(split.X_test), split.y_test)
-
-
-def bars_and_stripes_log_likelihoods(settings: dict, seed: int) -> list[float]:
-    """Exact mean log-likelihood of a 9-12 RBM after each budget of :data:`BAS_BUDGETS`."""
-    data = bars_and_stripes(3)
-    X = np.tile(data, (10, 1))
-    results = []
-    for learning_rate, passes in BAS_BUDGETS:
-        model = RBM(12, learning_rate=learning_rate, batch_size=10, n_iter=passes, dtype=np.float64,
-                    random_state=seed, **settings).fit(X)
-        p = model.parameters()
-        results.append(exact_log_likelihood(p["W"], p["hbias"], p["vbias"], data))
-    return results
-
-
-def print_defaults_table(seeds: list[int]) -> None:
-    split = load_nudged_digits()
-    example = dict(n_components=100, learning_rate=0.06, n_iter=10)  # the scikit-learn example's arguments
-    budgets = ", ".join(f"lr {lr} x{passes}" for lr, passes in BAS_BUDGETS)
-    print(f"mean over seeds {seeds}; digits: RBM features + logistic regression, {example}")
-    print(f"bars-and-stripes 3x3: exact mean log-likelihood (optimum -log 14 = {-np.log(14):.2f}; start -6.24) "
-          f"after {budgets}, batch 10\n")
-    print(f"{'setting':46s} {'digits accuracy':>16s}   bars-and-stripes LL")
-    with threadpool_limits(1), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        sklearn = np.mean([digits_accuracy(BernoulliRBM(random_state=seed, **example), split) for seed in seeds])
-        print(f"{'scikit-learn BernoulliRBM':46s} {sklearn:16.4f}")
-        for name, settings in SETTINGS.items():
-            accuracy = np.mean([digits_accuracy(RBM(random_state=seed, **example, **settings), split) for seed in seeds])
-            likelihood = np.mean([bars_and_stripes_log_likelihoods(settings, seed) for seed in seeds], axis=0)
-            print(f"{name:46s} {accuracy:16.4f}   " + "  ".join(f"{value:6.2f}" for value in likelihood), flush=True)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short run (fewer samples and rounds)")
     parser.add_argument("--samples", type=int, default=None, help="samples per measurement")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved rounds; the best is kept")
-    parser.add_argument("--defaults", action="store_true", help="print the table behind the RBM's defaults")
     args = parser.parse_args()
-    if args.defaults:
-        print_defaults_table([0, 1] if args.quick else [0, 1, 2])
-        return
     samples = args.samples or (3000 if args.quick else 12000)
     repeats = args.repeats or (2 if args.quick else 5)
 

@@ -367,8 +367,13 @@ def free_energy(v: Any, W: Any, hbias: Any, vbias: Any, gaussian: bool) -> Any:
 
     Bernoulli: ``-v.vbias - sum_j softplus(v W + hbias)_j``;
     Gaussian (unit variance): ``0.5 ||v - vbias||^2 - sum_j softplus(v W + hbias)_j``.
+
+    Computed in float64 (returned as float64): a float32 GEMM rounds a row differently
+    depending on where it falls in the BLAS blocks, so ``F(v)`` would change by an ulp with
+    the rows around it, more than scikit-learn's row-order and subset checks allow (1e-7).
     """
     xp = _namespace(W)
+    v, W, hbias, vbias = (xp.asarray(array, dtype=xp.float64) for array in (v, W, hbias, vbias))
     total_input = v @ W + hbias
     softplus = xp.logaddexp(0, total_input).sum(axis=1)
     if gaussian:

@@ -38,11 +38,14 @@ __all__ = ["DBN"]
 logger = logging.getLogger(__name__)
 
 # Hyperparameters a per-layer override may set (the rest are fixed by the DBN).
-LAYER_OVERRIDES = frozenset(RBM._get_param_names()) - {"n_components", "device", "dtype", "random_state"}
+# (``anneal_fraction`` is not one: it shapes ``RBM.fit``, and the DBN runs the passes itself.)
+LAYER_OVERRIDES = frozenset(RBM._get_param_names()) - {"n_components", "device", "dtype", "random_state",
+                                                       "anneal_fraction"}
 # How the DBN pretrains its RBMs unless ``layer_params`` says otherwise: CD-1 with a momentum
-# schedule, which pretrained better for fine-tuning here than the RBM's own defaults
-# (persistent CD without momentum, the best for RBM features alone; see the README).
-PRETRAIN_LAYER_DEFAULTS = {"persistent": False, "momentum": 0.5, "final_momentum": 0.9}
+# schedule, which pretrained better for fine-tuning here than the RBM's own defaults (persistent
+# CD without momentum, the best for RBM features alone; see the README), from BernoulliRBM's
+# initial weight spread 0.01, with which the DBN's defaults were tuned.
+PRETRAIN_LAYER_DEFAULTS = {"persistent": False, "momentum": 0.5, "final_momentum": 0.9, "weight_init_std": 0.01}
 
 
 @register_model("dbn")

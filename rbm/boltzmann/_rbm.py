@@ -46,9 +46,13 @@ class RBM(RBMInference, SpecConstructors, NamespacePickling, ClassNamePrefixFeat
     """Restricted Boltzmann machine trained with contrastive divergence.
 
     The defaults are scikit-learn's ``BernoulliRBM`` algorithm, persistent CD-1 without
-    momentum: measured here, it gave the best features (digits + logistic regression, see
-    the README), and ``BernoulliRBM``'s own tests pass with ``RBM`` in its place.  Input may
-    be dense or scipy sparse (densified one minibatch at a time).
+    momentum, with two changes that let its chains follow the true gradient well: initial
+    weights of spread ``1 / sqrt(n_features)`` (not 0.01) and a learning rate that
+    :meth:`fit` lowers to zero over its last quarter of updates.  Measured here (see the
+    README), this gives better features than ``BernoulliRBM`` (digits + logistic
+    regression) and, given enough passes, a higher exact likelihood than plain CD-1 on
+    bars-and-stripes; and ``BernoulliRBM``'s own tests pass with ``RBM`` in its place.
+    Input may be dense or scipy sparse (densified one minibatch at a time).
 
     Parameters
     ----------
@@ -80,6 +84,18 @@ class RBM(RBMInference, SpecConstructors, NamespacePickling, ClassNamePrefixFeat
         :meth:`train_partition`) run with ``momentum``.
     weight_decay : float
         L2 penalty on the weights.
+    weight_init_std : float or None
+        Spread of the normal initial weights; ``None``: ``1 / sqrt(n_features)``, so that the
+        hidden inputs start with the same spread whatever the width.  Persistent CD follows
+        the true gradient, which is flat at small symmetric weights: from
+        ``BernoulliRBM``'s 0.01 it leaves that start slowly (CD-1's bias pushes harder there).
+    anneal_fraction : float in [0, 1]
+        :meth:`fit` keeps ``learning_rate`` for its first ``1 - anneal_fraction`` of updates,
+        then lowers it linearly towards zero (0: constant).  Persistent CD is a
+        stochastic-approximation method: at a constant rate its parameters keep jumping
+        by the gradient noise, and on small problems drift away from a good solution;
+        annealing lets them settle.  :meth:`partial_fit` and :meth:`train_partition` (which
+        do not know how many passes follow) keep the rate constant.
     sparsity_target : float or None
         Target mean activation of each hidden unit; ``None`` disables the penalty.
     sparsity_cost : float
@@ -122,6 +138,8 @@ class RBM(RBMInference, SpecConstructors, NamespacePickling, ClassNamePrefixFeat
         final_momentum: float = 0.0,
         momentum_switch_iter: int = 5,
         weight_decay: float = 0.0,
+        weight_init_std: float | None = None,
+        anneal_fraction: float = 0.25,
         sparsity_target: float | None = None,
         sparsity_cost: float = 0.1,
         device: str = "cpu",
@@ -140,6 +158,8 @@ class RBM(RBMInference, SpecConstructors, NamespacePickling, ClassNamePrefixFeat
         self.final_momentum = final_momentum
         self.momentum_switch_iter = momentum_switch_iter
         self.weight_decay = weight_decay
+        self.weight_init_std = weight_init_std
+        self.anneal_fraction = anneal_fraction
         self.sparsity_target = sparsity_target
         self.sparsity_cost = sparsity_cost
         self.device = device
@@ -153,6 +173,9 @@ class RBM(RBMInference, SpecConstructors, NamespacePickling, ClassNamePrefixFeat
         check_number("momentum", self.momentum, 0.0, 1.0)
         check_number("final_momentum", self.final_momentum, 0.0, 1.0)
         check_number("weight_decay", self.weight_decay, 0.0)
+        check_number("anneal_fraction", self.anneal_fraction, 0.0, 1.0, high_open=False)
+        if self.weight_init_std is not None:
+            check_number("weight_init_std", self.weight_init_std, 0.0, low_open=True)
         check_number("sparsity_cost", self.sparsity_cost, 0.0)
         if self.sparsity_target is not None:
             check_number("sparsity_target", self.sparsity_target, 0.0, 1.0, low_open=True)
@@ -217,7 +240,8 @@ class RBM(RBMInference, SpecConstructors, NamespacePickling, ClassNamePrefixFeat
         self._xp = xp = array_module(self._device)
         self._rng = rng
         self.n_features_in_ = n_features
-        W = rng.normal(0.0, 0.01, size=(n_features, self.n_components))
+        std = self.weight_init_std if self.weight_init_std is not None else 1.0 / np.sqrt(n_features)
+        W = rng.normal(0.0, std, size=(n_features, self.n_components))
         self._W = to_device(W, xp, self._dtype)
         self._hbias = xp.zeros(self.n_components, dtype=self._dtype)
         self._vbias = xp.zeros(n_features, dtype=self._dtype)
@@ -295,8 +319,8 @@ class RBM(RBMInference, SpecConstructors, NamespacePickling, ClassNamePrefixFeat
         X = self._validate(X, reset=True, training=True)
         self._allocate(X.shape[1], make_rng(self.random_state))
         data = self._training_data(X)
-        for _ in range(self.n_iter):
-            self._train_pass(data, self._rng)
+        for done in range(self.n_iter):
+            self._train_pass(data, self._rng, passes=(done, self.n_iter))
         return self
 
     def partial_fit(self, X: Any, y: Any = None) -> "RBM":
@@ -318,9 +342,13 @@ class RBM(RBMInference, SpecConstructors, NamespacePickling, ClassNamePrefixFeat
         """Dense input moves to the device whole; sparse input stays a host CSR matrix."""
         return X if sp.issparse(X) else to_device(X, self._xp)
 
-    def _train_pass(self, data: Any, rng: np.random.Generator) -> float:
+    def _train_pass(self, data: Any, rng: np.random.Generator, passes: tuple[int, int] | None = None) -> float:
         """One shuffled pass over ``data`` (a device array or a host CSR matrix); returns the
-        reconstruction error (mean squared error per visible unit)."""
+        reconstruction error (mean squared error per visible unit).
+
+        ``passes = (done, total)`` when this is pass ``done + 1`` of ``total`` planned ones
+        (:meth:`fit`): the learning rate is then annealed over the last ``anneal_fraction``.
+        """
         xp = self._xp
         started = time.perf_counter()
         n = int(data.shape[0])
@@ -337,11 +365,12 @@ class RBM(RBMInference, SpecConstructors, NamespacePickling, ClassNamePrefixFeat
         error, measured = 0.0, 0
         for index, (start, stop) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
             b = stop - start
+            rate = learning_rate * self._anneal_factor(passes, index / n_batches)
             ws = self._workspace(b)
             _cd.gather_rows(data, order[start:stop], ws.V[:b])
             batch_error = _cd.cd_step(
                 ws, b, self._W, self._hbias, self._vbias, velocity, self._sampler, settings,
-                learning_rate, float(momentum), chain=self._chain,
+                rate, float(momentum), chain=self._chain,
                 sparsity_state=self._sparsity_mean, measure_error=index % _ERROR_EVERY == 0,
             )
             if batch_error == batch_error:  # not NaN: it was measured
@@ -362,6 +391,15 @@ class RBM(RBMInference, SpecConstructors, NamespacePickling, ClassNamePrefixFeat
             logger.info("[%s] Iteration %d, reconstruction error = %.6f, time = %.2fs",
                         type(self).__name__, self._passes, mse, time.perf_counter() - started)
         return mse
+
+    def _anneal_factor(self, passes: tuple[int, int] | None, within_pass: float) -> float:
+        """Learning-rate factor: 1, then linear from 1 towards 0 over the last ``anneal_fraction``
+        of a :meth:`fit` (``within_pass`` in [0, 1) is how far into the current pass)."""
+        if passes is None or self.anneal_fraction == 0:
+            return 1.0
+        done, total = passes
+        left = 1.0 - (done + within_pass) / total  # fraction of the fit still to come, in (0, 1]
+        return min(1.0, left / self.anneal_fraction)
 
     def _current_momentum(self) -> float:
         """Momentum of the next pass: ``momentum`` for the first ``momentum_switch_iter`` passes."""
