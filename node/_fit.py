@@ -266,7 +266,8 @@ class Fit:
         mode = mode_named(self.settings.mode)
         self._progress = EpochProgress(self.settings.progress, self.sc, self.group,
                                        total=self.prepared.partitions * (epochs - first),
-                                       description=f"{self.run_id} {phase}")
+                                       description=f"{self.run_id} {phase}",
+                                       samples_per_partition=self.prepared.n_samples / max(1, self.prepared.partitions))
         try:
             epoch = first
             while epoch < epochs:

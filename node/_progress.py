@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -16,11 +17,13 @@ from ._errors import TrainingError, short_error
 from ._reachability import merges_by_node, merges_text
 from ._scaling import scaling_warning
 
-__all__ = ["EpochProgress", "run_job", "summarize_epoch", "summary_line"]
+__all__ = ["EpochProgress", "progress_postfix", "run_job", "summarize_epoch", "summary_line"]
 
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.2  # how often the progress bar asks Spark's status tracker
+# tqdm's own rate would be partitions/s: the bar shows samples/s and the time left in its postfix instead.
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} partitions [{elapsed}{postfix}]"
 
 
 def run_job(sc: Any, rdd: Any, group: str, description: str, on_progress: Callable[[int], None]) -> list[dict]:
@@ -103,6 +106,18 @@ def summary_line(summary: Mapping[str, Any], epochs: int) -> str:
             + (f"; WARNING: {summary['warning']}" if summary.get("warning") else ""))
 
 
+def progress_postfix(partitions_done: int, partitions_total: int, samples_done: float, elapsed_s: float) -> str:
+    """The bar's figures after ``elapsed_s`` of a phase: samples per second and the time left.
+
+    The time left assumes the partitions still to train take as long as those done did, so it
+    includes what the driver does between epochs (validation, the run record).
+    """
+    if partitions_done <= 0 or elapsed_s <= 0:
+        return "? samples/s, ? left"
+    left_s = elapsed_s / partitions_done * max(0, partitions_total - partitions_done)
+    return f"{samples_done / elapsed_s:,.0f} samples/s, {tqdm.format_interval(left_s)} left"
+
+
 class EpochProgress:
     """The progress bar of one phase and the summary lines of its epochs.
 
@@ -116,17 +131,22 @@ class EpochProgress:
     total : int
         Partitions the phase will train.
     description : str
+    samples_per_partition : float
+        Mean rows of a partition, for the samples per second.
     """
 
-    def __init__(self, enabled: bool, sc: Any, group: str, total: int, description: str) -> None:
+    def __init__(self, enabled: bool, sc: Any, group: str, total: int, description: str,
+                 samples_per_partition: float = 0.0) -> None:
         self.enabled = enabled
         self.sc = sc
         self.group = group
         self.description = description
+        self.samples_per_partition = samples_per_partition
         # disable=None turns the bar off when stderr is not a terminal (logs, CI); the epoch
         # summary lines are still written.
         self.bar = tqdm(total=total, desc=description, unit="partition", disable=None if enabled else True,
-                        file=sys.stderr, leave=False, mininterval=0.5)
+                        file=sys.stderr, leave=False, mininterval=0.5, bar_format=BAR_FORMAT)
+        self.started = time.perf_counter()
 
     def epoch(self, epoch: int, epochs: int) -> None:
         self.bar.set_description(f"{self.description} epoch {epoch + 1}/{epochs}")
@@ -147,4 +167,6 @@ class EpochProgress:
 
     def _advance(self, done: int) -> None:
         if done > self.bar.n:  # update(0) would redraw the bar on every poll
+            self.bar.set_postfix_str(progress_postfix(done, self.bar.total, done * self.samples_per_partition,
+                                                      time.perf_counter() - self.started), refresh=False)
             self.bar.update(done - self.bar.n)

@@ -39,6 +39,7 @@ __all__ = ["render_report", "filter_grid"]
 log = logging.getLogger(__name__)
 
 FIGURE_DPI = 100
+MAX_TICKS = 5  # per axis: a 4.5-inch panel holds five labels like "1.2e+06" side by side
 MAX_FILTERS = 100
 
 
@@ -61,9 +62,10 @@ def render_report(store_url: str, run: str, out_dir: str, *, key: bytes | None =
     Returns
     -------
     list of str
-        Paths written: ``training_curves.png``, ``merges_staleness.png``, ``validation.png``
-        when epochs were validated (see :mod:`node._validation`) and, when the run
-        has a first RBM layer (or conv layer), ``filters.png``.
+        Paths written: ``training_curves.png`` (with the validation loss when epochs were
+        validated), ``merges_staleness.png``, ``validation.png`` when epochs were validated (see
+        :mod:`node._validation`) and, when the run has a first RBM layer (or conv layer),
+        ``filters.png``.
 
     Raises
     ------
@@ -83,11 +85,11 @@ def render_report(store_url: str, run: str, out_dir: str, *, key: bytes | None =
         raise InputDataError(f"run {run!r} has no metrics in the store {store_url!r}: check the run id and the store URL")
     _claim_report_folder(out_dir)
     paths = [
-        _plot_training_curves(metrics, os.path.join(out_dir, "training_curves.png"), run),
-        _plot_merges_and_staleness(metrics, os.path.join(out_dir, "merges_staleness.png"), run),
+        _save(training_curves_figure(metrics, record, run), os.path.join(out_dir, "training_curves.png")),
+        _save(merges_figure(metrics, run), os.path.join(out_dir, "merges_staleness.png")),
     ]
     if any((step or {}).get("validation") for step in (record.get("steps") or {}).values()):
-        paths.append(_plot_validation(record, os.path.join(out_dir, "validation.png"), run))
+        paths.append(_save(validation_figure(record, run), os.path.join(out_dir, "validation.png")))
     weights = _first_layer_weights(view)
     if weights is not None:
         filters = filter_grid(weights, _feature_shape(record))
@@ -100,7 +102,7 @@ def render_report(store_url: str, run: str, out_dir: str, *, key: bytes | None =
 
 #: Marks a folder of report plots, so that a later report may replace them (and nothing else).
 REPORT_MARKER = "_SPARKDBN_REPORT"
-REPORT_FILES = ("training_curves.png", "merges_staleness.png", "filters.png", REPORT_MARKER)
+REPORT_FILES = ("training_curves.png", "merges_staleness.png", "validation.png", "filters.png", REPORT_MARKER)
 
 
 def check_report_folder(out_dir: str) -> None:
@@ -120,6 +122,9 @@ def _claim_report_folder(out_dir: str) -> None:
     """Make ``out_dir`` a report folder (see :func:`check_report_folder`)."""
     check_report_folder(out_dir)
     os.makedirs(out_dir, exist_ok=True)
+    for name in REPORT_FILES:  # an earlier report's plots: a plot this run does not have must not stay behind
+        if os.path.exists(os.path.join(out_dir, name)):
+            os.remove(os.path.join(out_dir, name))
     with open(os.path.join(out_dir, REPORT_MARKER), "w") as handle:
         handle.write("PNG plots written by `sparkdbn report`; a later report replaces them.\n")
 
@@ -138,6 +143,20 @@ def _figure(size_in: tuple[float, float]) -> Any:
     return figure
 
 
+def _save(figure: Any, path: str) -> str:
+    figure.tight_layout()
+    figure.savefig(path, dpi=FIGURE_DPI)
+    return path
+
+
+def _few_ticks(axis: Any, *, integer_x: bool = False) -> None:
+    """At most a handful of ticks per axis, so that labels never run into each other (100 epochs, 1e6 samples)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.xaxis.set_major_locator(MaxNLocator(nbins=MAX_TICKS, integer=integer_x))
+    axis.yaxis.set_major_locator(MaxNLocator(nbins=MAX_TICKS))
+
+
 def _by_phase_and_node(metrics: list[dict]) -> dict[str, dict[str, list[dict]]]:
     grouped: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for record in metrics:
@@ -153,7 +172,12 @@ def _phase_order(metrics: list[dict]) -> list[str]:
     return sorted(first_seen, key=first_seen.get)
 
 
-def _plot_training_curves(metrics: list[dict], path: str, run: str) -> str:
+def training_curves_figure(metrics: list[dict], record: dict, run: str) -> Any:
+    """Per phase: each node's training loss against the samples it has seen, and the validation loss.
+
+    The validation loss of an epoch (``steps[phase].validation[i].val_loss`` in the run record) is
+    drawn where the nodes stood at that epoch's end: the mean over nodes of their samples seen.
+    """
     grouped = _by_phase_and_node(metrics)
     phases = _phase_order(metrics)
     columns = min(3, len(phases))
@@ -166,6 +190,10 @@ def _plot_training_curves(metrics: list[dict], path: str, run: str) -> str:
             seen = np.cumsum([int(r.get("samples", 0)) for r in records])
             x = [int(r["samples_seen"]) if r.get("samples_seen") is not None else s for r, s in zip(records, seen)]
             axis.plot(x, [float(r.get("loss", np.nan)) for r in records], marker=".", label=node)
+        validated = _validation_points(grouped[phase], ((record.get("steps") or {}).get(phase) or {}).get("validation"))
+        if validated:
+            axis.plot(*zip(*validated), color="black", linestyle="--", marker="s", label="validation")
+        _few_ticks(axis)
         supervised = not phase.startswith("rbm")
         axis.set_title(phase)
         axis.set_xlabel("samples seen by the node")
@@ -175,12 +203,29 @@ def _plot_training_curves(metrics: list[dict], path: str, run: str) -> str:
     for axis in list(axes.flat)[len(phases) :]:
         axis.set_visible(False)
     figure.suptitle(f"run {run}: training loss per node")
-    figure.tight_layout()
-    figure.savefig(path, dpi=FIGURE_DPI)
-    return path
+    return figure
 
 
-def _plot_merges_and_staleness(metrics: list[dict], path: str, run: str) -> str:
+def _validation_points(nodes: dict[str, list[dict]], entries: list[dict] | None) -> list[tuple[float, float]]:
+    """(samples seen per node at the epoch's end, val_loss) of each validated epoch."""
+    points = []
+    for entry in entries or []:
+        if entry.get("val_loss") is None:
+            continue
+        seen = []
+        for records in nodes.values():
+            ran = [r for r in records if int(r.get("epoch", -1)) <= int(entry["epoch"])]
+            if ran:
+                last = max(ran, key=lambda r: float(r.get("time", 0.0)))
+                seen.append(int(last["samples_seen"]) if last.get("samples_seen") is not None
+                            else sum(int(r.get("samples", 0)) for r in ran))
+        if seen:
+            points.append((float(np.mean(seen)), float(entry["val_loss"])))
+    return points
+
+
+def merges_figure(metrics: list[dict], run: str) -> Any:
+    """Per node: peer snapshots merged (cumulative) and their staleness over time."""
     start = min(float(r.get("time", 0.0)) for r in metrics)
     nodes: dict[str, list[dict]] = defaultdict(list)
     for record in metrics:
@@ -209,15 +254,17 @@ def _plot_merges_and_staleness(metrics: list[dict], path: str, run: str) -> str:
     staleness_axis.grid(alpha=0.3)
     if staleness_axis.lines:
         staleness_axis.legend(fontsize="small")
+    for axis in (merges_axis, staleness_axis):
+        _few_ticks(axis)
     figure.suptitle(f"run {run}: merges and staleness per node")
-    figure.tight_layout()
-    figure.savefig(path, dpi=FIGURE_DPI)
-    return path
+    return figure
 
 
-def _plot_validation(record: dict, path: str, run: str) -> str:
+def validation_figure(record: dict, run: str) -> Any:
     """Per phase: the validation figures of each epoch (from the run record), best epoch marked."""
     steps = {phase: step for phase, step in (record.get("steps") or {}).items() if (step or {}).get("validation")}
+    order = list(record.get("phases") or [])  # the phases' training order, not the record's key order
+    steps = dict(sorted(steps.items(), key=lambda item: order.index(item[0]) if item[0] in order else len(order)))
     figure = _figure((5 * len(steps), 3.8))
     axes = np.atleast_1d(figure.subplots(1, len(steps)))
     for axis, (phase, step) in zip(axes, steps.items()):
@@ -232,10 +279,9 @@ def _plot_validation(record: dict, path: str, run: str) -> str:
         axis.set_title(f"{phase}: validation")
         axis.set_xlabel("epoch")
         axis.legend(fontsize=8)
+        _few_ticks(axis, integer_x=True)
     figure.suptitle(f"run {run}")
-    figure.tight_layout()
-    figure.savefig(path, dpi=FIGURE_DPI)
-    return path
+    return figure
 
 
 # --------------------------------------------------------------------------- filters
@@ -315,6 +361,4 @@ def _plot_filters(grid: np.ndarray, path: str, run: str) -> str:
     axis.imshow(grid, cmap="gray", interpolation="nearest", vmin=0.0, vmax=1.0)
     axis.set_axis_off()
     axis.set_title(f"run {run}: first-layer filters")
-    figure.tight_layout()
-    figure.savefig(path, dpi=FIGURE_DPI)
-    return path
+    return _save(figure, path)

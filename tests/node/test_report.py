@@ -10,16 +10,24 @@ import pytest
 import node
 import storage
 from node._errors import InputDataError
-from node._report import filter_grid, render_report
+from node._report import filter_grid, render_report, training_curves_figure, validation_figure
 from rbm import save_model
 
 
-def _fake_run(store_url: str, run: str, *, with_model: bool = True) -> np.ndarray:
+def _validation(epochs: int) -> list[dict]:
+    """A phase's ``steps[phase].validation`` entries, as the driver records them."""
+    return [{"epoch": epoch, "time": 0.0, "val_loss": 1.0 / (2 + epoch), "val_accuracy": 0.5 + 0.1 * epoch}
+            for epoch in range(epochs)]
+
+
+def _fake_run(store_url: str, run: str, *, with_model: bool = True, validated: bool = False) -> np.ndarray:
     """A run's store content as two nodes would leave it: metrics records, run record, model."""
     store = storage.open_store(store_url)
     key = node.resolve_run_key(run, store_url).key  # kept where a fit would keep it
     runs = storage.RunStore(store, run, key)
     record = {"run": run, "phases": ["rbm0", "finetune"], "data": {"feature_shape": [64]}, "status": "running"}
+    if validated:
+        record["steps"] = {"rbm0": {"validation": _validation(3)}, "finetune": {"validation": _validation(3)}}
     runs.write_record(record)
     rng = np.random.default_rng(0)
     clock = 1_700_000_000.0
@@ -120,3 +128,76 @@ def test_report_of_an_unknown_run_says_there_are_no_metrics(tmp_path):
     store_url = "file://" + str(tmp_path / "store")
     with pytest.raises(InputDataError, match="no run 'nope'"):
         render_report(store_url, "nope", str(tmp_path / "plots"))
+
+
+def _metrics(run: str, phases: tuple[str, ...], epochs: int, partitions: int, rows: int) -> list[dict]:
+    """Metrics records of two nodes taking turns at the partitions, ``rows`` rows each."""
+    records, clock = [], 1_700_000_000.0
+    for phase in phases:
+        seen = {"node-a": 0, "node-b": 0}
+        for epoch in range(epochs):
+            for partition in range(partitions):
+                name = "node-a" if partition % 2 == 0 else "node-b"
+                clock += 1.0
+                seen[name] += rows
+                records.append({"node": name, "phase": phase, "epoch": epoch, "samples": rows,
+                                "samples_seen": seen[name], "loss": 1.0 / (1 + epoch), "merged": 1,
+                                "staleness_s": 0.2, "time": clock})
+    return records
+
+
+def test_training_curves_show_the_validation_loss_at_each_epochs_end_beside_the_nodes_curves():
+    metrics = _metrics("v", ("rbm0", "finetune"), epochs=3, partitions=4, rows=100)
+    record = {"steps": {"finetune": {"validation": _validation(3)}}}
+    figure = training_curves_figure(metrics, record, "v")
+    rbm0, finetune = figure.axes[:2]
+    assert [line.get_label() for line in rbm0.get_lines()] == ["node-a", "node-b"]  # not validated: no line
+    assert [line.get_label() for line in finetune.get_lines()] == ["node-a", "node-b", "validation"]
+    validation = finetune.get_lines()[-1]
+    # Each node trains 2 partitions of 100 rows an epoch: 200, 400, 600 rows seen at the epochs' ends.
+    np.testing.assert_allclose(validation.get_xdata(), [200, 400, 600])
+    np.testing.assert_allclose(validation.get_ydata(), [1 / 2, 1 / 3, 1 / 4])
+    assert "validation" in [text.get_text() for text in finetune.get_legend().get_texts()]
+
+
+def _overlapping_tick_labels(figure) -> list[str]:
+    figure.tight_layout()  # as the report saves it
+    figure.canvas.draw()
+    overlaps = []
+    for axis in figure.axes:
+        if not axis.get_visible():
+            continue
+        for ticks in (axis.get_xticklabels(), axis.get_yticklabels()):
+            boxes = [(label.get_text(), label.get_window_extent()) for label in ticks if label.get_text()]
+            for (text, box), (next_text, next_box) in zip(boxes, boxes[1:]):
+                if box.overlaps(next_box):
+                    overlaps.append(f"{text!r} / {next_text!r}")
+    return overlaps
+
+
+def _ticks_in_view(axis) -> list[float]:
+    low, high = axis.get_xlim()
+    return [float(tick) for tick in axis.get_xticks() if low <= tick <= high]
+
+
+def test_tick_labels_do_not_overlap_and_epochs_are_whole_numbers_for_5_or_100_epochs():
+    for epochs, rows in ((5, 100), (100, 5_000)):  # 100 epochs: a million samples seen by each node
+        metrics = _metrics("run", ("rbm0", "rbm1", "finetune"), epochs=epochs, partitions=4, rows=rows)
+        record = {"steps": {phase: {"validation": _validation(epochs)} for phase in ("rbm0", "rbm1", "finetune")}}
+        assert _overlapping_tick_labels(training_curves_figure(metrics, record, "run")) == []
+        figure = validation_figure(record, "run")
+        assert _overlapping_tick_labels(figure) == []
+        ticks = _ticks_in_view(figure.axes[0])
+        assert all(tick.is_integer() for tick in ticks) and len(ticks) <= 6, ticks  # never 1.5 epochs
+
+
+def test_a_report_again_in_its_folder_replaces_its_validation_plot_and_leaves_no_stale_one(tmp_path):
+    store_url = "file://" + str(tmp_path / "store")
+    _fake_run(store_url, "validated", validated=True)
+    _fake_run(store_url, "plain")
+    out = tmp_path / "plots"
+    assert str(out / "validation.png") in render_report(store_url, "validated", str(out))
+    assert str(out / "validation.png") in render_report(store_url, "validated", str(out))  # its own folder: replaced
+    render_report(store_url, "plain", str(out))  # a run without validation: the other run's plot is gone
+    assert sorted(path.name for path in out.iterdir()) == ["_SPARKDBN_REPORT", "filters.png", "merges_staleness.png",
+                                                           "training_curves.png"]
