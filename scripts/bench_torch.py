@@ -146,6 +146,9 @@ def train_ddp(X: np.ndarray, y: np.ndarray, X_val: np.ndarray, y_val: np.ndarray
                "parameter_bytes": parameter_bytes, "slowed_s": sum(slowed_each),
                "state": {name: value.detach().numpy().copy() for name, value in net.state_dict().items()}}]
     dist.broadcast_object_list(result, src=0)
+    # Rank 0 may leave the broadcast before the others have read it: tearing the group down
+    # under them aborted a process once ("terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
     return result[0]
 
@@ -172,7 +175,10 @@ def torch_run(args: Any, variant: str, straggler: float, data: tuple, validation
 
     X, y, X_test, y_test = data
     classes = np.unique(y)
-    index = lambda labels: np.searchsorted(classes, labels).astype(np.int64)  # noqa: E731
+
+    def index(labels: np.ndarray) -> np.ndarray:  # class indices 0 .. n_classes - 1, as the DBN's nodes see them
+        return np.searchsorted(classes, labels).astype(np.int64)
+
     sizes = layer_sizes(X.shape[1], args.hidden, len(classes))
     config = {**FINETUNE, "learning_rate": FINETUNE["learning_rate"] * args.torch_lr_scale,
               "epochs": args.epochs[2], "straggler": straggler, "seed": 0, "threads": args.torch_threads}
