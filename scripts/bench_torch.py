@@ -146,9 +146,12 @@ def train_ddp(X: np.ndarray, y: np.ndarray, X_val: np.ndarray, y_val: np.ndarray
                "parameter_bytes": parameter_bytes, "slowed_s": sum(slowed_each),
                "state": {name: value.detach().numpy().copy() for name, value in net.state_dict().items()}}]
     dist.broadcast_object_list(result, src=0)
-    # Rank 0 may leave the broadcast before the others have read it: tearing the group down
-    # under them aborted a process once ("terminate called without an active exception").
+    # Rank 0 can abort at exit ("terminate called without an active exception", two torch
+    # fits in twenty here, after their output was written): Gloo work still holding tensors at the
+    # interpreter's finalization (pytorch/pytorch#190489).  Wait for every rank, drop the DDP
+    # module and its reducer, then tear the group down.
     dist.barrier()
+    del model, optimizer
     dist.destroy_process_group()
     return result[0]
 
@@ -230,6 +233,10 @@ def show(results: list[dict]) -> None:
               f"{fmt(r['target_s']):>8} {ratio(r['target_s'], base['target_s']):>8} {fmt(after(r, 'target_s')):>11} "
               f"{ratio(after(r, 'target_s'), after(base, 'target_s')):>11} {r['accuracy']:6.3f} "
               f"{fmt(r['finetune_scale'], '{:.2f}'):>5} {fmt(kilobytes(r['finetune_sent_per_node_epoch'])):>16}")
+    for r in results:
+        if r["target_s"] is None and "best_val_accuracy" in r:
+            print(f"{r['mode']} straggler x{r['straggler']:g} never reached the target: best validation accuracy "
+                  f"{r['best_val_accuracy']:.3f}")
 
 
 def main(argv: list[str] | None = None) -> None:
