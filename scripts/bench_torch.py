@@ -223,16 +223,19 @@ def show(results: list[dict]) -> None:
         return None if value is None else value / 1e3
 
     print(f"\nratios (/x) against {base['mode']} without a straggler; 'before ft': the DBN's pretraining, "
-          "torch's process start; 'ft': from fine-tuning's start")
+          "torch's process start; 'ft': from fine-tuning's start; 'ft/unslowed': fine-tuning time against the "
+          "same system's without a straggler")
     print(f"{'system':13} {'slow':>4} {'wall s':>7} {'wall/x':>6} {'before ft s':>11} {'ft s':>6} {'ft/x':>5} "
           f"{'target s':>8} {'target/x':>8} {'ft>target s':>11} {'ft>target/x':>11} {'acc':>6} {'lr x':>5} "
-          f"{'kB/node/ft epoch':>16}")
+          f"{'kB/node/ft epoch':>16} {'ft/unslowed':>11}")
     for r in results:
+        unslowed = next((u for u in results if u["mode"] == r["mode"] and u["straggler"] == 1.0), None)
         print(f"{r['mode']:13} {r['straggler']:>4g} {r['wall_s']:7.1f} {ratio(r['wall_s'], base['wall_s']):>6} "
               f"{r['pretrain_s']:11.1f} {after(r, 'wall_s'):6.1f} {ratio(after(r, 'wall_s'), after(base, 'wall_s')):>5} "
               f"{fmt(r['target_s']):>8} {ratio(r['target_s'], base['target_s']):>8} {fmt(after(r, 'target_s')):>11} "
               f"{ratio(after(r, 'target_s'), after(base, 'target_s')):>11} {r['accuracy']:6.3f} "
-              f"{fmt(r['finetune_scale'], '{:.2f}'):>5} {fmt(kilobytes(r['finetune_sent_per_node_epoch'])):>16}")
+              f"{fmt(r['finetune_scale'], '{:.2f}'):>5} {fmt(kilobytes(r['finetune_sent_per_node_epoch'])):>16} "
+              f"{ratio(after(r, 'wall_s'), unslowed and after(unslowed, 'wall_s')):>11}")
     for r in results:
         if r["target_s"] is None and "best_val_accuracy" in r:
             print(f"{r['mode']} straggler x{r['straggler']:g} never reached the target: best validation accuracy "
