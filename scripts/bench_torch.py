@@ -146,7 +146,7 @@ def train_ddp(X: np.ndarray, y: np.ndarray, X_val: np.ndarray, y_val: np.ndarray
                "parameter_bytes": parameter_bytes, "slowed_s": sum(slowed_each),
                "state": {name: value.detach().numpy().copy() for name, value in net.state_dict().items()}}]
     dist.broadcast_object_list(result, src=0)
-    # Rank 0 aborted at exit in two of ~20 fits without the next two lines ("terminate called
+    # Rank 0 aborted at exit in two of ~20 fits before the `del` below ("terminate called
     # without an active exception", after the output was written): Gloo work still holding
     # tensors at the interpreter's finalization (pytorch/pytorch#190489).  Wait for every rank,
     # drop the DDP module and its reducer, then tear the group down.
