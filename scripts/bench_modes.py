@@ -38,8 +38,9 @@ import rbm  # noqa: E402
 from rbm.datasets import load_digits01, load_digits28  # noqa: E402
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+def make_parser(description: str = __doc__.split("\n")[0]) -> argparse.ArgumentParser:
+    """The options of this benchmark (``bench_torch.py`` adds its own to them)."""
+    parser = argparse.ArgumentParser(description=description, allow_abbrev=False)
     parser.add_argument("--data", choices=("digits", "digits28"), default="digits")
     parser.add_argument("--nodes", type=int, default=2, help="local[N] (default 2)")
     parser.add_argument("--partitions", type=int, default=8)
@@ -48,7 +49,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--epochs", nargs=3, type=int, default=[5, 5, 20], metavar=("RBM0", "RBM1", "FINETUNE"))
     parser.add_argument("--hidden", nargs=2, type=int, default=[100, 100])
     parser.add_argument("--target", type=float, default=0.95, help="validation accuracy to time (default 0.95)")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return make_parser().parse_args(argv)
 
 
 def load(data: str):
@@ -56,33 +61,55 @@ def load(data: str):
     return split.X_train, split.y_train, split.X_test, split.y_test
 
 
-def one_run(spark, store_url: str, args: argparse.Namespace, mode: str, straggler: float, data) -> dict:
+def make_dbn(args: argparse.Namespace) -> rbm.DBN:
+    """The DBN every mode trains (the trainer sets its epochs per phase from ``--epochs``)."""
+    return rbm.DBN(hidden_layer_sizes=tuple(args.hidden), batch_size=10, pretrain_learning_rate=0.2,
+                   finetune_learning_rate=0.2, finetune_dropout=0.0, random_state=0)
+
+
+def one_run(spark, store_url: str, args: argparse.Namespace, mode: str, straggler: float, data,
+            validation: tuple | None = None) -> dict:
+    """Train and time one DBN; ``validation``: ``(X_val, y_val)`` held out by the caller, else a fifth of ``X``.
+
+    Besides the figures :func:`show` prints: ``pretrain_s``, seconds from the fit's start to the end
+    of the last pretraining epoch (its validation included), and ``finetune_scale``, the learning-rate
+    scale the nodes used in fine-tuning's last epoch (see README, Scaling out).
+    """
     X, y, X_test, y_test = data
     run_id = f"modes-{mode}-{straggler:g}".replace(".", "_")
     epochs = dict(zip(("rbm0", "rbm1", "finetune"), args.epochs))
     reached: list[float] = []
+    pretrained = {"pretrain_s": 0.0, "finetune_scale": None}
     started = time.perf_counter()
 
     def on_epoch(summary: dict) -> None:
+        if summary["phase"] != "finetune":
+            pretrained["pretrain_s"] = time.perf_counter() - started
+        else:
+            pretrained["finetune_scale"] = summary.get("learning_rate_scale")
         accuracy = (summary.get("validation") or {}).get("val_accuracy")
         if summary["phase"] == "finetune" and accuracy is not None and accuracy >= args.target and not reached:
             reached.append(time.perf_counter() - started)
 
+    held_out = {"validation_fraction": 0.2} if validation is None else {"validation_data": validation}
     trainer = node.Trainer(spark, store_url, run_id=run_id, mode=mode, straggler_factor=straggler, epochs=epochs,
-                           partitions=args.partitions, validation_fraction=0.2, progress=False, log_dir=None,
-                           on_epoch=on_epoch)
-    model = trainer.fit(rbm.DBN(hidden_layer_sizes=tuple(args.hidden), batch_size=10, pretrain_learning_rate=0.2,
-                                finetune_learning_rate=0.2, finetune_dropout=0.0, random_state=0), X, y)
+                           partitions=args.partitions, progress=False, log_dir=None, on_epoch=on_epoch, **held_out)
+    model = trainer.fit(make_dbn(args), X, y)
     wall = time.perf_counter() - started
     metrics = [m for m in node.open_run(store_url, run_id).runs.read_metrics() if not m.get("error")]
     return {"mode": mode, "straggler": straggler, "wall_s": wall, "target_s": reached[0] if reached else None,
-            "accuracy": model.score(X_test, y_test), **traffic(metrics), **straggler_figures(metrics, mode)}
+            "accuracy": model.score(X_test, y_test), **pretrained, **traffic(metrics),
+            **straggler_figures(metrics, mode)}
 
 
 def traffic(metrics: list[dict]) -> dict:
-    """Mean bytes written to and read from the store per trained partition."""
+    """Mean bytes written to and read from the store per trained partition; fine-tuning's bytes
+    written per node and epoch (``finetune_sent_per_node_epoch``, to set beside an allreduce's)."""
+    finetune = [m for m in metrics if m["phase"] == "finetune"]
+    node_epochs = len({(m["node"], m["epoch"]) for m in finetune})
     return {"sent_per_partition": float(np.mean([m["sent_bytes"] for m in metrics])),
-            "read_per_partition": float(np.mean([m["read_bytes"] for m in metrics]))}
+            "read_per_partition": float(np.mean([m["read_bytes"] for m in metrics])),
+            "finetune_sent_per_node_epoch": sum(m["sent_bytes"] for m in finetune) / node_epochs if node_epochs else None}
 
 
 def straggler_figures(metrics: list[dict], mode: str) -> dict:

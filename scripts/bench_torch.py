@@ -1,0 +1,294 @@
+"""Benchmark: sparkdbn's three modes against pyspark's TorchDistributor running PyTorch DDP (issue 11).
+
+One process, one ``local[N]`` Spark session, the same data split for everyone.  For each straggler
+factor (1 = none, 3 = one node or rank sleeps twice its compute time):
+
+* sparkdbn: a DBN trained by :class:`node.Trainer` in each ``--modes`` mode, as ``bench_modes.py``
+  does (same settings: batch 10, SGD with momentum 0.9, learning rate 0.2 decaying as
+  ``1 / (1 + 0.1 t)``, L2 1e-4 on the weights, no dropout; the trainer scales the learning rate
+  with the nodes merging, see README "Scaling out");
+* ``torch-ddp``: ``TorchDistributor(num_processes=N, local_mode=True, use_gpu=False)`` running
+  ``DistributedDataParallel`` (gloo) on the DBN's fine-tuning network (sigmoid layers of the same
+  widths, a softmax output, cross-entropy) from PyTorch's default initialisation, with the same
+  optimizer family, batch size per process, learning-rate decay, L2 and fine-tuning epochs, the
+  learning rate multiplied by ``--torch-lr-scale`` (default N, the linear rule sparkdbn applies).
+  Rank 0 evaluates the validation set after every epoch;
+* ``torch-ddp+pre``: the same, from the DBN's weights pretrained on the driver in one process
+  (``rbm.DBN.pretrain``, same settings and epochs; its seconds count as part of the fit).
+
+Before the timed runs an untimed one-epoch ``sync`` fit starts Spark's Python workers
+(``--no-warmup`` skips it): else the first mode pays for them.
+
+Printed per run, and as ratios to ``sync`` without a straggler: wall time of the fit (the
+distributor's process start included); time before fine-tuning starts (the DBN's pretraining, with
+its Spark jobs and validations; torch's process start and process-group set-up) and the fine-tuning
+time after it; time from the fit's start, and from fine-tuning's start, until the validation
+accuracy first reaches ``--target``; held-out test accuracy; bytes a node sends per fine-tuning
+epoch (sparkdbn: what it writes to the store; DDP: a 2-process ring allreduce sends the gradient's
+size per step).
+
+    .venv/bin/python scripts/bench_torch.py                     # digits, local[2], 3 modes + DDP, x {1, 3}
+    .venv/bin/python scripts/bench_torch.py --modes sync sharing --stragglers 1
+
+Ratios are taken within one run of this script: these machines are noisy, absolute seconds are not
+comparable between runs.  What differs, beyond the numbers: DDP is a synchronous allreduce every
+step (sparkdbn's ``sync`` averages every ``averaging_frequency`` partitions); ``local_mode`` starts
+the processes on the driver, outside Spark's executors, and ships no data through Spark; the DBN
+pretrains its layers first, the torch network starts from random weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_modes  # noqa: E402
+import node  # noqa: E402
+
+#: sparkdbn's fine-tuning settings in bench_modes.one_run and rbm.DBN's defaults, for the torch side.
+FINETUNE = {"learning_rate": 0.2, "momentum": 0.9, "lr_decay": 0.1, "l2": 1e-4, "batch_size": 10}
+
+
+def layer_sizes(n_features: int, hidden: Sequence[int], n_classes: int) -> list[int]:
+    """Widths of the DBN's fine-tuning network, input to output: ``[64, 100, 100, 10]`` on digits."""
+    return [int(n_features), *map(int, hidden), int(n_classes)]
+
+
+def build_mlp(sizes: Sequence[int]) -> Any:
+    """The DBN's fine-tuning network in PyTorch: sigmoid hidden layers and a linear output (the
+    softmax lives in the loss), ``nn.Linear`` weights of shape (n_out, n_in) = the DBN's ``W.T``."""
+    from torch import nn
+
+    layers: list[Any] = []
+    for n_in, n_out in zip(sizes[:-2], sizes[1:-1]):
+        layers += [nn.Linear(n_in, n_out), nn.Sigmoid()]
+    layers.append(nn.Linear(sizes[-2], sizes[-1]))
+    return nn.Sequential(*layers)
+
+
+def load_dbn_parameters(mlp: Any, dbn: Any) -> None:
+    """Copy a fitted :class:`rbm.DBN`'s fine-tuning weights into ``mlp`` from :func:`build_mlp`."""
+    import torch
+
+    params = dbn.parameters("finetune")
+    linear = [module for module in mlp if isinstance(module, torch.nn.Linear)]
+    names = [(f"rbm{k}.W", f"rbm{k}.hbias") for k in range(len(linear) - 1)] + [("out.W", "out.b")]
+    with torch.no_grad():
+        for module, (weight, bias) in zip(linear, names, strict=True):
+            module.weight.copy_(torch.from_numpy(np.ascontiguousarray(params[weight].T)))
+            module.bias.copy_(torch.from_numpy(params[bias]))
+
+
+def train_ddp(X: np.ndarray, y: np.ndarray, X_val: np.ndarray, y_val: np.ndarray, sizes: list[int],
+              config: dict, started_at: float) -> dict:
+    """One DDP process (TorchDistributor runs it in each): train, rank 0 validating after every epoch.
+
+    ``started_at`` is the driver's ``time.time()`` when the fit began: every time reported is from
+    it.  Every rank returns rank 0's result (the distributor keeps whichever rank's output it reads).
+    """
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.set_num_threads(config["threads"])
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    ready_s = time.time() - started_at
+    torch.manual_seed(config["seed"])
+    net = build_mlp(sizes)
+    if config.get("initial_state") is not None:
+        net.load_state_dict({name: torch.from_numpy(value) for name, value in config["initial_state"].items()})
+    model = DistributedDataParallel(net)  # broadcasts rank 0's initial weights
+    weights = [p for name, p in net.named_parameters() if name.endswith("weight")]
+    biases = [p for name, p in net.named_parameters() if name.endswith("bias")]
+    optimizer = torch.optim.SGD([{"params": weights, "weight_decay": config["l2"]}, {"params": biases}],
+                                lr=config["learning_rate"], momentum=config["momentum"])
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda t: 1.0 / (1.0 + config["lr_decay"] * t))
+    loss_fn = torch.nn.CrossEntropyLoss()
+    features, labels = torch.from_numpy(X), torch.from_numpy(y)
+    val_features, val_labels = torch.from_numpy(X_val), torch.from_numpy(y_val)
+    usable = len(X) - len(X) % world  # equal shards: unequal step counts would leave a rank waiting forever
+    slowed = rank == world - 1 and config["straggler"] > 1.0
+    slowed_s, steps, history = 0.0, 0, []
+    for epoch in range(config["epochs"]):
+        order = np.random.default_rng([config["seed"], epoch]).permutation(len(X))[:usable]
+        mine = torch.from_numpy(order[rank::world])
+        for start in range(0, len(mine), config["batch_size"]):
+            began = time.perf_counter()
+            rows = mine[start:start + config["batch_size"]]
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(features[rows]), labels[rows])
+            loss.backward()  # the allreduce of the gradients, in buckets
+            optimizer.step()
+            steps += 1
+            if slowed:  # as sparkdbn's straggler_factor: sleep (factor - 1) x this step's compute time
+                pause = (config["straggler"] - 1.0) * (time.perf_counter() - began)
+                time.sleep(pause)
+                slowed_s += pause
+        schedule.step()
+        if rank == 0:
+            with torch.no_grad():
+                accuracy = float((net(val_features).argmax(dim=1) == val_labels).float().mean())
+            history.append({"epoch": epoch + 1, "time_s": time.time() - started_at, "val_accuracy": accuracy})
+    parameter_bytes = sum(p.numel() * p.element_size() for p in net.parameters())
+    slowed_each = [0.0] * world
+    dist.all_gather_object(slowed_each, slowed_s)
+    result = [{"ready_s": ready_s, "history": history, "steps_per_epoch": steps // config["epochs"],
+               "parameter_bytes": parameter_bytes, "slowed_s": sum(slowed_each),
+               "state": {name: value.detach().numpy().copy() for name, value in net.state_dict().items()}}]
+    dist.broadcast_object_list(result, src=0)
+    # Rank 0 aborted at exit in two of ~20 fits before the `del` below ("terminate called
+    # without an active exception", after the output was written): Gloo work still holding
+    # tensors at the interpreter's finalization (pytorch/pytorch#190489).  Wait for every rank,
+    # drop the DDP module and its reducer, then tear the group down.
+    dist.barrier()
+    del model, optimizer
+    dist.destroy_process_group()
+    return result[0]
+
+
+def pretrained_state(args: Any, X: np.ndarray, classes: np.ndarray) -> dict[str, np.ndarray]:
+    """The DBN of ``bench_modes`` pretrained on the driver in one process (``--epochs`` RBM0 and
+    RBM1 passes), with its Glorot output layer, as a state dict of :func:`build_mlp`'s network."""
+    dbn = bench_modes.make_dbn(args)
+    dbn.set_params(layer_params=[{"n_iter": epochs} for epochs in args.epochs[:len(args.hidden)]])
+    dbn.pretrain(X).initialize(X.shape[1], classes)
+    mlp = build_mlp(layer_sizes(X.shape[1], args.hidden, len(classes)))
+    load_dbn_parameters(mlp, dbn)
+    return {name: value.detach().numpy().copy() for name, value in mlp.state_dict().items()}
+
+
+def torch_run(args: Any, variant: str, straggler: float, data: tuple, validation: tuple) -> dict:
+    """One TorchDistributor fit on the driver; figures keyed as :func:`bench_modes.one_run`'s.
+
+    ``variant``: ``torch-ddp`` starts from PyTorch's default initialisation; ``torch-ddp+pre`` first
+    pretrains the DBN on the driver (single process, timed as part of the fit) and fine-tunes its weights.
+    """
+    import torch
+    from pyspark.ml.torch.distributor import TorchDistributor
+
+    X, y, X_test, y_test = data
+    classes = np.unique(y)
+
+    def index(labels: np.ndarray) -> np.ndarray:  # class indices 0 .. n_classes - 1, as the DBN's nodes see them
+        return np.searchsorted(classes, labels).astype(np.int64)
+
+    sizes = layer_sizes(X.shape[1], args.hidden, len(classes))
+    config = {**FINETUNE, "learning_rate": FINETUNE["learning_rate"] * args.torch_lr_scale,
+              "epochs": args.epochs[2], "straggler": straggler, "seed": 0, "threads": args.torch_threads}
+    started_at, started = time.time(), time.perf_counter()
+    config["initial_state"] = pretrained_state(args, X, classes) if variant == "torch-ddp+pre" else None
+    pretrain_s = time.perf_counter() - started
+    distributor = TorchDistributor(num_processes=args.nodes, local_mode=True, use_gpu=False)
+    out = distributor.run(train_ddp, X.astype(np.float32), index(y), validation[0].astype(np.float32),
+                          index(validation[1]), sizes, config, started_at)
+    wall = time.perf_counter() - started
+    net = build_mlp(sizes)
+    net.load_state_dict({name: torch.from_numpy(value) for name, value in out["state"].items()})
+    with torch.no_grad():
+        predicted = net(torch.from_numpy(X_test.astype(np.float32))).argmax(dim=1).numpy()
+    reached = [h["time_s"] for h in out["history"] if h["val_accuracy"] >= args.target]
+    # A ring allreduce over n processes: each sends (n - 1) / n of the gradient in the
+    # reduce-scatter and as much in the all-gather, one gradient's bytes per step at n = 2.
+    per_step = out["parameter_bytes"] * 2 * (args.nodes - 1) / args.nodes
+    return {"mode": variant, "straggler": straggler, "wall_s": wall, "target_s": reached[0] if reached else None,
+            "accuracy": float(np.mean(classes[predicted] == y_test)), "pretrain_s": out["ready_s"],
+            "driver_pretrain_s": pretrain_s, "finetune_scale": args.torch_lr_scale,
+            "finetune_sent_per_node_epoch": per_step * out["steps_per_epoch"], "slowed_s": out["slowed_s"],
+            "best_val_accuracy": max(h["val_accuracy"] for h in out["history"])}
+
+
+def show(results: list[dict]) -> None:
+    base = next((r for r in results if r["mode"] == "sync" and r["straggler"] == 1.0), results[0])
+
+    def after(r: dict, key: str) -> float | None:  # seconds from fine-tuning's start
+        return None if r[key] is None else r[key] - r["pretrain_s"]
+
+    def ratio(value, reference) -> str:
+        return "-" if value is None or not reference else f"{value / reference:.2f}"
+
+    def fmt(value, pattern: str = "{:.1f}") -> str:
+        return "-" if value is None else pattern.format(value)
+
+    def kilobytes(value: float | None) -> float | None:
+        return None if value is None else value / 1e3
+
+    print(f"\nratios (/x) against {base['mode']} without a straggler; 'before ft': the DBN's pretraining, "
+          "torch's process start; 'ft': from fine-tuning's start; 'ft/unslowed': fine-tuning time against the "
+          "same system's without a straggler")
+    print(f"{'system':13} {'slow':>4} {'wall s':>7} {'wall/x':>6} {'before ft s':>11} {'ft s':>6} {'ft/x':>5} "
+          f"{'target s':>8} {'target/x':>8} {'ft>target s':>11} {'ft>target/x':>11} {'acc':>6} {'lr x':>5} "
+          f"{'kB/node/ft epoch':>16} {'ft/unslowed':>11}")
+    for r in results:
+        unslowed = next((u for u in results if u["mode"] == r["mode"] and u["straggler"] == 1.0), None)
+        print(f"{r['mode']:13} {r['straggler']:>4g} {r['wall_s']:7.1f} {ratio(r['wall_s'], base['wall_s']):>6} "
+              f"{r['pretrain_s']:11.1f} {after(r, 'wall_s'):6.1f} {ratio(after(r, 'wall_s'), after(base, 'wall_s')):>5} "
+              f"{fmt(r['target_s']):>8} {ratio(r['target_s'], base['target_s']):>8} {fmt(after(r, 'target_s')):>11} "
+              f"{ratio(after(r, 'target_s'), after(base, 'target_s')):>11} {r['accuracy']:6.3f} "
+              f"{fmt(r['finetune_scale'], '{:.2f}'):>5} {fmt(kilobytes(r['finetune_sent_per_node_epoch'])):>16} "
+              f"{ratio(after(r, 'wall_s'), unslowed and after(unslowed, 'wall_s')):>11}")
+    for r in results:
+        if r["target_s"] is None and "best_val_accuracy" in r:
+            print(f"{r['mode']} straggler x{r['straggler']:g} never reached the target: best validation accuracy "
+                  f"{r['best_val_accuracy']:.3f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    from sklearn.model_selection import train_test_split
+
+    parser = bench_modes.make_parser(__doc__.split("\n")[0])
+    parser.add_argument("--torch-lr-scale", type=float, default=None,
+                        help="torch's learning rate = 0.2 x this (default: --nodes, the linear rule)")
+    parser.add_argument("--torch", nargs="*", default=["torch-ddp", "torch-ddp+pre"],
+                        choices=("torch-ddp", "torch-ddp+pre"), help="the torch runs (default both)")
+    parser.add_argument("--no-warmup", dest="warmup", action="store_false",
+                        help="skip the untimed 1-epoch fit that starts Spark's Python workers first")
+    parser.add_argument("--torch-threads", type=int, default=1, help="torch threads per process (default 1)")
+    args = parser.parse_args(argv)
+    args.torch_lr_scale = float(args.nodes) if args.torch_lr_scale is None else args.torch_lr_scale
+    X, y, X_test, y_test = bench_modes.load(args.data)
+    # One validation split for everyone (bench_modes alone lets the trainer hold out its own fifth).
+    X, X_val, y, y_val = train_test_split(X, y, test_size=0.2, stratify=y, random_state=0)
+    data, validation = (X, y, X_test, y_test), (X_val, y_val)
+    spark = node.get_spark_session(f"local[{args.nodes}]", app_name="bench-torch", conf={"spark.ui.enabled": "false"})
+    results = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="sparkdbn-bench-torch-") as folder:
+            if args.warmup:  # the session's first fit starts the Python workers and imports: not the first mode's cost
+                warm = argparse.Namespace(**{**vars(args), "epochs": [1, 1, 1]})
+                bench_modes.one_run(spark, f"file://{folder}/warmup", warm, "sync", 1.0, data, validation=validation)
+            for straggler in args.stragglers:
+                for mode in [*args.modes, *args.torch]:
+                    if mode.startswith("torch"):
+                        result = torch_run(args, mode, straggler, data, validation)
+                    else:
+                        result = bench_modes.one_run(spark, f"file://{folder}/store", args, mode, straggler, data,
+                                                     validation=validation)
+                    print(f"{mode} straggler x{straggler:g}: {result['wall_s']:.1f} s, accuracy {result['accuracy']:.3f}",
+                          flush=True)
+                    results.append(result)
+    finally:
+        spark.stop()
+    print(f"\n{args.data}, DBN/MLP {layer_sizes(X.shape[1], args.hidden, len(np.unique(y)))}, epochs {args.epochs} "
+          f"(torch: {args.epochs[2]}), local[{args.nodes}] / {args.nodes} DDP processes, {args.partitions} partitions, "
+          f"{len(X)} training and {len(X_val)} validation rows, target validation accuracy {args.target}")
+    show(results)
+
+
+if __name__ == "__main__":
+    main()
+else:
+    # TorchDistributor pickles train_ddp with cloudpickle; imported (tests), this module is not importable
+    # in the processes it starts, so ship its functions by value as they are when run as a script.
+    from pyspark import cloudpickle as _cloudpickle
+
+    _cloudpickle.register_pickle_by_value(sys.modules[__name__])
