@@ -39,7 +39,6 @@ pretrains its layers first, the torch network starts from random weights.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -263,9 +262,8 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     try:
         with tempfile.TemporaryDirectory(prefix="sparkdbn-bench-torch-") as folder:
-            if args.warmup:  # the session's first fit starts the Python workers and imports: not the first mode's cost
-                warm = argparse.Namespace(**{**vars(args), "epochs": [1, 1, 1]})
-                bench_modes.one_run(spark, f"file://{folder}/warmup", warm, "sync", 1.0, data, validation=validation)
+            if args.warmup:
+                bench_modes.warm_up(spark, folder, args, data, validation=validation)
             for straggler in args.stragglers:
                 for mode in [*args.modes, *args.torch]:
                     if mode.startswith("torch"):
