@@ -90,6 +90,7 @@ class Curve:
     time_s: list[float] = field(default_factory=list)
     accuracy: list[float] = field(default_factory=list)
     reads: int = 0
+    age_s: float = 0.0  # summed over the snapshots or updates merged: time since their author published them
 
     def at_samples(self, samples: float) -> float:
         index = int(np.searchsorted(self.samples, samples))
@@ -252,6 +253,7 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
                 replicas[i].set_parameters(merge_snapshots(own, [entry[2] for _, entry in fresh]))
                 for j, entry in fresh:
                     merged_version[i, j] = entry[1]
+                    curve.age_s += now - (entry[0] - clock.delay_s)
             merged_from = [f"node-{j}" for j, _ in fresh]
             reads = len(fresh)
         else:  # sharing: every visible peer update not applied yet, each once
@@ -260,6 +262,7 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
                 applied = merged_version[i, j] + 1  # updates are numbered from 0 and become visible in order
                 while j != i and applied < len(published[j]) and published[j][applied][0] <= now:
                     pending.append(published[j][applied][2])
+                    curve.age_s += now - (published[j][applied][0] - clock.delay_s)
                     applied += 1
                 merged_version[i, j] = applied - 1
             if pending:
@@ -376,16 +379,21 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"#   {n} nodes, {curve.label}: {time.perf_counter() - tick:.1f} s", file=sys.stderr, flush=True)
     marks = sorted({len(X) * k // 2 for k in (1, 2, 4, epochs * 2)})
     print(f"\n{'nodes':>5} {'mode':<12}" + "".join(f"{f'acc @{m / len(X):g} ep':>11}" for m in marks)
-          + f"{f'epochs to {args.target}':>15}{f'time to {args.target}':>14}{'sim time':>10}{'reads/part':>11}{'best':>7}")
+          + f"{f'epochs to {args.target}':>15}{f'time to {args.target}':>14}{'sim time':>10}{'reads/part':>11}{'age ms':>8}"
+          f"{'best':>7}")
     for n in sizes:
         for curve in curves[n]:
             reached = curve.first_reaching(args.target)
             to_samples = "never" if reached is None else f"{reached[0] / len(X):.1f}"
             to_time = "never" if reached is None else f"{reached[1]:.2f} s"
             per_partition = curve.reads / max(1, curve.nodes * epochs * args.partitions_per_node)
+            age_ms = f"{curve.age_s / curve.reads * 1e3:.0f}" if curve.reads and curve.label != "sync" else "-"
             print(f"{n:>5} {curve.label:<12}" + "".join(f"{curve.at_samples(m):>11.3f}" for m in marks)
-                  + f"{to_samples:>15}{to_time:>14}{curve.time_s[-1]:>9.2f}s{per_partition:>11.1f}{max(curve.accuracy):>7.3f}")
+                  + f"{to_samples:>15}{to_time:>14}{curve.time_s[-1]:>9.2f}s{per_partition:>11.1f}{age_ms:>8}"
+                  f"{max(curve.accuracy):>7.3f}")
     plot(curves, args.png, args.target)
+    print("reads/part: store files read per node and partition; age ms: mean time since a merged snapshot or applied "
+          "update was published (sync: none, it waits)")
     print(f"\nfigure: {args.png}; runtime {time.perf_counter() - started:.0f} s")
     return 0
 
