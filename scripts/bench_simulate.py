@@ -7,9 +7,9 @@ simulated.  A discrete-event clock orders the nodes' partitions:
 
 * a partition takes ``rows / rate`` seconds (``rate``: the README's fine-tuning samples/s of the
   784-500-500 DBN on one Spark node, which the small model stands in for; ``--rate measured``
-  measures the small model in-process instead) times the node's speed (lognormal, fixed per node; ``--straggler``
-  makes node 0 of several that many times slower) times a per-partition jitter, plus a fixed per-partition
-  write cost and a read cost for every file the node reads from the store before it trains
+  measures the small model in-process instead) times the node's speed (lognormal, fixed per
+  node; ``--straggler`` makes node 0 of several that many times slower) times a per-partition
+  jitter, plus a fixed per-partition write cost and a read cost for every file the node reads from the store before it trains
   (snapshots for ``async`` and ``sync``, small sparse updates for ``sharing``; the README's
   local-store figures), all on the node's critical path;
 * what a node publishes becomes visible to the others ``delay_s`` after the partition ends
@@ -159,7 +159,8 @@ def _as_indices(update: SparseUpdate) -> dict:
             for name, codes in update.codes.items()}
 
 
-def node_partitions(rows: int, nodes: int, partitions_per_node: int, rng: np.random.Generator) -> list[list[np.ndarray]]:
+def node_partitions(rows: int, nodes: int, partitions_per_node: int,
+                    rng: np.random.Generator) -> list[list[np.ndarray]]:
     """Disjoint shards of the rows, one per node, each cut into the node's partitions (row indices)."""
     return [np.array_split(shard, partitions_per_node) for shard in np.array_split(rng.permutation(rows), nodes)]
 
@@ -364,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# clock: {rate:.0f} samples/s per node, snapshot write / read {clock.write_s * 1e3:.1f} / "
               f"{clock.read_s * 1e3:.1f} ms, update write / read {clock.update_write_s * 1e3:.1f} / "
               f"{clock.update_read_s * 1e3:.1f} ms, announcement delay {clock.delay_s * 1e3:.1f} ms, "
-              f"speeds lognormal sigma {clock.speed_sigma}, jitter {clock.jitter_sigma}, straggler x{clock.straggler:g}")
+              f"speeds lognormal sigma {clock.speed_sigma}, jitter {clock.jitter_sigma}, "
+              f"straggler x{clock.straggler:g}")
         reference, _ = simulate(base, X, y, X_test, y_test, nodes=1, mode="sync", fanout=None, epochs=epochs,
                                 partitions_per_node=args.partitions_per_node, clock=clock, seed=args.seed)
         reference.label = "1 node"
@@ -379,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"#   {n} nodes, {curve.label}: {time.perf_counter() - tick:.1f} s", file=sys.stderr, flush=True)
     marks = sorted({len(X) * k // 2 for k in (1, 2, 4, epochs * 2)})
     print(f"\n{'nodes':>5} {'mode':<12}" + "".join(f"{f'acc @{m / len(X):g} ep':>11}" for m in marks)
-          + f"{f'epochs to {args.target}':>15}{f'time to {args.target}':>14}{'sim time':>10}{'reads/part':>11}{'age ms':>8}"
+          + f"{f'epochs to {args.target}':>15}{f'time to {args.target}':>14}{'sim time':>10}{'reads/part':>11}"
+          f"{'age ms':>8}"
           f"{'best':>7}")
     for n in sizes:
         for curve in curves[n]:
