@@ -1,0 +1,405 @@
+"""Benchmark: a convergence simulation of 8, 64 and 256 nodes for every training mode (issues 11 and 18).
+
+In one process, no Spark: ``n`` simulated nodes each hold a replica of a small DBN (784-64-10) and
+a disjoint shard of digits28.  The pretraining phase runs once, in one process, before the
+simulation (every node starts from the same pretrained weights); the fine-tuning phase is
+simulated.  A discrete-event clock orders the nodes' partitions:
+
+* a partition takes ``rows / rate`` seconds (``rate``: the README's fine-tuning samples/s of the
+  784-500-500 DBN on one Spark node, which the small model stands in for; ``--rate measured``
+  measures the small model in-process instead) times the node's speed (lognormal, fixed per
+  node; ``--straggler`` makes node 0 of several that many times slower) times a per-partition
+  jitter, plus a fixed per-partition write cost and a read cost for every file the node reads from the store before it trains
+  (snapshots for ``async`` and ``sync``, small sparse updates for ``sharing``; the README's
+  local-store figures), all on the node's critical path;
+* what a node publishes becomes visible to the others ``delay_s`` after the partition ends
+  (the announcement latency measured by ``bench_actors.py``);
+* ``async`` with fan-out ``f``: before a partition a node merges at most ``f`` of the peers whose
+  newest visible version it has not merged yet (a random subset, as the node's actor picks them),
+  with :func:`actors.merge_snapshots` (``a = m / (m + 1)``);
+* ``sync``: every node trains one partition, then all nodes average (a barrier: the round ends
+  with its slowest node, then each reads ``n - 1`` snapshots);
+* ``sharing``: the real mode's :class:`node._mode_sharing.ThresholdAccumulator` turns a node's
+  change into a thresholded sparse update (with its residual); before a partition a node
+  applies every visible peer update not applied yet, each once (summed with ``np.bincount``,
+  equal to :meth:`SparseUpdate.apply_to` one after the other).
+
+Learning rates follow the project's default rule through the executor's own
+:class:`node._scaling.NodeScaling` (``"auto"``, warm-up 2): ``async`` counts the peers merged
+in the last 4 partitions, ``sync`` the round's nodes, ``sharing`` none (as the real modes do).
+
+Output: held-out accuracy (the mean of the nodes' weights, as the phase consolidation takes it;
+test images shifted by up to one pixel) against samples processed and simulated time; a table of
+accuracy at equal samples and samples and time to a target; a PNG with one panel per node count.
+
+    .venv/bin/python scripts/bench_simulate.py                   # 8, 64, 256 nodes (a few minutes)
+    .venv/bin/python scripts/bench_simulate.py --quick           # a smoke run
+    .venv/bin/python scripts/bench_simulate.py --straggler 3 --png /tmp/simulate-straggler.png
+"""
+
+from __future__ import annotations
+
+import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
+_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
+import _venv  # noqa: E402
+_venv.ensure()
+
+
+import argparse
+import copy
+import heapq
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from actors import merge_snapshots  # noqa: E402
+from node._mode_sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
+from node._scaling import NodeScaling  # noqa: E402
+
+PHASE = "finetune"
+
+
+@dataclass(frozen=True)
+class Clock:
+    """The time model (seconds): see the module docstring.  Defaults: the README's figures for the
+    784-500-500 DBN (a 2.6 MB snapshot) on the local store, the model the small one stands in for."""
+
+    rate: float = 10_100.0  # samples/s of one node's fine-tuning (README: Spark, 1 node, 10.1k)
+    write_s: float = 0.008  # a snapshot written (README: put 4.8 ms for 1.6 MB)
+    read_s: float = 0.003  # a snapshot read (README: get 1.8 ms for 1.6 MB)
+    update_write_s: float = 0.002  # a sparse update (about 1% of the entries) written ...
+    update_read_s: float = 0.001  # ... and read: small files, the per-file cost dominates
+    delay_s: float = 0.012  # publish -> visible to peers (README: announcement latency 12 ms)
+    speed_sigma: float = 0.2  # node speeds: lognormal, fixed per node
+    jitter_sigma: float = 0.1  # per-partition jitter: lognormal
+    straggler: float = 1.0  # node 0 is this many times slower
+
+
+@dataclass
+class Curve:
+    """Accuracy of the consolidated model against samples processed and simulated time."""
+
+    label: str
+    nodes: int
+    samples: list[int] = field(default_factory=list)
+    time_s: list[float] = field(default_factory=list)
+    accuracy: list[float] = field(default_factory=list)
+    reads: int = 0
+    age_s: float = 0.0  # summed over the snapshots or updates merged: time since their author published them
+
+    def at_samples(self, samples: float) -> float:
+        index = int(np.searchsorted(self.samples, samples))
+        return self.accuracy[min(index, len(self.accuracy) - 1)]
+
+    def first_reaching(self, target: float) -> tuple[int, float] | None:
+        for samples, time_s, accuracy in zip(self.samples, self.time_s, self.accuracy):
+            if accuracy >= target:
+                return samples, time_s
+        return None
+
+
+# ----------------------------------------------------------------------------- data and model
+def load_data(quick: bool):
+    """digits28: training rows, and held-out test images shifted by up to one pixel (more test rows)."""
+    from rbm.datasets import load_digits28, shift_images
+
+    split = load_digits28(shifts=[(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)] if quick else None)
+    images = split.X_test.reshape(-1, 28, 28)
+    shifts = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
+    X_test = shift_images(images, shifts).reshape(-1, 784)
+    return split.X_train, split.y_train, X_test, np.tile(split.y_test, len(shifts))
+
+
+def pretrained_model(X: np.ndarray, y: np.ndarray, hidden: int, seed: int):
+    """A DBN whose RBM layer is pretrained in one process: the start of every simulated node."""
+    import rbm
+
+    model = rbm.DBN((hidden,), random_state=seed)
+    model.initialize(X.shape[1], 10)
+    for phase in model.phases()[:-1]:
+        model.train_partition(X, None, phase, np.random.default_rng([seed, 0]))
+    return model
+
+
+def measure_rate(model, X: np.ndarray, y: np.ndarray) -> float:
+    """Fine-tuning samples/s of one replica (best of 3 passes over 2,000 rows)."""
+    probe = copy.deepcopy(model)
+    best = float("inf")
+    for attempt in range(3):
+        started = time.perf_counter()
+        probe.train_partition(X[:2000], y[:2000], PHASE, np.random.default_rng(attempt))
+        best = min(best, time.perf_counter() - started)
+    return 2000 / best
+
+
+# ----------------------------------------------------------------------------- the simulation
+def _mean(params_list: list[dict]) -> dict:
+    return {name: np.mean([p[name] for p in params_list], axis=0, dtype=np.float64).astype(params_list[0][name].dtype)
+            for name in params_list[0]}
+
+
+def _sparse_sum(updates: list[dict], params: dict) -> None:
+    """Add the updates (per parameter: flat indices and values) to ``params`` in place."""
+    for name, value in params.items():
+        parts = [update[name] for update in updates if update[name][0].size]
+        if parts:
+            flat = value.reshape(-1)
+            flat += np.bincount(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                                minlength=flat.size).astype(flat.dtype)
+
+
+def _as_indices(update: SparseUpdate) -> dict:
+    """A :class:`SparseUpdate` as (flat indices, values) per parameter: what ``apply_to`` adds."""
+    return {name: (np.abs(codes).astype(np.int64) - 1, np.sign(codes) * np.float64(np.float32(update.threshold)))
+            for name, codes in update.codes.items()}
+
+
+def node_partitions(rows: int, nodes: int, partitions_per_node: int,
+                    rng: np.random.Generator) -> list[list[np.ndarray]]:
+    """Disjoint shards of the rows, one per node, each cut into the node's partitions (row indices)."""
+    return [np.array_split(shard, partitions_per_node) for shard in np.array_split(rng.permutation(rows), nodes)]
+
+
+def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.ndarray, *, nodes: int, mode: str,
+             fanout: int | None, epochs: int, partitions_per_node: int, clock: Clock, seed: int,
+             evaluations_per_epoch: int = 4, scale_rule: str = "auto", warmup_partitions: int = 2,
+             sharing_threshold: float = 1e-3, sharing_sparsity: float = 0.01, evaluate: bool = True):
+    """Simulate ``nodes`` nodes fine-tuning ``base`` in ``mode`` ("async", "sync", "sharing").
+
+    Returns the :class:`Curve` and the nodes' final parameters (list of dicts).
+    """
+    rng = np.random.default_rng([seed, nodes])
+    parts = node_partitions(len(X), nodes, partitions_per_node, rng)
+    speeds = np.ones(nodes)  # one node alone: the reference, at the measured speed
+    if nodes > 1:
+        speeds = rng.lognormal(0.0, clock.speed_sigma, size=nodes) if clock.speed_sigma else speeds
+        speeds[0] *= clock.straggler
+    replicas = [copy.deepcopy(base) for _ in range(nodes)]
+    spec = {"batch_size": base.batch_size}
+    scalings = [NodeScaling(scale_rule, spec, warmup_partitions, fanout if mode == "async" else None, n_samples=len(X))
+                for _ in range(nodes)]
+    for scaling in scalings:
+        scaling.enter_phase(PHASE)
+    probe = copy.deepcopy(base)
+    label = {"async": f"async f={fanout or 'all'}"}.get(mode, mode)
+    curve = Curve(label, nodes)
+    total_partitions = epochs * partitions_per_node
+    done = np.zeros(nodes, dtype=int)
+    samples = 0
+    next_eval = [len(X) * (k + 1) // evaluations_per_epoch for k in range(epochs * evaluations_per_epoch)]
+
+    def check(now: float) -> None:
+        while next_eval and samples >= next_eval[0]:
+            next_eval.pop(0)
+            if evaluate:
+                probe.set_parameters(_mean([r.parameters(PHASE) for r in replicas]))
+                curve.samples.append(samples)
+                curve.time_s.append(now)
+                curve.accuracy.append(float(probe.score(X_test, y_test)))
+
+    def train(i: int, merged_from: list[str]) -> float:
+        """Node ``i`` trains its next partition; returns its compute time (simulated)."""
+        nonlocal samples
+        rows = parts[i][done[i] % partitions_per_node]
+        scalings[i].merged(merged_from)
+        replicas[i].set_learning_rate_scale(scalings[i].scale())
+        replicas[i].train_partition(X[rows], y[rows], PHASE, np.random.default_rng([seed, i, int(done[i])]))
+        scalings[i].trained()
+        done[i] += 1
+        samples += len(rows)
+        jitter = rng.lognormal(0.0, clock.jitter_sigma) if clock.jitter_sigma else 1.0
+        return len(rows) / clock.rate * speeds[i] * jitter
+
+    if mode == "sync":
+        now = 0.0
+        names = [f"node-{j}" for j in range(nodes)]
+        for _round in range(total_partitions):
+            ends = [train(i, names[:i] + names[i + 1:]) + clock.write_s for i in range(nodes)]
+            now += max(ends) + (nodes - 1) * clock.read_s if nodes > 1 else ends[0]  # barrier, peers' snapshots
+            curve.reads += nodes * (nodes - 1)
+            if nodes > 1:
+                average = _mean([r.parameters(PHASE) for r in replicas])
+                for replica in replicas:
+                    replica.set_parameters(average)
+            check(now)
+        return curve, [r.parameters(PHASE) for r in replicas]
+
+    # async and sharing: every node on its own, ordered by a heap of (start time, node)
+    published: list[list[tuple[float, int, object]]] = [[] for _ in range(nodes)]  # (visible at, version, payload)
+    merged_version = np.full((nodes, nodes), -1)
+    accumulators = [ThresholdAccumulator(sharing_threshold, sharing_sparsity) for _ in range(nodes)]
+    events = [(0.0, i) for i in range(nodes)]
+    heapq.heapify(events)
+    while events:
+        now, i = heapq.heappop(events)
+        own = replicas[i].parameters(PHASE)
+        reads = 0
+        if mode == "async":
+            fresh = []
+            for j in range(nodes):
+                # The peer's newest visible version (its actor fetched each one when it was announced;
+                # older ones are never merged again, and time only moves on: drop them).
+                while len(published[j]) > 1 and published[j][1][0] <= now:
+                    published[j].pop(0)
+                if j != i and published[j] and published[j][0][0] <= now and published[j][0][1] > merged_version[i, j]:
+                    fresh.append((j, published[j][0]))
+            if fanout is not None and len(fresh) > fanout:
+                fresh = [fresh[k] for k in sorted(rng.choice(len(fresh), size=fanout, replace=False))]
+            if fresh:
+                replicas[i].set_parameters(merge_snapshots(own, [entry[2] for _, entry in fresh]))
+                for j, entry in fresh:
+                    merged_version[i, j] = entry[1]
+                    curve.age_s += now - (entry[0] - clock.delay_s)
+            merged_from = [f"node-{j}" for j, _ in fresh]
+            reads = len(fresh)
+        else:  # sharing: every visible peer update not applied yet, each once
+            pending = []
+            for j in range(nodes):
+                applied = merged_version[i, j] + 1  # updates are numbered from 0 and become visible in order
+                while j != i and applied < len(published[j]) and published[j][applied][0] <= now:
+                    pending.append(published[j][applied][2])
+                    curve.age_s += now - (published[j][applied][0] - clock.delay_s)
+                    applied += 1
+                merged_version[i, j] = applied - 1
+            if pending:
+                _sparse_sum(pending, own)
+                replicas[i].set_parameters(own)
+            merged_from = []  # peers' updates are added, not averaged: learning rates stay as given
+            reads = len(pending)
+        curve.reads += reads
+        before = replicas[i].parameters(PHASE)
+        compute_s = train(i, merged_from)
+        if mode == "async":
+            end = now + reads * clock.read_s + compute_s + clock.write_s
+            published[i].append((end + clock.delay_s, int(done[i]), replicas[i].parameters(PHASE)))
+        else:
+            end = now + reads * clock.update_read_s + compute_s + clock.update_write_s
+            after = replicas[i].parameters(PHASE)
+            update = accumulators[i].add({name: after[name] - before[name] for name in after})
+            published[i].append((end + clock.delay_s, len(published[i]), _as_indices(update)))
+        check(end)
+        if done[i] < total_partitions:
+            heapq.heappush(events, (end, i))
+    return curve, [r.parameters(PHASE) for r in replicas]
+
+
+# ----------------------------------------------------------------------------- report
+def configurations(nodes: int, fanouts: list[int]) -> list[tuple[str, int | None]]:
+    """The modes run at ``nodes``: async per fan-out (those below ``nodes - 1``), async all-to-all, sync, sharing."""
+    return [("async", f) for f in fanouts if f < nodes - 1] + [("async", None), ("sync", None), ("sharing", None)]
+
+
+def plot(curves: dict[int, list[Curve]], png: str, target: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted(curves)
+    labels = list(dict.fromkeys(curve.label for n in reversed(sizes) for curve in curves[n]))  # the most fan-outs first
+    colors = {label: plt.get_cmap("tab10")(index % 10) for index, label in enumerate(labels)}  # same in every panel
+    figure, axes = plt.subplots(2, len(sizes), figsize=(4.2 * len(sizes), 6.4), squeeze=False)
+    for column, n in enumerate(sizes):
+        for curve in curves[n]:
+            style = "--" if curve.label.startswith("async") else "-"
+            color = colors[curve.label]
+            axes[0][column].plot(np.array(curve.samples) / 1e3, curve.accuracy, style, color=color, label=curve.label,
+                                 linewidth=1.2)
+            axes[1][column].plot(curve.time_s, curve.accuracy, style, color=color, label=curve.label, linewidth=1.2)
+        for row, xlabel in enumerate(("samples processed (thousands)", "simulated time (s)")):
+            axis = axes[row][column]
+            axis.axhline(target, color="grey", linewidth=0.6, linestyle=":")
+            axis.set_ylim(max(0.0, target - 0.25), 1.0)
+            axis.set_xlabel(xlabel)
+            axis.grid(alpha=0.3)
+            if column == 0:
+                axis.set_ylabel("held-out accuracy")
+        axes[0][column].set_title(f"{n} nodes")
+        axes[1][column].set_xscale("log")
+    handles = {label: handle for axis in axes[0] for handle, label in zip(*axis.get_legend_handles_labels())}
+    axes[0][-1].legend([handles[label] for label in labels], labels, fontsize=7, loc="lower right")
+    figure.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(png)), exist_ok=True)
+    figure.savefig(png, dpi=72)
+    plt.close(figure)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 9x smaller data, 8 and 32 nodes, 2 epochs")
+    parser.add_argument("--nodes", type=int, nargs="+", default=None, help="default 8 64 256 (quick: 8 32)")
+    parser.add_argument("--fanouts", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--epochs", type=int, default=None, help="fine-tuning epochs (default 6, quick 2)")
+    parser.add_argument("--partitions-per-node", type=int, default=2,
+                        help="per epoch (Spark's default: 2; the README's advice when nodes take few steps: 8)")
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--target", type=float, default=0.90)
+    parser.add_argument("--straggler", type=float, default=1.0, help="node 0 this many times slower")
+    parser.add_argument("--delay-s", type=float, default=Clock.delay_s)
+    parser.add_argument("--read-s", type=float, default=Clock.read_s)
+    parser.add_argument("--write-s", type=float, default=Clock.write_s)
+    parser.add_argument("--rate", default=str(Clock.rate),
+                        help="samples/s of a node's fine-tuning, or 'measured' (this small model, one core)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures",
+                                                      "simulate.png"))
+    args = parser.parse_args(argv)
+    from threadpoolctl import threadpool_limits
+
+    sizes = args.nodes or ([8, 32] if args.quick else [8, 64, 256])
+    epochs = args.epochs or (2 if args.quick else 6)
+    started = time.perf_counter()
+    with threadpool_limits(limits=1):
+        X, y, X_test, y_test = load_data(args.quick)
+        base = pretrained_model(X, y, args.hidden, args.seed)
+        rate = measure_rate(base, X, y) if args.rate == "measured" else float(args.rate)
+        clock = Clock(rate=rate, write_s=args.write_s, read_s=args.read_s, delay_s=args.delay_s,
+                      straggler=args.straggler)
+        print(f"# DBN 784-{args.hidden}-10 fine-tuning on digits28: {len(X)} training rows, {len(X_test)} test rows; "
+              f"{epochs} epochs, {args.partitions_per_node} partitions per node and epoch; scale rule auto")
+        print(f"# clock: {rate:.0f} samples/s per node, snapshot write / read {clock.write_s * 1e3:.1f} / "
+              f"{clock.read_s * 1e3:.1f} ms, update write / read {clock.update_write_s * 1e3:.1f} / "
+              f"{clock.update_read_s * 1e3:.1f} ms, announcement delay {clock.delay_s * 1e3:.1f} ms, "
+              f"speeds lognormal sigma {clock.speed_sigma}, jitter {clock.jitter_sigma}, "
+              f"straggler x{clock.straggler:g}")
+        reference, _ = simulate(base, X, y, X_test, y_test, nodes=1, mode="sync", fanout=None, epochs=epochs,
+                                partitions_per_node=args.partitions_per_node, clock=clock, seed=args.seed)
+        reference.label = "1 node"
+        curves: dict[int, list[Curve]] = {}
+        for n in sizes:
+            curves[n] = [reference]
+            for mode, fanout in configurations(n, args.fanouts):
+                tick = time.perf_counter()
+                curve, _ = simulate(base, X, y, X_test, y_test, nodes=n, mode=mode, fanout=fanout, epochs=epochs,
+                                    partitions_per_node=args.partitions_per_node, clock=clock, seed=args.seed)
+                curves[n].append(curve)
+                print(f"#   {n} nodes, {curve.label}: {time.perf_counter() - tick:.1f} s", file=sys.stderr, flush=True)
+    marks = sorted({len(X) * k // 2 for k in (1, 2, 4, epochs * 2)})
+    print(f"\n{'nodes':>5} {'mode':<12}" + "".join(f"{f'acc @{m / len(X):g} ep':>11}" for m in marks)
+          + f"{f'epochs to {args.target}':>15}{f'time to {args.target}':>14}{'sim time':>10}{'reads/part':>11}"
+          f"{'age ms':>8}"
+          f"{'best':>7}")
+    for n in sizes:
+        for curve in curves[n]:
+            reached = curve.first_reaching(args.target)
+            to_samples = "never" if reached is None else f"{reached[0] / len(X):.1f}"
+            to_time = "never" if reached is None else f"{reached[1]:.2f} s"
+            per_partition = curve.reads / max(1, curve.nodes * epochs * args.partitions_per_node)
+            age_ms = f"{curve.age_s / curve.reads * 1e3:.0f}" if curve.reads and curve.label != "sync" else "-"
+            print(f"{n:>5} {curve.label:<12}" + "".join(f"{curve.at_samples(m):>11.3f}" for m in marks)
+                  + f"{to_samples:>15}{to_time:>14}{curve.time_s[-1]:>9.2f}s{per_partition:>11.1f}{age_ms:>8}"
+                  f"{max(curve.accuracy):>7.3f}")
+    plot(curves, args.png, args.target)
+    print("reads/part: store files read per node and partition; age ms: mean time since a merged snapshot or applied "
+          "update was published (sync: none, it waits)")
+    print(f"\nfigure: {args.png}; runtime {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
