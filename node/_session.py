@@ -55,14 +55,16 @@ _LAUNCHER_KEYS = ("spark.master", "spark.app.name", "spark.app.submitTime", "spa
                   "spark.submit.pyFiles", "spark.ui.showConsoleProgress")
 
 
-def given_spark_conf() -> dict[str, str]:
+def given_spark_conf(launch: Mapping[str, str] | None = None) -> dict[str, str]:
     """The settings Spark has before sparkdbn adds any (spark-submit's, PYSPARK_SUBMIT_ARGS', spark-defaults.conf).
 
     Starts (or joins, under spark-submit) the JVM gateway: the SparkConf a new context would load.
+    A gateway started here gets ``launch`` (the caller's ``--conf``) on its command line: settings
+    such as ``spark.driver.memory`` act only when the JVM starts, never after.
     """
     from pyspark import SparkConf, SparkContext
 
-    SparkContext._ensure_initialized()
+    SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setAll(list((launch or {}).items())))
     given = dict(SparkConf().getAll())
     if not running_under_spark_submit():
         for key in _LAUNCHER_KEYS:
@@ -122,7 +124,7 @@ def get_spark_session(
     builder = SparkSession.builder.appName(app_name)
     if not running_under_spark_submit():
         builder = builder.master(with_task_retries(master or DEFAULT_MASTER))
-    settings = session_settings(given_spark_conf(), conf, under_spark_submit=running_under_spark_submit())
+    settings = session_settings(given_spark_conf(conf), conf, under_spark_submit=running_under_spark_submit())
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

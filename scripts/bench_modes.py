@@ -161,7 +161,7 @@ def warm_up(spark, folder: str, args: argparse.Namespace, data, validation=None)
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     data = load(args.data)
-    spark = node.get_spark_session(f"local[{args.nodes}]", app_name="bench-modes", conf={"spark.ui.enabled": "false"})
+    spark = node.get_spark_session(f"local[{args.nodes}]", app_name="bench-modes", conf={"spark.ui.enabled": "false", "spark.driver.memory": "4g"})
     results = []
     try:
         with tempfile.TemporaryDirectory(prefix="sparkdbn-bench-modes-") as folder:

@@ -67,3 +67,17 @@ def test_conf_turns_on_spark_ui_at_the_port_given_while_a_run_trains(tmp_path: P
             process.wait()
     assert process.returncode == 0, output[-3000:]
     assert page is not None and "Spark Jobs" in page, output[-3000:]
+
+
+def test_conf_that_acts_only_when_the_jvm_starts_reaches_it():
+    # spark.driver.memory sizes the driver JVM's heap (local mode: the executors' too): given after the
+    # JVM started it would be recorded and ignored (1 GB, Spark's default).
+    script = ("import node\n"
+              "spark = node.get_spark_session(conf={'spark.driver.memory': '1536m'})\n"
+              "print('heap', spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory() // 2**20)\n"
+              "spark.stop()\n")
+    done = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"),
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    heap_mb = int(next(line.split()[1] for line in done.stdout.splitlines() if line.startswith("heap ")))
+    assert heap_mb == 1536, done.stdout
