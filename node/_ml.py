@@ -103,9 +103,9 @@ class _DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasPro
         super().__init__(*args)
         self._setDefault(
             featuresCol="features", labelCol="label", predictionCol="prediction", probabilityCol="probability",
-            rawPredictionCol="rawPrediction", hiddenLayerSizes=[256, 256], pretrainEpochs=5, finetuneEpochs=10, batchSize=32, learningRate=0.05,
-            finetuneLearningRate=0.1, storeUrl="", numPartitions=0, fanout=0, runId="", progress=True, seed=0,
-            trainingMode="async")
+            rawPredictionCol="rawPrediction", hiddenLayerSizes=[256, 256], pretrainEpochs=5, finetuneEpochs=10,
+            batchSize=32, learningRate=0.05, finetuneLearningRate=0.1, storeUrl="", numPartitions=0, fanout=0,
+            runId="", progress=True, seed=0, trainingMode="async")
 
     def getHiddenLayerSizes(self) -> list[int]:
         return self.getOrDefault(self.hiddenLayerSizes)

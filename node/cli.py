@@ -185,7 +185,9 @@ def cmd_train(options: dict[str, Any]) -> int:
 
 def _is_classifier(model: Any) -> bool:
     """Whether ``model`` learns labels (a supervised phase); an RBM alone does not."""
-    return any(not phase.startswith("rbm") for phase in model.phases())
+    from ._validation import is_supervised
+
+    return any(is_supervised(phase) for phase in model.phases())
 
 
 def _check_model_fits(model: Any, X: Any, y: Any, n_features: int, n_classes: int, source: str) -> None:
@@ -256,25 +258,25 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
                          "classifiers (its held-out reconstruction error is printed by train, and its validation "
                          "metrics are in `sparkdbn status --run ID`)")
     dataset = _run_dataset(store_url, options["run"])
+    # What can be checked without Spark is checked before it starts.
     if options.get("input"):
         _check_input(options["input"])
-        spark = _session(options)
-        data, features_col = _new_data(spark, options, dataset)
     elif options.get("dataset") is None and dataset is not None:  # the run's own held-out split
         data = held_out_split(dataset)
         if data is None:
             raise UsageError(f"run {options['run']} trained on {dataset}, which has no held-out split "
                              "(stage with --test-fraction); give --input or --dataset")
         print(f"evaluating on the held-out split of {dataset}")
-        spark = _session(options)
     else:
         _X, _y, X_test, y_test = _load_dataset(str(options.get("dataset") or "digits"), int(options["seed"]))
         if X_test is None:
             raise UsageError("evaluate needs --input (a Parquet file) or a recipe --dataset")
         data = (X_test, y_test)
-        spark = _session(options)
-    print(node.evaluate(model, data, spark=spark, features_col=features_col if options.get("input") else
-                        options["features_col"], label_col=options["label_col"]))
+    spark = _session(options)
+    features_col = options["features_col"]
+    if options.get("input"):
+        data, features_col = _new_data(spark, options, dataset)
+    print(node.evaluate(model, data, spark=spark, features_col=features_col, label_col=options["label_col"]))
     return 0
 
 

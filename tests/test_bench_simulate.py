@@ -7,30 +7,21 @@ arithmetic on known inputs, no timing.
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from support.scripts import script_module
 
 import rbm
 from node._mode_sharing import ThresholdAccumulator
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_simulate.py"
 NODES, PARTITIONS_PER_NODE, SEED = 4, 2, 3
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_simulate", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_simulate"] = module  # the dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
+    with script_module("bench_simulate.py") as module:
         yield module
-    finally:
-        del sys.modules["bench_simulate"]
 
 
 @pytest.fixture(scope="module")

@@ -5,29 +5,19 @@ The torch checks skip where torch is missing (CI installs the ``test`` extra onl
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from support.scripts import script_module
 
 import rbm
 from rbm.datasets import load_digits01
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_torch.py"
 
 
 @pytest.fixture(scope="module")
 def bench_torch():
-    spec = importlib.util.spec_from_file_location("bench_torch", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_torch"] = module  # as an import would: the script registers itself with cloudpickle
-    try:
-        spec.loader.exec_module(module)
+    with script_module("bench_torch.py") as module:  # registered: the script ships itself with cloudpickle
         yield module
-    finally:
-        del sys.modules["bench_torch"]
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,7 @@ interpreter inside the archive they unpacked.
 
 from __future__ import annotations
 
-import importlib.machinery
 import importlib.metadata
-import importlib.util
 import os
 import re
 import secrets
@@ -20,13 +18,14 @@ import tarfile
 import time
 import types
 from pathlib import Path
+from typing import Iterator
 
 import pytest
+from support.scripts import SCRIPTS, script_module
 
 import node
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "sparkdbn-submit"
+SCRIPT = SCRIPTS / "sparkdbn-submit"
 SUBMIT_TIMEOUT_S = 400
 PACKED_PYTHON = "./environment/bin/python"
 # What Spark's executors bring themselves, and the project's code (shipped as --py-files).
@@ -34,13 +33,11 @@ NOT_IN_LEAN_ENV = {"pyspark", "py4j", "sparkdbn"}
 
 
 @pytest.fixture
-def submit(monkeypatch) -> types.ModuleType:
-    """scripts/sparkdbn-submit as a module (it has no .py suffix), run inside this interpreter."""
+def submit(monkeypatch) -> Iterator[types.ModuleType]:
+    """scripts/sparkdbn-submit as a module, run inside this interpreter."""
     monkeypatch.setenv("SPARKDBN_VENV", sys.prefix)  # the script's _venv.ensure() returns at once here
-    loader = importlib.machinery.SourceFileLoader("sparkdbn_submit", str(SCRIPT))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-    loader.exec_module(module)
-    return module
+    with script_module("sparkdbn-submit") as module:
+        yield module
 
 
 def command_line(submit, argv: list[str], tmp_path: Path, archive: Path | None) -> tuple[list[str], dict]:
