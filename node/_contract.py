@@ -135,7 +135,8 @@ class PartitionReport:
     the count of nodes it followed (see :mod:`node._scaling`).  Of the ``merged`` peer versions,
     ``merged_announced`` were heard of by announcement and ``merged_listed`` only found by listing
     the store (the nodes cannot reach each other's ports when that is most); ``endpoint`` is the
-    node's advertised endpoint.
+    node's advertised endpoint.  ``stolen`` marks a partition the node took from a slower peer's
+    share (:mod:`node._stealing`), ``data_read_bytes`` the training data it read from the store for it.
     """
 
     node: str
@@ -166,6 +167,8 @@ class PartitionReport:
     merged_announced: int = 0
     merged_listed: int = 0
     endpoint: str = ""
+    stolen: bool = False
+    data_read_bytes: int = 0
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-able dict (the metrics record)."""

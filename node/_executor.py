@@ -202,7 +202,8 @@ class ExecutorNode:
 
     def report(self, task: TaskSpec, partition: int, metrics: Mapping[str, Any], started: float, *,
                merge_s: float, publish_s: float, merged_from: list[str], ages_s: list[float], sent_bytes: int = 0,
-               read_bytes: int = 0, merged_announced: int = 0) -> PartitionReport:
+               read_bytes: int = 0, merged_announced: int = 0, stolen: bool = False,
+               data_read_bytes: int = 0) -> PartitionReport:
         """The partition's report; also stored as this node's metrics record."""
         report = PartitionReport(
             node=self.node, run=task.node.run, phase=task.phase, epoch=task.epoch, partition=partition,
@@ -214,7 +215,7 @@ class ExecutorNode:
             slowed_s=self.slowed_s, sent_bytes=int(sent_bytes), read_bytes=int(read_bytes),
             learning_rate_scale=self.learning_rate_scale, nodes_merging=self.scaling.nodes(),
             merged_announced=int(merged_announced), merged_listed=len(merged_from) - int(merged_announced),
-            endpoint=self.handle.endpoint or "")
+            endpoint=self.handle.endpoint or "", stolen=bool(stolen), data_read_bytes=int(data_read_bytes))
         self.runs.append_metrics(self.node, report.to_record())
         return report
 

@@ -43,6 +43,7 @@ from ._reachability import ReachabilityWatch
 from ._record import RunRecord
 from ._run_store import STALE_TEMPORARY_S, open_checked_store, sweep_temporaries
 from ._settings import TrainingSettings
+from ._stealing import remove_work_folders
 from ._validation import ValidationSet, hold_out_validation
 from ._watch import RunWatch
 
@@ -154,6 +155,7 @@ class Fit:
             if resumed:
                 logger.info("resuming run %s (%s)", self.run_id, self._progress_text())
             sweep_temporaries(self.store, self.run_id)
+            remove_work_folders(self.store, self.run_id)  # earlier fits' claims and partitions (node._stealing)
             self.node_config = self._node_config()
             self.watch = RunWatch.start(self, self.validation, _model_input(prepared.feature_shape))
             if settings.initialize_only:
@@ -419,6 +421,8 @@ class Fit:
             broadcast.destroy()
         for derived in self._derived.values():
             derived.unpersist()
+        if self.record is not None:  # this fit's claims and partitions, when it got as far as writing any
+            self._remove_work_folders()
         if self.prepared is not None:
             self.prepared.unpersist()
 
@@ -431,6 +435,12 @@ class Fit:
             logger.info("released nodes %s of run %s", sorted(set(released)), self.run_id)
         except Exception as error:  # noqa: BLE001 - cleanup must not hide the real outcome
             logger.warning("could not release the nodes of run %s: %s", self.run_id, short_error(error))
+
+    def _remove_work_folders(self) -> None:
+        try:
+            remove_work_folders(self.store, self.run_id, self.fit_id)
+        except storage.StoreError as error:  # cleanup must not hide the real outcome; the next fit removes them
+            logger.warning("could not remove the work folders of run %s: %s", self.run_id, short_error(error))
 
     def _progress_text(self) -> str:
         return ", ".join(f"{phase} {'done' if self.record.phase_done(phase) else self.record.epochs_done(phase)}"

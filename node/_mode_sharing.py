@@ -25,8 +25,10 @@ node, seq, sha256), so a file not written by a node of the run is never applied.
 Driver half: like ``"sync"``, the partitions are dealt to one task per node and a phase is one
 Spark job (:func:`node._mode.one_task_per_node`); a node writes its full parameters as a
 snapshot once, when its share of the phase is done, for the phase's consolidation.  A slow
-node does not hold the fast ones during the phase -- they apply whatever it has published so
-far -- but the phase still ends when its job does.
+node does not hold the fast ones: they apply whatever it has published so far, and once their
+own partitions of an epoch are done they train the ones it has not started yet
+(:mod:`node._stealing`), so the job ends about when the work is done, not when the slow node's
+share would be.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import storage
 from ._contract import PartitionReport, TaskSpec
 from ._errors import InputDataError, TrainingError
 from ._mode import Block, TrainingMode, one_task_per_node
+from ._stealing import PartitionQueue
 
 if TYPE_CHECKING:
     from ._executor import ExecutorNode
@@ -196,7 +199,7 @@ class SharingMode(TrainingMode):
     # ------------------------------------------------------------------ driver
     def run_epochs(self, fit: "Fit", phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
         slots, rdd = one_task_per_node(fit)
-        options = {"epochs": epochs, "threshold": fit.settings.sharing_threshold,
+        options = {"epochs": epochs, "slots": slots, "threshold": fit.settings.sharing_threshold,
                    "sparsity": fit.settings.sharing_sparsity}
         reports = fit.run_partitions(fit.task(phase, first, self.name, options), rdd=rdd)
         return [[report for report in reports if report.epoch == epoch] for epoch in range(first, epochs)]
@@ -211,10 +214,11 @@ class SharingMode(TrainingMode):
                          accumulator=ThresholdAccumulator(task.options["threshold"], task.options["sparsity"]),
                          exchange=UpdateExchange(node.store, task.node.run, task.node.key, node.node))
         accumulator, exchange = state["accumulator"], state["exchange"]
-        blocks = sorted(blocks, key=lambda block: block[0])
+        queue = PartitionQueue(node, task, spark_partition, [list(slot) for slot in task.options["slots"]], blocks)
+        queue.store_own()
         for epoch in range(task.epoch, int(task.options["epochs"])):
             epoch_task = dataclasses.replace(task, epoch=epoch)
-            for index, X, y in blocks:
+            for (index, X, y), stolen in queue.epoch(epoch):
                 started = time.time()
                 tick = time.perf_counter()
                 params, received = self._apply_peer_updates(node, exchange, phase)
@@ -234,7 +238,8 @@ class SharingMode(TrainingMode):
                 publish_s = time.perf_counter() - tick
                 yield node.report(epoch_task, index, metrics, started, merge_s=merge_s, publish_s=publish_s,
                                   merged_from=[peer for peer, *_ in received], ages_s=[], sent_bytes=sent,
-                                  read_bytes=sum(size for *_, size in received))
+                                  read_bytes=sum(size for *_, size in received), stolen=stolen,
+                                  data_read_bytes=queue.take_read_bytes())
         # The phase's consolidation averages the nodes' snapshots: this node's, once, at the end.
         params, _received = self._apply_peer_updates(node, exchange, phase)
         node.weights.put_version(phase, node.node, state["seq"], params)

@@ -73,7 +73,7 @@ def _in_process(X, y, X_test, y_test, epochs: dict[str, int], partitions: int, s
 
 
 def spark_run(nodes: int, X, y, X_test, y_test, epochs: dict[str, int], partitions: int, seed: int,
-              target: float, store_root: str) -> dict:
+              target: float, store_root: str, mode: str = "async") -> dict:
     import node
     import storage
 
@@ -82,7 +82,7 @@ def spark_run(nodes: int, X, y, X_test, y_test, epochs: dict[str, int], partitio
         # Start the Python workers and import the packages first: not part of training speed.
         spark.sparkContext.parallelize(range(2 * nodes), 2 * nodes).map(
             lambda _: __import__("node._executor") and os.getpid()).collect()
-        store_url = "file://" + os.path.join(store_root, f"store-{nodes}")
+        store_url = "file://" + os.path.join(store_root, f"store-{mode}-{nodes}")
         model = make_dbn(seed)
         checks: list[tuple[float, float]] = []
         clock = {"train_s": 0.0}
@@ -101,7 +101,7 @@ def spark_run(nodes: int, X, y, X_test, y_test, epochs: dict[str, int], partitio
             checks.append((clock["train_s"], probe.score(X_test, y_test)))
 
         trainer = node.Trainer(spark, store_url, epochs=epochs, partitions=partitions, seed=seed, progress=False,
-                               on_epoch=on_epoch)
+                               on_epoch=on_epoch, mode=mode)
         started = time.perf_counter()
         trainer.fit(model, X, y)
         wall_s = time.perf_counter() - started
@@ -122,7 +122,7 @@ def spark_run(nodes: int, X, y, X_test, y_test, epochs: dict[str, int], partitio
         spark.stop()
 
 
-def part1(quick: bool, seed: int) -> None:
+def part1(quick: bool, seed: int, modes: list[str]) -> None:
     from rbm.datasets import load_digits28
 
     split = load_digits28(shifts=[(0, 0), (1, 0), (0, 1), (-1, 0), (0, -1)] if quick else None, random_state=seed)
@@ -135,10 +135,16 @@ def part1(quick: bool, seed: int) -> None:
     reference = in_process_reference(X, y, X_test, y_test, epochs, partitions, seed)
     store_root = tempfile.mkdtemp(prefix="sparkdbn-bench-")
     try:
-        runs = {nodes: spark_run(nodes, X, y, X_test, y_test, epochs, partitions, seed, target, store_root)
-                for nodes in (1, 2)}
+        by_mode = {mode: {nodes: spark_run(nodes, X, y, X_test, y_test, epochs, partitions, seed, target, store_root,
+                                           mode) for nodes in (1, 2)} for mode in modes}
     finally:
         shutil.rmtree(store_root, ignore_errors=True)
+    for mode, runs in by_mode.items():
+        print(f"-- mode {mode!r}")
+        show_runs(reference, runs, epochs, target)
+
+
+def show_runs(reference: dict, runs: dict[int, dict], epochs: dict[str, int], target: float) -> None:
     phases = list(epochs)
     header = f"{'':34s}" + "".join(f"{phase:>12s}" for phase in phases)
     print(header)
@@ -261,13 +267,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller data and fewer epochs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-spark", action="store_true", help="only the simulation")
+    parser.add_argument("--modes", nargs="+", default=["async"], choices=("async", "sync", "sharing"),
+                        help="training modes of the Spark runs (default async)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     print("(machine shared with other jobs: absolute numbers are noisy; compare the ratios)")
     if not args.skip_spark:
-        part1(args.quick, args.seed)
+        part1(args.quick, args.seed, args.modes)
     part2(args.quick, args.seed)
     return 0
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -165,6 +167,30 @@ def test_with_one_node_slowed_3x_async_gives_the_fast_node_most_partitions_and_s
     assert len(fast) == len(slowed)  # sync: every node trains the same share ...
     for later, earlier in zip(fast[1:], slowed[:-1]):  # ... and starts a round only after the slow one ended its last
         assert _started(later) >= _started(earlier) + earlier["train_s"] + earlier["slowed_s"], (later, earlier)
+
+
+def test_with_one_node_slowed_3x_sharing_lets_the_fast_node_take_the_partitions_the_slow_one_has_not_started(
+        spark, store_url, digits):
+    X, y, _X_test, _y_test = digits
+    X, y = np.tile(X, (12, 1)), np.tile(y, 12)  # partitions long enough that training sets a node's pace
+    epochs = {"rbm0": 3, "finetune": 0}
+    node.Trainer(spark, store_url, run_id="straggler-sharing", mode="sharing", epochs=epochs, partitions=8,
+                 straggler_factor=3.0, progress=False).fit(rbm.DBN(hidden_layer_sizes=(400,), batch_size=10,
+                                                                    random_state=0), X, y)
+    records = [record for record in reports_of(store_url, "straggler-sharing") if record["phase"] == "rbm0"]
+
+    # Each partition of each epoch trained exactly once, by one of the two nodes.
+    assert sorted((record["epoch"], record["partition"]) for record in records) == [
+        (epoch, partition) for epoch in range(3) for partition in range(8)]
+    slow = {record["node"] for record in records if record["slowed_s"] > 0}
+    assert len(slow) == 1 and len({record["node"] for record in records}) == 2, slow
+    fast = [record for record in records if record["node"] not in slow]
+    assert len(fast) > len(records) - len(fast), len(fast)  # dealt half each, the fast node trained most ...
+    stolen = [record for record in fast if record["stolen"]]
+    assert stolen and stolen[0]["data_read_bytes"] > 0  # ... taking partitions of the slow one's, from the store
+    assert not any(record["stolen"] for record in records if record["node"] in slow)
+    run_folder = store_url.removeprefix("file://") + "/runs/straggler-sharing"
+    assert not {"claims", "blocks"} & set(os.listdir(run_folder))  # the fit's work folders are gone
 
 
 def small_conv_net() -> rbm.ConvNet:

@@ -1,0 +1,118 @@
+"""Work stealing in a phase-long job (node._stealing): each rule, on a real local store, without Spark."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import storage
+from node._data import encode_block
+from node._stealing import PartitionQueue, remove_work_folders
+
+KEY = b"k" * 32
+SLOTS = [[0, 2, 4, 6], [1, 3, 5, 7]]  # deal_partitions(8 partitions, 2 nodes)
+
+
+def blocks_of(partitions: list[int]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    return [(index, np.full((3, 2), index, np.float32), np.full(3, index)) for index in partitions]
+
+
+def make_queue(store: storage.Store, name: str, slot: int, slots=SLOTS, phase: str = "finetune",
+               fit_id: str = "f" * 32) -> PartitionQueue:
+    node = SimpleNamespace(node=name, store=store, mode_state={})
+    task = SimpleNamespace(node=SimpleNamespace(run="r1", fit_id=fit_id, key=KEY), phase=phase)
+    return PartitionQueue(node, task, slot, slots, blocks_of(slots[slot]))
+
+
+@pytest.fixture
+def store(tmp_path) -> storage.Store:
+    return storage.open_store(str(tmp_path / "store"))
+
+
+def trained(queue: PartitionQueue, epoch: int, count: int | None = None) -> list[tuple[int, bool]]:
+    """The first ``count`` partitions (all when None) ``queue`` trains in ``epoch``: (index, stolen)."""
+    out = []
+    for (index, X, y), stolen in queue.epoch(epoch):
+        assert np.all(X == index) and np.all(y == index)  # the partition's own data, stolen or not
+        out.append((index, stolen))
+        if count is not None and len(out) == count:
+            break
+    return out
+
+
+def test_a_node_trains_its_own_partitions_first_then_takes_the_ends_of_its_peers_lists(store):
+    fast, slow = make_queue(store, "fast", 0), make_queue(store, "slow", 1)
+    fast.store_own(), slow.store_own()
+    slow_epoch = slow.epoch(0)
+    assert next(slow_epoch)[0][0] == 1  # the slow node has started its first partition
+    assert trained(fast, 0) == [(0, False), (2, False), (4, False), (6, False), (7, True), (5, True), (3, True)]
+    assert list(slow_epoch) == []  # everything else was taken: on to the next epoch
+    assert fast.take_read_bytes() == 3 * len(encode_block(*blocks_of([7])[0][1:]))
+    assert fast.take_read_bytes() == 0
+
+
+def test_every_partition_of_an_epoch_is_trained_exactly_once_whoever_asks_in_what_order(store):
+    queues = [make_queue(store, f"node-{slot}", slot) for slot in range(2)]
+    for queue in queues:
+        queue.store_own()
+    taken = []
+    iterators = [queue.epoch(3) for queue in queues]
+    while iterators:  # the two nodes alternate, as two processes would interleave
+        for iterator in list(iterators):
+            step = next(iterator, None)
+            if step is None:
+                iterators.remove(iterator)
+            else:
+                taken.append(step[0][0])
+    assert sorted(taken) == list(range(8))
+    assert sorted(index for index, _ in trained(queues[0], 4)) == list(range(8))  # a new epoch: all claimable
+
+
+def test_a_partition_is_only_taken_once_its_owner_stored_it(store):
+    fast, slow = make_queue(store, "fast", 0), make_queue(store, "slow", 1)
+    fast.store_own()  # the slow node's task has not written its partitions yet
+    assert trained(fast, 0) == [(0, False), (2, False), (4, False), (6, False)]
+    slow.store_own()
+    assert trained(fast, 1)[4:] == [(7, True), (5, True), (3, True), (1, True)]
+
+
+def test_stored_partitions_not_signed_with_the_run_key_are_never_taken(store):
+    fast, slow = make_queue(store, "fast", 0), make_queue(store, "slow", 1)
+    fast.store_own()
+    data = encode_block(np.zeros((3, 2), np.float32), np.zeros(3))
+    digest = storage.sha256_hex(data)
+    forged_mac = storage.mac_hex(b"x" * 32, "sparkdbn training block v1", "r1", "f" * 32, 7, digest)
+    store.write_bytes(f"runs/r1/blocks/{'f' * 12}/00007-{digest}-{forged_mac}.block", data)
+    assert trained(fast, 0) == [(0, False), (2, False), (4, False), (6, False)]
+    del slow
+
+
+def test_a_stored_partition_whose_content_was_replaced_is_claimed_but_not_trained(store):
+    fast, slow = make_queue(store, "fast", 0), make_queue(store, "slow", 1)
+    fast.store_own(), slow.store_own()
+    folder = f"runs/r1/blocks/{'f' * 12}"
+    name = next(name for name in store.list(folder) if name.startswith("00007-"))
+    store.write_bytes(f"{folder}/{name}", encode_block(np.ones((3, 2), np.float32), np.ones(3)))
+    assert [index for index, _ in trained(fast, 0)] == [0, 2, 4, 6, 5, 3, 1]
+
+
+def test_one_node_claims_and_writes_nothing(store):
+    queue = make_queue(store, "alone", 0, slots=[list(range(8))])
+    queue.store_own()
+    assert trained(queue, 0) == [(index, False) for index in range(8)]
+    assert trained(queue, 0) == [(index, False) for index in range(8)]  # no claims: the same again
+    assert store.list("runs/r1") == []
+
+
+def test_the_driver_removes_one_fits_work_folders_or_every_fits(store):
+    for fit in ("a" * 32, "b" * 32):
+        queue = make_queue(store, "node", 0, fit_id=fit)
+        queue.store_own()
+        trained(queue, 0)
+    store.write_bytes("runs/r1/run.json", b"{}")
+    remove_work_folders(store, "r1", "a" * 32)
+    assert store.list("runs/r1/blocks") == ["b" * 12] and store.list("runs/r1/claims") == ["b" * 12]
+    remove_work_folders(store, "r1")
+    assert store.list("runs/r1") == ["run.json"]
