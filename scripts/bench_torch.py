@@ -373,8 +373,8 @@ def main(argv: list[str] | None = None) -> None:
         spark.stop()
     model = (f"DBN/MLP {layer_sizes(X.shape[1], args.hidden, len(np.unique(y)))}" if args.model == "dbn"
              else f"LeNet on {X.shape[1:]} images")
-    print(f"\n{args.data}, {model}, epochs {args.epochs} "
-          f"(torch: {args.epochs[-1]}), local[{args.nodes}] / {args.nodes} DDP processes, {args.partitions} partitions, "
+    print(f"\n{args.data}, {model}, epochs {args.epochs} (torch: {args.epochs[-1]}), "
+          f"local[{args.nodes}] / {args.nodes} DDP processes, {args.partitions} partitions, "
           f"{len(X)} training and {len(X_val)} validation rows, target validation accuracy {args.target}")
     show(results)
 
