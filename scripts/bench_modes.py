@@ -1,12 +1,26 @@
 """Benchmark: the three training modes side by side, with and without a straggler (issue 11).
 
 One ``local[N]`` Spark session, one store; for each mode (``async``, ``sync``, ``sharing``) and each
-straggler factor (1 = none, 3 = one node sleeps twice its compute time), a DBN is trained on the
+straggler factor (1 = none, 3 = one node sleeps twice its compute time), a model is trained on the
 same data through the real :class:`node.Trainer`, validated on a held-out fifth of the training set
-after every epoch.  Printed per run, and as ratios to ``sync`` without a straggler:
+after every epoch.  The model (``--model``):
 
-* wall time of the fit, and time until the validation accuracy of fine-tuning first reaches
-  ``--target`` (seconds from the fit's start to the end of that epoch; "-" when never reached);
+* ``dbn`` (default): a DBN (``--hidden``, batch 10, learning rate 0.2 in pretraining and
+  fine-tuning), on ``digits`` (8x8) or ``digits28`` flattened; ``--epochs RBM0 RBM1 FINETUNE``
+  (default 5 5 20), ``--target`` 0.95 by default;
+* ``lenet``: ``rbm.lenet`` (conv 5x5x20, max-pool 2, conv 5x5x50, max-pool 2, dense 500 ReLU,
+  softmax 10; SGD at 0.01 with momentum 0.9, batch 64, as ``bench_lenet.py``) on ``digits28`` as
+  (n, 1, 28, 28) images; ``--epochs TRAIN`` (one value: its one phase, ``train``; default 3),
+  ``--target`` 0.98 by default.
+
+``--train-rows N`` keeps a stratified subset of N training rows (before the validation fifth is
+held out), to keep runs short: digits28 has about 36k (1437 images in 25 shifts).
+
+Printed per run, and as ratios to ``sync`` without a straggler:
+
+* wall time of the fit, and time until the validation accuracy of the model's last phase
+  (fine-tuning; LeNet's only phase) first reaches ``--target`` (seconds from the fit's start to
+  the end of that epoch; "-" when never reached);
 * held-out test accuracy of the final model;
 * bytes the mode wrote to and read from the store per partition (means over the run's metrics);
 * with a straggler: the share of partitions the slowed node trained, and the fast nodes' idle
@@ -15,6 +29,7 @@ after every epoch.  Printed per run, and as ratios to ``sync`` without a straggl
     .venv/bin/python scripts/bench_modes.py                       # digits, local[2], 3 modes x {1, 3}
     .venv/bin/python scripts/bench_modes.py --modes async sync --stragglers 1 --target 0.95
     .venv/bin/python scripts/bench_modes.py --data digits28 --epochs 2 2 10 --target 0.97
+    .venv/bin/python scripts/bench_modes.py --model lenet --train-rows 12000 --epochs 3   # digits28, target 0.98
 
 An untimed 1-epoch fit goes first (it starts Spark's Python workers, which no mode should pay for).
 Ratios are taken within one run of this script: these machines are noisy, absolute seconds are not
@@ -31,6 +46,7 @@ import time
 from collections import defaultdict
 
 import numpy as np
+from sklearn.model_selection import train_test_split
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -39,27 +55,75 @@ import rbm  # noqa: E402
 from rbm.datasets import load_digits01, load_digits28  # noqa: E402
 
 
+#: What each ``--model`` trains by default: its phases' epochs, the data it takes and the target.
+MODEL_DEFAULTS = {
+    "dbn": {"epochs": [5, 5, 20], "epoch_names": "RBM0 RBM1 FINETUNE", "data": "digits", "target": 0.95},
+    "lenet": {"epochs": [3], "epoch_names": "TRAIN", "data": "digits28", "target": 0.98},
+}
+
+#: LeNet's training settings, here and in bench_torch.py's torch LeNet: SGD with momentum at
+#: bench_lenet.py's rate, batch 64 per node, no decay of the rate or the weights.
+LENET_SETTINGS = {"learning_rate": 0.01, "momentum": 0.9, "lr_decay": 0.0, "l2": 0.0, "batch_size": 64}
+
+
 def make_parser(description: str = __doc__.split("\n")[0]) -> argparse.ArgumentParser:
-    """The options of this benchmark (``bench_torch.py`` adds its own to them)."""
+    """The options of this benchmark (``bench_torch.py`` adds its own to them); :func:`check_args` completes them."""
     parser = argparse.ArgumentParser(description=description, allow_abbrev=False)
-    parser.add_argument("--data", choices=("digits", "digits28"), default="digits")
+    parser.add_argument("--model", choices=tuple(MODEL_DEFAULTS), default="dbn",
+                        help="dbn (default) or lenet (LeNet on digits28 images)")
+    parser.add_argument("--data", choices=("digits", "digits28"), default=None,
+                        help="default: digits for dbn, digits28 for lenet (which needs 28x28 images)")
+    parser.add_argument("--train-rows", type=int, default=None, metavar="N",
+                        help="a stratified subset of N training rows, to keep runs short (default: all)")
     parser.add_argument("--nodes", type=int, default=2, help="local[N] (default 2)")
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--modes", nargs="+", default=["async", "sync", "sharing"])
     parser.add_argument("--stragglers", nargs="+", type=float, default=[1.0, 3.0])
-    parser.add_argument("--epochs", nargs=3, type=int, default=[5, 5, 20], metavar=("RBM0", "RBM1", "FINETUNE"))
-    parser.add_argument("--hidden", nargs=2, type=int, default=[100, 100])
-    parser.add_argument("--target", type=float, default=0.95, help="validation accuracy to time (default 0.95)")
+    parser.add_argument("--epochs", nargs="+", type=int, default=None, metavar="N",
+                        help="epochs per phase: RBM0 RBM1 FINETUNE for dbn (default 5 5 20), TRAIN for lenet "
+                             "(default 3)")
+    parser.add_argument("--hidden", nargs=2, type=int, default=[100, 100], help="the DBN's hidden layers")
+    parser.add_argument("--target", type=float, default=None,
+                        help="validation accuracy to time (default 0.95 for dbn, 0.98 for lenet)")
     return parser
 
 
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Fill the per-model defaults into ``args`` and check the options against the model
+    (``parser.error`` exits with a usage message otherwise)."""
+    defaults = MODEL_DEFAULTS[args.model]
+    args.data = defaults["data"] if args.data is None else args.data
+    args.epochs = list(defaults["epochs"]) if args.epochs is None else args.epochs
+    args.target = defaults["target"] if args.target is None else args.target
+    expected = len(defaults["epochs"])
+    if len(args.epochs) != expected:
+        parser.error(f"--epochs takes {expected} value{'s' if expected > 1 else ''} for --model {args.model} "
+                     f"({defaults['epoch_names']}), got {len(args.epochs)}: {' '.join(map(str, args.epochs))}")
+    if any(count < 1 for count in args.epochs):
+        parser.error(f"--epochs must be >= 1, got {' '.join(map(str, args.epochs))}")
+    if args.model == "lenet" and args.data != "digits28":
+        parser.error("--model lenet trains on 28x28 images: use --data digits28 (the default for lenet)")
+    if args.train_rows is not None and args.train_rows < 50:
+        parser.error(f"--train-rows must be at least 50 (a few rows of each class), got {args.train_rows}")
+    return args
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return make_parser().parse_args(argv)
+    parser = make_parser()
+    return check_args(parser, parser.parse_args(argv))
 
 
-def load(data: str):
-    split = load_digits01(test_fraction=0.25, random_state=0) if data == "digits" else load_digits28(flatten=True)
-    return split.X_train, split.y_train, split.X_test, split.y_test
+def load(data: str, model: str = "dbn", train_rows: int | None = None):
+    """``(X_train, y_train, X_test, y_test)``: flat rows for the DBN, (n, 1, 28, 28) images for LeNet;
+    with ``train_rows``, a stratified subset of that many training rows."""
+    if data == "digits":
+        split = load_digits01(test_fraction=0.25, random_state=0)
+    else:
+        split = load_digits28(flatten=model != "lenet")
+    X, y = split.X_train, split.y_train
+    if train_rows is not None and train_rows < len(X):
+        X, _, y, _ = train_test_split(X, y, train_size=train_rows, stratify=y, random_state=0)
+    return X, y, split.X_test, split.y_test
 
 
 def make_dbn(args: argparse.Namespace) -> rbm.DBN:
@@ -68,45 +132,59 @@ def make_dbn(args: argparse.Namespace) -> rbm.DBN:
                    finetune_learning_rate=0.2, finetune_dropout=0.0, random_state=0)
 
 
+def make_lenet() -> rbm.ConvNet:
+    """The LeNet every mode trains, for digits28's (1, 28, 28) images (the trainer sets its epochs)."""
+    return rbm.lenet(input_shape=(1, 28, 28), n_classes=10, random_state=0, **LENET_SETTINGS)
+
+
+def make_model(args: argparse.Namespace) -> rbm.DBN | rbm.ConvNet:
+    """``--model``'s model, untrained."""
+    return make_lenet() if args.model == "lenet" else make_dbn(args)
+
+
 def one_run(spark, store_url: str, args: argparse.Namespace, mode: str, straggler: float, data,
             validation: tuple | None = None) -> dict:
-    """Train and time one DBN; ``validation``: ``(X_val, y_val)`` held out by the caller, else a fifth of ``X``.
+    """Train and time one model; ``validation``: ``(X_val, y_val)`` held out by the caller, else a fifth of ``X``.
 
     Besides the figures :func:`show` prints: ``pretrain_s``, seconds from the fit's start to the end
-    of the last pretraining epoch (its validation included), and ``finetune_scale``, the learning-rate
-    scale the nodes used in fine-tuning's last epoch (see README, Scaling out).
+    of the last epoch of the phases before the last (the DBN's pretraining, its validation included;
+    0 for LeNet's single phase), and ``finetune_scale``, the learning-rate scale the nodes used in the
+    last phase's last epoch (see README, Scaling out).
     """
     X, y, X_test, y_test = data
     run_id = f"modes-{mode}-{straggler:g}".replace(".", "_")
-    epochs = dict(zip(("rbm0", "rbm1", "finetune"), args.epochs))
+    model = make_model(args)
+    phases = model.phases()
+    epochs = dict(zip(phases, args.epochs, strict=True))
+    last = phases[-1]  # the supervised phase the target is timed in: "finetune" (DBN), "train" (LeNet)
     reached: list[float] = []
     pretrained = {"pretrain_s": 0.0, "finetune_scale": None}
     started = time.perf_counter()
 
     def on_epoch(summary: dict) -> None:
-        if summary["phase"] != "finetune":
+        if summary["phase"] != last:
             pretrained["pretrain_s"] = time.perf_counter() - started
         else:
             pretrained["finetune_scale"] = summary.get("learning_rate_scale")
         accuracy = (summary.get("validation") or {}).get("val_accuracy")
-        if summary["phase"] == "finetune" and accuracy is not None and accuracy >= args.target and not reached:
+        if summary["phase"] == last and accuracy is not None and accuracy >= args.target and not reached:
             reached.append(time.perf_counter() - started)
 
     held_out = {"validation_fraction": 0.2} if validation is None else {"validation_data": validation}
     trainer = node.Trainer(spark, store_url, run_id=run_id, mode=mode, straggler_factor=straggler, epochs=epochs,
                            partitions=args.partitions, progress=False, log_dir=None, on_epoch=on_epoch, **held_out)
-    model = trainer.fit(make_dbn(args), X, y)
+    model = trainer.fit(model, X, y)
     wall = time.perf_counter() - started
     metrics = [m for m in node.open_run(store_url, run_id).runs.read_metrics() if not m.get("error")]
     return {"mode": mode, "straggler": straggler, "wall_s": wall, "target_s": reached[0] if reached else None,
-            "accuracy": model.score(X_test, y_test), **pretrained, **traffic(metrics),
+            "accuracy": model.score(X_test, y_test), **pretrained, **traffic(metrics, last),
             **straggler_figures(metrics, mode)}
 
 
-def traffic(metrics: list[dict]) -> dict:
-    """Mean bytes written to and read from the store per trained partition; fine-tuning's bytes
+def traffic(metrics: list[dict], last_phase: str = "finetune") -> dict:
+    """Mean bytes written to and read from the store per trained partition; the last phase's bytes
     written per node and epoch (``finetune_sent_per_node_epoch``, to set beside an allreduce's)."""
-    finetune = [m for m in metrics if m["phase"] == "finetune"]
+    finetune = [m for m in metrics if m["phase"] == last_phase]
     node_epochs = len({(m["node"], m["epoch"]) for m in finetune})
     return {"sent_per_partition": float(np.mean([m["sent_bytes"] for m in metrics])),
             "read_per_partition": float(np.mean([m["read_bytes"] for m in metrics])),
@@ -154,13 +232,19 @@ def show(results: list[dict]) -> None:
 def warm_up(spark, folder: str, args: argparse.Namespace, data, validation=None) -> None:
     """An untimed 1-epoch fit: the session's first fit starts the Python workers and imports them, which is
     no mode's cost (without it the first mode measured pays for them)."""
-    warm = argparse.Namespace(**{**vars(args), "epochs": [1, 1, 1]})
+    warm = argparse.Namespace(**{**vars(args), "epochs": [1] * len(args.epochs)})
     one_run(spark, f"file://{folder}/warmup", warm, "sync", 1.0, data, validation=validation)
+
+
+def describe(args: argparse.Namespace, train_rows: int) -> str:
+    """The model (and, where ``--train-rows`` cut them, the training rows) for the results' heading."""
+    name = f"DBN {args.hidden}" if args.model == "dbn" else "LeNet"
+    return name if args.train_rows is None else f"{name}, {train_rows} training rows"
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    data = load(args.data)
+    data = load(args.data, args.model, args.train_rows)
     spark = node.get_spark_session(f"local[{args.nodes}]", app_name="bench-modes", conf={"spark.ui.enabled": "false", "spark.driver.memory": "4g"})
     results = []
     try:
@@ -174,8 +258,8 @@ def main(argv: list[str] | None = None) -> None:
                     results.append(result)
     finally:
         spark.stop()
-    print(f"\n{args.data}, DBN {args.hidden}, epochs {args.epochs}, local[{args.nodes}], {args.partitions} partitions, "
-          f"target validation accuracy {args.target}")
+    print(f"\n{args.data}, {describe(args, len(data[0]))}, epochs {args.epochs}, local[{args.nodes}], "
+          f"{args.partitions} partitions, target validation accuracy {args.target}")
     show(results)
 
 

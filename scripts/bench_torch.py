@@ -16,6 +16,15 @@ factor (1 = none, 3 = one node or rank sleeps twice its compute time):
 * ``torch-ddp+pre``: the same, from the DBN's weights pretrained on the driver in one process
   (``rbm.DBN.pretrain``, same settings and epochs; its seconds count as part of the fit).
 
+With ``--model lenet`` (see ``bench_modes.py``: LeNet on digits28 images, ``--epochs TRAIN``,
+target 0.98) sparkdbn trains ``rbm.lenet`` in each mode, and ``torch-ddp`` the same LeNet in
+PyTorch (conv 5x5x20, max-pool 2, conv 5x5x50, max-pool 2, dense 500 ReLU, dense 10; cross-entropy)
+from the very initial weights sparkdbn's LeNet starts from (same seed; Glorot-uniform convolutions
+and output, He-normal dense layer, zero biases), with the same SGD with momentum 0.9, batch 64 per
+process and learning rate 0.01 x ``--torch-lr-scale``, for the same epochs.  LeNet has nothing to
+pretrain: ``torch-ddp+pre`` is the DBN's only, and "before ft" is sparkdbn's 0 and torch's process
+start.
+
 Before the timed runs an untimed one-epoch ``sync`` fit starts Spark's Python workers
 (``--no-warmup`` skips it): else the first mode pays for them.
 
@@ -29,6 +38,7 @@ size per step).
 
     .venv/bin/python scripts/bench_torch.py                     # digits, local[2], 3 modes + DDP, x {1, 3}
     .venv/bin/python scripts/bench_torch.py --modes sync sharing --stragglers 1
+    .venv/bin/python scripts/bench_torch.py --model lenet --train-rows 12000 --epochs 3   # digits28, target 0.98
 
 Ratios are taken within one run of this script: these machines are noisy, absolute seconds are not
 comparable between runs.  What differs, beyond the numbers: DDP is a synchronous allreduce every
@@ -55,6 +65,8 @@ import node  # noqa: E402
 
 #: sparkdbn's fine-tuning settings in bench_modes.one_run and rbm.DBN's defaults, for the torch side.
 FINETUNE = {"learning_rate": 0.2, "momentum": 0.9, "lr_decay": 0.1, "l2": 1e-4, "batch_size": 10}
+#: The torch runs each --model allows (the first is the default too): LeNet has nothing to pretrain.
+TORCH_VARIANTS = {"dbn": ["torch-ddp", "torch-ddp+pre"], "lenet": ["torch-ddp"]}
 
 
 def layer_sizes(n_features: int, hidden: Sequence[int], n_classes: int) -> list[int]:
@@ -74,6 +86,55 @@ def build_mlp(sizes: Sequence[int]) -> Any:
     return nn.Sequential(*layers)
 
 
+def build_lenet(in_channels: int, n_classes: int) -> Any:
+    """``rbm.lenet`` in PyTorch (conv 5x5x20, max-pool 2, conv 5x5x50, max-pool 2, dense 500 ReLU,
+    dense ``n_classes``; the softmax lives in the loss), initialised by sparkdbn's scheme: Glorot
+    uniform for the convolutions and the output, He normal for the ReLU layer, zero biases.
+    ``nn.Flatten`` of NCHW is sparkdbn's channels-first flatten."""
+    from torch import nn
+
+    net = nn.Sequential(nn.Conv2d(in_channels, 20, 5), nn.MaxPool2d(2), nn.Conv2d(20, 50, 5), nn.MaxPool2d(2),
+                        nn.Flatten(), nn.Linear(800, 500), nn.ReLU(), nn.Linear(500, n_classes))
+    relu_layer = net[5]
+    for module in net:
+        if isinstance(module, (nn.Conv2d, nn.Linear)):
+            if module is relu_layer:  # normal, standard deviation sqrt(2 / fan_in)
+                nn.init.kaiming_normal_(module.weight, mode="fan_in", nonlinearity="relu")
+            else:  # torch's fans of a conv kernel are sparkdbn's: C*KH*KW in, F*KH*KW out
+                nn.init.xavier_uniform_(module.weight)
+            nn.init.zeros_(module.bias)
+    return net
+
+
+def build_network(network: dict) -> Any:
+    """The torch network ``network`` describes: ``{"kind": "mlp", "sizes": [...]}`` (:func:`build_mlp`)
+    or ``{"kind": "lenet", "in_channels": C, "n_classes": K}`` (:func:`build_lenet`)."""
+    if network["kind"] == "lenet":
+        return build_lenet(network["in_channels"], network["n_classes"])
+    return build_mlp(network["sizes"])
+
+
+def state_of(net: Any) -> dict[str, np.ndarray]:
+    """``net``'s state dict as numpy copies (picklable, for the DDP processes)."""
+    return {name: value.detach().numpy().copy() for name, value in net.state_dict().items()}
+
+
+def load_convnet_parameters(net: Any, convnet: Any) -> None:
+    """Copy an initialized :class:`rbm.ConvNet`'s weights into ``net`` from :func:`build_lenet`, layer
+    by layer in order (conv ``W`` (F, C, KH, KW) as torch's; dense ``W`` (n_in, n_out) transposed)."""
+    import torch
+
+    params = convnet.parameters()
+    trainable = [layer.name for layer in convnet.layers_ if f"{layer.name}.W" in params]
+    modules = [module for module in net if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear))]
+    with torch.no_grad():
+        for module, name in zip(modules, trainable, strict=True):
+            weight = params[f"{name}.W"]
+            weight = weight.T if isinstance(module, torch.nn.Linear) else weight
+            module.weight.copy_(torch.from_numpy(np.ascontiguousarray(weight)))
+            module.bias.copy_(torch.from_numpy(params[f"{name}.b"]))
+
+
 def load_dbn_parameters(mlp: Any, dbn: Any) -> None:
     """Copy a fitted :class:`rbm.DBN`'s fine-tuning weights into ``mlp`` from :func:`build_mlp`."""
     import torch
@@ -87,9 +148,11 @@ def load_dbn_parameters(mlp: Any, dbn: Any) -> None:
             module.bias.copy_(torch.from_numpy(params[bias]))
 
 
-def train_ddp(X: np.ndarray, y: np.ndarray, X_val: np.ndarray, y_val: np.ndarray, sizes: list[int],
+def train_ddp(X: np.ndarray, y: np.ndarray, X_val: np.ndarray, y_val: np.ndarray, network: dict,
               config: dict, started_at: float) -> dict:
     """One DDP process (TorchDistributor runs it in each): train, rank 0 validating after every epoch.
+
+    ``network``: what :func:`build_network` builds; ``X`` and ``X_val`` its inputs (rows, or images).
 
     ``started_at`` is the driver's ``time.time()`` when the fit began: every time reported is from
     it.  Every rank returns rank 0's result (the distributor keeps whichever rank's output it reads).
@@ -103,7 +166,7 @@ def train_ddp(X: np.ndarray, y: np.ndarray, X_val: np.ndarray, y_val: np.ndarray
     rank, world = dist.get_rank(), dist.get_world_size()
     ready_s = time.time() - started_at
     torch.manual_seed(config["seed"])
-    net = build_mlp(sizes)
+    net = build_network(network)
     if config.get("initial_state") is not None:
         net.load_state_dict({name: torch.from_numpy(value) for name, value in config["initial_state"].items()})
     model = DistributedDataParallel(net)  # broadcasts rank 0's initial weights
@@ -143,7 +206,7 @@ def train_ddp(X: np.ndarray, y: np.ndarray, X_val: np.ndarray, y_val: np.ndarray
     dist.all_gather_object(slowed_each, slowed_s)
     result = [{"ready_s": ready_s, "history": history, "steps_per_epoch": steps // config["epochs"],
                "parameter_bytes": parameter_bytes, "slowed_s": sum(slowed_each),
-               "state": {name: value.detach().numpy().copy() for name, value in net.state_dict().items()}}]
+               "state": state_of(net)}]
     dist.broadcast_object_list(result, src=0)
     # Rank 0 aborted at exit in two of ~20 fits before the `del` below ("terminate called
     # without an active exception", after the output was written): Gloo work still holding
@@ -163,14 +226,24 @@ def pretrained_state(args: Any, X: np.ndarray, classes: np.ndarray) -> dict[str,
     dbn.pretrain(X).initialize(X.shape[1], classes)
     mlp = build_mlp(layer_sizes(X.shape[1], args.hidden, len(classes)))
     load_dbn_parameters(mlp, dbn)
-    return {name: value.detach().numpy().copy() for name, value in mlp.state_dict().items()}
+    return state_of(mlp)
+
+
+def lenet_initial_state(X: np.ndarray, classes: np.ndarray) -> dict[str, np.ndarray]:
+    """The initial weights of ``bench_modes``' LeNet (as the trainer initializes it on the driver:
+    same seed, same draws) as a state dict of :func:`build_lenet`'s network."""
+    convnet = bench_modes.make_lenet().initialize(X.shape[1:], classes)
+    net = build_lenet(X.shape[1], len(classes))
+    load_convnet_parameters(net, convnet)
+    return state_of(net)
 
 
 def torch_run(args: Any, variant: str, straggler: float, data: tuple, validation: tuple) -> dict:
     """One TorchDistributor fit on the driver; figures keyed as :func:`bench_modes.one_run`'s.
 
-    ``variant``: ``torch-ddp`` starts from PyTorch's default initialisation; ``torch-ddp+pre`` first
-    pretrains the DBN on the driver (single process, timed as part of the fit) and fine-tunes its weights.
+    ``variant``: ``torch-ddp`` starts from PyTorch's default initialisation (LeNet: from sparkdbn's LeNet's
+    initial weights); ``torch-ddp+pre`` first pretrains the DBN on the driver (single process, timed as
+    part of the fit) and fine-tunes its weights.
     """
     import torch
     from pyspark.ml.torch.distributor import TorchDistributor
@@ -181,17 +254,19 @@ def torch_run(args: Any, variant: str, straggler: float, data: tuple, validation
     def index(labels: np.ndarray) -> np.ndarray:  # class indices 0 .. n_classes - 1, as the DBN's nodes see them
         return np.searchsorted(classes, labels).astype(np.int64)
 
-    sizes = layer_sizes(X.shape[1], args.hidden, len(classes))
-    config = {**FINETUNE, "learning_rate": FINETUNE["learning_rate"] * args.torch_lr_scale,
-              "epochs": args.epochs[2], "straggler": straggler, "seed": 0, "threads": args.torch_threads}
+    network, settings = torch_network(args, X, classes)
+    config = {**settings, "learning_rate": settings["learning_rate"] * args.torch_lr_scale,
+              "epochs": args.epochs[-1], "straggler": straggler, "seed": 0, "threads": args.torch_threads}
+    # LeNet's initial weights are drawn before the clock starts (the trainer draws sparkdbn's on the driver).
+    initial_state = lenet_initial_state(X, classes) if args.model == "lenet" else None
     started_at, started = time.time(), time.perf_counter()
-    config["initial_state"] = pretrained_state(args, X, classes) if variant == "torch-ddp+pre" else None
+    config["initial_state"] = pretrained_state(args, X, classes) if variant == "torch-ddp+pre" else initial_state
     pretrain_s = time.perf_counter() - started
     distributor = TorchDistributor(num_processes=args.nodes, local_mode=True, use_gpu=False)
     out = distributor.run(train_ddp, X.astype(np.float32), index(y), validation[0].astype(np.float32),
-                          index(validation[1]), sizes, config, started_at)
+                          index(validation[1]), network, config, started_at)
     wall = time.perf_counter() - started
-    net = build_mlp(sizes)
+    net = build_network(network)
     net.load_state_dict({name: torch.from_numpy(value) for name, value in out["state"].items()})
     with torch.no_grad():
         predicted = net(torch.from_numpy(X_test.astype(np.float32))).argmax(dim=1).numpy()
@@ -204,6 +279,14 @@ def torch_run(args: Any, variant: str, straggler: float, data: tuple, validation
             "driver_pretrain_s": pretrain_s, "finetune_scale": args.torch_lr_scale,
             "finetune_sent_per_node_epoch": per_step * out["steps_per_epoch"], "slowed_s": out["slowed_s"],
             "best_val_accuracy": max(h["val_accuracy"] for h in out["history"])}
+
+
+def torch_network(args: Any, X: np.ndarray, classes: np.ndarray) -> tuple[dict, dict]:
+    """For ``--model``: the :func:`build_network` description of the torch network, and the training
+    settings sparkdbn's nodes use (their learning rate before scaling)."""
+    if args.model == "lenet":
+        return {"kind": "lenet", "in_channels": int(X.shape[1]), "n_classes": len(classes)}, bench_modes.LENET_SETTINGS
+    return {"kind": "mlp", "sizes": layer_sizes(X.shape[1], args.hidden, len(classes))}, FINETUNE
 
 
 def show(results: list[dict]) -> None:
@@ -241,20 +324,32 @@ def show(results: list[dict]) -> None:
                   f"{r['best_val_accuracy']:.3f}")
 
 
+def check_args(parser: Any, args: Any) -> Any:
+    """``bench_modes.check_args``, then the torch options: the variants ``--model`` allows, the learning-rate scale."""
+    args = bench_modes.check_args(parser, args)
+    allowed = TORCH_VARIANTS[args.model]
+    args.torch = list(allowed) if args.torch is None else args.torch
+    if any(variant not in allowed for variant in args.torch):
+        parser.error(f"--model {args.model} has the torch runs {', '.join(allowed)} only "
+                     "(torch-ddp+pre fine-tunes the DBN's pretrained weights)")
+    args.torch_lr_scale = float(args.nodes) if args.torch_lr_scale is None else args.torch_lr_scale
+    return args
+
+
 def main(argv: list[str] | None = None) -> None:
     from sklearn.model_selection import train_test_split
 
     parser = bench_modes.make_parser(__doc__.split("\n")[0])
     parser.add_argument("--torch-lr-scale", type=float, default=None,
-                        help="torch's learning rate = 0.2 x this (default: --nodes, the linear rule)")
-    parser.add_argument("--torch", nargs="*", default=["torch-ddp", "torch-ddp+pre"],
-                        choices=("torch-ddp", "torch-ddp+pre"), help="the torch runs (default both)")
+                        help="torch's learning rate = sparkdbn's (0.2 for dbn, 0.01 for lenet) x this "
+                             "(default: --nodes, the linear rule)")
+    parser.add_argument("--torch", nargs="*", default=None, choices=TORCH_VARIANTS["dbn"],
+                        help="the torch runs (default: both for dbn; lenet has torch-ddp only)")
     parser.add_argument("--no-warmup", dest="warmup", action="store_false",
                         help="skip the untimed 1-epoch fit that starts Spark's Python workers first")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch threads per process (default 1)")
-    args = parser.parse_args(argv)
-    args.torch_lr_scale = float(args.nodes) if args.torch_lr_scale is None else args.torch_lr_scale
-    X, y, X_test, y_test = bench_modes.load(args.data)
+    args = check_args(parser, parser.parse_args(argv))
+    X, y, X_test, y_test = bench_modes.load(args.data, args.model, args.train_rows)
     # One validation split for everyone (bench_modes alone lets the trainer hold out its own fifth).
     X, X_val, y, y_val = train_test_split(X, y, test_size=0.2, stratify=y, random_state=0)
     data, validation = (X, y, X_test, y_test), (X_val, y_val)
@@ -276,8 +371,10 @@ def main(argv: list[str] | None = None) -> None:
                     results.append(result)
     finally:
         spark.stop()
-    print(f"\n{args.data}, DBN/MLP {layer_sizes(X.shape[1], args.hidden, len(np.unique(y)))}, epochs {args.epochs} "
-          f"(torch: {args.epochs[2]}), local[{args.nodes}] / {args.nodes} DDP processes, {args.partitions} partitions, "
+    model = (f"DBN/MLP {layer_sizes(X.shape[1], args.hidden, len(np.unique(y)))}" if args.model == "dbn"
+             else f"LeNet on {X.shape[1:]} images")
+    print(f"\n{args.data}, {model}, epochs {args.epochs} (torch: {args.epochs[-1]}), "
+          f"local[{args.nodes}] / {args.nodes} DDP processes, {args.partitions} partitions, "
           f"{len(X)} training and {len(X_val)} validation rows, target validation accuracy {args.target}")
     show(results)
 

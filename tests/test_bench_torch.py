@@ -44,3 +44,56 @@ def test_the_torch_network_with_a_dbns_weights_predicts_the_dbns_probabilities(b
     with torch.no_grad():
         probabilities = torch.softmax(mlp(torch.from_numpy(X.astype(np.float32))), dim=1).numpy()
     np.testing.assert_allclose(probabilities, dbn.predict_proba(X.astype(np.float32)), atol=1e-5)
+
+
+def test_the_torch_lenet_has_the_parameter_shapes_of_rbm_lenet(bench_torch):
+    pytest.importorskip("torch")
+    convnet = rbm.lenet(input_shape=(1, 28, 28), n_classes=10, random_state=0).initialize()
+    ours = convnet.parameters()
+    net = bench_torch.build_lenet(1, 10)
+    torch_shapes = [tuple(p.shape) for p in net.parameters()]
+    # sparkdbn's dense W is (n_in, n_out), torch's Linear weight (n_out, n_in); conv kernels agree as they are
+    our_shapes = [ours[f"{layer.name}.{key}"].T.shape if key == "W" and ours[f"{layer.name}.W"].ndim == 2
+                  else ours[f"{layer.name}.{key}"].shape
+                  for layer in convnet.layers_ if f"{layer.name}.W" in ours for key in ("W", "b")]
+    assert torch_shapes == our_shapes
+    assert sum(p.numel() for p in net.parameters()) == sum(value.size for value in ours.values()) == 431_080
+
+
+def test_the_torch_lenet_draws_its_initial_weights_at_rbm_lenets_scale(bench_torch):
+    pytest.importorskip("torch")
+    ours = rbm.lenet(input_shape=(1, 28, 28), n_classes=10, random_state=0).initialize().parameters()
+    theirs = list(bench_torch.build_lenet(1, 10).parameters())
+    for (name, value), parameter in zip(ours.items(), theirs, strict=True):
+        drawn = parameter.detach().numpy()
+        if name.endswith(".b"):
+            assert not drawn.any() and not value.any(), name
+        else:  # Glorot uniform and He normal: the same standard deviation within a few percent
+            np.testing.assert_allclose(drawn.std(), value.std(), rtol=0.05, err_msg=name)
+
+
+def test_the_torch_lenet_with_rbm_lenets_weights_predicts_its_probabilities(bench_torch):
+    torch = pytest.importorskip("torch")
+    from rbm.datasets import load_digits28
+
+    split = load_digits28(flatten=False, shifts=[(0, 0)])
+    X, y = split.X_train[:300], split.y_train[:300]
+    convnet = rbm.lenet(input_shape=(1, 28, 28), n_classes=10, epochs=1, random_state=0).fit(X, y)
+    net = bench_torch.build_lenet(1, len(convnet.classes_))
+    bench_torch.load_convnet_parameters(net, convnet)
+    with torch.no_grad():
+        probabilities = torch.softmax(net(torch.from_numpy(split.X_test[:50])), dim=1).numpy()
+    np.testing.assert_allclose(probabilities, convnet.predict_proba(split.X_test[:50]), atol=1e-5)
+
+
+def test_lenet_runs_torch_ddp_only_and_scales_sparkdbns_rate(bench_torch):
+    parser = bench_torch.bench_modes.make_parser()
+    parser.add_argument("--torch", nargs="*", default=None)
+    parser.add_argument("--torch-lr-scale", type=float, default=None)
+    args = bench_torch.check_args(parser, parser.parse_args(["--model", "lenet"]))
+    assert args.torch == ["torch-ddp"] and args.torch_lr_scale == 2.0
+    with pytest.raises(SystemExit):
+        bench_torch.check_args(parser, parser.parse_args(["--model", "lenet", "--torch", "torch-ddp+pre"]))
+    network, settings = bench_torch.torch_network(args, np.zeros((4, 1, 28, 28), np.float32), np.arange(10))
+    assert network == {"kind": "lenet", "in_channels": 1, "n_classes": 10}
+    assert settings["learning_rate"] == 0.01 and settings["batch_size"] == 64
