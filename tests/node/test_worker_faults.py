@@ -55,6 +55,34 @@ def test_a_worker_killed_mid_partition_is_retried_and_the_run_completes(spark, s
     assert abs(model.score(X_test, y_test) - reference) <= 0.02
 
 
+def test_in_sharing_mode_a_worker_killed_mid_phase_is_retried_and_its_fresh_node_catches_up_from_the_updates(
+        spark, store_url, digits, dbn_recipe):
+    X, y, X_test, y_test = digits
+    reference = dbn_recipe.reference_accuracy(digits)
+    epochs, partitions = dbn_recipe.epochs, dbn_recipe.partitions
+
+    model = node.Trainer(spark, store_url, run_id="fault-sharing", mode="sharing", epochs=epochs,
+                         partitions=partitions, progress=False, kill_worker_once_at="finetune:2").fit(
+        dbn_recipe.make(), X, y)
+
+    store = storage.open_store(store_url)
+    runs = node.open_run(store_url, "fault-sharing").runs
+    killed = store.read_bytes("runs/fault-sharing/faults/killed-worker").decode().split()[0]
+    assert runs.read_record()["status"] == "done"
+    finetune = [m for m in runs.read_metrics() if m["phase"] == "finetune"]
+    trained = [(m["epoch"], m["partition"]) for m in finetune]
+    # Claims make every partition of an epoch trained at most once; only what the killed node had
+    # claimed and not finished is missing (its own partition of epoch 2, and at most the next it claimed).
+    assert len(trained) == len(set(trained))
+    everything = {(epoch, part) for epoch in range(epochs["finetune"]) for part in range(partitions)}
+    missing = everything - set(trained)
+    assert 1 <= len(missing) <= 2 and all(epoch == 2 for epoch, _part in missing), missing
+    assert killed not in {m["node"] for m in finetune if m["epoch"] >= 2}
+    assert every_weight_file_verifies(store, "fault-sharing", list(epochs)) > 0
+    assert not {"claims", "blocks"} & set(store.list("runs/fault-sharing"))
+    assert abs(model.score(X_test, y_test) - reference) <= 0.02
+
+
 def test_a_run_sweeps_temporaries_left_by_killed_writers(tmp_path):
     import os
     import time
