@@ -354,7 +354,9 @@ class Fit:
         rdd = (self.prepared.blocks if rdd is None else rdd).mapPartitionsWithIndex(
             functools.partial(run_training_task, encode(task), self._start))
         description = f"{self.run_id} {task.phase} epoch {task.epoch + 1}"
-        reports = [decode(item, PartitionReport) for item in self._progress.run_job(rdd, description)]
+        epochs = int(task.options.get("epochs", task.epoch + 1)) - task.epoch  # the job's epochs
+        reports = [decode(item, PartitionReport)
+                   for item in self._progress.run_job(rdd, description, self.prepared.partitions * epochs)]
         refused = [report.error for report in reports if report.error]
         if refused:
             more = f" (and {len(refused) - 1} more partition(s))" if len(refused) > 1 else ""

@@ -151,10 +151,16 @@ class EpochProgress:
     def epoch(self, epoch: int, epochs: int) -> None:
         self.bar.set_description(f"{self.description} epoch {epoch + 1}/{epochs}")
 
-    def run_job(self, rdd: Any, description: str) -> list[Any]:
-        """Collect ``rdd`` in the fit's job group, moving the bar as partitions finish."""
-        base = self.bar.n
-        records = run_job(self.sc, rdd, self.group, description, lambda done: self._advance(base + done))
+    def run_job(self, rdd: Any, description: str, partitions: int) -> list[Any]:
+        """Collect ``rdd`` in the fit's job group, moving the bar as its tasks finish.
+
+        ``partitions``: the training partitions the job trains (a task may train several: the
+        bar moves by their share of them per finished task, and to the end when the job ends).
+        """
+        base, per_task = self.bar.n, partitions / max(1, rdd.getNumPartitions())
+        records = run_job(self.sc, rdd, self.group, description,
+                          lambda done: self._advance(base + int(done * per_task)))
+        self._advance(base + partitions)
         return records
 
     def report(self, line: str) -> None:

@@ -1,8 +1,9 @@
-"""Work stealing in a phase-long Spark job: a free node trains the partitions a slower one has not started.
+"""Work stealing in a Spark job of one task per node: a free node trains the partitions a slower one has not started.
 
-The ``sharing`` mode runs a phase as one Spark job of one task per node, the partitions dealt to
-the nodes once per fit (:func:`node._mode.one_task_per_node`).  Dealt and left there, a node
-slowed down (a busy executor, a straggler) would hold the job's end while the others idle.
+The ``async`` and ``sharing`` modes run an epoch (async) or a phase (sharing) as one Spark job of
+one task per node, the partitions dealt to the nodes once per fit
+(:func:`node._mode.one_task_per_node`).  Dealt and left there, a node slowed down (a busy
+executor, a straggler) would hold the job's end while the others idle.
 Instead, per epoch, a node
 
 1. trains its own partitions, in index order, claiming each before it starts it;
@@ -13,7 +14,7 @@ Instead, per epoch, a node
 So a partition of an epoch is trained by exactly one node -- the one that created its *claim*
 first (an exclusive create, atomic in every store)::
 
-    runs/<run>/claims/<fit>/<phase>/<epoch:04d>-<partition:05d>      the claimer's name and a token
+    runs/<run>/claims/<fit>/<phase>/<epoch:04d>-<partition:05d>      "<slot> <node>-<nonce> claimed|finished"
 
 To train a partition it does not hold, a node reads it from the store, where every node writes
 its own partitions once per fit, before it trains (a partition is stolen only once it is there)::
@@ -26,8 +27,11 @@ many stolen partitions as a node owns stay in its memory for later epochs.  The 
 both folders when the fit ends (:func:`remove_work_folders`).  With one node nothing is claimed
 or written: its job is exactly its own partitions, in order.
 
-A partition whose claimer dies before training it is not trained in that epoch (the retried
-task finds it claimed): the same loss as the ``sharing`` mode's updates that died with a node.
+A node marks a claim finished when it has trained the partition.  When a worker dies, Spark
+retries its task (the same slot) on a fresh node, which trains the partitions its slot had
+claimed and not finished -- and only those: nothing is trained twice in an epoch, nothing is
+lost.  (This needs Spark's speculative execution off, its default: two attempts of one task at
+once would both take over.)
 """
 
 from __future__ import annotations
@@ -104,7 +108,7 @@ class PartitionQueue:
         self.others = [index for _position, _slot, index in sorted(
             (-position, other, index) for other, partitions in enumerate(slots) if other != slot
             for position, index in enumerate(partitions))]
-        self.token = f"{node.node} {uuid.uuid4().hex}"
+        self.token = f"{node.node}-{uuid.uuid4().hex}"
         self.stolen: OrderedDict[int, tuple[np.ndarray, np.ndarray | None]] = node.mode_state.setdefault(
             "stolen", OrderedDict())
         self._stored: dict[int, str] = {}  # partition -> its stored name, as last listed
@@ -124,10 +128,14 @@ class PartitionQueue:
                 self.node.store.write_bytes(f"{folder}/{index:05d}-{digest}-{self._mac(index, digest)}.block", data)
 
     def epoch(self, epoch: int) -> Iterator[tuple[Block, bool]]:
-        """``((index, X, y), stolen)`` for every partition this node claims in ``epoch``, in training order."""
+        """``((index, X, y), stolen)`` for every partition this node claims in ``epoch``, in training order.
+
+        Asking for the next partition marks the one before finished (the caller trained it).
+        """
         for index, X, y in self.own:
             if self._claim(epoch, index):
                 yield (index, X, y), False
+                self._finish(epoch, index)
         if not self.shared:
             return
         if any(index not in self.stolen and index not in self._stored for index in self.others):
@@ -137,6 +145,7 @@ class PartitionQueue:
                 block = self._block(index)
                 if block is not None:
                     yield (index, *block), True
+                self._finish(epoch, index)
 
     def take_read_bytes(self) -> int:
         """The data bytes read from the store since the last call."""
@@ -144,18 +153,39 @@ class PartitionQueue:
         return read
 
     # ------------------------------------------------------------------ claims
+    def _claim_path(self, epoch: int, index: int) -> str:
+        task = self.task
+        return f"{_claims_folder(task.node.run, task.node.fit_id, task.phase)}/{epoch:04d}-{index:05d}"
+
     def _claim(self, epoch: int, index: int) -> bool:
+        """Whether this node trains ``index`` in ``epoch``: it claimed it first, or takes over its slot's.
+
+        A claim says ``<slot> <token> claimed|finished``.  One that names this node's slot, is not
+        finished and is not this node's was made by an earlier attempt of this node's task, which
+        died with it (Spark runs one attempt of a task at a time): this node trains it instead.
+        """
         if not self.shared:
             return True
-        task = self.task
-        path = f"{_claims_folder(task.node.run, task.node.fit_id, task.phase)}/{epoch:04d}-{index:05d}"
-        if self.node.store.create_exclusive(path, self.token.encode()):
+        path = self._claim_path(epoch, index)
+        mine = f"{self.slot} {self.token} claimed".encode()
+        if self.node.store.create_exclusive(path, mine):
             return True
-        # A retried create whose first attempt succeeded unseen answers False: the token tells.
         try:
-            return self.node.store.read_bytes(path, max_bytes=_CLAIM_MAX_BYTES) == self.token.encode()
+            held = self.node.store.read_bytes(path, max_bytes=_CLAIM_MAX_BYTES).decode("ascii", "replace").split()
         except (storage.StoreNotFoundError, storage.FileTooLargeError):
             return False
+        if held[:2] == [str(self.slot), self.token]:  # a retried create whose first attempt succeeded unseen
+            return True
+        if len(held) == 3 and held[0] == str(self.slot) and held[2] == "claimed":
+            logger.warning("node %s trains partition %d of epoch %d again: an earlier attempt of its task "
+                           "claimed it and did not finish", self.node.node, index, epoch)
+            self.node.store.write_bytes(path, mine)
+            return True
+        return False
+
+    def _finish(self, epoch: int, index: int) -> None:
+        if self.shared:
+            self.node.store.write_bytes(self._claim_path(epoch, index), f"{self.slot} {self.token} finished".encode())
 
     # ------------------------------------------------------------------ stolen partitions
     def _mac(self, index: int, digest: str) -> str:

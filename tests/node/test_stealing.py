@@ -98,6 +98,19 @@ def test_a_stored_partition_whose_content_was_replaced_is_claimed_but_not_traine
     assert [index for index, _ in trained(fast, 0)] == [0, 2, 4, 6, 5, 3, 1]
 
 
+def test_a_retried_task_trains_what_its_dead_attempt_claimed_and_did_not_finish_and_nothing_else(store):
+    dead, peer = make_queue(store, "dead", 1), make_queue(store, "peer", 0)
+    dead.store_own(), peer.store_own()
+    dead_epoch = dead.epoch(0)
+    assert next(dead_epoch)[0][0] == 1
+    assert next(dead_epoch)[0][0] == 3  # partition 1 finished; the worker dies training 3
+    peer_epoch = peer.epoch(0)
+    assert [next(peer_epoch)[0][0] for _ in range(5)] == [0, 2, 4, 6, 7]  # the peer is training 7 when ...
+    retry = make_queue(store, "retry", 1)  # ... Spark retries the dead node's task (slot 1) on a fresh node
+    assert trained(retry, 0) == [(3, False), (5, False)]  # 3 again (claimed, unfinished), 5 unclaimed; not 1, not 7
+    assert [index for (index, *_), _stolen in peer_epoch] == []  # 7 finished; nothing left for the peer
+
+
 def test_one_node_claims_and_writes_nothing(store):
     queue = make_queue(store, "alone", 0, slots=[list(range(8))])
     queue.store_own()
