@@ -134,7 +134,7 @@ def test_an_rbm_alone_trains_from_the_command_line_and_reports_its_held_out_reco
     untrained = rbm.RBM(n_components=32, random_state=0).initialize(X_test.shape[1]).reconstruction_error(X_test)
     assert error < 0.8 * untrained  # it learned: the printed figure is the trained model's
     saved = rbm.load_model(store / "runs" / "rbm" / "model" / "model.npz")
-    assert error == pytest.approx(saved.reconstruction_error(X_test), abs=0.5e-5)  # printed to 5 decimals
+    assert error == pytest.approx(saved.reconstruction_error(X_test), abs=0.51e-5)  # printed to 5 decimals
     # No classification report for a model without labels: one line, before Spark is asked for anything.
     assert cli.main(["evaluate", "--store", str(store), "--run", "rbm"]) == 2
     assert "learns no labels" in capsys.readouterr().err
