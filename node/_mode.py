@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 import numpy as np
 
 from ._contract import PartitionReport, TaskSpec
+from ._errors import InputDataError
 
 if TYPE_CHECKING:  # the fit drives the modes; the modes only call back into it
     from ._executor import ExecutorNode
@@ -46,7 +47,7 @@ def one_task_per_node(fit: "Fit") -> tuple[list[list[int]], Any]:
 
 
 class TrainingMode(ABC):
-    """One way to train: a driver half (epochs as Spark jobs) and an executor half (one node's task)."""
+    """One way to train: a driver half (epochs as Spark jobs) and an executor half (one task's partitions)."""
 
     name: ClassVar[str]
 
@@ -58,11 +59,19 @@ class TrainingMode(ABC):
         """
 
     @abstractmethod
+    def train_partition(self, node: "ExecutorNode", task: TaskSpec, partition: int, X: np.ndarray,
+                        y: np.ndarray | None) -> PartitionReport:
+        """Executor: train one partition on ``node`` and report it."""
+
     def train_task(self, node: "ExecutorNode", task: TaskSpec, spark_partition: int,
                    blocks: list[Block]) -> Iterator[PartitionReport]:
-        """Executor: the node's share of the job (``blocks``: the partitions its Spark task holds),
-        one report per partition trained.
+        """Executor: every partition a Spark task holds, one report each (default: one at a time).
 
         A partition whose data the model refuses is reported with its error, not raised: the
         same data would fail the same way on a retry.
         """
+        for index, X, y in blocks:
+            try:
+                yield self.train_partition(node, task, index, X, y)
+            except InputDataError as error:
+                yield node.refusal(task, index, error)

@@ -4,28 +4,18 @@ Per node, per partition: merge the fresh peer snapshots the node's actor has alr
 (at most ``fanout`` of them; ``w <- (1 - a) w + a mean(peers)``, ``a = m / (m + 1)``), train one
 pass, publish the new weights and wait until they are written (so that the driver finds every
 finished task's snapshot when it consolidates), then report.  Nobody waits for a peer.
-
-Driver half: an epoch is one Spark job of one task per node, each task holding the partitions
-dealt to its node once per fit (:func:`node._mode.one_task_per_node`): Spark's cost per task is
-paid once per node and epoch, not once per partition.  A node trains its own partitions, then
-the ones a slower node has not started (:mod:`node._stealing`), so a slow node holds nobody
-for more than the partition it is training when the others run out.  The run record marks each
-epoch when its job ends: a fit stopped in the middle of a phase resumes at its last finished
-epoch, and a killed worker's task is retried on a fresh node that trains again only the
-partitions the dead one had claimed and not finished.
+On the driver an epoch is one Spark job over the cached partitions.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ._contract import PartitionReport, TaskSpec
-from ._errors import InputDataError
-from ._mode import Block, TrainingMode, one_task_per_node
-from ._stealing import PartitionQueue
+from ._mode import TrainingMode
 
 if TYPE_CHECKING:
     from ._executor import ExecutorNode
@@ -38,22 +28,10 @@ class AsyncMode(TrainingMode):
     name = "async"
 
     def run_epochs(self, fit: "Fit", phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
-        slots, rdd = one_task_per_node(fit)
-        return [fit.run_partitions(fit.task(phase, first, self.name, {"slots": slots}), rdd=rdd)]
+        return [fit.run_partitions(fit.task(phase, first, self.name))]
 
-    def train_task(self, node: "ExecutorNode", task: TaskSpec, spark_partition: int,
-                   blocks: list[Block]) -> Iterator[PartitionReport]:
-        queue = PartitionQueue(node, task, spark_partition, [list(slot) for slot in task.options["slots"]], blocks)
-        queue.store_own()
-        for (index, X, y), stolen in queue.epoch(task.epoch):
-            try:
-                yield self._train_partition(node, task, index, X, y, stolen, queue.take_read_bytes())
-            except InputDataError as error:  # reported, not raised: the same data fails on a retry
-                yield node.refusal(task, index, error)
-
-    @staticmethod
-    def _train_partition(node: "ExecutorNode", task: TaskSpec, partition: int, X: np.ndarray, y: np.ndarray | None,
-                         stolen: bool, data_read_bytes: int) -> PartitionReport:
+    def train_partition(self, node: "ExecutorNode", task: TaskSpec, partition: int, X: np.ndarray,
+                        y: np.ndarray | None) -> PartitionReport:
         started = time.time()
         tick = time.perf_counter()
         # Unusable peer snapshots are skipped and counted by the actor (stats: dropped_bad_snapshot);
@@ -75,5 +53,5 @@ class AsyncMode(TrainingMode):
                            merged_announced=sum(1 for snapshot in used if snapshot.announced),
                            ages_s=[max(0.0, started - float(snapshot.sent_at)) for snapshot in used],
                            sent_bytes=sum(int(value.nbytes) for value in params.values()),
-                           read_bytes=sum(int(value.nbytes) for snapshot in used for value in snapshot.params.values()),
-                           stolen=stolen, data_read_bytes=data_read_bytes)
+                           read_bytes=sum(int(value.nbytes) for snapshot in used for value in snapshot.params.values()))
+

@@ -256,6 +256,10 @@ class SharingMode(TrainingMode):
             node.model.set_parameters(params)
         return params, received
 
+    def train_partition(self, node: "ExecutorNode", task: TaskSpec, partition: int, X: np.ndarray,
+                        y: np.ndarray | None) -> PartitionReport:
+        raise TrainingError("sharing mode trains a node's whole share of a phase (train_task), never a lone partition")
+
     @staticmethod
     def _first_seq(node: "ExecutorNode", phase: str) -> int:
         """Past any update or snapshot a same-named node stored in ``phase`` (a worker reused by a later fit)."""

@@ -1,9 +1,8 @@
-"""Work stealing in a Spark job of one task per node: a free node trains the partitions a slower one has not started.
+"""Work stealing in a phase-long Spark job: a free node trains the partitions a slower one has not started.
 
-The ``async`` and ``sharing`` modes run an epoch (async) or a phase (sharing) as one Spark job of
-one task per node, the partitions dealt to the nodes once per fit
-(:func:`node._mode.one_task_per_node`).  Dealt and left there, a node slowed down (a busy
-executor, a straggler) would hold the job's end while the others idle.
+The ``sharing`` mode runs a phase as one Spark job of one task per node, the partitions dealt to
+the nodes once per fit (:func:`node._mode.one_task_per_node`).  Dealt and left there, a node
+slowed down (a busy executor, a straggler) would hold the job's end while the others idle.
 Instead, per epoch, a node
 
 1. trains its own partitions, in index order, claiming each before it starts it;

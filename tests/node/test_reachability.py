@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 import pytest
 
 import node
@@ -28,7 +27,7 @@ def reachability_warnings(caplog) -> list[str]:
 
 
 def fit(spark, store_url, digits, run_id, **settings):
-    X = np.tile(digits.X_train, (4, 1))  # partitions that take long enough for a peer's version to arrive between them
+    X, y, _, _ = digits
     trainer = node.Trainer(spark, store_url, run_id=run_id, epochs=EPOCHS, partitions=PARTITIONS, progress=False,
                            anti_entropy_interval_s=0.3, **settings)
     trainer.fit(small_rbm(), X)
