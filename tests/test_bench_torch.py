@@ -61,15 +61,17 @@ def test_the_torch_lenet_has_the_parameter_shapes_of_rbm_lenet(bench_torch):
 
 
 def test_the_torch_lenet_draws_its_initial_weights_at_rbm_lenets_scale(bench_torch):
-    pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
     ours = rbm.lenet(input_shape=(1, 28, 28), n_classes=10, random_state=0).initialize().parameters()
+    torch.manual_seed(0)
     theirs = list(bench_torch.build_lenet(1, 10).parameters())
     for (name, value), parameter in zip(ours.items(), theirs, strict=True):
         drawn = parameter.detach().numpy()
         if name.endswith(".b"):
             assert not drawn.any() and not value.any(), name
-        else:  # Glorot uniform and He normal: the same standard deviation within a few percent
-            np.testing.assert_allclose(drawn.std(), value.std(), rtol=0.05, err_msg=name)
+        else:  # Glorot uniform and He normal: the same standard deviation, within 4 sampling errors of two
+            # estimates from `size` draws each (about 0.18 for conv0's 500 weights, 0.006 for the first dense layer's 400,000)
+            np.testing.assert_allclose(drawn.std(), value.std(), rtol=4 / np.sqrt(value.size), err_msg=name)
 
 
 def test_the_torch_lenet_with_rbm_lenets_weights_predicts_its_probabilities(bench_torch):
