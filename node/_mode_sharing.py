@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Mapping
@@ -57,8 +56,7 @@ __all__ = ["SharingMode", "SparseUpdate", "ThresholdAccumulator", "UpdateExchang
 
 logger = logging.getLogger(__name__)
 
-_UPDATE_PURPOSE = "sparkdbn sparse update v1"
-_UPDATE_NAME = re.compile(r"^(\d{8,})-([0-9a-f]{64})-([0-9a-f]{64})\.npz$")
+_UPDATES = storage.SignedNames("sparkdbn sparse update v1", ".npz")
 _MIN_STEP, _MAX_STEP = 0.5, 4.0  # bounds of one threshold adaptation (a factor)
 
 
@@ -146,15 +144,11 @@ class UpdateExchange:
         base = f"runs/{self.run}/updates/{phase}"
         return base if node is None else f"{base}/{node}"
 
-    def _mac(self, phase: str, node: str, seq: int, digest: str) -> str:
-        return storage.mac_hex(self.key, _UPDATE_PURPOSE, self.run, phase, node, int(seq), digest)
-
     def publish(self, phase: str, seq: int, update: SparseUpdate) -> int:
         """Write update ``seq`` of this node; returns its size in bytes."""
         data = update.encode()
-        digest = storage.sha256_hex(data)
-        self.store.write_bytes(f"{self._folder(phase, self.node)}/{seq:08d}-{digest}-{self._mac(phase, self.node, seq, digest)}.npz",
-                               data)
+        name = _UPDATES.signed(self.key, (self.run, phase, self.node), seq, storage.sha256_hex(data))
+        self.store.write_bytes(f"{self._folder(phase, self.node)}/{name}", data)
         return len(data)
 
     def receive(self, phase: str) -> list[tuple[str, int, SparseUpdate, int]]:
@@ -164,21 +158,21 @@ class UpdateExchange:
             if peer == self.node:
                 continue
             for name in sorted(self.store.list(self._folder(phase, peer))):
-                match = _UPDATE_NAME.match(name)
-                if match is None:
+                signed = _UPDATES.parse(name)
+                if signed is None:
                     continue  # a temporary of a write in progress, or not ours
-                seq, digest, mac = int(match[1]), match[2], match[3]
+                seq = signed.seq
                 if (phase, peer, seq) in self.applied:
                     continue
                 path = f"{self._folder(phase, peer)}/{name}"
                 if path in self.refused:
                     continue
-                if not storage.verify_mac(self.key, mac, _UPDATE_PURPOSE, self.run, phase, peer, seq, digest):
+                if not _UPDATES.verifies(self.key, (self.run, phase, peer), signed):
                     self._refuse(path, f"not signed by a node of run {self.run}")
                     continue
                 try:
                     data = self.store.read_bytes(path)
-                    if storage.sha256_hex(data) != digest:
+                    if storage.sha256_hex(data) != signed.sha256:
                         raise storage.ChecksumError(f"{path}: the content does not match its sha256")
                     update = SparseUpdate.decode(data, path)
                 except storage.StoreError as error:
@@ -264,6 +258,6 @@ class SharingMode(TrainingMode):
     def _first_seq(node: "ExecutorNode", phase: str) -> int:
         """Past any update or snapshot a same-named node stored in ``phase`` (a worker reused by a later fit)."""
         names = node.store.list(f"runs/{node.config.run}/updates/{phase}/{node.node}")
-        seqs = [int(match[1]) for match in map(_UPDATE_NAME.match, names) if match]
+        seqs = [signed.seq for signed in map(_UPDATES.parse, names) if signed]
         versions = node.weights.list_versions(phase, node.node)
         return max(seqs + [ref.version for ref in versions] + [0])

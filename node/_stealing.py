@@ -36,7 +36,6 @@ once would both take over.)
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Iterator
@@ -56,8 +55,7 @@ __all__ = ["PartitionQueue", "remove_work_folders"]
 
 logger = logging.getLogger(__name__)
 
-_BLOCK_PURPOSE = "sparkdbn training block v1"
-_BLOCK_NAME = re.compile(r"^(\d{5,})-([0-9a-f]{64})-([0-9a-f]{64})\.block$")
+_BLOCKS = storage.SignedNames("sparkdbn training block v1", ".block", seq_digits=5)
 _CLAIM_MAX_BYTES = 1024
 
 
@@ -110,7 +108,8 @@ class PartitionQueue:
         self.token = f"{node.node}-{uuid.uuid4().hex}"
         self.stolen: OrderedDict[int, tuple[np.ndarray, np.ndarray | None]] = node.mode_state.setdefault(
             "stolen", OrderedDict())
-        self._stored: dict[int, str] = {}  # partition -> its stored name, as last listed
+        self.blocks_folder = _blocks_folder(task.node.run, task.node.fit_id)
+        self._stored: dict[int, storage.SignedName] = {}  # partition -> its verified stored name, as last listed
         self.read_bytes = 0  # data read from the store for stolen partitions, since the last take_read_bytes()
 
     # ------------------------------------------------------------------ the epoch's partitions
@@ -118,13 +117,12 @@ class PartitionQueue:
         """Write this slot's partitions to the store (once per fit) so that idle peers can take them."""
         if not self.shared:
             return
-        folder = _blocks_folder(self.task.node.run, self.task.node.fit_id)
-        present = {int(match[1]) for match in map(_BLOCK_NAME.match, self.node.store.list(folder)) if match}
+        present = {signed.seq for signed in map(_BLOCKS.parse, self.node.store.list(self.blocks_folder)) if signed}
         for index, X, y in self.own:
             if index not in present:
                 data = encode_block(X, y)
-                digest = storage.sha256_hex(data)
-                self.node.store.write_bytes(f"{folder}/{index:05d}-{digest}-{self._mac(index, digest)}.block", data)
+                name = _BLOCKS.signed(*self._signing(), index, storage.sha256_hex(data))
+                self.node.store.write_bytes(f"{self.blocks_folder}/{name}", data)
 
     def epoch(self, epoch: int) -> Iterator[tuple[Block, bool]]:
         """``((index, X, y), stolen)`` for every partition this node claims in ``epoch``, in training order.
@@ -187,29 +185,26 @@ class PartitionQueue:
             self.node.store.write_bytes(self._claim_path(epoch, index), f"{self.slot} {self.token} finished".encode())
 
     # ------------------------------------------------------------------ stolen partitions
-    def _mac(self, index: int, digest: str) -> str:
-        task = self.task
-        return storage.mac_hex(task.node.key, _BLOCK_PURPOSE, task.node.run, task.node.fit_id, int(index), digest)
+    def _signing(self) -> tuple[bytes, tuple[str, str]]:
+        """The key and context of this fit's stored partitions' names: (run, fit)."""
+        return self.task.node.key, (self.task.node.run, self.task.node.fit_id)
 
     def _list_stored(self) -> None:
         """Note the partitions the store holds under names signed by a node of the run."""
-        task = self.task
-        for name in self.node.store.list(_blocks_folder(task.node.run, task.node.fit_id)):
-            match = _BLOCK_NAME.match(name)
-            if match and storage.verify_mac(task.node.key, match[3], _BLOCK_PURPOSE, task.node.run, task.node.fit_id,
-                                            int(match[1]), match[2]):
-                self._stored[int(match[1])] = name
+        for signed in map(_BLOCKS.parse, self.node.store.list(self.blocks_folder)):
+            if signed and _BLOCKS.verifies(*self._signing(), signed):
+                self._stored[signed.seq] = signed
 
     def _block(self, index: int) -> tuple[np.ndarray, np.ndarray | None] | None:
         """A stolen partition's arrays (kept in memory, at most as many as this node owns); None if unreadable."""
         if index in self.stolen:
             self.stolen.move_to_end(index)
             return self.stolen[index]
-        name = self._stored[index]
-        path = f"{_blocks_folder(self.task.node.run, self.task.node.fit_id)}/{name}"
+        signed = self._stored[index]
+        path = f"{self.blocks_folder}/{_BLOCKS.name(signed.seq, signed.sha256, signed.mac)}"
         try:
             data = self.node.store.read_bytes(path)
-            if storage.sha256_hex(data) != _BLOCK_NAME.match(name)[2]:
+            if storage.sha256_hex(data) != signed.sha256:
                 raise storage.ChecksumError(f"{path}: the content does not match its sha256")
             block = decode_block(data)
         except (storage.StoreError, ValueError) as error:  # claimed, not trainable: this epoch goes without it

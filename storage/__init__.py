@@ -35,6 +35,7 @@ from ._errors import (
 )
 from ._npz import decode_params, encode_params, snapshot_size_bound
 from ._runs import RunStore
+from ._signed_names import SignedName, SignedNames
 from ._sources import read_idx, stage_csv, stage_idx
 from ._store import Store, open_store, parse_store_url
 from ._weights import DEFAULT_MAX_SNAPSHOT_BYTES, Consolidation, SnapshotRef, WeightStore
@@ -51,6 +52,8 @@ __all__ = [
     "NoUsableSnapshotError",
     "RunStore",
     "SnapshotRef",
+    "SignedName",
+    "SignedNames",
     "SnapshotValueError",
     "Store",
     "StoreError",

@@ -20,13 +20,12 @@ source (a node's folder).
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 import numpy as np
 
-from ._auth import Refusals, check_key, mac_hex, sha256_hex, verify_mac
+from ._auth import Refusals, check_key, sha256_hex
 from ._errors import (
     AuthenticationError,
     ChecksumError,
@@ -39,14 +38,14 @@ from ._errors import (
 from ._npz import decode_params, encode_params
 from ._paths import check_name, join
 from ._signed import read_signed_file, write_signed_file
+from ._signed_names import SignedName, SignedNames
 from ._store import Store
 
 __all__ = ["Consolidation", "DEFAULT_MAX_SNAPSHOT_BYTES", "SnapshotRef", "WeightStore"]
 
 logger = logging.getLogger(__name__)
 
-_SNAPSHOT_NAME = re.compile(r"^(\d{8,})-([0-9a-f]{64})-([0-9a-f]{64})\.npz$")
-_SNAPSHOT_PURPOSE = "sparkdbn snapshot v1"
+_SNAPSHOTS = SignedNames("sparkdbn snapshot v1", ".npz")
 _PHASE_RESULT_PURPOSE = "sparkdbn phase result v1"
 
 #: Largest snapshot read when the caller names no tighter bound (its expected shapes).
@@ -73,7 +72,7 @@ class SnapshotRef:
         """``runs/<run>/weights/<phase>/<node>/<version:08d>-<sha256>-<mac>.npz``."""
         folder = join("runs", check_name("run", self.run), "weights", check_name("phase", self.phase),
                       check_name("node", self.node))  # fmt: skip
-        return join(folder, f"{int(self.version):08d}-{self.sha256}-{self.mac}.npz")
+        return join(folder, _SNAPSHOTS.name(self.version, self.sha256, self.mac))
 
 
 @dataclass(frozen=True)
@@ -117,7 +116,7 @@ class WeightStore:
         return join("runs", self.run, "weights", check_name("phase", phase), check_name("node", node))
 
     def _mac(self, phase: str, node: str, version: int, sha256: str) -> str:
-        return mac_hex(self._key, _SNAPSHOT_PURPOSE, self.run, phase, node, int(version), sha256)
+        return _SNAPSHOTS.mac(self._key, (self.run, phase, node), version, sha256)
 
     def refusals(self) -> dict[str, int]:
         """What readers of this object skipped, by kind: ``unauthenticated`` (no valid MAC),
@@ -167,8 +166,8 @@ class WeightStore:
         StoreNotFoundError
             The snapshot is gone (e.g. pruned).
         """
-        if ref.run != self.run or not verify_mac(self._key, ref.mac, _SNAPSHOT_PURPOSE, self.run, ref.phase, ref.node,
-                                                 int(ref.version), ref.sha256):  # fmt: skip
+        if ref.run != self.run or not _SNAPSHOTS.verifies(self._key, (self.run, ref.phase, ref.node),
+                                                          SignedName(int(ref.version), ref.sha256, ref.mac)):
             raise AuthenticationError(
                 f"snapshot {ref.node} v{ref.version} of phase {ref.phase!r}, run {ref.run!r}: its MAC does not verify "
                 f"under the key of run {self.run!r}; it was not written by a holder of the run's key"
@@ -191,20 +190,19 @@ class WeightStore:
         directory = self._node_dir(phase, node)
         refs = []
         for name in self.store.list(directory):
-            match = _SNAPSHOT_NAME.match(name)
+            signed = _SNAPSHOTS.parse(name)
             path = join(directory, name)
-            if match is None:
+            if signed is None:
                 if name.endswith(".npz"):
                     self._refusals.refuse("unauthenticated", path, directory, f"{path}: not a signed snapshot name")
                 continue
             if self._refusals.known("unauthenticated", path):
                 continue
-            version, digest, mac = int(match[1]), match[2], match[3]
-            if not verify_mac(self._key, mac, _SNAPSHOT_PURPOSE, self.run, phase, node, version, digest):
+            if not _SNAPSHOTS.verifies(self._key, (self.run, phase, node), signed):
                 self._refusals.refuse("unauthenticated", path, directory,
                                       f"{self.store.url}/{path}: its MAC does not verify under the run's key")  # fmt: skip
                 continue
-            refs.append(SnapshotRef(self.run, phase, node, version, digest, mac))
+            refs.append(SnapshotRef(self.run, phase, node, signed.seq, signed.sha256, signed.mac))
         return sorted(refs, key=lambda ref: (ref.version, ref.sha256))
 
     def list_nodes(self, phase: str) -> list[str]:
