@@ -19,11 +19,11 @@ __all__ = ["CrashingStore", "SimulatedStoreFailure", "harness_model", "harness_s
 #: The harness's small run: 2 + 6 epochs, 2 partitions (~14 driver writes, ~3 s a fit).
 HARNESS_EPOCHS = {"rbm0": 2, "finetune": 6}
 
-#: How far two asynchronous runs of the harness may lie apart in held-out accuracy: 0.930-0.939 over
-#: 6 runs on a quiet machine, and 0.897 against 0.919 seen on a loaded one.  What the tests guard
-#: against lies far outside it: a resume to untrained weights gives 0.10, to a phase's initial
-#: weights about 0.77, merged intruder values near chance.
-HARNESS_TOLERANCE = 0.04
+#: How far two asynchronous runs of the harness may lie apart in held-out accuracy: 0.925-0.944 over
+#: 22 fits on a quiet machine, 0.897 against 0.919 seen on a loaded one, and 0.050 apart once in a
+#: full-suite run.  What the tests guard against lies far outside it: a resume to untrained weights
+#: gives 0.10, to a phase's initial weights about 0.77, merged intruder values near chance.
+HARNESS_TOLERANCE = 0.06
 
 #: The held-out accuracy any fully trained harness model reaches: the lowest seen, 0.897 on a loaded
 #: machine, less a margin; a phase's initial weights (about 0.77) or untrained ones (0.10) stay below.
