@@ -39,7 +39,7 @@ from ._errors import InputDataError, StoreAccessError, short_error
 from ._frames import check_label_column, feature_column_kind, features_from_arrow, is_dataframe, is_rdd, labels_from_arrow
 from ._labels import DEFAULT_MAX_CLASSES, check_known_labels, encode_labels, merge_class_sets, summarize_labels
 
-__all__ = ["PreparedData", "prepare_training_data", "check_model_input", "encode_block", "decode_block",
+__all__ = ["PreparedData", "count_rows", "prepare_training_data", "check_model_input", "encode_block", "decode_block",
            "iter_blocks"]
 
 logger = logging.getLogger(__name__)
@@ -271,6 +271,16 @@ def _dataframe_blocks(df: Any, features_col: str, label_col: str, partitions: in
     arrow = selected.mapInArrow(_arrow_batches_to_blocks, "payload binary, error string")
     return arrow.rdd.map(lambda row: {"payload": row.payload, "error": row.error}).mapPartitionsWithIndex(
         functools.partial(_arrow_blocks_to_element, max_classes))
+
+
+def count_rows(data: Any) -> int | None:
+    """Rows of training data before it is prepared (a Spark job for an RDD or DataFrame); None for a
+    staged dataset (its shards are its partitions) or data of a kind :func:`prepare_training_data` refuses."""
+    if isinstance(data, (np.ndarray, list, tuple)):
+        return len(data)
+    if is_dataframe(data) or is_rdd(data):
+        return int(data.count())
+    return None
 
 
 def prepare_training_data(

@@ -31,7 +31,7 @@ import rbm
 import storage
 
 from ._contract import NodeConfig, PartitionReport, TaskSpec, decode, encode, params_digest
-from ._data import PreparedData, check_model_input, prepare_training_data
+from ._data import PreparedData, check_model_input, count_rows, prepare_training_data
 from ._errors import InputDataError, TrainingError, short_error
 from ._executor import release_run_task, run_training_task
 from ._keys import resolve_run_key
@@ -42,6 +42,7 @@ from ._progress import EpochProgress, summarize_epoch, summary_line
 from ._reachability import ReachabilityWatch
 from ._record import RunRecord
 from ._run_store import STALE_TEMPORARY_S, open_checked_store, sweep_temporaries
+from ._scaling import default_partitions, default_warmup_partitions
 from ._settings import TrainingSettings
 from ._stealing import remove_work_folders
 from ._validation import ValidationSet, hold_out_validation
@@ -192,7 +193,7 @@ class Fit:
             self.spark, self.data, self.y, fraction=settings.validation_fraction, given=settings.validation_data,
             seed=settings.seed, features_col=settings.features_col, label_col=settings.label_col)
         prepared = prepare_training_data(
-            self.spark, data, y, partitions=settings.partitions, features_col=settings.features_col,
+            self.spark, data, y, partitions=self._partitions(data), features_col=settings.features_col,
             label_col=settings.label_col, classes=None if fixed is None else np.asarray(fixed),
             require_labels=any(not phase.startswith("rbm") for phase in self.phases),
             shuffle_seed=settings.seed if settings.shuffle else None, max_classes=settings.max_classes)
@@ -208,6 +209,26 @@ class Fit:
             prepared.unpersist()
             raise
         return prepared
+
+    @property
+    def nodes(self) -> int:
+        """Nodes training at once: ``averaging_nodes``, else Spark's default parallelism (a node per task slot)."""
+        return int(self.settings.averaging_nodes or self.sc.defaultParallelism)
+
+    def _partitions(self, data: Any) -> int:
+        """Partitions per epoch: the settings', else as many as let the nodes merge often enough for these rows."""
+        if self.settings.partitions:
+            return int(self.settings.partitions)
+        settings = self.settings
+        rule = "none" if settings.mode == "sharing" else settings.scale_rule  # sharing adds updates: never scaled
+        fanout = settings.fanout if settings.mode == "async" else None  # sync averages all nodes
+        return default_partitions(rule, self.nodes, count_rows(data), self.spec.get("batch_size"), fanout)
+
+    def _warmup_partitions(self) -> int:
+        """The settings' warm-up, else a node's first epoch of each phase (its share of the partitions)."""
+        if self.settings.warmup_partitions is not None:
+            return int(self.settings.warmup_partitions)
+        return default_warmup_partitions(self.prepared.partitions, self.nodes)
 
     def _data_facts(self) -> dict[str, Any]:
         prepared = self.prepared
@@ -225,7 +246,7 @@ class Fit:
             fanout=settings.fanout, merge_alpha=settings.merge_alpha, keep_versions=settings.keep_versions,
             anti_entropy_interval_s=settings.anti_entropy_interval_s,
             peer_refresh_interval_s=settings.peer_refresh_interval_s, flush_timeout_s=settings.flush_timeout_s,
-            scale_rule=settings.scale_rule, warmup_partitions=settings.warmup_partitions,
+            scale_rule=settings.scale_rule, warmup_partitions=self._warmup_partitions(),
             n_samples=int(prepared.n_samples),
             kill_worker_once_at=settings.kill_worker_once_at, straggler_factor=settings.straggler_factor,
             local_master=is_local_master(self.sc.master), driver_host=self.sc.getConf().get("spark.driver.host"),
@@ -376,8 +397,8 @@ class Fit:
             summary["reachability_warning"] = unreachable
             logger.warning("run %s %s epoch %d: %s", self.run_id, phase, epoch + 1, unreachable)
         self.record.mark_epoch(phase, epoch, summary["nodes"], scaling={
-            "rule": self.settings.scale_rule, "learning_rate_scale": summary["learning_rate_scale"],
-            "nodes_merging": summary["nodes_merging"]})
+            "rule": self.settings.scale_rule, "warmup_partitions": self._warmup_partitions(),
+            "learning_rate_scale": summary["learning_rate_scale"], "nodes_merging": summary["nodes_merging"]})
         if self.on_epoch is not None:
             self.on_epoch(summary)
         if stop:

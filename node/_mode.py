@@ -34,7 +34,7 @@ def one_task_per_node(fit: "Fit") -> tuple[list[list[int]], Any]:
     once, so every task is a node of its own for as long as its job lasts.  Returns the slots
     (partition indices per Spark partition, see :func:`deal_partitions`) and the grouped RDD.
     """
-    slots = deal_partitions(fit.prepared.rows_per_partition, fit.settings.averaging_nodes or fit.sc.defaultParallelism)
+    slots = deal_partitions(fit.prepared.rows_per_partition, fit.nodes)
     position = {partition: slot for slot, partitions in enumerate(slots) for partition in partitions}
     count = len(slots)
 

@@ -21,8 +21,12 @@ whose progress it merges (Goyal et al., 2017; Krizhevsky, 2014):
 * ``"none"``: the factor is always 1 (for users who scale by hand).
 
 The factor ramps up from 1 over the first ``warmup_partitions`` partitions a node trains in a
-phase (a "gradual warm-up"): early in a phase the replicas differ most and the count of nodes
-is still being learned.  The number of nodes is what the executor sees merging: itself plus
+phase (a "gradual warm-up", by default the node's first epoch of the phase): early in a phase the
+replicas differ most and the count of nodes is still being learned.  Where the factor is large,
+a fit's default partitions let the nodes merge more often (:func:`default_partitions`: 8 per node
+instead of 2), which is what keeps most of one node's accuracy when each node takes few steps
+(digits on 8 nodes: 0.870 -> 0.914 in simulation; LeNet on 8 nodes 0.975 -> 0.981, where a
+warm-up of a quarter epoch diverged).  The number of nodes is what the executor sees merging: itself plus
 the distinct peers whose snapshots it merged in its last :data:`PEER_WINDOW` partitions
 (at most ``fanout`` + 1).  A training mode hands the peers it merged before a partition to
 :meth:`node._executor.ExecutorNode.train` (``merged_from``), which sets the model's
@@ -39,13 +43,15 @@ import math
 from typing import Any, Iterable, Mapping
 
 __all__ = ["SCALE_RULES", "DEFAULT_WARMUP_PARTITIONS", "PEER_WINDOW", "STEP_LIMITED_STEPS", "MIN_STEPS_PER_NODE_EPOCH",
-           "ADVISED_PARTITIONS_PER_NODE", "NodeScaling", "learning_rate_scale", "resolve_rule", "scale_target",
+           "ADVISED_PARTITIONS_PER_NODE", "DEFAULT_PARTITIONS_PER_NODE", "MERGE_OFTEN_ABOVE_FACTOR", "NodeScaling",
+           "default_partitions", "default_warmup_partitions", "learning_rate_scale", "resolve_rule", "scale_target",
            "scaling_warning"]
 
 #: Every rule's name; ``"auto"`` is linear, capped by the nodes' steps per epoch.
 SCALE_RULES = ("auto", "linear", "sqrt", "none")
 
-#: Partitions per node and phase over which the factor ramps up from 1.
+#: Partitions per node and phase over which the factor ramps up from 1, where nothing else says
+#: (a fit's default is a node's first epoch of the phase: :func:`default_warmup_partitions`).
 DEFAULT_WARMUP_PARTITIONS = 2
 
 #: A peer counts as merging when one of its snapshots was merged in this many of the node's last partitions.
@@ -60,8 +66,46 @@ STEP_LIMITED_STEPS = 200
 MIN_STEPS_PER_NODE_EPOCH = 48
 
 #: Partitions per node and epoch that made up most of that shortfall in the same measurements
-#: (merging more often: 8 nodes on digits -7.5 -> -1.8 points; 2 per node is Spark's default).
+#: (merging more often: 8 nodes on digits -7.5 -> -2.0 points); the default where the nodes' steps are few.
 ADVISED_PARTITIONS_PER_NODE = 8
+
+#: Partitions per node and epoch where the nodes take many steps: merging more often there costs
+#: accuracy (DBN(128, 128) on digits28, 16 nodes, 225 steps: 0.965 with 2 per node, 0.942 with 8).
+DEFAULT_PARTITIONS_PER_NODE = 2
+
+#: Above this learning-rate factor the nodes merge :data:`ADVISED_PARTITIONS_PER_NODE` times per epoch
+#: by default (measured: factor 8, digits on 8 nodes, +4.4 points; 2.9, LeNet on 8 nodes, +0.6; 2,
+#: digits on 2 nodes, no gain for four times the tasks).
+MERGE_OFTEN_ABOVE_FACTOR = 2.0
+
+
+def default_partitions(rule: str, nodes: int, rows: int | None, batch_size: int | None,
+                       fanout: int | None = None) -> int:
+    """Partitions of an epoch when the user names none: how often the nodes merge.
+
+    :data:`DEFAULT_PARTITIONS_PER_NODE` per node; :data:`ADVISED_PARTITIONS_PER_NODE` where the
+    rule scales the learning rates by more than :data:`MERGE_OFTEN_ABOVE_FACTOR` (``"auto"``: few
+    minibatch steps per node and epoch) and every merge averages all nodes (no ``fanout`` below
+    ``nodes - 1``), then never fewer than a minibatch per partition.  ``rows`` unknown (None): the
+    default per node.  Measured in the many-node simulation (scripts/bench_simulate.py, 64 and
+    256 nodes): merging 4 times as often takes full averaging to 0.90 in 0.8 instead of 1.5 epochs
+    (64 nodes) and 1.3 instead of 4.5 (256), but gossip with a fan-out of 2-8 from 1.3 to 1.5
+    epochs, and at 256 nodes from 5.5 to never.
+    """
+    nodes = max(1, int(nodes))
+    per_node = DEFAULT_PARTITIONS_PER_NODE
+    full_average = fanout is None or int(fanout) >= nodes - 1
+    if rows and batch_size and full_average:
+        steps = rows / (nodes * int(batch_size))
+        factor = scale_target(resolve_rule(rule), nodes, steps if rule == "auto" else None)
+        if factor > MERGE_OFTEN_ABOVE_FACTOR:
+            per_node = max(per_node, min(ADVISED_PARTITIONS_PER_NODE, int(steps)))
+    return nodes * per_node
+
+
+def default_warmup_partitions(partitions: int, nodes: int) -> int:
+    """The warm-up when the user names none: a node's first epoch of each phase (its share of the partitions)."""
+    return max(1, -(-int(partitions) // max(1, int(nodes))))
 
 def resolve_rule(rule: str) -> str:
     """``rule`` as :func:`scale_target` takes it: ``"auto"`` is the linear rule (capped by the steps)."""

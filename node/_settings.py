@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from ._labels import DEFAULT_MAX_CLASSES
 from ._modes import MODE_NAMES
-from ._scaling import DEFAULT_WARMUP_PARTITIONS, SCALE_RULES
+from ._scaling import SCALE_RULES
 
 __all__ = ["TrainingSettings"]
 
@@ -50,9 +50,13 @@ class TrainingSettings:
     batch_size : int, optional
         Overrides the model's minibatch size on the nodes.
     partitions : int, optional
-        RDD partitions per epoch (default: twice Spark's default parallelism).  Each node
-        merges, trains and publishes once per partition.  On little data and many nodes, more
-        partitions per node (merging more often) keep more of one node's accuracy (README "Scaling out").
+        RDD partitions per epoch.  Each node merges, trains and publishes once per partition.
+        Default: 2 per node (Spark's default parallelism, or ``averaging_nodes``); 8 per node
+        where the scaling rule multiplies the learning rates by more than 2 (``"auto"``: more than
+        2 nodes, each taking fewer than 100 minibatch steps per epoch) and every merge averages all
+        nodes (no smaller ``fanout``; not ``"sharing"``): merging more often keeps more of one
+        node's accuracy there (README "Scaling out"); never fewer than a minibatch per partition.
+        A staged dataset has one partition per shard.
     merge_alpha : float, optional
         Weight of the peers' mean in a merge (default ``m / (m + 1)`` for ``m`` fresh peers).
     fanout : int, optional
@@ -63,8 +67,9 @@ class TrainingSettings:
         ``"sqrt"`` by ``sqrt(n)``, ``"auto"`` is linear, but only as far as the nodes take few
         minibatch steps per epoch (fully below ``200 / n`` steps: see
         :mod:`node._scaling`), ``"none"`` keeps the rates as given (scale by hand).
-    warmup_partitions : int
-        At each phase start the factor ramps up from 1 over this many partitions of each node.
+    warmup_partitions : int, optional
+        At each phase start the factor ramps up from 1 over this many partitions of each node
+        (default: a node's first epoch, its share of the partitions).
     keep_versions : int
         Snapshots kept per node and phase in the store.
     run_id : str, optional
@@ -145,7 +150,7 @@ class TrainingSettings:
     merge_alpha: float | None = None
     fanout: int | None = None
     scale_rule: str = "auto"
-    warmup_partitions: int = DEFAULT_WARMUP_PARTITIONS
+    warmup_partitions: int | None = None
     keep_versions: int = 3
     run_id: str | None = None
     store_url: str | None = None
@@ -184,7 +189,7 @@ class TrainingSettings:
             raise ValueError(f"mode must be one of {', '.join(MODE_NAMES)}, got {self.mode!r}")
         if self.scale_rule not in SCALE_RULES:
             raise ValueError(f"scale_rule must be one of {', '.join(SCALE_RULES)}, got {self.scale_rule!r}")
-        if self.warmup_partitions < 0:
+        if self.warmup_partitions is not None and self.warmup_partitions < 0:
             raise ValueError(f"warmup_partitions must be >= 0, got {self.warmup_partitions}")
         counts = self.epochs.values() if isinstance(self.epochs, Mapping) else [self.epochs]
         if any(int(count) < 0 for count in counts) or self.default_epochs < 0:

@@ -1,9 +1,9 @@
 """Benchmark: accuracy at equal epochs as nodes grow, for the ways to keep it (issue 18).
 
 Part 1 (in-process simulation, no Spark): ``n`` replicas of a model each train one partition per
-round on ``1/n`` of the data (``2n`` partitions per epoch, as ``local[n]`` with the default
-partitions; ``--partitions-per-node``), then combine their progress as the asynchronous nodes do when every peer's
-snapshot is fresh.  Strategies:
+round on ``1/n`` of the data (as many partitions per epoch as a fit on ``local[n]`` takes by default,
+or ``--partitions-per-node``; the warm-up a node's first epoch, or ``--warmup``), then combine their
+progress as the asynchronous nodes do when every peer's snapshot is fresh.  Strategies:
 
 * ``average``       -- average the replicas after every round (today's behaviour);
 * ``linear``/``sqrt`` -- the same, learning rates times ``n`` / ``sqrt(n)`` with the warm-up of
@@ -42,7 +42,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from node._scaling import learning_rate_scale, resolve_rule  # noqa: E402
+from node._scaling import default_partitions, default_warmup_partitions, learning_rate_scale, resolve_rule  # noqa: E402
 
 STRATEGIES = ("average", "linear", "sqrt", "auto", "linear-nowarmup", "delta-1.0", "delta-0.5", "every-2", "every-4",
               "linear-every-2")
@@ -90,20 +90,28 @@ def _mean(params_list):
     return {name: np.mean([p[name] for p in params_list], axis=0) for name in params_list[0]}
 
 
-def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: int = 2) -> float:
-    """Train ``nodes`` replicas with ``strategy`` on ``per_node * nodes`` partitions per epoch; the
-    score of their consolidation (the mean)."""
+def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: int | str = "default",
+             warmup: int | None = None) -> float:
+    """Train ``nodes`` replicas with ``strategy`` on ``per_node * nodes`` partitions per epoch (``"default"``:
+    as many as a fit takes by default, :func:`node._scaling.default_partitions`), warming up over each
+    node's first epoch of a phase (the default warm-up; ``warmup``: over that many partitions); the score of
+    their consolidation (the mean)."""
     import copy
 
     base = make_model(kind, seed)
     X, y = split.X_train, split.y_train
     base.initialize(X.shape[1] if X.ndim == 2 else X.shape[1:], None if kind == "rbm" else np.unique(y))
     replicas = [copy.deepcopy(base) for _ in range(nodes)]
-    parts = np.array_split(np.random.default_rng(seed).permutation(len(X)), per_node * nodes)
     rule = {"average": "none", "linear-nowarmup": "linear", "linear-every-2": "linear"}.get(strategy, strategy)
     if strategy.startswith(("delta", "every")):
         rule = "none"
-    warmup = 0 if strategy == "linear-nowarmup" else 2
+    if per_node == "default":
+        per_node = default_partitions(rule, nodes, len(X), base.batch_size) // nodes
+    parts = np.array_split(np.random.default_rng(seed).permutation(len(X)), per_node * nodes)
+    if warmup is None:
+        warmup = default_warmup_partitions(per_node * nodes, nodes)
+    if strategy == "linear-nowarmup":
+        warmup = 0
     merge_every = int(strategy.rsplit("-", 1)[1]) if "every" in strategy else 1
     damping = float(strategy.split("-")[1]) if strategy.startswith("delta") else None
     for phase_index, phase in enumerate(base.phases()):
@@ -160,7 +168,7 @@ def part_simulation(args) -> None:
                 cells = []
                 for n in args.nodes:
                     try:
-                        values = [simulate(args.kind, split, n, strategy, seed, per_node) for seed in range(args.seeds)]
+                        values = [simulate(args.kind, split, n, strategy, seed, per_node, args.warmup) for seed in range(args.seeds)]
                     except ValueError as error:  # rbm.DivergenceError: the scaled rates were past the stable range
                         cells.append(f"{'diverged':>14}")
                         print(f"# {strategy} on {n} nodes: {error}", file=sys.stderr)
@@ -178,8 +186,9 @@ def part_spark(args) -> None:
     import node
 
     split = load(args.data, args.kind)
-    print(f"# Spark local[n], partitions {args.partitions_per_node[0]}n, {args.kind} on {args.data}, "
-          f"epochs {EPOCHS[args.kind]}")
+    per_node = args.partitions_per_node[0]
+    partitions = "the default" if per_node == "default" else f"{per_node}n"
+    print(f"# Spark local[n], partitions {partitions}, {args.kind} on {args.data}, epochs {EPOCHS[args.kind]}")
     print(f"{'nodes':>5} {'rule':>6} {'score':>8} {'fit_s':>7} {'max factor':>10} {'nodes merging':>13}")
     for n in args.nodes:
         spark = (SparkSession.builder.master(f"local[{n}]").config("spark.ui.enabled", "false")
@@ -191,7 +200,7 @@ def part_spark(args) -> None:
                 with tempfile.TemporaryDirectory() as store:
                     started = time.perf_counter()
                     trainer = node.Trainer(spark=spark, store_url=store, epochs=EPOCHS[args.kind],
-                                           partitions=args.partitions_per_node[0] * n,
+                                           partitions=None if per_node == "default" else per_node * n,
                                            progress=False, seed=seed, scale_rule=rule, key=b"bench-scaling-key")
                     trainer.fit(model, split.X_train, None if args.kind == "rbm" else split.y_train)
                     fit_s = time.perf_counter() - started
@@ -202,6 +211,10 @@ def part_spark(args) -> None:
         spark.stop()
 
 
+def _per_node(text: str) -> int | str:
+    return text if text == "default" else int(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default="digits", choices=("digits", "digits28"))
@@ -209,8 +222,11 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=STRATEGIES)
     parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--partitions-per-node", type=int, nargs="+", default=[2],
-                        help="partitions per node and epoch (Spark: partitions = this x nodes)")
+    parser.add_argument("--partitions-per-node", type=_per_node, nargs="+", default=["default"],
+                        help="partitions per node and epoch, or 'default': what a fit takes when given none "
+                             "(Spark: partitions = this x nodes)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="warm-up partitions per node and phase (default: a node's first epoch, as a fit)")
     parser.add_argument("--spark", action="store_true", help="confirm on local[n] Spark instead of simulating")
     parser.add_argument("--rules", nargs="+", default=["none", "auto"])
     args = parser.parse_args()

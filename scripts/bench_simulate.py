@@ -59,7 +59,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from actors import merge_snapshots  # noqa: E402
 from node._mode_sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
-from node._scaling import NodeScaling  # noqa: E402
+from node._scaling import NodeScaling, default_partitions  # noqa: E402
 
 PHASE = "finetune"
 
@@ -163,6 +163,15 @@ def node_partitions(rows: int, nodes: int, partitions_per_node: int,
                     rng: np.random.Generator) -> list[list[np.ndarray]]:
     """Disjoint shards of the rows, one per node, each cut into the node's partitions (row indices)."""
     return [np.array_split(shard, partitions_per_node) for shard in np.array_split(rng.permutation(rows), nodes)]
+
+
+def partitions_per_node(option: str, nodes: int, rows: int, batch_size: int, mode: str, fanout: int | None) -> int:
+    """``--partitions-per-node`` for ``nodes`` nodes: the number given, or what a fit in ``mode`` takes by
+    default (:meth:`node._fit.Fit._partitions`, scale rule auto)."""
+    if option != "default":
+        return int(option)
+    rule = "none" if mode == "sharing" else "auto"
+    return default_partitions(rule, nodes, rows, batch_size, fanout if mode == "async" else None) // nodes
 
 
 def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.ndarray, *, nodes: int, mode: str,
@@ -335,8 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, nargs="+", default=None, help="default 8 64 256 (quick: 8 32)")
     parser.add_argument("--fanouts", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--epochs", type=int, default=None, help="fine-tuning epochs (default 6, quick 2)")
-    parser.add_argument("--partitions-per-node", type=int, default=2,
-                        help="per epoch (Spark's default: 2; the README's advice when nodes take few steps: 8)")
+    parser.add_argument("--partitions-per-node", default="default",
+                        help="per epoch, or 'default': what a fit takes for these rows and nodes "
+                             "(node._scaling.default_partitions: 2, or 8 where the nodes take few steps)")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--target", type=float, default=0.90)
     parser.add_argument("--straggler", type=float, default=1.0, help="node 0 this many times slower")
@@ -361,26 +371,31 @@ def main(argv: list[str] | None = None) -> int:
         clock = Clock(rate=rate, write_s=args.write_s, read_s=args.read_s, delay_s=args.delay_s,
                       straggler=args.straggler)
         print(f"# DBN 784-{args.hidden}-10 fine-tuning on digits28: {len(X)} training rows, {len(X_test)} test rows; "
-              f"{epochs} epochs, {args.partitions_per_node} partitions per node and epoch; scale rule auto")
+              f"{epochs} epochs; partitions per node and epoch: {args.partitions_per_node} (column 'parts'), a warm-up "
+              f"of a node's first epoch; scale rule auto")
         print(f"# clock: {rate:.0f} samples/s per node, snapshot write / read {clock.write_s * 1e3:.1f} / "
               f"{clock.read_s * 1e3:.1f} ms, update write / read {clock.update_write_s * 1e3:.1f} / "
               f"{clock.update_read_s * 1e3:.1f} ms, announcement delay {clock.delay_s * 1e3:.1f} ms, "
               f"speeds lognormal sigma {clock.speed_sigma}, jitter {clock.jitter_sigma}, "
               f"straggler x{clock.straggler:g}")
+        per_node = {(1, "1 node"): partitions_per_node(args.partitions_per_node, 1, len(X), base.batch_size, "sync", None)}
         reference, _ = simulate(base, X, y, X_test, y_test, nodes=1, mode="sync", fanout=None, epochs=epochs,
-                                partitions_per_node=args.partitions_per_node, clock=clock, seed=args.seed)
+                                partitions_per_node=per_node[1, "1 node"], warmup_partitions=per_node[1, "1 node"],
+                                clock=clock, seed=args.seed)
         reference.label = "1 node"
         curves: dict[int, list[Curve]] = {}
         for n in sizes:
             curves[n] = [reference]
             for mode, fanout in configurations(n, args.fanouts):
                 tick = time.perf_counter()
+                parts = partitions_per_node(args.partitions_per_node, n, len(X), base.batch_size, mode, fanout)
                 curve, _ = simulate(base, X, y, X_test, y_test, nodes=n, mode=mode, fanout=fanout, epochs=epochs,
-                                    partitions_per_node=args.partitions_per_node, clock=clock, seed=args.seed)
+                                    partitions_per_node=parts, warmup_partitions=parts, clock=clock, seed=args.seed)
+                per_node[n, curve.label] = parts
                 curves[n].append(curve)
                 print(f"#   {n} nodes, {curve.label}: {time.perf_counter() - tick:.1f} s", file=sys.stderr, flush=True)
     marks = sorted({len(X) * k // 2 for k in (1, 2, 4, epochs * 2)})
-    print(f"\n{'nodes':>5} {'mode':<12}" + "".join(f"{f'acc @{m / len(X):g} ep':>11}" for m in marks)
+    print(f"\n{'nodes':>5} {'mode':<12}{'parts':>6} " + "".join(f"{f'acc @{m / len(X):g} ep':>11}" for m in marks)
           + f"{f'epochs to {args.target}':>15}{f'time to {args.target}':>14}{'sim time':>10}{'reads/part':>11}"
           f"{'age ms':>8}"
           f"{'best':>7}")
@@ -389,13 +404,14 @@ def main(argv: list[str] | None = None) -> int:
             reached = curve.first_reaching(args.target)
             to_samples = "never" if reached is None else f"{reached[0] / len(X):.1f}"
             to_time = "never" if reached is None else f"{reached[1]:.2f} s"
-            per_partition = curve.reads / max(1, curve.nodes * epochs * args.partitions_per_node)
+            parts = per_node[1 if curve.label == "1 node" else n, curve.label]
+            per_partition = curve.reads / max(1, curve.nodes * epochs * parts)
             age_ms = f"{curve.age_s / curve.reads * 1e3:.0f}" if curve.reads and curve.label != "sync" else "-"
-            print(f"{n:>5} {curve.label:<12}" + "".join(f"{curve.at_samples(m):>11.3f}" for m in marks)
+            print(f"{n:>5} {curve.label:<12}{parts:>6} " + "".join(f"{curve.at_samples(m):>11.3f}" for m in marks)
                   + f"{to_samples:>15}{to_time:>14}{curve.time_s[-1]:>9.2f}s{per_partition:>11.1f}{age_ms:>8}"
                   f"{max(curve.accuracy):>7.3f}")
     plot(curves, args.png, args.target)
-    print("reads/part: store files read per node and partition; age ms: mean time since a merged snapshot or applied "
+    print("parts: partitions per node and epoch; reads/part: store files read per node and partition; age ms: mean time since a merged snapshot or applied "
           "update was published (sync: none, it waits)")
     print(f"\nfigure: {args.png}; runtime {time.perf_counter() - started:.0f} s")
     return 0

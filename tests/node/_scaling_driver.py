@@ -2,9 +2,9 @@
 
 The suite shares one ``local[2,4]`` session per process, and one process holds one Spark
 context, so the 8-node fits of ``test_scaling_nodes.py`` run here.  The JSON names the store
-folder, the runs (``"dbn"``, ``"rbm"``) and the partitions per node; one JSON line per run is
-printed: the 8-node score, the factors the nodes trained with, the nodes merging and the epoch
-warnings.
+folder, the runs (``"dbn"``, ``"rbm"``) and the partitions per node (null: the fit's default);
+one JSON line per run is printed: the 8-node score, the partitions, the factors the nodes trained
+with, the nodes merging and the epoch warnings.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ def main() -> None:
             model = make(kind)
             epochs = DBN_EPOCHS if kind == "dbn" else RBM_EPOCHS
             store_url = f"{config['store']}/{kind}"
-            trainer = node.Trainer(spark, store_url, epochs=epochs,
-                                   partitions=config["partitions_per_node"] * NODES, progress=False,
-                                   key=KEY)
+            per_node = config.get("partitions_per_node")
+            trainer = node.Trainer(spark, store_url, epochs=epochs, partitions=per_node and per_node * NODES,
+                                   progress=False, key=KEY)
             trainer.fit(model, split.X_train, None if kind == "rbm" else split.y_train)
             score = (model.score(split.X_test, split.y_test) if kind == "dbn"
                      else float(model._reconstruction_mse(split.X_test)))
@@ -48,6 +48,7 @@ def main() -> None:
             records = [record for summary in trainer.history_ for record in summary["records"]]
             print(json.dumps({
                 "kind": kind, "score": float(score), "nodes": sorted({r["node"] for r in records}),
+                "partitions": run_record["data"]["partitions"],
                 "max_scale": max(r["learning_rate_scale"] for r in records),
                 "max_nodes_merging": max(r["nodes_merging"] for r in records),
                 "warnings": [summary["warning"] for summary in trainer.history_ if summary["warning"]],

@@ -11,7 +11,8 @@ import rbm
 from node._contract import NodeConfig, TaskSpec
 from node._executor import ExecutorNode
 from node._progress import small_partition_warning, summary_line
-from node._scaling import STEP_LIMITED_STEPS, NodeScaling, learning_rate_scale, resolve_rule, scale_target
+from node._scaling import (STEP_LIMITED_STEPS, NodeScaling, default_partitions, default_warmup_partitions,
+                           learning_rate_scale, resolve_rule, scale_target)
 from node._settings import TrainingSettings
 
 
@@ -103,6 +104,48 @@ def test_settings_refuse_an_unknown_rule_and_default_to_auto():
         TrainingSettings(scale_rule="quadratic").validate()
     with pytest.raises(ValueError, match="warmup_partitions"):
         TrainingSettings(warmup_partitions=-1).validate()
+
+
+def test_by_default_nodes_merge_eight_times_an_epoch_where_their_rates_are_scaled_by_more_than_two():
+    # 1,347 digits in minibatches of 10: 8 nodes take 17 steps each ("auto" factor 8), 4 nodes 34 (4),
+    # 2 nodes 67 (2: as often as before, 2 per node); LeNet's 35,950 digits28 rows in 64s on 8 nodes:
+    # 70 steps, factor 2.9; 16 nodes on 35,950 rows in 10s: 225 steps, factor 1.
+    assert default_partitions("auto", 8, 1347, 10) == 64
+    assert default_partitions("auto", 4, 1347, 10) == 32
+    assert default_partitions("auto", 2, 1347, 10) == 4
+    assert default_partitions("auto", 8, 35_950, 64) == 64
+    assert default_partitions("auto", 16, 35_950, 10) == 32
+    assert default_partitions("auto", 1, 1347, 10) == 2
+    # The rule decides: "none" never scales, "linear" always does, "sqrt" by sqrt(n).
+    assert default_partitions("none", 8, 1347, 10) == 16
+    assert default_partitions("linear", 8, 35_950, 10) == 64
+    assert default_partitions("sqrt", 4, 1347, 10) == 8 and default_partitions("sqrt", 8, 1347, 10) == 64
+    # Gossip with a fan-out below the other nodes: as often as before (it merges few peers each time).
+    assert default_partitions("auto", 8, 1347, 10, fanout=2) == 16
+    assert default_partitions("auto", 8, 1347, 10, fanout=7) == 64
+    # Never fewer than a minibatch per partition (beyond the 2 per node); rows unknown: 2 per node.
+    assert default_partitions("auto", 8, 400, 10) == 40
+    assert default_partitions("auto", 8, 100, 10) == 16
+    assert default_partitions("auto", 8, None, 10) == 16 and default_partitions("auto", 8, 1347, None) == 16
+
+
+def test_the_default_partitions_count_the_rows_of_every_kind_of_training_data(spark):
+    from node._data import count_rows
+
+    X = np.zeros((37, 3), dtype=np.float32)
+    frame = spark.createDataFrame([(row.tolist(), 0.0) for row in X], ["features", "label"])
+    assert count_rows(X) == 37 and count_rows(X.tolist()) == 37
+    assert count_rows(frame) == 37 and count_rows(frame.rdd) == 37
+    assert count_rows("file:///nowhere/dataset") is None  # a staged dataset: its shards are its partitions
+
+
+def test_by_default_the_warm_up_is_a_nodes_first_epoch_of_each_phase():
+    assert default_warmup_partitions(64, 8) == 8
+    assert default_warmup_partitions(4, 2) == 2
+    assert default_warmup_partitions(5, 2) == 3  # the node with the most partitions
+    assert default_warmup_partitions(1, 8) == 1
+    assert TrainingSettings().warmup_partitions is None
+    TrainingSettings(warmup_partitions=0).validate()  # no warm-up, when asked
 
 
 def test_the_epoch_summary_warns_when_nodes_take_too_few_steps_per_epoch_and_says_what_to_change():

@@ -1,7 +1,8 @@
-"""Eight real nodes on ``local[8]`` train with the learning rates the scaling rule gives them (issue 18).
+"""Eight real nodes on ``local[8]`` train with the learning rates and partitions the scaling rule gives them (issue 18).
 
 Measured without the rule (``scale_rule="none"``), the same run reaches 0.19 test accuracy; one
-process reaches 0.946 (``scripts/bench_scaling.py --spark``, README "Scaling out").  The fits run
+process reaches 0.946, 8 nodes with the defaults 0.938 (``scripts/bench_scaling.py --spark``,
+README "Scaling out").  The fits run
 in a driver process of their own (``_scaling_driver.py``): the suite's session is ``local[2,4]``.
 """
 
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def eight_nodes(tmp_path_factory: pytest.TempPathFactory) -> dict:
     store = tmp_path_factory.mktemp("scaling-store")
-    config = {"store": f"file://{store}", "runs": ["dbn"], "partitions_per_node": 2}
+    config = {"store": f"file://{store}", "runs": ["dbn"], "partitions_per_node": None}  # the fit's defaults
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT)]), SPARK_LOCAL_IP="127.0.0.1",
                PYSPARK_PYTHON=sys.executable)
     done = subprocess.run([sys.executable, str(HERE / "_scaling_driver.py"), json.dumps(config)], env=env,
@@ -56,6 +57,7 @@ def one_process_accuracy() -> float:
 
 def test_eight_nodes_see_each_other_merging_and_train_with_eight_times_the_learning_rate(eight_nodes):
     run = eight_nodes["dbn"]
+    assert run["partitions"] == 64  # by default 8 per node, as the factor is above 2
     assert len(run["nodes"]) == 8
     assert run["max_nodes_merging"] == 8
     assert run["max_scale"] == pytest.approx(8.0)  # 1,347 rows / (8 nodes x 10) = 17 steps: the full factor
@@ -68,17 +70,21 @@ def test_the_run_record_keeps_the_rule_and_each_epochs_factor_and_nodes(eight_no
     finetune = run["recorded"]["finetune"]
     assert sorted(finetune, key=int) == [str(epoch) for epoch in range(10)]
     assert {entry["rule"] for entry in finetune.values()} == {"auto"}
+    assert {entry["warmup_partitions"] for entry in finetune.values()} == {8}  # a node's first epoch
     assert finetune["9"]["nodes_merging"] == 8 and finetune["9"]["learning_rate_scale"] > 7.0
 
 
 def test_a_dbn_on_eight_nodes_keeps_most_of_one_process_accuracy_at_the_same_epochs(eight_nodes):
-    # Measured: one process 0.946; 8 nodes 0.871 with the rule, 0.191 without (0.907 with 64 partitions).
+    # Measured: one process 0.946; 8 nodes with the defaults 0.924-0.938 in 6 runs, above 0.916 in 2
+    # more, below it in 1 (eight asynchronous nodes on 2 cores merge as the scheduler runs them); with
+    # 2 partitions per node and a warm-up of 2 partitions 0.871-0.913; with no rule 0.191.
     reference = one_process_accuracy()
     assert reference > 0.92
-    assert eight_nodes["dbn"]["score"] >= reference - 0.12, (eight_nodes["dbn"]["score"], reference)
+    assert eight_nodes["dbn"]["score"] >= reference - 0.05, (eight_nodes["dbn"]["score"], reference)
 
 
 def test_the_epoch_summaries_warn_that_eight_nodes_take_too_few_steps_on_this_data(eight_nodes):
     warnings = eight_nodes["dbn"]["warnings"]
     assert len(warnings) == 16  # every epoch of every phase
-    assert "each of the 8 nodes takes only 17 minibatch steps" in warnings[0] and "partitions=64" in warnings[0]
+    assert "each of the 8 nodes takes only 17 minibatch steps" in warnings[0]
+    assert "partitions=" not in warnings[0] and "more epochs" in warnings[0]  # they already merge 8 times an epoch
