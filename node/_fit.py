@@ -217,9 +217,9 @@ class Fit:
 
     def _partitions(self, data: Any) -> int:
         """Partitions per epoch: the settings', else as many as let the nodes merge often enough for these rows."""
-        if self.settings.partitions:
-            return int(self.settings.partitions)
         settings = self.settings
+        if settings.partitions:
+            return int(settings.partitions)
         rule = "none" if settings.mode == "sharing" else settings.scale_rule  # sharing adds updates: never scaled
         fanout = settings.fanout if settings.mode == "async" else None  # sync averages all nodes
         return default_partitions(rule, self.nodes, count_rows(data), self.spec.get("batch_size"), fanout)
