@@ -1,4 +1,4 @@
-"""One fit: the run, its store, record, lease, prepared data, key and Spark handles, held together.
+"""One fit: the run, its store, record, lease, prepared data (:mod:`node._fit_data`), key and Spark handles.
 
 :class:`Fit` is what :meth:`node.Trainer.fit` does, as an object: constructing it starts
 nothing; :meth:`Fit.run` checks the data on the driver, takes the run's lease, writes or resumes
@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 from pyspark.sql import SparkSession
 
-import rbm
 import storage
 
 from ._contract import NodeConfig, PartitionReport, TaskSpec, decode, encode, params_digest
-from ._data import PreparedData, check_model_input, count_rows, prepare_training_data
+from ._data import PreparedData
 from ._errors import InputDataError, TrainingError, short_error
 from ._executor import release_run_task, run_training_task
+from ._fit_data import model_input, prepare_fit_data
 from ._keys import resolve_run_key
 from ._lease import DriverLease
 from ._modes import mode_named
@@ -42,10 +42,10 @@ from ._progress import EpochProgress, summarize_epoch, summary_line
 from ._reachability import ReachabilityWatch
 from ._record import RunRecord
 from ._run_store import STALE_TEMPORARY_S, open_checked_store, sweep_temporaries
-from ._scaling import default_partitions, default_warmup_partitions
+from ._scaling import default_warmup_partitions
 from ._settings import TrainingSettings
 from ._stealing import remove_work_folders
-from ._validation import ValidationSet, hold_out_validation
+from ._validation import ValidationSet
 from ._watch import RunWatch
 
 if TYPE_CHECKING:
@@ -54,9 +54,6 @@ if TYPE_CHECKING:
 __all__ = ["Fit"]
 
 logger = logging.getLogger(__name__)
-
-def _model_input(shape: tuple[int, ...]) -> int | tuple[int, ...]:
-    return int(shape[0]) if len(shape) == 1 else tuple(int(d) for d in shape)
 
 
 class Fit:
@@ -128,7 +125,9 @@ class Fit:
         try:
             with self.lease:  # a second driver of the run is refused here, before any work
                 previous = self._earlier_record()
-                self.prepared = self._prepare_data()
+                self.prepared, self.validation = prepare_fit_data(
+                    self.spark, settings, self.model, self.spec, self.data, self.y, nodes=self.nodes,
+                    require_labels=any(not phase.startswith("rbm") for phase in self.phases))
                 return self._run_leased(previous)
         finally:
             self._close()
@@ -158,7 +157,7 @@ class Fit:
             sweep_temporaries(self.store, self.run_id)
             remove_work_folders(self.store, self.run_id)  # earlier fits' claims and partitions (node._stealing)
             self.node_config = self._node_config()
-            self.watch = RunWatch.start(self, self.validation, _model_input(prepared.feature_shape))
+            self.watch = RunWatch.start(self, self.validation, model_input(prepared.feature_shape))
             if settings.initialize_only:
                 self._save_model("initialized")
                 return model
@@ -177,7 +176,7 @@ class Fit:
             self._mark_failed(error)
             raise
 
-    # ------------------------------------------------------------------ data and model
+    # ------------------------------------------------------------------ data and model (see node._fit_data)
     def _apply_batch_size(self) -> None:
         if self.settings.batch_size is None:
             return
@@ -185,44 +184,10 @@ class Fit:
             raise TrainingError(f"batch_size was set, but a {self.spec.get('kind')!r} model has no batch_size setting")
         self.spec["batch_size"] = int(self.settings.batch_size)
 
-    def _prepare_data(self) -> PreparedData:
-        """Checked, cached partitions; the model sized for them; anything it would refuse, refused here."""
-        settings, model = self.settings, self.model
-        fixed = getattr(model, "classes_", None)
-        data, y, self.validation = hold_out_validation(
-            self.spark, self.data, self.y, fraction=settings.validation_fraction, given=settings.validation_data,
-            seed=settings.seed, features_col=settings.features_col, label_col=settings.label_col)
-        prepared = prepare_training_data(
-            self.spark, data, y, partitions=self._partitions(data), features_col=settings.features_col,
-            label_col=settings.label_col, classes=None if fixed is None else np.asarray(fixed),
-            require_labels=any(not phase.startswith("rbm") for phase in self.phases),
-            shuffle_seed=settings.seed if settings.shuffle else None, max_classes=settings.max_classes)
-        try:
-            width = getattr(model, "n_features_in_", None)
-            if width is not None and int(width) != int(np.prod(prepared.feature_shape)):
-                raise InputDataError(f"the training data ({prepared.source}) has {int(np.prod(prepared.feature_shape))} "
-                                     f"features per sample, the model was initialized for {int(width)}")
-            replica = _replica(self.spec, prepared)
-            model.initialize(_model_input(prepared.feature_shape), prepared.classes)
-            check_model_input(prepared, int(np.prod(prepared.feature_shape)), replica.input_bounds())
-        except BaseException:
-            prepared.unpersist()
-            raise
-        return prepared
-
     @property
     def nodes(self) -> int:
         """Nodes training at once: ``averaging_nodes``, else Spark's default parallelism (a node per task slot)."""
         return int(self.settings.averaging_nodes or self.sc.defaultParallelism)
-
-    def _partitions(self, data: Any) -> int:
-        """Partitions per epoch: the settings', else as many as let the nodes merge often enough for these rows."""
-        settings = self.settings
-        if settings.partitions:
-            return int(settings.partitions)
-        rule = "none" if settings.mode == "sharing" else settings.scale_rule  # sharing adds updates: never scaled
-        fanout = settings.fanout if settings.mode == "async" else None  # sync averages all nodes
-        return default_partitions(rule, self.nodes, count_rows(data), self.spec.get("batch_size"), fanout)
 
     def _warmup_partitions(self) -> int:
         """The settings' warm-up, else a node's first epoch of each phase (its share of the partitions)."""
@@ -473,13 +438,3 @@ class Fit:
 class _PhaseStopped(Exception):
     """Early stopping ended the phase (raised after the epoch is marked in the record)."""
 
-
-def _replica(spec: dict, prepared: PreparedData) -> Any:
-    """A replica sized from the spec for the data, as the executors build it: a mismatch fails here."""
-    try:
-        replica = rbm.model_from_spec(spec)
-        replica.initialize(_model_input(prepared.feature_shape), prepared.classes)
-    except ValueError as error:
-        raise InputDataError(f"the model does not accept the training data ({prepared.source}, per-sample shape "
-                             f"{prepared.feature_shape}): {error}") from error
-    return replica

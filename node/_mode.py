@@ -9,10 +9,12 @@ import numpy as np
 
 from ._contract import PartitionReport, TaskSpec
 from ._errors import InputDataError
+from ._scaling import default_partitions
 
 if TYPE_CHECKING:  # the fit drives the modes; the modes only call back into it
     from ._executor import ExecutorNode
     from ._fit import Fit
+    from ._settings import TrainingSettings
 
 __all__ = ["Block", "TrainingMode", "deal_partitions", "one_task_per_node"]
 
@@ -50,6 +52,19 @@ class TrainingMode(ABC):
     """One way to train: a driver half (epochs as Spark jobs) and an executor half (one task's partitions)."""
 
     name: ClassVar[str]
+
+    #: Whether the scaling rule applies to this mode's learning rates (it does where merges average).
+    scales_rates: ClassVar[bool] = True
+
+    def merge_fanout(self, settings: "TrainingSettings") -> int | None:
+        """At most how many peers one merge takes in (None: every node)."""
+        return None
+
+    def default_partitions(self, settings: "TrainingSettings", nodes: int, rows: int | None,
+                           batch_size: int | None) -> int:
+        """Partitions per epoch when the settings name none (:func:`node._scaling.default_partitions`)."""
+        rule = settings.scale_rule if self.scales_rates else "none"
+        return default_partitions(rule, nodes, rows, batch_size, self.merge_fanout(settings))
 
     @abstractmethod
     def run_epochs(self, fit: "Fit", phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:

@@ -20,12 +20,16 @@ from ._mode import TrainingMode
 if TYPE_CHECKING:
     from ._executor import ExecutorNode
     from ._fit import Fit
+    from ._settings import TrainingSettings
 
 __all__ = ["AsyncMode"]
 
 
 class AsyncMode(TrainingMode):
     name = "async"
+
+    def merge_fanout(self, settings: "TrainingSettings") -> int | None:
+        return settings.fanout  # gossip when set: a node merges at most this many peers
 
     def run_epochs(self, fit: "Fit", phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
         return [fit.run_partitions(fit.task(phase, first, self.name))]

@@ -189,6 +189,7 @@ class UpdateExchange:
 
 class SharingMode(TrainingMode):
     name = "sharing"
+    scales_rates = False  # it adds its peers' updates: their sum already is one process's progress
 
     # ------------------------------------------------------------------ driver
     def run_epochs(self, fit: "Fit", phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:

@@ -59,7 +59,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from actors import merge_snapshots  # noqa: E402
 from node._mode_sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
-from node._scaling import NodeScaling, default_partitions  # noqa: E402
+from node._modes import mode_named  # noqa: E402
+from node._scaling import NodeScaling  # noqa: E402
+from node._settings import TrainingSettings  # noqa: E402
 
 PHASE = "finetune"
 
@@ -167,11 +169,11 @@ def node_partitions(rows: int, nodes: int, partitions_per_node: int,
 
 def partitions_per_node(option: str, nodes: int, rows: int, batch_size: int, mode: str, fanout: int | None) -> int:
     """``--partitions-per-node`` for ``nodes`` nodes: the number given, or what a fit in ``mode`` takes by
-    default (:meth:`node._fit.Fit._partitions`, scale rule auto)."""
+    default (:meth:`node._mode.TrainingMode.default_partitions`, scale rule auto)."""
     if option != "default":
         return int(option)
-    rule = "none" if mode == "sharing" else "auto"
-    return default_partitions(rule, nodes, rows, batch_size, fanout if mode == "async" else None) // nodes
+    settings = TrainingSettings(mode=mode, fanout=fanout, scale_rule="auto")
+    return mode_named(mode).default_partitions(settings, nodes, rows, batch_size) // nodes
 
 
 def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.ndarray, *, nodes: int, mode: str,

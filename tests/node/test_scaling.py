@@ -133,15 +133,12 @@ def test_by_default_nodes_merge_eight_times_an_epoch_where_their_rates_are_scale
                                                     ("sharing", None, 16)])
 def test_a_fit_merges_more_often_by_default_only_where_a_merge_averages_every_node_with_a_scaled_rate(
         mode, fanout, expected):
-    from types import SimpleNamespace
-
-    from node._fit import Fit
+    from node._fit_data import fit_partitions
 
     # 1,347 digits on 8 nodes: async with no fan-out and sync average all nodes (factor 8); a fan-out
     # of 2 gossips; sharing adds its peers' updates and never scales its rates.
-    fit = SimpleNamespace(settings=TrainingSettings(mode=mode, fanout=fanout), nodes=8, spec={"batch_size": 10})
-    assert Fit._partitions(fit, np.zeros((1347, 64))) == expected
-    assert Fit._partitions(SimpleNamespace(settings=TrainingSettings(partitions=5), nodes=8, spec={}), None) == 5
+    assert fit_partitions(TrainingSettings(mode=mode, fanout=fanout), 8, 10, np.zeros((1347, 64))) == expected
+    assert fit_partitions(TrainingSettings(partitions=5), 8, None, None) == 5
 
 
 def test_the_default_partitions_count_the_rows_of_every_kind_of_training_data(spark):
