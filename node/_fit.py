@@ -362,7 +362,7 @@ class Fit:
             summary["reachability_warning"] = unreachable
             logger.warning("run %s %s epoch %d: %s", self.run_id, phase, epoch + 1, unreachable)
         self.record.mark_epoch(phase, epoch, summary["nodes"], scaling={
-            "rule": self.settings.scale_rule, "warmup_partitions": self._warmup_partitions(),
+            "rule": self.settings.scale_rule, "warmup_partitions": self.node_config.warmup_partitions,
             "learning_rate_scale": summary["learning_rate_scale"], "nodes_merging": summary["nodes_merging"]})
         if self.on_epoch is not None:
             self.on_epoch(summary)
