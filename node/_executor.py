@@ -40,6 +40,7 @@ from ._labels import encode_labels
 from ._modes import mode_named
 from ._network import choose_node_address
 from ._scaling import NodeScaling
+from ._worker_heap import settle_worker_heap
 
 __all__ = ["ExecutorNode", "node_id", "run_training_task", "release_run_task"]
 
@@ -280,6 +281,7 @@ def _node_for(config: NodeConfig) -> ExecutorNode:
     node = ExecutorNode(config).start()
     with _registry_lock:
         _nodes[config.run] = node
+    settle_worker_heap()  # the stopped nodes collected, this one out of Spark's per-task collection
     return node
 
 

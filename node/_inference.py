@@ -29,6 +29,7 @@ import storage
 
 from ._errors import InputDataError
 from ._frames import feature_column_kind, features_from_arrow
+from ._worker_heap import settle_worker_heap
 
 __all__ = ["predict_dataframe", "model_payload", "model_from_payload", "predict_proba_batched", "raw_predictions"]
 
@@ -83,6 +84,7 @@ def model_from_payload(payload: bytes) -> Any:
         _cache[key] = model
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
+    settle_worker_heap()  # the evicted model collected, this one out of Spark's per-task collection
     return model
 
 
