@@ -9,6 +9,7 @@ it hands fetches to a small thread pool (bounded concurrency) and is told when t
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -63,6 +64,9 @@ class NodeActor(pykka.ThreadingActor):
     max_peers : int
         At most this many peers are tracked in the current phase; announcements of further
         new peers are dropped (``dropped_too_many_peers``), so per-peer state stays bounded.
+    fresh : threading.Event, optional
+        Set while a fetched snapshot of the current phase waits to be merged, cleared when none
+        does: the trainer thread reads it between minibatches without asking the actor.
     """
 
     # A safety net only: NodeHandle.stop() stops the actor; a forgotten one must not hang exit.
@@ -78,9 +82,11 @@ class NodeActor(pykka.ThreadingActor):
         fanout: int | None,
         on_phase_change: Callable[[], None],
         max_peers: int,
+        fresh: threading.Event | None = None,
     ) -> None:
         super().__init__()
         self._max_peers = max_peers
+        self._fresh = fresh if fresh is not None else threading.Event()
         self._node = node
         self._fetch = fetch
         self._pool = pool
@@ -111,6 +117,7 @@ class NodeActor(pykka.ThreadingActor):
         self._peers = {key: state for key, state in self._peers.items() if key[0] == phase}
         for state in self._peers.values():
             self._maybe_fetch(state)
+        self._update_fresh()
         self._on_phase_change()
 
     def set_reference(self, phase: str, shapes: Mapping[str, tuple]) -> None:
@@ -174,7 +181,12 @@ class NodeActor(pykka.ThreadingActor):
                 params=params,
                 announced=heard,
             )
+        self._update_fresh()
         self._maybe_fetch(state)
+
+    def fetching(self, phase: str) -> bool:
+        """Whether a version of ``phase`` this node has heard of is being read now."""
+        return any(state.inflight is not None for (peer_phase, _), state in self._peers.items() if peer_phase == phase)
 
     def take_fresh(self, phase: str) -> list[Snapshot]:
         """Verified snapshots newer than the last merged from each peer (a random ``fanout`` subset)."""
@@ -208,6 +220,7 @@ class NodeActor(pykka.ThreadingActor):
         heard = sum(1 for _, snapshot in fresh if snapshot.announced)
         self._counters.add("merged_announced", heard)
         self._counters.add("merged_listed", len(fresh) - heard)
+        self._update_fresh()
         return [snapshot for _, snapshot in fresh]
 
     def staleness(self) -> dict[str, float | int]:
@@ -227,6 +240,14 @@ class NodeActor(pykka.ThreadingActor):
         }
 
     # -- helpers ------------------------------------------------------------------------
+    def _update_fresh(self) -> None:
+        waiting = any(state.fetched is not None and state.fetched.version > state.last_merged
+                      and (self._phase is None or phase == self._phase) for (phase, _), state in self._peers.items())
+        if waiting:
+            self._fresh.set()
+        else:
+            self._fresh.clear()
+
     def _maybe_fetch(self, state: _PeerState) -> None:
         announced = state.announced
         if announced is None or state.inflight is not None:

@@ -56,6 +56,10 @@ FETCH_THREADS = 2
 STOP_FLUSH_TIMEOUT_S = 10.0
 #: Announcements waiting for the actor beyond this are dropped (counted ``dropped_overloaded``).
 MAX_INBOX_MESSAGES = 1000
+#: How long taking fresh snapshots waits for reads of versions already announced (never for a peer's training).
+FETCH_WAIT_S = 1.0
+#: How often that wait asks the actor.
+FETCH_POLL_S = 0.002
 
 _live_handles: "weakref.WeakSet[NodeHandle]" = weakref.WeakSet()
 
@@ -163,6 +167,7 @@ class NodeHandle:
         self._peer_refresh_interval_s = peer_refresh_interval_s
         self._keep_versions = keep_versions
         self._max_peers = max_peers
+        self._fresh = threading.Event()  # set by the actor while a fetched snapshot waits (see has_fresh)
         if seed is None:
             seed = int(storage.sha256_hex(f"{run}/{node}".encode())[:16], 16)
         self._seed = seed
@@ -203,7 +208,7 @@ class NodeHandle:
             self._pool = ThreadPoolExecutor(max_workers=FETCH_THREADS, thread_name_prefix=f"sparkdbn-fetch-{self.node}")
             self._actor_ref = NodeActor.start(self.node, self._fetch, self._pool, self._counters,
                                               np.random.default_rng(self._seed), self._fanout,
-                                              self._request_anti_entropy, self._max_peers)  # fmt: skip
+                                              self._request_anti_entropy, self._max_peers, self._fresh)  # fmt: skip
             self._actor = self._actor_ref.proxy()
             self._transport = Transport(self._bind_host, self._on_frames, self._on_subscriber, self.node,
                                         self._on_peer_lost, self._counters, advertise_host=self._advertise_host,
@@ -244,18 +249,28 @@ class NodeHandle:
         self._check_running()
         self._publisher.flush(timeout_s)
 
-    def fresh_snapshots(self, phase: str) -> list[Snapshot]:
+    def has_fresh(self) -> bool:
+        """Whether a fetched peer snapshot of the current phase waits to be merged (never blocks: a flag
+        the actor keeps, cheap enough to read between two minibatches)."""
+        return self._fresh.is_set()
+
+    def fresh_snapshots(self, phase: str, wait_s: float = FETCH_WAIT_S) -> list[Snapshot]:
         """Verified peer snapshots of ``phase`` newer than the last merged from each peer.
 
-        Returns at once with what has been fetched so far (possibly nothing); at most
+        First lets the reads of versions this node has already heard of finish, for at most
+        ``wait_s`` (a version is in the store once announced: this waits for the store, never
+        for a peer to train), then returns what has been fetched (possibly nothing); at most
         ``fanout`` of them, chosen at random, when there are more.  Each snapshot returned
         counts as merged: it will not be returned again.
         """
         self._check_running()
+        deadline = time.monotonic() + wait_s
+        while self._actor.fetching(phase).get() and time.monotonic() < deadline:
+            time.sleep(FETCH_POLL_S)
         return self._actor.take_fresh(phase).get()
 
     def merge(
-        self, phase: str, own: Mapping[str, np.ndarray], alpha: float | None = None
+        self, phase: str, own: Mapping[str, np.ndarray], alpha: float | None = None, wait_s: float = FETCH_WAIT_S
     ) -> tuple[dict[str, np.ndarray], list[Snapshot]]:
         """:meth:`fresh_snapshots` then :func:`merge_snapshots`, skipping (and counting) unusable ones.
 
@@ -275,7 +290,7 @@ class NodeHandle:
         # Known shapes also bound the size of every later fetch (see _fetch).
         self._actor.set_reference(phase, {name: np.shape(value) for name, value in own.items()})
         usable = []
-        for snapshot in self.fresh_snapshots(phase):
+        for snapshot in self.fresh_snapshots(phase, wait_s):
             try:
                 check_compatible(own, snapshot.params, source=f"peer {snapshot.node} version {snapshot.version}")
             except MergeError as error:

@@ -1,10 +1,12 @@
 """``mode="async"``: asynchronous merging of fresh peer snapshots (the Impetus design).
 
-Per node, per partition: merge the fresh peer snapshots the node's actor has already fetched
-(at most ``fanout`` of them; ``w <- (1 - a) w + a mean(peers)``, ``a = m / (m + 1)``), train one
-pass, publish the new weights and wait until they are written (so that the driver finds every
-finished task's snapshot when it consolidates), then report.  Nobody waits for a peer.
-On the driver an epoch is one Spark job over the cached partitions.
+Per node, per partition: merge the fresh peer snapshots the node's actor has fetched (at most
+``fanout`` of them; ``w <- (1 - a) w + a mean(peers)``, ``a = m / (m + 1)``), train one pass --
+merging the same way, between two minibatches, each snapshot fetched while it trains (at most
+``fanout`` peers in all per partition) -- publish the new weights and wait until they are
+written (so that the driver finds every finished task's snapshot when it consolidates), then
+report.  Nobody waits for a peer: only for reads of versions already announced, before the
+partition.  On the driver an epoch is one Spark job over the cached partitions.
 """
 
 from __future__ import annotations
@@ -40,12 +42,33 @@ class AsyncMode(TrainingMode):
         tick = time.perf_counter()
         # Unusable peer snapshots are skipped and counted by the actor (stats: dropped_bad_snapshot);
         # a MergeError here means this node's own weights diverged, and the task fails saying so.
-        merged, used = node.handle.merge(task.phase, node.model.parameters(task.phase), task.node.merge_alpha)
-        if used:
+        merged, before = node.handle.merge(task.phase, node.model.parameters(task.phase), task.node.merge_alpha)
+        if before:
             node.model.set_parameters(merged)
         merge_s = time.perf_counter() - tick
 
-        metrics = node.train(task, partition, X, y, merged_from=[snapshot.node for snapshot in used])
+        during: list = []  # the snapshots merged while the partition trains
+        fanout = task.node.fanout
+
+        def merge_fetched() -> None:  # between minibatches: what arrived while this partition trains
+            nonlocal merge_s
+            if not node.handle.has_fresh() or (fanout is not None and len(before) + len(during) >= fanout):
+                return
+            tick = time.perf_counter()
+            merged, used = node.handle.merge(task.phase, node.model.parameters(task.phase), task.node.merge_alpha,
+                                             wait_s=0.0)
+            if used:
+                node.model.set_parameters(merged)
+                during.extend(used)
+            merge_s += time.perf_counter() - tick
+
+        node.model.set_minibatch_hook(merge_fetched)
+        try:
+            metrics = node.train(task, partition, X, y, merged_from=[snapshot.node for snapshot in before])
+        finally:
+            node.model.set_minibatch_hook(None)
+        node.scaling.also_merged(snapshot.node for snapshot in during)
+        used = before + during
 
         tick = time.perf_counter()
         params = node.model.parameters(task.phase)
@@ -58,4 +81,3 @@ class AsyncMode(TrainingMode):
                            ages_s=[max(0.0, started - float(snapshot.sent_at)) for snapshot in used],
                            sent_bytes=sum(int(value.nbytes) for value in params.values()),
                            read_bytes=sum(int(value.nbytes) for snapshot in used for value in snapshot.params.values()))
-

@@ -219,6 +219,13 @@ class NodeScaling:
         """Note the peers whose snapshots the node merged before its next partition."""
         self._recent.append(frozenset(peers))
 
+    def also_merged(self, peers: Iterable[str]) -> None:
+        """Note peers merged during the partition just trained (they count as merged before it)."""
+        if self._recent:
+            self._recent[-1] = self._recent[-1] | frozenset(peers)
+        else:
+            self._recent.append(frozenset(peers))
+
     def nodes(self) -> int:
         """Nodes merging: this one and the distinct peers merged in its last :data:`PEER_WINDOW` partitions."""
         peers = len(frozenset().union(*self._recent)) if self._recent else 0

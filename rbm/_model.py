@@ -44,6 +44,7 @@ __all__ = [
     "copy_parameters",
     "empty_partition_metrics",
     "is_empty",
+    "MinibatchHook",
 ]
 
 SPEC_KEY = "__spec__"
@@ -70,6 +71,32 @@ class TrainableModel(Protocol):
     def train_partition(self, X: np.ndarray, y: np.ndarray | None, phase: str, rng: np.random.Generator) -> dict: ...
 
     def set_learning_rate_scale(self, factor: float) -> None: ...
+
+    def set_minibatch_hook(self, hook: "Callable[[], None] | None") -> None: ...
+
+
+class MinibatchHook:
+    """``set_minibatch_hook``: a callable ``train_partition`` calls after every minibatch update.
+
+    Not a hyperparameter (not in ``get_params``, the spec or the saved file): the distributed
+    trainer uses it to take in a peer's progress as soon as it arrives, in the middle of a
+    partition.  The hook may change the model's weights in place (``set_parameters``); the
+    optimizer state, the schedule and the minibatch order stay as they are.
+    """
+
+    _minibatch_hook: "Callable[[], None] | None" = None
+
+    def set_minibatch_hook(self, hook: "Callable[[], None] | None") -> None:
+        """Call ``hook()`` after every minibatch update from now on (None: stop calling it)."""
+        if hook is None:
+            self.__dict__.pop("_minibatch_hook", None)
+        else:
+            self._minibatch_hook = hook
+
+    def _after_minibatch(self) -> None:
+        hook = self._minibatch_hook
+        if hook is not None:
+            hook()
 
 
 def is_empty(X: Any) -> bool:

@@ -304,6 +304,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
                 grads[f"rbm{k}.W"], grads[f"rbm{k}.hbias"] = grad_W[k], grad_b[k]
             self._updater.step(params, grads, decay=decayed)
             total += loss * len(rows)
+            self._after_minibatch()
         self._finetune_epochs_done += 1
         check_finite_parameters(params, where=f"DBN fine-tuning epoch {self._finetune_epochs_done}")
         return float(total) / n

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .._backend import to_device, to_host
-from .._model import copy_parameters, empty_partition_metrics, is_empty, save_model
+from .._model import MinibatchHook, copy_parameters, empty_partition_metrics, is_empty, save_model
 from .._params import SpecConstructors, check_learning_rate_scale, spec_from_params
 from .._validation import check_labels
 
@@ -25,7 +25,7 @@ __all__ = ["DBNSeam", "CLASSES_KEY"]
 CLASSES_KEY = "meta.classes"
 
 
-class DBNSeam(SpecConstructors):
+class DBNSeam(SpecConstructors, MinibatchHook):
     """Mixin: the distributed trainer's view of a DBN (see :class:`rbm.DBN`)."""
 
     _KIND, _TUPLE_PARAMS = "dbn", ("hidden_layer_sizes",)
@@ -80,6 +80,12 @@ class DBNSeam(SpecConstructors):
         self._learning_rate_scale = check_learning_rate_scale(factor)
         for layer in getattr(self, "layers_", None) or []:
             layer.set_learning_rate_scale(self._learning_rate_scale)
+
+    def set_minibatch_hook(self, hook) -> None:
+        """Call ``hook()`` after every minibatch update: fine-tuning's and, in the ``rbmK`` phases, the RBMs'."""
+        super().set_minibatch_hook(hook)
+        for layer in getattr(self, "layers_", None) or []:
+            layer.set_minibatch_hook(hook)
 
     def to_spec(self) -> dict:
         """JSON-able hyperparameters, ``{"kind": "dbn", ...}``."""

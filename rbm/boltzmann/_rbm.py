@@ -20,7 +20,7 @@ from sklearn.utils import Tags
 from sklearn.utils.validation import validate_data
 
 from .._backend import NamespacePickling, array_module, check_dtype, make_rng, resolve_device, to_device, to_host
-from .._model import copy_parameters, empty_partition_metrics, is_empty, register_model, save_model
+from .._model import MinibatchHook, copy_parameters, empty_partition_metrics, is_empty, register_model, save_model
 from .._params import SpecConstructors, check_integer, check_learning_rate_scale, check_number, spec_from_params
 from .._validation import check_features, check_finite_parameters
 from . import _cd
@@ -41,7 +41,7 @@ _ERROR_SAMPLE_ROWS = 256
 
 
 @register_model("rbm")
-class RBM(RBMInference, SpecConstructors, NamespacePickling, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
+class RBM(RBMInference, SpecConstructors, MinibatchHook, NamespacePickling, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
           BaseEstimator):
     """Restricted Boltzmann machine trained with contrastive divergence.
 
@@ -376,6 +376,7 @@ class RBM(RBMInference, SpecConstructors, NamespacePickling, ClassNamePrefixFeat
             if batch_error == batch_error:  # not NaN: it was measured
                 error += batch_error
                 measured += b
+            self._after_minibatch()
         self._passes += 1
         self._updates += n_batches
         check_finite_parameters(

@@ -315,6 +315,7 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
             loss, grads = self._loss_and_gradients(X[batch], y[batch])
             self._optimizer.step(self._refs, grads, decay=self._decay)
             total = total + loss * len(batch)  # stays on the device until the end of the pass
+            self._after_minibatch()
         mean_loss = float(total) / len(X)
         check_finite_parameters(self._refs, "ConvNet training")
         if not np.isfinite(mean_loss):

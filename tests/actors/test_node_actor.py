@@ -302,3 +302,31 @@ def test_the_receive_loop_survives_a_storm_of_random_frames(node, intruder, stor
     poll(lambda: node.stats()["fetched"] == 1, what="the valid announcement after the storm")
     stats = node.stats()
     assert stats["received"] == sent + 1 and stats["accepted"] == 1 and stats["dropped"] == sent
+
+
+def test_has_fresh_says_a_fetched_snapshot_waits_until_it_is_merged(node, store):
+    enter_phase(node)
+    assert not node.has_fresh()
+    storage.WeightStore(store, RUN, SECRET).put_version("rbm", "p1", 1, params(1))
+    node._request_anti_entropy()
+    poll(node.has_fresh, what="the flag once p1's snapshot is fetched")
+    merged, used = node.merge("rbm", params(7))
+    assert [snapshot.node for snapshot in used] == ["p1"]
+    assert not node.has_fresh()  # handed over: nothing waits any more
+
+
+def test_taking_fresh_snapshots_waits_for_the_reads_of_versions_already_heard_of(node, store, monkeypatch):
+    enter_phase(node)
+    storage.WeightStore(store, RUN, SECRET).put_version("rbm", "slow", 1, params(1))
+    real_get = node._weights.get_version
+    reading = threading.Event()
+
+    def slow_get(ref, **options):  # the store takes 0.3 s to serve this read
+        reading.set()
+        time.sleep(0.3)
+        return real_get(ref, **options)
+
+    monkeypatch.setattr(node._weights, "get_version", slow_get)
+    node._request_anti_entropy()
+    assert reading.wait(10.0)
+    assert [snapshot.node for snapshot in node.fresh_snapshots("rbm")] == ["slow"]  # waited for the read

@@ -345,6 +345,34 @@ def test_learning_rate_scale_is_not_a_hyperparameter(kind, digits, tmp_path):
             model.set_learning_rate_scale(bad)
 
 
+@pytest.mark.parametrize("kind", MODELS)
+def test_the_minibatch_hook_runs_after_every_update_and_what_it_sets_is_trained_on(kind, digits):
+    X, y, _ = digits
+    batch_size = MODELS[kind]().batch_size
+    for phase in MODELS[kind]().initialize(64, classes=10).phases():
+        plain = MODELS[kind]().initialize(64, classes=10)
+        hooked = MODELS[kind]().initialize(64, classes=10)
+        calls = []
+
+        def swap_in_the_plain_models_weights() -> None:  # what a merge does between two minibatches
+            calls.append(1)
+            if len(calls) == 3:
+                hooked.set_parameters(plain.parameters(phase))
+
+        hooked.set_minibatch_hook(swap_in_the_plain_models_weights)
+        for model in (plain, hooked):
+            model.train_partition(X, y, phase, np.random.default_rng(0))
+        assert len(calls) == -(-len(X) // batch_size), phase  # once per minibatch
+        changed = any(not np.array_equal(hooked.parameters(phase)[name], value)
+                      for name, value in plain.parameters(phase).items())
+        assert changed, f"{phase}: the weights set by the hook were not trained on"
+
+        hooked.set_minibatch_hook(None)
+        hooked.train_partition(X, y, phase, np.random.default_rng(1))
+        assert len(calls) == -(-len(X) // batch_size)  # no longer called
+        assert "_minibatch_hook" not in vars(hooked) and pickle.loads(pickle.dumps(hooked)) is not None
+
+
 @pytest.mark.parametrize("kind", ["dbn", "convnet"])
 @pytest.mark.parametrize("labels", [np.array(["cat", "dog", "eel"]), np.array([-1.0, 2.0, 7.0]), np.array([3, 5, 9])],
                          ids=["strings", "integral-floats", "ints"])

@@ -1,0 +1,116 @@
+"""The ``async`` mode takes in a peer snapshot fetched while a partition trains, between two minibatches.
+
+Before, a node merged only before each partition, so what arrived during one waited for the next;
+with partitions that follow each other closely (a task's Spark overhead is tens of ms) it often
+missed the peer's concurrent partition altogether.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+import rbm
+from actors import Snapshot
+from node._mode_async import AsyncMode
+from node._scaling import NodeScaling
+
+PHASE = "train"
+
+
+class FakeHandle:
+    """A node actor's handle: snapshot k is fetched after the partition's ``arrivals[k]``-th minibatch."""
+
+    def __init__(self, snapshots: list[Snapshot], arrivals: list[int]) -> None:
+        self.waiting = list(zip(arrivals, snapshots))
+        self.minibatches = 0
+        self.published = None
+
+    def _arrived(self) -> list[Snapshot]:
+        return [snapshot for arrives_at, snapshot in self.waiting if self.minibatches >= arrives_at]
+
+    def has_fresh(self) -> bool:
+        self.minibatches += 1  # asked once after every minibatch
+        return bool(self._arrived())
+
+    def merge(self, phase, own, alpha=None, wait_s=1.0):
+        used = self._arrived()
+        self.waiting = [(at, snapshot) for at, snapshot in self.waiting if snapshot not in used]
+        merged = {name: (value + sum(s.params[name] for s in used)) / (1 + len(used)) for name, value in own.items()}
+        return merged, used
+
+    def publish(self, phase, params, samples_seen):
+        self.published = params
+
+    def flush(self, timeout_s):
+        pass
+
+
+class FakeNode:
+    """What AsyncMode uses of an ExecutorNode: a real model and scaling, a fake actor handle."""
+
+    def __init__(self, model, handle) -> None:
+        self.model, self.handle, self.samples_seen = model, handle, {PHASE: 0}
+        self.scaling = NodeScaling("none", {"batch_size": model.batch_size})
+        self.scaling.enter_phase(PHASE)
+        self.weights_when_merged = None
+
+    def train(self, task, partition, X, y, merged_from=()):
+        self.scaling.merged(merged_from)
+        metrics = self.model.train_partition(X, y, PHASE, np.random.default_rng(partition))
+        self.samples_seen[PHASE] += metrics["samples"]
+        self.scaling.trained()
+        return metrics
+
+    def report(self, task, partition, metrics, started, **fields):
+        return fields
+
+
+def small_net():
+    layers = [{"type": "dense", "units": 16, "activation": "relu"}]
+    return rbm.ConvNet(layers=layers, input_shape=(64,), n_classes=10, batch_size=10, random_state=0).initialize()
+
+
+def peer_snapshot(name: str, X, y, seed: int) -> Snapshot:
+    peer = small_net()
+    peer.train_partition(X, y, PHASE, np.random.default_rng(seed))
+    return Snapshot(node=name, phase=PHASE, version=3, samples_seen=len(X), sent_at=0.0,
+                    params=peer.parameters(PHASE), announced=True)
+
+
+def digits200():
+    from rbm.datasets import load_digits01
+
+    split = load_digits01()
+    return split.X_train[:200], split.y_train[:200]
+
+
+def task(fanout=None):
+    return SimpleNamespace(phase=PHASE, node=SimpleNamespace(merge_alpha=None, flush_timeout_s=1.0, fanout=fanout))
+
+
+def test_a_snapshot_fetched_mid_partition_is_merged_before_the_partition_ends():
+    X, y = digits200()
+    handle = FakeHandle([peer_snapshot("peer", X, y, 9)], arrivals=[5])  # fetched after the 5th of 20 minibatches
+    node = FakeNode(small_net(), handle)
+
+    report = AsyncMode().train_partition(node, task(), 0, X, y)
+
+    assert handle.waiting == [] and report["merged_from"] == ["peer"]
+    assert node.scaling.nodes() == 2  # the peer counts as merging for the learning-rate factor
+    alone = small_net()
+    alone.train_partition(X, y, PHASE, np.random.default_rng(0))
+    assert not np.allclose(handle.published["out.W"], alone.parameters(PHASE)["out.W"])
+    assert "_minibatch_hook" not in vars(node.model)  # the hook lives for the partition only
+
+
+def test_with_a_fanout_a_partition_merges_at_most_that_many_peers_in_all():
+    X, y = digits200()
+    handle = FakeHandle([peer_snapshot("early", X, y, 8), peer_snapshot("late", X, y, 9)], arrivals=[0, 5])
+    node = FakeNode(small_net(), handle)
+
+    report = AsyncMode().train_partition(node, task(fanout=1), 0, X, y)
+
+    assert report["merged_from"] == ["early"]  # merged before the partition; "late" waits for the next one
+    assert [snapshot.node for _, snapshot in handle.waiting] == ["late"]
