@@ -76,7 +76,10 @@ def test_a_conv_net_trained_by_two_nodes_from_a_dataframe_learns(spark, store_ur
     assert model.score(X_test, y_test) >= 0.8  # chance: 0.1
     metrics = node.open_run(store_url, "conv").runs.read_metrics()
     peers = merged_from_each_other(metrics, "train")
-    assert len(peers) >= 2 and all(peers.values()), peers
+    # At least two nodes took in each other's progress.  Not every node: Spark may deal this short fit
+    # (24 partitions of 3 ms) to more Python workers than task slots, and a node that trained only
+    # before its peers first published has nothing to merge (seen with 4 nodes in full-suite runs).
+    assert sum(1 for merged in peers.values() if merged) >= 2, peers
     assert [h["epoch"] for h in trainer.history_] == list(range(6))
     assert trainer.history_[-1]["loss"] < trainer.history_[0]["loss"]
 

@@ -50,9 +50,9 @@ def test_a_worker_killed_mid_partition_is_retried_and_the_run_completes(spark, s
     assert killed not in {m["node"] for m in finetune if m["epoch"] >= 2}
     assert len({m["node"] for m in runs.read_metrics()}) >= 3
     assert every_weight_file_verifies(store, "fault", list(epochs)) > 0
-    # Within the run-to-run spread of asynchronous training (the same 0.02 as the crash tests; 0.01 is
-    # 3.6 of 359 test digits, which a run without any fault misses now and then).
-    assert abs(model.score(X_test, y_test) - reference) <= 0.02
+    # Within the run-to-run spread of two asynchronous nodes against one process: the 3 points of
+    # tests/node/test_training.py (two fault-free asynchronous nodes measured 0.944-0.97, one process 0.969).
+    assert abs(model.score(X_test, y_test) - reference) <= 0.03
 
 
 def test_in_sharing_mode_a_worker_killed_mid_phase_is_retried_and_its_fresh_node_catches_up_from_the_updates(
