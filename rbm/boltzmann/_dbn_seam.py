@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -81,7 +81,7 @@ class DBNSeam(SpecConstructors, MinibatchHook):
         for layer in getattr(self, "layers_", None) or []:
             layer.set_learning_rate_scale(self._learning_rate_scale)
 
-    def set_minibatch_hook(self, hook) -> None:
+    def set_minibatch_hook(self, hook: "Callable[[], None] | None") -> None:
         """Call ``hook()`` after every minibatch update: fine-tuning's and, in the ``rbmK`` phases, the RBMs'."""
         super().set_minibatch_hook(hook)
         for layer in getattr(self, "layers_", None) or []:

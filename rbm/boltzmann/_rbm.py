@@ -41,8 +41,8 @@ _ERROR_SAMPLE_ROWS = 256
 
 
 @register_model("rbm")
-class RBM(RBMInference, SpecConstructors, MinibatchHook, NamespacePickling, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
-          BaseEstimator):
+class RBM(RBMInference, SpecConstructors, MinibatchHook, NamespacePickling, ClassNamePrefixFeaturesOutMixin,
+          TransformerMixin, BaseEstimator):
     """Restricted Boltzmann machine trained with contrastive divergence.
 
     The defaults are scikit-learn's ``BernoulliRBM`` algorithm, persistent CD-1 without
