@@ -241,8 +241,9 @@ class NodeActor(pykka.ThreadingActor):
 
     # -- helpers ------------------------------------------------------------------------
     def _update_fresh(self) -> None:
+        # Once a phase is current, only its peers are tracked (set_phase, offer): no phase test needed.
         waiting = any(state.fetched is not None and state.fetched.version > state.last_merged
-                      and (self._phase is None or phase == self._phase) for (phase, _), state in self._peers.items())
+                      for state in self._peers.values())
         if waiting:
             self._fresh.set()
         else:

@@ -42,7 +42,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from node._scaling import default_partitions, default_warmup_partitions, learning_rate_scale, resolve_rule  # noqa: E402
+from node._modes import mode_named  # noqa: E402
+from node._scaling import default_warmup_partitions, learning_rate_scale, resolve_rule  # noqa: E402
+from node._settings import TrainingSettings  # noqa: E402
 
 STRATEGIES = ("average", "linear", "sqrt", "auto", "linear-nowarmup", "delta-1.0", "delta-0.5", "every-2", "every-4",
               "linear-every-2")
@@ -92,10 +94,11 @@ def _mean(params_list):
 
 def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: int | str = "default",
              warmup: int | None = None) -> float:
-    """Train ``nodes`` replicas with ``strategy`` on ``per_node * nodes`` partitions per epoch (``"default"``:
-    as many as a fit takes by default, :func:`node._scaling.default_partitions`), warming up over each
-    node's first epoch of a phase (the default warm-up; ``warmup``: over that many partitions); the score of
-    their consolidation (the mean)."""
+    """Train ``nodes`` replicas with ``strategy`` on ``per_node * nodes`` partitions per epoch
+    (``"default"``: as many as an ``async`` fit takes by default,
+    :meth:`node._mode.TrainingMode.default_partitions`), warming up over each node's first epoch of a
+    phase (the default warm-up; ``warmup``: over that many partitions); the score of their
+    consolidation (the mean)."""
     import copy
 
     base = make_model(kind, seed)
@@ -106,7 +109,8 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
     if strategy.startswith(("delta", "every")):
         rule = "none"
     if per_node == "default":
-        per_node = default_partitions(rule, nodes, len(X), base.batch_size) // nodes
+        settings = TrainingSettings(scale_rule=rule)
+        per_node = mode_named(settings.mode).default_partitions(settings, nodes, len(X), base.batch_size) // nodes
     parts = np.array_split(np.random.default_rng(seed).permutation(len(X)), per_node * nodes)
     if warmup is None:
         warmup = default_warmup_partitions(per_node * nodes, nodes)
@@ -168,7 +172,8 @@ def part_simulation(args) -> None:
                 cells = []
                 for n in args.nodes:
                     try:
-                        values = [simulate(args.kind, split, n, strategy, seed, per_node, args.warmup) for seed in range(args.seeds)]
+                        values = [simulate(args.kind, split, n, strategy, seed, per_node, args.warmup)
+                                  for seed in range(args.seeds)]
                     except ValueError as error:  # rbm.DivergenceError: the scaled rates were past the stable range
                         cells.append(f"{'diverged':>14}")
                         print(f"# {strategy} on {n} nodes: {error}", file=sys.stderr)

@@ -380,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{clock.update_read_s * 1e3:.1f} ms, announcement delay {clock.delay_s * 1e3:.1f} ms, "
               f"speeds lognormal sigma {clock.speed_sigma}, jitter {clock.jitter_sigma}, "
               f"straggler x{clock.straggler:g}")
-        per_node = {(1, "1 node"): partitions_per_node(args.partitions_per_node, 1, len(X), base.batch_size, "sync", None)}
+        one = partitions_per_node(args.partitions_per_node, 1, len(X), base.batch_size, "sync", None)
+        per_node = {(1, "1 node"): one}
         reference, _ = simulate(base, X, y, X_test, y_test, nodes=1, mode="sync", fanout=None, epochs=epochs,
                                 partitions_per_node=per_node[1, "1 node"], warmup_partitions=per_node[1, "1 node"],
                                 clock=clock, seed=args.seed)
@@ -413,8 +414,8 @@ def main(argv: list[str] | None = None) -> int:
                   + f"{to_samples:>15}{to_time:>14}{curve.time_s[-1]:>9.2f}s{per_partition:>11.1f}{age_ms:>8}"
                   f"{max(curve.accuracy):>7.3f}")
     plot(curves, args.png, args.target)
-    print("parts: partitions per node and epoch; reads/part: store files read per node and partition; age ms: mean time since a merged snapshot or applied "
-          "update was published (sync: none, it waits)")
+    print("parts: partitions per node and epoch; reads/part: store files read per node and partition; "
+          "age ms: mean time since a merged snapshot or applied update was published (sync: none, it waits)")
     print(f"\nfigure: {args.png}; runtime {time.perf_counter() - started:.0f} s")
     return 0
 
