@@ -46,6 +46,9 @@ logger = logging.getLogger(__name__)
 
 Element = tuple[int, dict, bytes]
 
+#: One partition of training data as a task holds it: (partition index, X, y or None).
+Block = tuple[int, np.ndarray, "np.ndarray | None"]
+
 
 # ----------------------------------------------------------------------------- encoding
 def encode_block(X: np.ndarray, y: np.ndarray | None) -> bytes:

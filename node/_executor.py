@@ -9,9 +9,10 @@ it (:meth:`storage.WeightStore.consolidate`, the same rule the driver uses), els
 phase's start parameters the driver broadcast.
 
 A task (:func:`run_training_task`) decodes its :class:`~node._contract.TaskSpec`, finds or
-starts the node, and hands each partition to the training mode named in the task
+starts the node, takes its slot's partitions (from the node's memory or the store,
+:mod:`node._resident`) and hands them to the training mode named in the task
 (:mod:`node._modes`); it returns one encoded :class:`~node._contract.PartitionReport` per
-partition.  Node identity is ``<host>-<pid>``, never the partition index: the same partition
+partition trained.  Node identity is ``<host>-<pid>``, never the partition index: the same partition
 lands on different workers from job to job.
 """
 
@@ -34,11 +35,11 @@ import rbm
 import storage
 
 from ._contract import NodeConfig, PartitionReport, TaskSpec, decode, encode
-from ._data import Element, iter_blocks
 from ._errors import InputDataError
 from ._labels import encode_labels
 from ._modes import mode_named
 from ._network import choose_node_address
+from ._resident import NodeData
 from ._scaling import NodeScaling
 from ._worker_heap import settle_worker_heap
 
@@ -74,6 +75,7 @@ class ExecutorNode:
         self.slowed_s = 0.0  # the straggler's sleep in the last train()
         self._straggler: bool | None = None
         self.store: storage.Store | None = None
+        self.data: NodeData | None = None  # the fit's training partitions this node holds (node._resident)
         self.weights: storage.WeightStore | None = None
         self.runs: storage.RunStore | None = None
         self.handle: actors.NodeHandle | None = None
@@ -86,6 +88,7 @@ class ExecutorNode:
     def start(self) -> "ExecutorNode":
         config = self.config
         self.store = storage.open_store(config.store_url, retry_timeout_s=config.store_retry_timeout_s)
+        self.data = NodeData(self.store, config, self.node)
         self.weights = storage.WeightStore(self.store, config.run, config.key)
         self.runs = storage.RunStore(self.store, config.run, config.key)
         self.model = rbm.model_from_spec(config.spec)
@@ -286,8 +289,8 @@ def _node_for(config: NodeConfig) -> ExecutorNode:
 
 
 def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
-                      elements: Iterator[Element]) -> Iterator[bytes]:
-    """``mapPartitionsWithIndex`` body of an epoch: one encoded PartitionReport per non-empty partition.
+                      elements: Iterator[int]) -> Iterator[bytes]:
+    """``mapPartitionsWithIndex`` body of a training job: one encoded PartitionReport per partition trained.
 
     Parameters
     ----------
@@ -297,15 +300,16 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
         ``.value`` is the phase's start parameters as ``.npz`` bytes.
     partition : int
         Spark's partition index (never the node's identity; a mode may group several data
-        partitions in one Spark partition, and each block's own index seeds its minibatch order).
-    elements : iterator of (index, summary, payload)
-        The cached training partition(s) (see :mod:`node._data`).
+        partitions in one Spark partition -- a slot, see :func:`node._mode.one_task_per_node` --
+        and each block's own index seeds its minibatch order).
+    elements : iterator
+        The slot's number only: the node takes the slot's partitions from its memory or the
+        store (:mod:`node._resident`).
     """
     task = decode(encoded_task, TaskSpec)
-    blocks = list(iter_blocks(elements))
-    if not blocks:
-        return
+    list(elements)  # the slot's number (read to the end, or PySpark does not reuse the worker)
     node = _node_for(task.node)
+    blocks = node.data.slot(task.options["slots"][partition])
     node.enter_phase(task.phase, task.start_digest, lambda: start.value)
     for report in mode_named(task.mode).train_task(node, task, partition, blocks):
         yield encode(report)

@@ -100,7 +100,7 @@ class Fit:
         self._start_digest = ""
         self._progress: EpochProgress | None = None
         self._nodes_started = False
-        self._derived: dict[str, Any] = {}
+        self._used: set[str] = set()
         self.validation: ValidationSet | None = None
         self.watch: RunWatch | None = None
         self.reachability = ReachabilityWatch()
@@ -316,20 +316,18 @@ class Fit:
         return TaskSpec(node=self.node_config, mode=mode, phase=phase, phase_index=self.phases.index(phase),
                         epoch=epoch, start_digest=self._start_digest, options=dict(options or {}))
 
-    def cached(self, name: str, make: Callable[[Any], Any]) -> Any:
-        """An RDD a mode derives from the cached training partitions, made once per fit.
+    def first_use(self, name: str) -> bool:
+        """Whether this is the fit's first ask about ``name`` (a once-per-fit step, e.g. storing the partitions)."""
+        first = name not in self._used
+        self._used.add(name)
+        return first
 
-        ``make(blocks)`` gets :attr:`PreparedData.blocks`; the result is cached and dropped when
-        the fit ends.
-        """
-        if name not in self._derived:
-            self._derived[name] = make(self.prepared.blocks).cache()
-        return self._derived[name]
+    def run_job(self, rdd: Any, description: str) -> list[Any]:
+        """Collect ``rdd`` in the fit's job group (cancelled when the fit ends) -- a job that trains nothing."""
+        return self._progress.run_job(rdd, description, 0)
 
-    def run_partitions(self, task: TaskSpec, rdd: Any = None) -> list[PartitionReport]:
-        """One Spark job over every cached partition with ``task``; the nodes' reports.
-
-        ``rdd`` replaces the cached partitions (e.g. a mode's :meth:`cached` grouping of them).
+    def run_partitions(self, task: TaskSpec, rdd: Any) -> list[PartitionReport]:
+        """One training job of ``task`` over ``rdd`` (the slots' numbers, :func:`node._mode.one_task_per_node`).
 
         Raises
         ------
@@ -337,8 +335,7 @@ class Fit:
             A partition's data was refused on a node (reported once, not retried).
         """
         self._nodes_started = True
-        rdd = (self.prepared.blocks if rdd is None else rdd).mapPartitionsWithIndex(
-            functools.partial(run_training_task, encode(task), self._start))
+        rdd = rdd.mapPartitionsWithIndex(functools.partial(run_training_task, encode(task), self._start))
         description = f"{self.run_id} {task.phase} epoch {task.epoch + 1}"
         epochs = int(task.options.get("epochs", task.epoch + 1)) - task.epoch  # the job's epochs
         reports = [decode(item, PartitionReport)
@@ -407,8 +404,6 @@ class Fit:
             self._release_nodes()
         for broadcast in self._broadcasts:
             broadcast.destroy()
-        for derived in self._derived.values():
-            derived.unpersist()
         if self.record is not None:  # this fit's claims and partitions, when it got as far as writing any
             self._remove_work_folders()
         if self.prepared is not None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
-import numpy as np
-
 from ._contract import PartitionReport, TaskSpec
-from ._errors import InputDataError
+from ._data import Block
+from ._resident import store_partitions
 from ._scaling import default_partitions
 
 if TYPE_CHECKING:  # the fit drives the modes; the modes only call back into it
@@ -17,9 +16,6 @@ if TYPE_CHECKING:  # the fit drives the modes; the modes only call back into it
     from ._settings import TrainingSettings
 
 __all__ = ["Block", "TrainingMode", "deal_partitions", "one_task_per_node"]
-
-#: One partition of training data as a task holds it: (partition index, X, y or None).
-Block = tuple[int, np.ndarray, "np.ndarray | None"]
 
 
 def deal_partitions(rows_per_partition: list[int], nodes: int) -> list[list[int]]:
@@ -30,26 +26,22 @@ def deal_partitions(rows_per_partition: list[int], nodes: int) -> list[list[int]
 
 
 def one_task_per_node(fit: "Fit") -> tuple[list[list[int]], Any]:
-    """The training partitions grouped into one Spark partition per node (made once per fit, cached).
+    """The training partitions dealt to one Spark task per node (the same slots for the whole fit).
 
     ``nodes`` is ``averaging_nodes`` or Spark's default parallelism: as many tasks as run at
     once, so every task is a node of its own for as long as its job lasts.  Returns the slots
-    (partition indices per Spark partition, see :func:`deal_partitions`) and the grouped RDD.
+    (partition indices per Spark partition, see :func:`deal_partitions`) and the RDD to run the
+    job over: the slots' numbers only, each node taking its slot's partitions from its memory or
+    the store -- where the fit's first call stores them (:mod:`node._resident`).
     """
     slots = deal_partitions(fit.prepared.rows_per_partition, fit.nodes)
-    position = {partition: slot for slot, partitions in enumerate(slots) for partition in partitions}
-    count = len(slots)
-
-    def group(blocks: Any) -> Any:  # closes over plain values only
-        return (blocks.filter(lambda element: element[0] in position)
-                .keyBy(lambda element: position[element[0]])
-                .partitionBy(count, lambda slot: slot).values())
-
-    return slots, fit.cached(f"one-task-per-node-{count}", group)
+    if fit.first_use("stored partitions"):
+        store_partitions(fit)
+    return slots, fit.sc.parallelize(range(len(slots)), len(slots))
 
 
 class TrainingMode(ABC):
-    """One way to train: a driver half (epochs as Spark jobs) and an executor half (one task's partitions)."""
+    """One way to train: a driver half (epochs as Spark jobs) and an executor half (one node's task)."""
 
     name: ClassVar[str]
 
@@ -74,19 +66,10 @@ class TrainingMode(ABC):
         """
 
     @abstractmethod
-    def train_partition(self, node: "ExecutorNode", task: TaskSpec, partition: int, X: np.ndarray,
-                        y: np.ndarray | None) -> PartitionReport:
-        """Executor: train one partition on ``node`` and report it."""
-
     def train_task(self, node: "ExecutorNode", task: TaskSpec, spark_partition: int,
                    blocks: list[Block]) -> Iterator[PartitionReport]:
-        """Executor: every partition a Spark task holds, one report each (default: one at a time).
+        """Executor: the node's share of the job (``blocks``: its slot's partitions), one report per partition trained.
 
         A partition whose data the model refuses is reported with its error, not raised: the
         same data would fail the same way on a retry.
         """
-        for index, X, y in blocks:
-            try:
-                yield self.train_partition(node, task, index, X, y)
-            except InputDataError as error:
-                yield node.refusal(task, index, error)

@@ -6,18 +6,29 @@ merging the same way, between two minibatches, each snapshot fetched while it tr
 ``fanout`` peers in all per partition) -- publish the new weights and wait until they are
 written (so that the driver finds every finished task's snapshot when it consolidates), then
 report.  Nobody waits for a peer: only for reads of versions already announced, before the
-partition.  On the driver an epoch is one Spark job over the cached partitions.
+partition.
+
+Driver half: an epoch is one Spark job of one task per node, each task holding the partitions
+dealt to its node once per fit (:func:`node._mode.one_task_per_node`): Spark's cost per task is
+paid once per node and epoch, not once per partition.  A node trains its own partitions, then
+the ones a slower node has not started (:mod:`node._stealing`), so a slow node holds nobody for
+more than the partition it is training when the others run out.  The run record marks each epoch
+when its job ends: a fit stopped in the middle of a phase resumes at its last finished epoch, and
+a killed worker's task is retried on a fresh node that trains again only the partitions the dead
+one had claimed and not finished.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
 from ._contract import PartitionReport, TaskSpec
-from ._mode import TrainingMode
+from ._errors import InputDataError
+from ._mode import Block, TrainingMode, one_task_per_node
+from ._stealing import PartitionQueue
 
 if TYPE_CHECKING:
     from ._executor import ExecutorNode
@@ -34,10 +45,20 @@ class AsyncMode(TrainingMode):
         return settings.fanout  # gossip when set: a node merges at most this many peers
 
     def run_epochs(self, fit: "Fit", phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
-        return [fit.run_partitions(fit.task(phase, first, self.name))]
+        slots, rdd = one_task_per_node(fit)
+        return [fit.run_partitions(fit.task(phase, first, self.name, {"slots": slots}), rdd=rdd)]
+
+    def train_task(self, node: "ExecutorNode", task: TaskSpec, spark_partition: int,
+                   blocks: list[Block]) -> Iterator[PartitionReport]:
+        queue = PartitionQueue(node, task, spark_partition, [list(slot) for slot in task.options["slots"]], blocks)
+        for (index, X, y), stolen in queue.epoch(task.epoch):
+            try:
+                yield self.train_partition(node, task, index, X, y, stolen, node.data.take_read_bytes())
+            except InputDataError as error:  # reported, not raised: the same data fails on a retry
+                yield node.refusal(task, index, error)
 
     def train_partition(self, node: "ExecutorNode", task: TaskSpec, partition: int, X: np.ndarray,
-                        y: np.ndarray | None) -> PartitionReport:
+                        y: np.ndarray | None, stolen: bool = False, data_read_bytes: int = 0) -> PartitionReport:
         started = time.time()
         tick = time.perf_counter()
         # Unusable peer snapshots are skipped and counted by the actor (stats: dropped_bad_snapshot);
@@ -80,4 +101,5 @@ class AsyncMode(TrainingMode):
                            merged_announced=sum(1 for snapshot in used if snapshot.announced),
                            ages_s=[max(0.0, started - float(snapshot.sent_at)) for snapshot in used],
                            sent_bytes=sum(int(value.nbytes) for value in params.values()),
-                           read_bytes=sum(int(value.nbytes) for snapshot in used for value in snapshot.params.values()))
+                           read_bytes=sum(int(value.nbytes) for snapshot in used for value in snapshot.params.values()),
+                           stolen=stolen, data_read_bytes=data_read_bytes)

@@ -44,7 +44,7 @@ import numpy as np
 import storage
 
 from ._contract import PartitionReport, TaskSpec
-from ._errors import InputDataError, TrainingError
+from ._errors import InputDataError
 from ._mode import Block, TrainingMode, one_task_per_node
 from ._stealing import PartitionQueue
 
@@ -194,7 +194,7 @@ class SharingMode(TrainingMode):
     # ------------------------------------------------------------------ driver
     def run_epochs(self, fit: "Fit", phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
         slots, rdd = one_task_per_node(fit)
-        options = {"epochs": epochs, "slots": slots, "threshold": fit.settings.sharing_threshold,
+        options = {"slots": slots, "epochs": epochs, "threshold": fit.settings.sharing_threshold,
                    "sparsity": fit.settings.sharing_sparsity}
         reports = fit.run_partitions(fit.task(phase, first, self.name, options), rdd=rdd)
         return [[report for report in reports if report.epoch == epoch] for epoch in range(first, epochs)]
@@ -210,7 +210,6 @@ class SharingMode(TrainingMode):
                          exchange=UpdateExchange(node.store, task.node.run, task.node.key, node.node))
         accumulator, exchange = state["accumulator"], state["exchange"]
         queue = PartitionQueue(node, task, spark_partition, [list(slot) for slot in task.options["slots"]], blocks)
-        queue.store_own()
         for epoch in range(task.epoch, int(task.options["epochs"])):
             epoch_task = dataclasses.replace(task, epoch=epoch)
             for (index, X, y), stolen in queue.epoch(epoch):
@@ -234,7 +233,7 @@ class SharingMode(TrainingMode):
                 yield node.report(epoch_task, index, metrics, started, merge_s=merge_s, publish_s=publish_s,
                                   merged_from=[peer for peer, *_ in received], ages_s=[], sent_bytes=sent,
                                   read_bytes=sum(size for *_, size in received), stolen=stolen,
-                                  data_read_bytes=queue.take_read_bytes())
+                                  data_read_bytes=node.data.take_read_bytes())
         # The phase's consolidation averages the nodes' snapshots: this node's, once, at the end.
         params, _received = self._apply_peer_updates(node, exchange, phase)
         node.weights.put_version(phase, node.node, state["seq"], params)
@@ -250,10 +249,6 @@ class SharingMode(TrainingMode):
         if received:
             node.model.set_parameters(params)
         return params, received
-
-    def train_partition(self, node: "ExecutorNode", task: TaskSpec, partition: int, X: np.ndarray,
-                        y: np.ndarray | None) -> PartitionReport:
-        raise TrainingError("sharing mode trains a node's whole share of a phase (train_task), never a lone partition")
 
     @staticmethod
     def _first_seq(node: "ExecutorNode", phase: str) -> int:

@@ -115,10 +115,6 @@ class SyncMode(TrainingMode):
                                       publish_s=0.0, merged_from=peers if last else [], ages_s=[],
                                       sent_bytes=sent if last else 0, read_bytes=read if last else 0)
 
-    def train_partition(self, node: "ExecutorNode", task: TaskSpec, partition: int, X: np.ndarray,
-                        y: np.ndarray | None) -> PartitionReport:
-        raise TrainingError("sync mode trains whole rounds (train_task), never a lone partition")
-
     def _average(self, node: "ExecutorNode", task: TaskSpec, slot: int, slots: list[list[int]], frequency: int,
                  round_index: int) -> tuple[int, list[str], int]:
         """Publish this node's round, wait for the round's other nodes, continue from the mean.

@@ -1,9 +1,10 @@
 """Training modes: how nodes combine their progress, chosen by name (like Deeplearning4j's TrainingMaster).
 
 A mode has two halves that live together in one file, so a mode's whole behaviour reads in one
-place: the driver half runs a phase's epochs as Spark jobs (:meth:`TrainingMode.run_epochs`), the
-executor half trains one partition on a node (:meth:`TrainingMode.train_partition`).  Tasks name
-their mode, and the executor looks it up here.
+place: the driver half runs a phase's epochs as Spark jobs of one task per node
+(:meth:`TrainingMode.run_epochs`, :func:`node._mode.one_task_per_node`), the executor half trains
+a node's share of a job (:meth:`TrainingMode.train_task`).  Tasks name their mode, and the
+executor looks it up here.
 
 * ``"async"`` (:mod:`node._mode_async`): merge fresh peer snapshots, train, publish, per partition.
 * ``"sync"`` (:mod:`node._mode_sync`): train ``averaging_frequency`` partitions, average every

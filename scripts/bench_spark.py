@@ -5,9 +5,12 @@ Part 1 (Spark, this machine): a 784-500-500 DBN on digits28 trained
 * in-process on one core (no Spark: the reference the distributed runs are compared to),
 * on local Spark by 1 node (``local[1]``) and by 2 nodes (``local[2]``),
 
-reporting samples/s per phase, the fraction of node time spent merging and publishing, and the
-training time until the consolidated model first reaches a target test accuracy (checked after
-every fine-tuning epoch; the check itself is not counted).
+reporting samples/s per phase from the second epoch on (the first, which also starts the nodes and
+stores the training partitions, on a line of its own), the fraction of node time spent merging
+and publishing, and the training time until the consolidated model first reaches a target test
+accuracy (checked after every fine-tuning epoch; the check itself is not counted).  For the
+2-node speed-up it also runs the in-process reference twice at once, in two processes: what this
+machine gives two independent single-thread trainings (its own ceiling for 2 nodes).
 
 Part 2 (pure Python, no Spark): a discrete-event simulation of N nodes with heterogeneous
 speeds training a noisy quadratic, publishing after every partition and merging up to
@@ -28,9 +31,11 @@ _venv.ensure()
 
 import argparse
 import heapq
+import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -105,34 +110,55 @@ def spark_run(nodes: int, X, y, X_test, y_test, epochs: dict[str, int], partitio
         started = time.perf_counter()
         trainer.fit(model, X, y)
         wall_s = time.perf_counter() - started
-        rates, merge, publish, merges = {}, {}, {}, {}
+        rates, first_rates, merge, publish, merges = {}, {}, {}, {}, {}
         for phase in model.phases():
             rows = [h for h in trainer.history_ if h["phase"] == phase]
             records = [r for h in rows for r in h["records"]]
             node_s = sum(r["task_s"] for r in records)
-            rates[phase] = sum(h["samples"] for h in rows) / sum(h["wall_s"] for h in rows)
+            steady = rows[1:] or rows  # from the second epoch on
+            rates[phase] = sum(h["samples"] for h in steady) / sum(h["wall_s"] for h in steady)
+            first_rates[phase] = rows[0]["samples"] / rows[0]["wall_s"]
             merge[phase] = sum(r["merge_s"] for r in records) / node_s
             publish[phase] = sum(r["publish_s"] for r in records) / node_s
             merges[phase] = sum(r["merged"] for r in records)
         reached = next((t for t, accuracy in checks if accuracy >= target), None)
-        return {"rates": rates, "merge": merge, "publish": publish, "merges": merges, "wall_s": wall_s,
-                "accuracy": model.score(X_test, y_test), "checks": checks, "time_to_target_s": reached,
+        return {"rates": rates, "first_rates": first_rates, "merge": merge, "publish": publish, "merges": merges,
+                "wall_s": wall_s, "accuracy": model.score(X_test, y_test), "checks": checks,
+                "time_to_target_s": reached,
                 "nodes_seen": len({r["node"] for h in trainer.history_ for r in h["records"]})}
     finally:
         spark.stop()
 
 
-def part1(quick: bool, seed: int, modes: list[str]) -> None:
+def part1_setup(quick: bool, seed: int) -> tuple:
+    """The data, epochs, partitions and target of part 1."""
     from rbm.datasets import load_digits28
 
     split = load_digits28(shifts=[(0, 0), (1, 0), (0, 1), (-1, 0), (0, -1)] if quick else None, random_state=seed)
-    X, y, X_test, y_test = split
-    epochs = {"rbm0": 1, "rbm1": 1, "finetune": 4 if quick else 6}
-    partitions = 8
-    target = 0.90 if quick else 0.95
+    epochs = {"rbm0": 2, "rbm1": 2, "finetune": 4 if quick else 6}
+    return split, epochs, 8, 0.90 if quick else 0.95
+
+
+def two_references_at_once(quick: bool, seed: int) -> dict[str, float]:
+    """The in-process reference in two processes at once: their summed samples/s per phase."""
+    command = [sys.executable, os.path.abspath(__file__), "--reference-json", "--seed", str(seed)] + (
+        ["--quick"] if quick else [])
+    runs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    rates = [json.loads(run.communicate()[0].strip().splitlines()[-1]) for run in runs]
+    return {phase: rates[0][phase] + rates[1][phase] for phase in rates[0]}
+
+
+def reference_json(quick: bool, seed: int) -> None:
+    (X, y, X_test, y_test), epochs, partitions, _target = part1_setup(quick, seed)
+    print(json.dumps(in_process_reference(X, y, X_test, y_test, epochs, partitions, seed)["rates"]))
+
+
+def part1(quick: bool, seed: int, modes: list[str]) -> None:
+    (X, y, X_test, y_test), epochs, partitions, target = part1_setup(quick, seed)
     print(f"== Part 1: 784-500-500 DBN on digits28 ({len(X)} training, {len(X_test)} test samples), "
           f"epochs {epochs}, {partitions} partitions per epoch, target accuracy {target:.2f}")
     reference = in_process_reference(X, y, X_test, y_test, epochs, partitions, seed)
+    reference["pair_rates"] = two_references_at_once(quick, seed)
     store_root = tempfile.mkdtemp(prefix="sparkdbn-bench-")
     try:
         by_mode = {mode: {nodes: spark_run(nodes, X, y, X_test, y_test, epochs, partitions, seed, target, store_root,
@@ -153,8 +179,12 @@ def show_runs(reference: dict, runs: dict[int, dict], epochs: dict[str, int], ta
         print(f"{f'samples/s, Spark {nodes} node(s)':34s}" + "".join(f"{run['rates'][p]:12.0f}" for p in phases))
     print(f"{'speed-up 2 nodes / 1 node':34s}" + "".join(f"{runs[2]['rates'][p] / runs[1]['rates'][p]:12.2f}"
                                                           for p in phases))
+    print(f"{'  2 in-process at once / 1':34s}" + "".join(
+        f"{reference['pair_rates'][p] / reference['rates'][p]:12.2f}" for p in phases))
     print(f"{'Spark 1 node / in-process':34s}" + "".join(f"{runs[1]['rates'][p] / reference['rates'][p]:12.2f}"
                                                           for p in phases))
+    print(f"{'  first epoch (stores the data)':34s}" + "".join(
+        f"{runs[1]['first_rates'][p] / reference['rates'][p]:12.2f}" for p in phases))
     for nodes, run in runs.items():
         print(f"{f'node time merging, {nodes} node(s)':34s}" + "".join(f"{run['merge'][p]:12.1%}" for p in phases))
         print(f"{f'node time publishing, {nodes} node(s)':34s}" + "".join(f"{run['publish'][p]:12.1%}" for p in phases))
@@ -267,9 +297,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller data and fewer epochs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-spark", action="store_true", help="only the simulation")
+    parser.add_argument("--reference-json", action="store_true", help=argparse.SUPPRESS)  # two_references_at_once
     parser.add_argument("--modes", nargs="+", default=["async"], choices=("async", "sync", "sharing"),
                         help="training modes of the Spark runs (default async)")
     args = parser.parse_args(argv)
+    if args.reference_json:
+        reference_json(args.quick, args.seed)
+        return 0
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

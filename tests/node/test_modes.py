@@ -193,25 +193,28 @@ def test_with_one_node_slowed_3x_sharing_lets_the_fast_node_take_the_partitions_
     assert not {"claims", "blocks"} & set(os.listdir(run_folder))  # the fit's work folders are gone
 
 
-def small_conv_net() -> rbm.ConvNet:
+def small_conv_net(seed: int = 0) -> rbm.ConvNet:
     """A LeNet in miniature (conv, pool, dense) for the 8x8 digits."""
     layers = [{"type": "conv", "filters": 8, "kernel": 3, "padding": 1, "activation": "relu"},
               {"type": "maxpool", "size": 2}, {"type": "dense", "units": 32, "activation": "relu"}]
     return rbm.ConvNet(layers=layers, input_shape=(1, 8, 8), n_classes=10, learning_rate=0.05, batch_size=32,
-                       random_state=0)
+                       random_state=seed)
 
 
 def test_a_conv_net_learns_in_every_mode_at_least_as_well_as_one_process_give_or_take_two_points(spark, store_url, digits,
                                                                           one_node_reference):
+    # 10 epochs (near the plateau) and two seeds: at 6 epochs one process gave 0.928 or 0.961 by seed, and
+    # one 2-node run varies by 0.3-1 point (sd over 6-8 runs per mode and seed) with the merges' timing.
     X, y, X_test, y_test = digits
-    epochs = {"train": 6}
-    single = one_node_reference(small_conv_net(), X, y, epochs, partitions=4).score(X_test, y_test)
+    epochs, seeds = {"train": 10}, (0, 1)
+    single = np.mean([one_node_reference(small_conv_net(seed), X, y, epochs, partitions=4, seed=seed)
+                      .score(X_test, y_test) for seed in seeds])  # 0.953 and 0.950
     for mode in node.MODE_NAMES:
-        model = node.Trainer(spark, store_url, run_id=f"conv-{mode}", mode=mode, epochs=epochs, partitions=4,
-                             progress=False).fit(small_conv_net(), X, y)
-        accuracy = model.score(X_test, y_test)
-        assert accuracy >= single - 0.02, (mode, accuracy, single)  # one process: 0.93 after 6 epochs
-        assert node.open_run(store_url, f"conv-{mode}").record["settings"]["mode"] == mode
+        accuracies = [node.Trainer(spark, store_url, run_id=f"conv-{mode}-{seed}", mode=mode, epochs=epochs,
+                                   partitions=4, seed=seed, progress=False).fit(small_conv_net(seed), X, y)
+                      .score(X_test, y_test) for seed in seeds]
+        assert np.mean(accuracies) >= single - 0.02, (mode, accuracies, single)
+        assert node.open_run(store_url, f"conv-{mode}-0").record["settings"]["mode"] == mode
 
 
 def test_the_cli_and_the_spark_ml_estimator_pass_the_mode_on(spark, store_url, digits):

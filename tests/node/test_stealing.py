@@ -1,4 +1,4 @@
-"""Work stealing in a phase-long job (node._stealing): each rule, on a real local store, without Spark."""
+"""Work stealing (node._stealing): each rule, on a real local store, without Spark."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 import storage
 from node._data import encode_block
+from node._resident import NodeData, write_partition
 from node._stealing import PartitionQueue, remove_work_folders
 
 KEY = b"k" * 32
@@ -20,10 +21,18 @@ def blocks_of(partitions: list[int]) -> list[tuple[int, np.ndarray, np.ndarray]]
 
 
 def make_queue(store: storage.Store, name: str, slot: int, slots=SLOTS, phase: str = "finetune",
-               fit_id: str = "f" * 32) -> PartitionQueue:
-    node = SimpleNamespace(node=name, store=store, mode_state={})
-    task = SimpleNamespace(node=SimpleNamespace(run="r1", fit_id=fit_id, key=KEY), phase=phase)
+               fit_id: str = "f" * 32, first_epoch: int = 0) -> PartitionQueue:
+    config = SimpleNamespace(run="r1", fit_id=fit_id, key=KEY)
+    node = SimpleNamespace(node=name, store=store, data=NodeData(store, config, name))
+    task = SimpleNamespace(node=config, phase=phase, epoch=first_epoch)  # the job's first epoch
     return PartitionQueue(node, task, slot, slots, blocks_of(slots[slot]))
+
+
+def store_own(*queues: PartitionQueue) -> None:
+    """Store the nodes' partitions, as the fit's first job does (node._resident)."""
+    for queue in queues:
+        for index, X, y in queue.own:
+            write_partition(queue.node.store, queue.task.node, index, X, y)
 
 
 @pytest.fixture
@@ -44,19 +53,19 @@ def trained(queue: PartitionQueue, epoch: int, count: int | None = None) -> list
 
 def test_a_node_trains_its_own_partitions_first_then_takes_the_ends_of_its_peers_lists(store):
     fast, slow = make_queue(store, "fast", 0), make_queue(store, "slow", 1)
-    fast.store_own(), slow.store_own()
+    store_own(fast, slow)
     slow_epoch = slow.epoch(0)
     assert next(slow_epoch)[0][0] == 1  # the slow node has started its first partition
     assert trained(fast, 0) == [(0, False), (2, False), (4, False), (6, False), (7, True), (5, True), (3, True)]
     assert list(slow_epoch) == []  # everything else was taken: on to the next epoch
-    assert fast.take_read_bytes() == 3 * len(encode_block(*blocks_of([7])[0][1:]))
-    assert fast.take_read_bytes() == 0
+    assert fast.data.take_read_bytes() == 3 * len(encode_block(*blocks_of([7])[0][1:]))
+    assert fast.data.take_read_bytes() == 0
 
 
 def test_every_partition_of_an_epoch_is_trained_exactly_once_whoever_asks_in_what_order(store):
-    queues = [make_queue(store, f"node-{slot}", slot) for slot in range(2)]
+    queues = [make_queue(store, f"node-{slot}", slot, first_epoch=3) for slot in range(2)]
     for queue in queues:
-        queue.store_own()
+        store_own(queue)
     taken = []
     iterators = [queue.epoch(3) for queue in queues]
     while iterators:  # the two nodes alternate, as two processes would interleave
@@ -72,35 +81,37 @@ def test_every_partition_of_an_epoch_is_trained_exactly_once_whoever_asks_in_wha
 
 def test_a_partition_is_only_taken_once_its_owner_stored_it(store):
     fast, slow = make_queue(store, "fast", 0), make_queue(store, "slow", 1)
-    fast.store_own()  # the slow node's task has not written its partitions yet
+    store_own(fast)  # the slow node's task has not written its partitions yet
     assert trained(fast, 0) == [(0, False), (2, False), (4, False), (6, False)]
-    slow.store_own()
+    store_own(slow)
+    next(slow.epoch(0))  # the slow node starts: claims partition 1 of epoch 0
     assert trained(fast, 1)[4:] == [(7, True), (5, True), (3, True), (1, True)]
 
 
 def test_stored_partitions_not_signed_with_the_run_key_are_never_taken(store):
     fast, slow = make_queue(store, "fast", 0), make_queue(store, "slow", 1)
-    fast.store_own()
+    store_own(fast)
     data = encode_block(np.zeros((3, 2), np.float32), np.zeros(3))
     digest = storage.sha256_hex(data)
     forged_mac = storage.mac_hex(b"x" * 32, "sparkdbn training block v1", "r1", "f" * 32, 7, digest)
     store.write_bytes(f"runs/r1/blocks/{'f' * 12}/00007-{digest}-{forged_mac}.block", data)
+    next(slow.epoch(0))  # started: its unclaimed partitions could be taken, were they stored by the run
     assert trained(fast, 0) == [(0, False), (2, False), (4, False), (6, False)]
-    del slow
 
 
 def test_a_stored_partition_whose_content_was_replaced_is_claimed_but_not_trained(store):
     fast, slow = make_queue(store, "fast", 0), make_queue(store, "slow", 1)
-    fast.store_own(), slow.store_own()
+    store_own(fast, slow)
     folder = f"runs/r1/blocks/{'f' * 12}"
     name = next(name for name in store.list(folder) if name.startswith("00007-"))
     store.write_bytes(f"{folder}/{name}", encode_block(np.ones((3, 2), np.float32), np.ones(3)))
-    assert [index for index, _ in trained(fast, 0)] == [0, 2, 4, 6, 5, 3, 1]
+    next(slow.epoch(0))  # started (partition 1)
+    assert [index for index, _ in trained(fast, 0)] == [0, 2, 4, 6, 5, 3]
 
 
 def test_a_retried_task_trains_what_its_dead_attempt_claimed_and_did_not_finish_and_nothing_else(store):
     dead, peer = make_queue(store, "dead", 1), make_queue(store, "peer", 0)
-    dead.store_own(), peer.store_own()
+    store_own(dead, peer)
     dead_epoch = dead.epoch(0)
     assert next(dead_epoch)[0][0] == 1
     assert next(dead_epoch)[0][0] == 3  # partition 1 finished; the worker dies training 3
@@ -111,18 +122,29 @@ def test_a_retried_task_trains_what_its_dead_attempt_claimed_and_did_not_finish_
     assert [index for (index, *_), _stolen in peer_epoch] == []  # 7 finished; nothing left for the peer
 
 
-def test_one_node_claims_and_writes_nothing(store):
+def test_a_node_takes_nothing_from_a_peer_that_has_not_started_the_job(store):
+    fast, late = make_queue(store, "fast", 0, first_epoch=2), make_queue(store, "late", 1, first_epoch=2)
+    store_own(fast, late)
+    assert trained(fast, 2) == [(0, False), (2, False), (4, False), (6, False)]  # late's task not begun: not slow
+    late_epoch = late.epoch(2)
+    assert next(late_epoch)[0][0] == 1  # now it has
+    assert trained(fast, 3) == [(0, False), (2, False), (4, False), (6, False), (7, True), (5, True), (3, True),
+                                (1, True)]
+    assert [index for (index, *_), _stolen in late_epoch] == [3, 5, 7]  # epoch 2: its own, nobody took them
+
+
+def test_one_node_claims_nothing(store):
     queue = make_queue(store, "alone", 0, slots=[list(range(8))])
-    queue.store_own()
+    store_own(queue)
     assert trained(queue, 0) == [(index, False) for index in range(8)]
     assert trained(queue, 0) == [(index, False) for index in range(8)]  # no claims: the same again
-    assert store.list("runs/r1") == []
+    assert store.list("runs/r1") == ["blocks"]
 
 
 def test_the_driver_removes_one_fits_work_folders_or_every_fits(store):
     for fit in ("a" * 32, "b" * 32):
         queue = make_queue(store, "node", 0, fit_id=fit)
-        queue.store_own()
+        store_own(queue)
         trained(queue, 0)
     store.write_bytes("runs/r1/run.json", b"{}")
     remove_work_folders(store, "r1", "a" * 32)

@@ -1,0 +1,111 @@
+"""A fit's training partitions (node._resident): stored once per fit, taken from memory or the store."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import storage
+from node._contract import NodeConfig
+from node._data import encode_block, summarize_block
+from node._errors import TrainingError
+from node._mode import one_task_per_node
+from node._resident import NodeData, blocks_folder, write_partition
+
+KEY = b"k" * 32
+
+
+def config_for(store_url: str, key: bytes = KEY) -> NodeConfig:
+    return NodeConfig(run="r1", fit_id="f" * 32, store_url=store_url, store_retry_timeout_s=5.0, key=key, spec={},
+                      feature_shape=(2,), classes=None, seed=0, fanout=None, merge_alpha=None, keep_versions=3,
+                      anti_entropy_interval_s=1.0, peer_refresh_interval_s=1.0, flush_timeout_s=5.0)
+
+
+def partition(index: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.full((3, 2), index, np.float32), np.full(3, index)
+
+
+@pytest.fixture
+def store_url(tmp_path) -> str:
+    return "file://" + str(tmp_path / "store")
+
+
+@pytest.fixture
+def store(store_url) -> storage.Store:
+    return storage.open_store(store_url)
+
+
+def stored(store: storage.Store, indices, key: bytes = KEY) -> int:
+    """Write partitions ``indices`` as the fit's first job does; their bytes."""
+    config = config_for("unused", key)
+    return sum(write_partition(store, config, index, *partition(index)) for index in indices)
+
+
+def test_a_node_reads_its_slot_from_the_store_once_then_from_memory(store, store_url):
+    size = stored(store, range(4))
+    data = NodeData(store, config_for(store_url), "node-a")
+    blocks = data.slot([3, 1])
+    assert [index for index, *_ in blocks] == [3, 1]
+    for index, X, y in blocks:
+        assert np.array_equal(X, partition(index)[0]) and np.array_equal(y, partition(index)[1])
+    assert data.take_read_bytes() == size // 2
+    store.delete(blocks_folder("r1", "f" * 32), recursive=True)  # memory alone serves the next jobs
+    assert [index for index, *_ in data.slot([3, 1])] == [3, 1] and data.take_read_bytes() == 0
+
+
+def test_a_node_keeps_at_most_twice_its_slot_in_memory(store, store_url):
+    stored(store, range(6))
+    data = NodeData(store, config_for(store_url), "node-a")
+    data.slot([0, 1])
+    data.slot([2, 3])  # Spark gave this worker the other slot: both are kept
+    assert list(data.memory) == [0, 1, 2, 3]
+    data.slot([4, 5])
+    assert list(data.memory) == [2, 3, 4, 5]
+
+
+def test_a_partition_missing_from_the_store_fails_the_task_saying_which_and_where(store, store_url):
+    stored(store, [0])
+    with pytest.raises(TrainingError, match=r"partition 1 of run r1: not in runs/r1/blocks/f{12}"):
+        NodeData(store, config_for(store_url), "node-a").slot([0, 1])
+
+
+def test_a_partition_stored_under_another_key_is_never_trained_on(store, store_url):
+    stored(store, [0], key=b"x" * 32)
+    with pytest.raises(TrainingError, match="partition 0 of run r1: not in"):
+        NodeData(store, config_for(store_url), "node-a").slot([0])
+
+
+def test_a_stored_partition_whose_content_was_replaced_fails_the_task_naming_the_file(store, store_url):
+    stored(store, [0])
+    folder = blocks_folder("r1", "f" * 32)
+    (name,) = store.list(folder)
+    store.write_bytes(f"{folder}/{name}", encode_block(*partition(7)))
+    with pytest.raises(TrainingError, match=rf"partition 0 of run r1: {folder}/{name}: .*sha256"):
+        NodeData(store, config_for(store_url), "node-a").slot([0])
+
+
+def test_the_fits_first_job_stores_every_partition_and_every_job_carries_only_the_slots_numbers(spark, store,
+                                                                                                 store_url):
+    elements = [(index, summarize_block(index, *partition(index), max_classes=10), encode_block(*partition(index)))
+                for index in range(5)]
+    used: set[str] = set()
+
+    def first_use(name: str) -> bool:
+        first = name not in used
+        used.add(name)
+        return first
+
+    jobs = []
+    fit = SimpleNamespace(prepared=SimpleNamespace(rows_per_partition=[3] * 5,
+                                                   blocks=spark.sparkContext.parallelize(elements, 5)),
+                          nodes=2, sc=spark.sparkContext, run_id="r1", node_config=config_for(store_url),
+                          first_use=first_use, run_job=lambda rdd, description: jobs.append(rdd.collect()))
+    for _job in range(3):
+        slots, rdd = one_task_per_node(fit)
+        assert slots == [[0, 2, 4], [1, 3]]
+        assert rdd.glom().collect() == [[0], [1]]  # the slot's number, not its data
+    assert len(jobs) == 1  # stored once per fit
+    blocks = NodeData(store, config_for(store_url), "node-a").slot([0, 2, 4])
+    assert [(index, X[0, 0]) for index, X, _y in blocks] == [(0, 0), (2, 2), (4, 4)]
