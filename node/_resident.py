@@ -4,7 +4,7 @@ The training modes run one Spark task per node and deal each node a *slot* of pa
 per fit (:func:`node._mode.one_task_per_node`).  Spark does not hand a slot's data to its task:
 
 1. Before the fit's first training job, one job over the cached partitions writes each of them
-   to the store, signed (:func:`store_partitions`)::
+   to the store, signed, and Spark's cached copy is dropped (:func:`store_partitions`)::
 
        runs/<run>/blocks/<fit>/<partition:05d>-<sha256>-<mac>.block     the partition's X and y as .npy
 
@@ -66,9 +66,13 @@ def write_partition(store: storage.Store, config: NodeConfig, index: int, X: np.
 
 # ----------------------------------------------------------------------------- driver and its job
 def store_partitions(fit: "Fit") -> None:
-    """Driver: write every cached training partition of ``fit`` to the store (one Spark job)."""
+    """Driver: write every cached training partition of ``fit`` to the store (one Spark job).
+
+    Spark's cached copy is dropped then: the nodes take the data from memory or the store.
+    """
     job = fit.prepared.blocks.mapPartitions(functools.partial(_write_partitions, encode(fit.node_config)))
     fit.run_job(job, f"{fit.run_id} store the training partitions")
+    fit.prepared.unpersist()
 
 
 def _write_partitions(encoded_config: bytes, elements: Iterator[Element]) -> Iterator[int]:

@@ -97,15 +97,16 @@ def test_the_fits_first_job_stores_every_partition_and_every_job_carries_only_th
         used.add(name)
         return first
 
-    jobs = []
-    fit = SimpleNamespace(prepared=SimpleNamespace(rows_per_partition=[3] * 5,
-                                                   blocks=spark.sparkContext.parallelize(elements, 5)),
+    jobs, cached = [], spark.sparkContext.parallelize(elements, 5).cache()
+    fit = SimpleNamespace(prepared=SimpleNamespace(rows_per_partition=[3] * 5, blocks=cached,
+                                                   unpersist=cached.unpersist),
                           nodes=2, sc=spark.sparkContext, run_id="r1", node_config=config_for(store_url),
                           first_use=first_use, run_job=lambda rdd, description: jobs.append(rdd.collect()))
     for _job in range(3):
         slots, rdd = one_task_per_node(fit)
         assert slots == [[0, 2, 4], [1, 3]]
         assert rdd.glom().collect() == [[0], [1]]  # the slot's number, not its data
-    assert len(jobs) == 1  # stored once per fit
+    assert len(jobs) == 1  # stored once per fit ...
+    assert not cached.is_cached  # ... and Spark's copy dropped
     blocks = NodeData(store, config_for(store_url), "node-a").slot([0, 2, 4])
     assert [(index, X[0, 0]) for index, X, _y in blocks] == [(0, 0), (2, 2), (4, 4)]
