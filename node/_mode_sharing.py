@@ -194,7 +194,7 @@ class SharingMode(TrainingMode):
     # ------------------------------------------------------------------ driver
     def run_epochs(self, fit: "Fit", phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
         slots, rdd = one_task_per_node(fit)
-        options = {"slots": slots, "epochs": epochs, "threshold": fit.settings.sharing_threshold,
+        options = {"epochs": epochs, "slots": slots, "threshold": fit.settings.sharing_threshold,
                    "sparsity": fit.settings.sharing_sparsity}
         reports = fit.run_partitions(fit.task(phase, first, self.name, options), rdd=rdd)
         return [[report for report in reports if report.epoch == epoch] for epoch in range(first, epochs)]
