@@ -44,7 +44,7 @@ from ._record import RunRecord
 from ._run_store import STALE_TEMPORARY_S, open_checked_store, sweep_temporaries
 from ._scaling import default_warmup_partitions
 from ._settings import TrainingSettings
-from ._stealing import remove_work_folders
+from ._stealing import claimed_partitions, remove_work_folders
 from ._validation import ValidationSet
 from ._watch import RunWatch
 
@@ -338,8 +338,10 @@ class Fit:
         rdd = rdd.mapPartitionsWithIndex(functools.partial(run_training_task, encode(task), self._start))
         description = f"{self.run_id} {task.phase} epoch {task.epoch + 1}"
         epochs = int(task.options.get("epochs", task.epoch + 1)) - task.epoch  # the job's epochs
+        claimed = functools.partial(claimed_partitions, self.store, self.run_id, self.fit_id, task.phase,
+                                    range(task.epoch, task.epoch + epochs))
         reports = [decode(item, PartitionReport)
-                   for item in self._progress.run_job(rdd, description, self.prepared.partitions * epochs)]
+                   for item in self._progress.run_job(rdd, description, self.prepared.partitions * epochs, claimed)]
         refused = [report.error for report in reports if report.error]
         if refused:
             more = f" (and {len(refused) - 1} more partition(s))" if len(refused) > 1 else ""

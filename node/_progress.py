@@ -13,15 +13,29 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from tqdm.auto import tqdm
 
+import storage
+
 from ._errors import TrainingError, short_error
 from ._reachability import merges_by_node, merges_text
 from ._scaling import scaling_warning
 
-__all__ = ["EpochProgress", "progress_postfix", "run_job", "summarize_epoch", "summary_line"]
+__all__ = ["EpochProgress", "partitions_done", "progress_postfix", "run_job", "summarize_epoch", "summary_line"]
 
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.2  # how often the progress bar asks Spark's status tracker
+CLAIMS_POLL_S = 1.0  # how often it counts the partitions the nodes claimed (a store listing)
+
+
+def partitions_done(done_tasks: int, tasks: int, partitions: int, claimed: int) -> int:
+    """The job's partitions trained so far, from its finished tasks and the nodes' claims.
+
+    A finished task trained its share (``partitions / tasks`` on average); a running task holds at
+    most one claimed partition it has not finished, so ``claimed - running tasks`` were trained.
+    """
+    by_tasks = done_tasks * partitions // tasks
+    return max(0, min(partitions, max(by_tasks, claimed - (tasks - done_tasks))))
+
 # tqdm's own rate would be partitions/s: the bar shows samples/s and the time left in its postfix instead.
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} partitions [{elapsed}{postfix}]"
 
@@ -151,15 +165,27 @@ class EpochProgress:
     def epoch(self, epoch: int, epochs: int) -> None:
         self.bar.set_description(f"{self.description} epoch {epoch + 1}/{epochs}")
 
-    def run_job(self, rdd: Any, description: str, partitions: int) -> list[Any]:
-        """Collect ``rdd`` in the fit's job group, moving the bar as its tasks finish.
+    def run_job(self, rdd: Any, description: str, partitions: int,
+                claimed: Callable[[], int] | None = None) -> list[Any]:
+        """Collect ``rdd`` in the fit's job group, moving the bar as its partitions are trained.
 
-        ``partitions``: the training partitions the job trains (a task may train several: the
-        bar moves by their share of them per finished task, and to the end when the job ends).
+        ``partitions``: the training partitions the job trains (a task may train several).
+        ``claimed``: how many of them the nodes have claimed so far (:mod:`node._stealing`),
+        asked at most every :data:`CLAIMS_POLL_S`; without it the bar moves by finished tasks.
         """
-        base, per_task = self.bar.n, partitions / max(1, rdd.getNumPartitions())
-        records = run_job(self.sc, rdd, self.group, description,
-                          lambda done: self._advance(base + int(done * per_task)))
+        base, tasks = self.bar.n, max(1, rdd.getNumPartitions())
+        asked = {"at": 0.0, "claimed": 0}
+
+        def moved(done_tasks: int) -> None:
+            if claimed is not None and time.perf_counter() - asked["at"] >= CLAIMS_POLL_S:
+                asked["at"] = time.perf_counter()
+                try:
+                    asked["claimed"] = claimed()
+                except storage.StoreError as error:  # the bar waits for the next poll; the job goes on
+                    logger.debug("progress: cannot count the claimed partitions: %s", error)
+            self._advance(base + partitions_done(done_tasks, tasks, partitions, asked["claimed"]))
+
+        records = run_job(self.sc, rdd, self.group, description, moved)
         self._advance(base + partitions)
         return records
 

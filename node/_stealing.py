@@ -22,7 +22,9 @@ first (an exclusive create, atomic in every store)::
 A node takes a peer's partition from its memory or from the store, where the fit's first job
 stores every partition (:mod:`node._resident`; a partition is taken only once it is there).  The
 driver removes the claims and the stored partitions when the fit ends (:func:`remove_work_folders`).
-With one node nothing is claimed: its job is exactly its own partitions, in order.
+A lone node steals nothing (its job is exactly its own partitions, in order) but claims each
+partition as well: the claims tell the driver's progress bar how far a job is
+(:func:`claimed_partitions`), and a retried task what its dead attempt finished.
 
 A node marks a claim finished when it has trained the partition.  When a worker dies, Spark
 retries its task (the same slot) on a fresh node, which trains the partitions its slot had
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
     from ._contract import TaskSpec
     from ._executor import ExecutorNode
 
-__all__ = ["PartitionQueue", "remove_work_folders"]
+__all__ = ["PartitionQueue", "claimed_partitions", "remove_work_folders"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +56,15 @@ _CLAIM_MAX_BYTES = 1024
 
 def _claims_folder(run: str, fit_id: str, phase: str) -> str:
     return f"runs/{run}/claims/{fit_id[:12]}/{phase}"
+
+
+def claimed_partitions(store: storage.Store, run: str, fit_id: str, phase: str, epochs: range) -> int:
+    """How many partitions of ``epochs`` of ``phase`` the nodes have claimed so far (trained, or training)."""
+    count = 0
+    for name in store.list(_claims_folder(run, fit_id, phase)):
+        epoch = name.split("-", 1)[0]
+        count += epoch.isdigit() and int(epoch) in epochs
+    return count
 
 
 def remove_work_folders(store: storage.Store, run: str, fit_id: str | None = None) -> None:
@@ -141,8 +152,6 @@ class PartitionQueue:
         finished and is not this node's was made by an earlier attempt of this node's task, which
         died with it (Spark runs one attempt of a task at a time): this node trains it instead.
         """
-        if not self.shared:
-            return True
         path = self._claim_path(epoch, index)
         mine = f"{self.slot} {self.token} claimed".encode()
         if self.node.store.create_exclusive(path, mine):
@@ -161,5 +170,4 @@ class PartitionQueue:
         return False
 
     def _finish(self, epoch: int, index: int) -> None:
-        if self.shared:
-            self.node.store.write_bytes(self._claim_path(epoch, index), f"{self.slot} {self.token} finished".encode())
+        self.node.store.write_bytes(self._claim_path(epoch, index), f"{self.slot} {self.token} finished".encode())

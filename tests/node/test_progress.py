@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tqdm import tqdm
 
-from node._progress import BAR_FORMAT, progress_postfix
+from node._progress import BAR_FORMAT, partitions_done, progress_postfix
 
 
 def test_the_postfix_gives_samples_per_second_and_the_time_the_partitions_left_will_take():
@@ -26,3 +26,13 @@ def test_the_bar_counts_partitions_and_shows_the_postfix_instead_of_tqdms_partit
     assert line.startswith("r1 rbm0 epoch 1/3:  25%|")
     assert line.endswith("| 3/12 partitions [00:02, 1,500 samples/s, 00:06 left]")
     assert "partition/s" not in line
+
+
+def test_the_bar_counts_the_partitions_the_nodes_claimed_less_one_per_running_task():
+    # 2 tasks (nodes) of 16 partitions: claims move the bar before any task ends.
+    assert partitions_done(0, 2, 16, claimed=0) == 0
+    assert partitions_done(0, 2, 16, claimed=7) == 5  # two of the seven are being trained
+    assert partitions_done(1, 2, 16, claimed=12) == 11  # one task left, training its 12th
+    assert partitions_done(1, 2, 16, claimed=0) == 8  # no claims (sync): a finished task's share
+    assert partitions_done(2, 2, 16, claimed=16) == 16
+    assert partitions_done(2, 2, 16, claimed=40) == 16  # never past the job's partitions

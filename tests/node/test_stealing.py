@@ -10,7 +10,7 @@ import pytest
 import storage
 from node._data import encode_block
 from node._resident import NodeData, write_partition
-from node._stealing import PartitionQueue, remove_work_folders
+from node._stealing import PartitionQueue, claimed_partitions, remove_work_folders
 
 KEY = b"k" * 32
 SLOTS = [[0, 2, 4, 6], [1, 3, 5, 7]]  # deal_partitions(8 partitions, 2 nodes)
@@ -133,12 +133,25 @@ def test_a_node_takes_nothing_from_a_peer_that_has_not_started_the_job(store):
     assert [index for (index, *_), _stolen in late_epoch] == [3, 5, 7]  # epoch 2: its own, nobody took them
 
 
-def test_one_node_claims_nothing(store):
-    queue = make_queue(store, "alone", 0, slots=[list(range(8))])
-    store_own(queue)
-    assert trained(queue, 0) == [(index, False) for index in range(8)]
-    assert trained(queue, 0) == [(index, False) for index in range(8)]  # no claims: the same again
-    assert store.list("runs/r1") == ["blocks"]
+def test_a_lone_node_claims_what_it_trains_so_a_retried_task_skips_what_was_finished(store):
+    alone = make_queue(store, "alone", 0, slots=[list(range(8))])
+    epoch = alone.epoch(0)
+    assert [next(epoch)[0][0] for _ in range(3)] == [0, 1, 2]  # 0 and 1 finished; the worker dies training 2
+    retry = make_queue(store, "retry", 0, slots=[list(range(8))])
+    assert trained(retry, 0) == [(index, False) for index in range(2, 8)]  # nothing stolen, nothing twice
+    assert trained(retry, 1) == [(index, False) for index in range(8)]
+
+
+def test_the_claims_count_the_partitions_of_a_jobs_epochs_trained_or_training(store):
+    fast, slow = make_queue(store, "fast", 0), make_queue(store, "slow", 1)
+    store_own(fast, slow)
+    slow_epoch = slow.epoch(0)
+    next(slow_epoch)  # training partition 1
+    assert len(trained(fast, 0)) == 7  # its own four, then 7, 5 and 3 of the slow node's
+    next(fast.epoch(1))  # and partition 0 of the next epoch
+    assert claimed_partitions(store, "r1", "f" * 32, "finetune", range(0, 1)) == 8
+    assert claimed_partitions(store, "r1", "f" * 32, "finetune", range(0, 2)) == 9
+    assert claimed_partitions(store, "r1", "f" * 32, "rbm0", range(0, 2)) == 0  # another phase: none
 
 
 def test_the_driver_removes_one_fits_work_folders_or_every_fits(store):
