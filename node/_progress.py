@@ -25,6 +25,8 @@ logger = logging.getLogger(__name__)
 
 POLL_S = 0.2  # how often the progress bar asks Spark's status tracker
 CLAIMS_POLL_S = 1.0  # how often it counts the partitions the nodes claimed (a store listing)
+# tqdm's own rate would be partitions/s: the bar shows samples/s and the time left in its postfix instead.
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} partitions [{elapsed}{postfix}]"
 
 
 def partitions_done(done_tasks: int, tasks: int, partitions: int, claimed: int) -> int:
@@ -35,9 +37,6 @@ def partitions_done(done_tasks: int, tasks: int, partitions: int, claimed: int) 
     """
     by_tasks = done_tasks * partitions // tasks
     return max(0, min(partitions, max(by_tasks, claimed - (tasks - done_tasks))))
-
-# tqdm's own rate would be partitions/s: the bar shows samples/s and the time left in its postfix instead.
-BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} partitions [{elapsed}{postfix}]"
 
 
 def run_job(sc: Any, rdd: Any, group: str, description: str, on_progress: Callable[[int], None]) -> list[dict]:
