@@ -58,6 +58,10 @@ def _claims_folder(run: str, fit_id: str, phase: str) -> str:
     return f"runs/{run}/claims/{fit_id[:12]}/{phase}"
 
 
+def _claim_name(epoch: int, index: int) -> str:
+    return f"{epoch:04d}-{index:05d}"
+
+
 def claimed_partitions(store: storage.Store, run: str, fit_id: str, phase: str, epochs: range) -> int:
     """How many partitions of ``epochs`` of ``phase`` the nodes have claimed so far (trained, or training)."""
     count = 0
@@ -109,6 +113,7 @@ class PartitionQueue:
         self.owner = {index: other for other, partitions in enumerate(slots) for index in partitions}
         self.started: set[int] = set()  # slots whose node has started the job (see _note_started)
         self.token = f"{node.node}-{uuid.uuid4().hex}"
+        self.claims = _claims_folder(task.node.run, task.node.fit_id, task.phase)
 
     # ------------------------------------------------------------------ the epoch's partitions
     def epoch(self, epoch: int) -> Iterator[tuple[Block, bool]]:
@@ -137,13 +142,12 @@ class PartitionQueue:
         """Note the slots whose node has started this job: it claimed its first partition of the job's first epoch."""
         if len(self.started) == len(self.firsts):
             return
-        claimed = set(self.node.store.list(_claims_folder(self.task.node.run, self.task.node.fit_id, self.task.phase)))
+        claimed = set(self.node.store.list(self.claims))
         first_epoch = self.task.epoch
-        self.started |= {other for other, first in self.firsts.items() if f"{first_epoch:04d}-{first:05d}" in claimed}
+        self.started |= {other for other, first in self.firsts.items() if _claim_name(first_epoch, first) in claimed}
 
     def _claim_path(self, epoch: int, index: int) -> str:
-        task = self.task
-        return f"{_claims_folder(task.node.run, task.node.fit_id, task.phase)}/{epoch:04d}-{index:05d}"
+        return f"{self.claims}/{_claim_name(epoch, index)}"
 
     def _claim(self, epoch: int, index: int) -> bool:
         """Whether this node trains ``index`` in ``epoch``: it claimed it first, or takes over its slot's.
