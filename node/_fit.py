@@ -356,6 +356,12 @@ class Fit:
         self._progress.report(summary_line(summary, epochs))
         if summary["warning"]:
             logger.warning("run %s %s epoch %d: %s", self.run_id, phase, epoch + 1, summary["warning"])
+        untrained = self._untrained_partitions(reports)
+        if untrained:
+            summary["untrained_partitions"] = untrained
+            logger.warning("run %s %s epoch %d trained without partition(s) %s: no node of the run trained them "
+                           "(a stored copy that did not verify, or a claim no node of this fit made; the executors' "
+                           "logs say which)", self.run_id, phase, epoch + 1, untrained)
         unreachable = self.reachability.end_epoch(phase, summary["records"])
         if unreachable:
             summary["reachability_warning"] = unreachable
@@ -367,6 +373,11 @@ class Fit:
             self.on_epoch(summary)
         if stop:
             raise _PhaseStopped(phase)
+
+    def _untrained_partitions(self, reports: list[PartitionReport]) -> list[int]:
+        """The partitions holding data that no report of the epoch trained."""
+        trained = {report.partition for report in reports}
+        return [index for index, rows in enumerate(self.prepared.rows_per_partition) if rows and index not in trained]
 
     def _sweep_phase(self, phase: str) -> None:
         folder = f"runs/{self.run_id}/weights/{phase}"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import glob
+import logging
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -167,6 +170,38 @@ def test_with_one_node_slowed_3x_async_gives_the_fast_node_most_partitions_and_s
     assert len(fast) == len(slowed)  # sync: every node trains the same share ...
     for later, earlier in zip(fast[1:], slowed[:-1]):  # ... and starts a round only after the slow one ended its last
         assert _started(later) >= _started(earlier) + earlier["train_s"] + earlier["slowed_s"], (later, earlier)
+
+
+def test_an_epoch_trained_without_a_partition_names_it_in_its_summary_and_the_log(spark, store_url, digits, caplog):
+    # A process that is no node of the fit claims partition 1 of the last epoch before any node can:
+    # nobody trains it (a claim is an exclusive create), and the driver says so instead of nothing.
+    X, y, _X_test, _y_test = digits
+    claims = os.path.join(store_url[len("file://"):], "runs", "forged-claim", "claims")
+    done = threading.Event()
+
+    def forge() -> None:
+        while not done.wait(0.002):
+            phases = glob.glob(os.path.join(claims, "*", "train"))
+            if phases:
+                with open(os.path.join(phases[0], "0002-00001"), "x") as handle:
+                    handle.write("7 intruder claimed")
+                return
+
+    forger = threading.Thread(target=forge, daemon=True)
+    forger.start()
+    summaries = []
+    try:
+        with caplog.at_level(logging.WARNING, logger="node._fit"):
+            node.Trainer(spark, store_url, run_id="forged-claim", mode="async", epochs={"train": 3}, partitions=4,
+                         progress=False, on_epoch=summaries.append).fit(small_conv_net(), X, y)
+    finally:
+        done.set()
+        forger.join()
+
+    assert [summary.get("untrained_partitions") for summary in summaries] == [None, None, [1]]
+    assert "train epoch 3 trained without partition(s) [1]" in caplog.text
+    trained = [record["partition"] for record in reports_of(store_url, "forged-claim") if record["epoch"] == 2]
+    assert sorted(trained) == [0, 2, 3]
 
 
 def test_with_one_node_slowed_3x_sharing_lets_the_fast_node_take_the_partitions_the_slow_one_has_not_started(
