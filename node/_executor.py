@@ -40,7 +40,7 @@ from ._labels import encode_labels
 from ._modes import mode_named
 from ._network import choose_node_address
 from ._resident import NodeData
-from ._scaling import NodeScaling
+from ._scaling import NodeScaling, schedule_epoch
 from ._worker_heap import settle_worker_heap
 
 __all__ = ["ExecutorNode", "node_id", "run_training_task", "release_run_task"]
@@ -170,6 +170,9 @@ class ExecutorNode:
         self.scaling.merged(merged_from)
         self.learning_rate_scale = self.scaling.scale()
         self.model.set_learning_rate_scale(self.learning_rate_scale)
+        set_schedule_epoch = getattr(self.model, "set_schedule_epoch", None)  # optional in the seam (rbm._model)
+        if set_schedule_epoch is not None:  # schedules run on the fit's epochs, not on this node's partitions
+            set_schedule_epoch(schedule_epoch(task.epoch, self.learning_rate_scale))
         self._maybe_fault(task, X, indices, rng)
         try:
             metrics = self.model.train_partition(X, indices, task.phase, rng)

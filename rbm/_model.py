@@ -21,7 +21,11 @@ only ever talks to a model through it:
   the reconstruction error for RBM phases, the cross-entropy for supervised ones); an
   empty partition is skipped (``samples == 0``);
 * ``set_learning_rate_scale(factor)`` -- multiply the learning rate of every following
-  update (not a hyperparameter: not in the spec or the saved file).
+  update (not a hyperparameter: not in the spec or the saved file);
+* ``set_schedule_epoch(epoch)`` (optional: the trainer calls it where a model has it) -- the
+  passes over the whole data the model's schedules (learning-rate decay, momentum switch)
+  count as done, for the following updates: the trainer's epoch, however many partitions an
+  epoch has and however many nodes share it (see :class:`ScheduleClock`).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ __all__ = [
     "empty_partition_metrics",
     "is_empty",
     "MinibatchHook",
+    "ScheduleClock",
 ]
 
 SPEC_KEY = "__spec__"
@@ -97,6 +102,35 @@ class MinibatchHook:
         hook = self._minibatch_hook
         if hook is not None:
             hook()
+
+
+class ScheduleClock:
+    """``set_schedule_epoch``: what a model's schedules count as passes done.
+
+    A model's schedules (the DBN's fine-tuning decay ``lr / (1 + decay * t)``, the RBM's momentum
+    switch, the ConvNet's ``lr_decay``) count the passes over the data it made itself: in ``fit``
+    one per epoch.  The distributed trainer calls ``train_partition`` once per *partition*, and a
+    node trains only its share of an epoch: counted per call, an epoch of 16 partitions on 2 nodes
+    would advance each node's schedules by 8.  So the trainer sets the clock before every partition
+    (:func:`node._scaling.schedule_epoch`), and the schedules run on epochs of the whole data, on any
+    number of partitions.  Not a hyperparameter: not in the spec or the saved file.
+    """
+
+    _schedule_epoch: "float | None" = None
+
+    def set_schedule_epoch(self, epoch: "float | None") -> None:
+        """Count ``epoch`` passes done (a number >= 0) in the schedules of every following update (None: the model's own)."""
+        if epoch is None:
+            self.__dict__.pop("_schedule_epoch", None)
+            return
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, float, np.integer, np.floating)) \
+                or not np.isfinite(epoch) or epoch < 0:
+            raise ValueError(f"set_schedule_epoch takes a finite number of epochs >= 0 or None, got {epoch!r}")
+        self._schedule_epoch = float(epoch)
+
+    def _schedule_passes(self, own: int) -> float:
+        """The passes the schedules count: the set epoch, else ``own`` (the model's own count)."""
+        return own if self._schedule_epoch is None else self._schedule_epoch
 
 
 def is_empty(X: Any) -> bool:

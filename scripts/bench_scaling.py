@@ -43,7 +43,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from node._modes import mode_named  # noqa: E402
-from node._scaling import default_warmup_partitions, learning_rate_scale, resolve_rule  # noqa: E402
+from node._scaling import default_warmup_partitions, learning_rate_scale, resolve_rule, schedule_epoch  # noqa: E402
 from node._settings import TrainingSettings  # noqa: E402
 
 STRATEGIES = ("average", "linear", "sqrt", "auto", "linear-nowarmup", "delta-1.0", "delta-0.5", "every-2", "every-4",
@@ -127,7 +127,9 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
             epoch, half = divmod(round_index, per_node)
             for i, replica in enumerate(replicas):
                 steps = len(X) / (nodes * base.batch_size) if rule == "auto" else None
-                replica.set_learning_rate_scale(learning_rate_scale(resolved, nodes, done, warmup, steps))
+                scale = learning_rate_scale(resolved, nodes, done, warmup, steps)
+                replica.set_learning_rate_scale(scale)
+                replica.set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer (node._scaling)
                 partition = half * nodes + i
                 rows = parts[partition]
                 replica.train_partition(X[rows], None if kind == "rbm" else y[rows], phase,

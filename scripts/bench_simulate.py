@@ -60,7 +60,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from actors import merge_snapshots  # noqa: E402
 from node._mode_sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
 from node._modes import mode_named  # noqa: E402
-from node._scaling import NodeScaling  # noqa: E402
+from node._scaling import NodeScaling, schedule_epoch  # noqa: E402
 from node._settings import TrainingSettings  # noqa: E402
 
 PHASE = "finetune"
@@ -218,7 +218,9 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
         nonlocal samples
         rows = parts[i][done[i] % partitions_per_node]
         scalings[i].merged(merged_from)
-        replicas[i].set_learning_rate_scale(scalings[i].scale())
+        scale = scalings[i].scale()
+        replicas[i].set_learning_rate_scale(scale)
+        replicas[i].set_schedule_epoch(schedule_epoch(int(done[i]) // partitions_per_node, scale))  # as the trainer
         replicas[i].train_partition(X[rows], y[rows], PHASE, np.random.default_rng([seed, i, int(done[i])]))
         scalings[i].trained()
         done[i] += 1

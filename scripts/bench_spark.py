@@ -68,6 +68,7 @@ def _in_process(X, y, X_test, y_test, epochs: dict[str, int], partitions: int, s
     for phase_index, phase in enumerate(model.phases()):
         samples, seconds = 0, 0.0
         for epoch in range(epochs[phase]):
+            model.set_schedule_epoch(epoch)  # as the trainer does
             for index, rows in enumerate(parts):
                 rng = np.random.default_rng([seed, phase_index, epoch, index])
                 metrics = model.train_partition(X[rows], y[rows], phase, rng)

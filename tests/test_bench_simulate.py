@@ -54,6 +54,7 @@ def by_hand(bench, problem, average_after_first: bool) -> list[dict]:
                 replica.set_parameters(mean)
         for i, replica in enumerate(replicas):
             rows = parts[i][index]
+            replica.set_schedule_epoch(0)  # one epoch: both partitions in the schedules' epoch 0, as the trainer
             replica.train_partition(X[rows], y[rows], "finetune", np.random.default_rng([SEED, i, index]))
     return [r.parameters("finetune") for r in replicas]
 

@@ -74,7 +74,8 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         The supervised phase (``finetune_momentum`` applies to SGD only).
     finetune_lr_decay : float
         The fine-tuning learning rate of pass ``t`` (counted from 0: epochs of :meth:`fit`,
-        calls of :meth:`train_partition`) is ``finetune_learning_rate / (1 + decay * t)``.
+        calls of :meth:`train_partition`, or the distributed trainer's epoch, which it sets
+        with ``set_schedule_epoch``) is ``finetune_learning_rate / (1 + decay * t)``.
     finetune_dropout : float
         Fraction of hidden units dropped (inverted dropout) in each fine-tuning minibatch.
     finetune_updater : {"sgd", "adagrad", "adam"}
@@ -288,7 +289,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         params = self._finetune_params()
         decayed = tuple(name for name in params if name.endswith(".W"))
         total = xp.zeros((), dtype=self._dtype)
-        decay = 1.0 + self.finetune_lr_decay * self._finetune_epochs_done
+        decay = 1.0 + self.finetune_lr_decay * self._schedule_passes(self._finetune_epochs_done)
         scale = getattr(self, "_learning_rate_scale", 1.0)  # set by the distributed trainer
         self._updater.learning_rate = self.finetune_learning_rate / decay * scale
         dropout = float(self.finetune_dropout)

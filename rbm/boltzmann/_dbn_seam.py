@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .._backend import to_device, to_host
-from .._model import MinibatchHook, copy_parameters, empty_partition_metrics, is_empty, save_model
+from .._model import MinibatchHook, ScheduleClock, copy_parameters, empty_partition_metrics, is_empty, save_model
 from .._params import SpecConstructors, check_learning_rate_scale, spec_from_params
 from .._validation import check_labels
 
@@ -25,7 +25,7 @@ __all__ = ["DBNSeam", "CLASSES_KEY"]
 CLASSES_KEY = "meta.classes"
 
 
-class DBNSeam(SpecConstructors, MinibatchHook):
+class DBNSeam(SpecConstructors, MinibatchHook, ScheduleClock):
     """Mixin: the distributed trainer's view of a DBN (see :class:`rbm.DBN`)."""
 
     _KIND, _TUPLE_PARAMS = "dbn", ("hidden_layer_sizes",)
@@ -67,6 +67,7 @@ class DBNSeam(SpecConstructors, MinibatchHook):
             k = self._layer_index(phase)
             X = self._prepare(X)
             hidden = self._propagate(to_device(X, self._xp), k)
+            self.layers_[k].set_schedule_epoch(self._schedule_epoch)  # the RBM's momentum switch
             loss = self.layers_[k]._train_pass(hidden, rng)
         return {"samples": int(len(X)), "seconds": time.perf_counter() - started, "loss": float(loss)}
 

@@ -20,7 +20,7 @@ from sklearn.utils import Tags
 from sklearn.utils.validation import validate_data
 
 from .._backend import NamespacePickling, array_module, check_dtype, make_rng, resolve_device, to_device, to_host
-from .._model import MinibatchHook, copy_parameters, empty_partition_metrics, is_empty, register_model, save_model
+from .._model import MinibatchHook, ScheduleClock, copy_parameters, empty_partition_metrics, is_empty, register_model, save_model
 from .._params import SpecConstructors, check_integer, check_learning_rate_scale, check_number, spec_from_params
 from .._validation import check_features, check_finite_parameters
 from . import _cd
@@ -41,7 +41,7 @@ _ERROR_SAMPLE_ROWS = 256
 
 
 @register_model("rbm")
-class RBM(RBMInference, SpecConstructors, MinibatchHook, NamespacePickling, ClassNamePrefixFeaturesOutMixin,
+class RBM(RBMInference, SpecConstructors, MinibatchHook, ScheduleClock, NamespacePickling, ClassNamePrefixFeaturesOutMixin,
           TransformerMixin, BaseEstimator):
     """Restricted Boltzmann machine trained with contrastive divergence.
 
@@ -81,7 +81,8 @@ class RBM(RBMInference, SpecConstructors, MinibatchHook, NamespacePickling, Clas
         (0 by default; 0.5 then 0.9 is the classic schedule for CD-k, too much for persistent chains).
     momentum_switch_iter : int
         Passes (epochs of :meth:`fit`, or calls of :meth:`partial_fit` /
-        :meth:`train_partition`) run with ``momentum``.
+        :meth:`train_partition`, or the distributed trainer's epochs, which it sets with
+        ``set_schedule_epoch``) run with ``momentum``.
     weight_decay : float
         L2 penalty on the weights.
     weight_init_std : float or None
@@ -404,7 +405,7 @@ class RBM(RBMInference, SpecConstructors, MinibatchHook, NamespacePickling, Clas
 
     def _current_momentum(self) -> float:
         """Momentum of the next pass: ``momentum`` for the first ``momentum_switch_iter`` passes."""
-        passes = getattr(self, "_passes", 0)
+        passes = self._schedule_passes(getattr(self, "_passes", 0))
         return float(self.momentum if passes < self.momentum_switch_iter else self.final_momentum)
 
     # ------------------------------------------------------------------ the seam

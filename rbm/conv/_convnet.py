@@ -66,7 +66,8 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
         Updater settings (``momentum``/``nesterov`` apply to SGD only); ``l2`` decays weights, not biases.
     lr_decay : float
         The learning rate of pass ``t`` (counted from 0: epochs of :meth:`fit`, calls of
-        :meth:`partial_fit` or :meth:`train_partition`) is ``learning_rate / (1 + lr_decay * t)``.
+        :meth:`partial_fit` or :meth:`train_partition`, or the distributed trainer's epoch, which
+        it sets with ``set_schedule_epoch``) is ``learning_rate / (1 + lr_decay * t)``.
     batch_size, epochs : int
     device : {"cpu", "gpu", "auto"}
     dtype : {"float32", "float64"}
@@ -305,8 +306,8 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
         for layer in self.layers_:
             if isinstance(layer, Dropout):
                 layer.rng = rng
-        # The schedule: lr / (1 + decay * passes so far), times the distributed trainer's scale.
-        decay = 1.0 + float(self.lr_decay) * len(self.loss_curve_)
+        # The schedule: lr / (1 + decay * passes so far (ScheduleClock)), times the distributed trainer's scale.
+        decay = 1.0 + float(self.lr_decay) * self._schedule_passes(len(self.loss_curve_))
         self._optimizer.learning_rate = float(self.learning_rate) / decay * getattr(self, "_learning_rate_scale", 1.0)
         order = rng.permutation(len(X))
         total = 0.0

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from .._backend import to_host
-from .._model import MinibatchHook, copy_parameters, empty_partition_metrics, is_empty, read_model_file, save_model
+from .._model import MinibatchHook, ScheduleClock, copy_parameters, empty_partition_metrics, is_empty, read_model_file, save_model
 from .._params import SpecConstructors, check_learning_rate_scale, spec_from_params
 from .._validation import check_labels
 from ._spec import plain
@@ -29,7 +29,7 @@ PHASE = "train"
 CLASSES_KEY, INPUT_SHAPE_KEY = "meta.classes", "meta.input_shape"
 
 
-class ConvNetSeam(SpecConstructors, MinibatchHook):
+class ConvNetSeam(SpecConstructors, MinibatchHook, ScheduleClock):
     """Mixin: the distributed trainer's view of a ConvNet (see :class:`rbm.ConvNet`)."""
 
     _KIND, _TUPLE_PARAMS = "convnet", ("input_shape",)

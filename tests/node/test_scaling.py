@@ -12,7 +12,7 @@ from node._contract import NodeConfig, TaskSpec
 from node._executor import ExecutorNode
 from node._progress import small_partition_warning, summary_line
 from node._scaling import (STEP_LIMITED_STEPS, NodeScaling, default_partitions, default_warmup_partitions,
-                           learning_rate_scale, resolve_rule, scale_target)
+                           learning_rate_scale, resolve_rule, scale_target, schedule_epoch)
 from node._settings import TrainingSettings
 
 
@@ -96,6 +96,23 @@ def test_the_executor_trains_each_partition_with_the_factor_of_the_nodes_it_merg
     # Nothing merged yet: 1 node.  Then 8 nodes, warming up (2nd of 2 partitions), then 8 nodes.
     assert seen == pytest.approx(expected)
     assert node.learning_rate_scale == pytest.approx(expected[-1])
+
+
+@pytest.mark.parametrize("rule, factor", [("auto", 8.0), ("none", 1.0)])
+def test_the_executor_sets_the_models_schedules_to_the_epoch_times_the_factor(rule, factor):
+    # Counted per partition, the schedules would stand at 4 partitions x 3 epochs here; they stand at
+    # epoch 3 on one node, 3 x 8 on 8 (node._scaling.schedule_epoch).
+    config = _config(scale_rule=rule, warmup_partitions=0)
+    node = ExecutorNode(config)
+    node.model = rbm.model_from_spec(config.spec).initialize(6)
+    node.scaling.enter_phase("rbm")
+    X = np.random.default_rng(0).random((20, 6)).astype(np.float32)
+    for epoch in range(4):
+        task = TaskSpec(node=config, mode="async", phase="rbm", phase_index=0, epoch=epoch, start_digest="digest")
+        for partition in range(4):
+            node.train(task, partition, X, None, merged_from=[f"peer{k}" for k in range(7)])
+            assert node.model._schedule_epoch == pytest.approx(epoch * factor)
+    assert schedule_epoch(3, 8.0) == 24.0 and schedule_epoch(3, 1.0) == 3.0
 
 
 def test_settings_refuse_an_unknown_rule_and_default_to_auto():

@@ -330,6 +330,43 @@ def test_learning_rate_scale_s_trains_exactly_as_a_learning_rate_times_s(kind, d
         np.testing.assert_array_equal(scaled.parameters()[name], value, err_msg=name)
 
 
+# kind: (settings with a schedule, per epoch: the settings of a reference whose schedule is that epoch's, fixed)
+SCHEDULES = {
+    "rbm": ({"momentum": 0.5, "final_momentum": 0.9, "momentum_switch_iter": 1},
+            lambda epoch: {"momentum": 0.5 if epoch < 1 else 0.9, "final_momentum": 0.5 if epoch < 1 else 0.9}),
+    "dbn": ({"finetune_lr_decay": 0.5},  # and its RBMs' momentum: 0.5, then 0.9 after 5 passes
+            lambda epoch: {"finetune_lr_decay": 0.0, "finetune_learning_rate": 0.1 / (1 + 0.5 * epoch),
+                           "layer_params": [{"final_momentum": 0.5}] * 2}),
+    "convnet": ({"lr_decay": 0.5}, lambda epoch: {"lr_decay": 0.0, "learning_rate": 0.05 / (1 + 0.5 * epoch)}),
+}
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_schedules_count_the_epoch_the_trainer_sets_not_the_partitions_trained(kind, digits):
+    # The trainer calls train_partition once per partition: 4 per epoch here.  With the epoch set, the
+    # decay and the momentum switch follow epochs, as in fit; without it they would run 4x as fast.
+    X, y, _ = digits
+    scheduled, per_epoch = SCHEDULES[kind]
+    clocked, unclocked = (MODELS[kind](**scheduled).initialize(64, classes=10) for _ in range(2))
+    reference = MODELS[kind](**per_epoch(0)).initialize(64, classes=10)
+    parts = np.array_split(np.arange(len(X)), 4)
+    for phase in clocked.phases():
+        for epoch in range(3):
+            clocked.set_schedule_epoch(epoch)
+            reference.set_params(**{key: value for key, value in per_epoch(epoch).items() if key != "layer_params"})
+            for index, rows in enumerate(parts):
+                for model in (clocked, unclocked, reference):
+                    model.train_partition(X[rows], y[rows], phase, np.random.default_rng([epoch, index]))
+    for name, value in reference.parameters().items():
+        np.testing.assert_array_equal(clocked.parameters()[name], value, err_msg=name)
+    assert any(not np.array_equal(unclocked.parameters()[name], value) for name, value in reference.parameters().items())
+    for bad in (-1, float("nan"), float("inf"), True, "2"):
+        with pytest.raises(ValueError, match="set_schedule_epoch takes a finite number of epochs"):
+            clocked.set_schedule_epoch(bad)
+    clocked.set_schedule_epoch(None)  # back to the model's own passes
+    assert clocked.get_params() == MODELS[kind](**scheduled).get_params()
+
+
 @pytest.mark.parametrize("kind", MODELS)
 def test_learning_rate_scale_is_not_a_hyperparameter(kind, digits, tmp_path):
     X, y, _ = digits

@@ -14,6 +14,7 @@ def train_on_one_node(model, X, y, epochs: dict, partitions: int, seed: int = 0)
     parts = np.array_split(np.random.default_rng(seed).permutation(len(X)), partitions)
     for phase_index, phase in enumerate(model.phases()):
         for epoch in range(epochs[phase]):
+            model.set_schedule_epoch(epoch)  # as the trainer does: schedules count epochs, not partitions
             for index, rows in enumerate(parts):
                 model.train_partition(X[rows], y[rows], phase, np.random.default_rng([seed, phase_index, epoch, index]))
     return model
