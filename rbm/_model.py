@@ -24,8 +24,8 @@ only ever talks to a model through it:
   update (not a hyperparameter: not in the spec or the saved file);
 * ``set_schedule_epoch(epoch)`` (optional: the trainer calls it where a model has it) -- the
   passes over the whole data the model's schedules (learning-rate decay, momentum switch)
-  count as done, for the following updates: the trainer's epoch, however many partitions an
-  epoch has and however many nodes share it (see :class:`ScheduleClock`).
+  count as done, for the following updates: the trainer's epoch (times the node's learning-rate
+  factor), however many partitions an epoch has (see :class:`ScheduleClock`).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class ScheduleClock:
     _schedule_epoch: "float | None" = None
 
     def set_schedule_epoch(self, epoch: "float | None") -> None:
-        """Count ``epoch`` passes done (a number >= 0) in the schedules of every following update (None: the model's own)."""
+        """Count ``epoch`` passes done (>= 0) in the schedules of every following update (None: the model's own)."""
         if epoch is None:
             self.__dict__.pop("_schedule_epoch", None)
             return

@@ -20,7 +20,8 @@ from sklearn.utils import Tags
 from sklearn.utils.validation import validate_data
 
 from .._backend import NamespacePickling, array_module, check_dtype, make_rng, resolve_device, to_device, to_host
-from .._model import MinibatchHook, ScheduleClock, copy_parameters, empty_partition_metrics, is_empty, register_model, save_model
+from .._model import (MinibatchHook, ScheduleClock, copy_parameters, empty_partition_metrics, is_empty, register_model,
+                      save_model)
 from .._params import SpecConstructors, check_integer, check_learning_rate_scale, check_number, spec_from_params
 from .._validation import check_features, check_finite_parameters
 from . import _cd
@@ -41,8 +42,8 @@ _ERROR_SAMPLE_ROWS = 256
 
 
 @register_model("rbm")
-class RBM(RBMInference, SpecConstructors, MinibatchHook, ScheduleClock, NamespacePickling, ClassNamePrefixFeaturesOutMixin,
-          TransformerMixin, BaseEstimator):
+class RBM(RBMInference, SpecConstructors, MinibatchHook, ScheduleClock, NamespacePickling,
+          ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Restricted Boltzmann machine trained with contrastive divergence.
 
     The defaults are scikit-learn's ``BernoulliRBM`` algorithm, persistent CD-1 without

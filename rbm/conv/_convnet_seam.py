@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from .._backend import to_host
-from .._model import MinibatchHook, ScheduleClock, copy_parameters, empty_partition_metrics, is_empty, read_model_file, save_model
+from .._model import (MinibatchHook, ScheduleClock, copy_parameters, empty_partition_metrics, is_empty, read_model_file,
+                      save_model)
 from .._params import SpecConstructors, check_learning_rate_scale, spec_from_params
 from .._validation import check_labels
 from ._spec import plain

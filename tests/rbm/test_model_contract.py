@@ -359,7 +359,8 @@ def test_schedules_count_the_epoch_the_trainer_sets_not_the_partitions_trained(k
                     model.train_partition(X[rows], y[rows], phase, np.random.default_rng([epoch, index]))
     for name, value in reference.parameters().items():
         np.testing.assert_array_equal(clocked.parameters()[name], value, err_msg=name)
-    assert any(not np.array_equal(unclocked.parameters()[name], value) for name, value in reference.parameters().items())
+    assert any(not np.array_equal(unclocked.parameters()[name], value)
+               for name, value in reference.parameters().items())
     for bad in (-1, float("nan"), float("inf"), True, "2"):
         with pytest.raises(ValueError, match="set_schedule_epoch takes a finite number of epochs"):
             clocked.set_schedule_epoch(bad)
