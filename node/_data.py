@@ -40,7 +40,7 @@ from ._frames import check_label_column, feature_column_kind, features_from_arro
 from ._labels import DEFAULT_MAX_CLASSES, check_known_labels, encode_labels, merge_class_sets, summarize_labels
 
 __all__ = ["PreparedData", "count_rows", "prepare_training_data", "check_model_input", "encode_block", "decode_block",
-           "iter_blocks"]
+           "filled_partitions", "iter_blocks"]
 
 logger = logging.getLogger(__name__)
 
@@ -222,9 +222,15 @@ class PreparedData:
     def has_labels(self) -> bool:
         return self.classes is not None
 
+
     def unpersist(self) -> None:
         """Drop the cached partitions."""
         self.blocks.unpersist()
+
+
+def filled_partitions(rows_per_partition: list[int]) -> list[int]:
+    """The indices of the partitions holding data (the ones an epoch trains)."""
+    return [index for index, rows in enumerate(rows_per_partition) if rows]
 
 
 def _split_arrays(X: np.ndarray, y: np.ndarray | None, partitions: int, rng: np.random.Generator | None,

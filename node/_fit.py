@@ -30,7 +30,7 @@ from pyspark.sql import SparkSession
 import storage
 
 from ._contract import NodeConfig, PartitionReport, TaskSpec, decode, encode, params_digest
-from ._data import PreparedData
+from ._data import PreparedData, filled_partitions
 from ._errors import InputDataError, TrainingError, short_error
 from ._executor import release_run_task, run_training_task
 from ._fit_data import model_input, prepare_fit_data
@@ -377,7 +377,7 @@ class Fit:
     def _untrained_partitions(self, reports: list[PartitionReport]) -> list[int]:
         """The partitions holding data that no report of the epoch trained."""
         trained = {report.partition for report in reports}
-        return [index for index, rows in enumerate(self.prepared.rows_per_partition) if rows and index not in trained]
+        return [index for index in filled_partitions(self.prepared.rows_per_partition) if index not in trained]
 
     def _sweep_phase(self, phase: str) -> None:
         folder = f"runs/{self.run_id}/weights/{phase}"

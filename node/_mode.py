@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
 from ._contract import PartitionReport, TaskSpec
-from ._data import Block
+from ._data import Block, filled_partitions
 from ._resident import store_partitions
 from ._scaling import default_partitions
 
@@ -20,7 +20,7 @@ __all__ = ["Block", "TrainingMode", "deal_partitions", "one_task_per_node"]
 
 def deal_partitions(rows_per_partition: list[int], nodes: int) -> list[list[int]]:
     """The partitions holding data, dealt round-robin to ``nodes`` slots (fewer when there are fewer)."""
-    filled = [index for index, rows in enumerate(rows_per_partition) if rows]
+    filled = filled_partitions(rows_per_partition)
     count = max(1, min(int(nodes), len(filled)))
     return [filled[slot::count] for slot in range(count)]
 
