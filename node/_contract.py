@@ -134,7 +134,8 @@ class PartitionReport:
     ``learning_rate_scale`` is the factor the node trained the partition with, ``nodes_merging``
     the count of nodes it followed (see :mod:`node._scaling`).  Of the ``merged`` peer versions,
     ``merged_announced`` were heard of by announcement and ``merged_listed`` only found by listing
-    the store (the nodes cannot reach each other's ports when that is most); ``endpoint`` is the
+    the store (the nodes cannot reach each other's ports when that is most; both 0 in the modes that
+    exchange through the store by design, ``sync`` and ``sharing``); ``endpoint`` is the
     node's advertised endpoint.  ``stolen`` marks a partition the node took from a slower peer's
     share (:mod:`node._stealing`), ``data_read_bytes`` the training data it read from the store for it.
     """

@@ -209,9 +209,17 @@ class ExecutorNode:
 
     def report(self, task: TaskSpec, partition: int, metrics: Mapping[str, Any], started: float, *,
                merge_s: float, publish_s: float, merged_from: list[str], ages_s: list[float], sent_bytes: int = 0,
-               read_bytes: int = 0, merged_announced: int = 0, stolen: bool = False,
+               read_bytes: int = 0, merged_announced: int | None = None, stolen: bool = False,
                data_read_bytes: int = 0) -> PartitionReport:
-        """The partition's report; also stored as this node's metrics record."""
+        """The partition's report; also stored as this node's metrics record.
+
+        ``merged_announced``: of ``merged_from``, the versions heard of by announcement, from a mode
+        that learns its peers' versions by announcement (``async``); None from a mode that exchanges
+        through the store by design (``sync``, ``sharing``), whose merges then count neither as
+        announced nor as found by listing (they say nothing of whether the nodes reach each other).
+        """
+        announced = int(merged_announced or 0)
+        listed = len(merged_from) - announced if merged_announced is not None else 0
         report = PartitionReport(
             node=self.node, run=task.node.run, phase=task.phase, epoch=task.epoch, partition=partition,
             samples=int(metrics["samples"]), loss=float(metrics["loss"]), train_s=float(metrics["seconds"]),
@@ -221,7 +229,7 @@ class ExecutorNode:
             stats=_plain(self.handle.stats()), code=os.path.dirname(os.path.abspath(__file__)),
             slowed_s=self.slowed_s, sent_bytes=int(sent_bytes), read_bytes=int(read_bytes),
             learning_rate_scale=self.learning_rate_scale, nodes_merging=self.scaling.nodes(),
-            merged_announced=int(merged_announced), merged_listed=len(merged_from) - int(merged_announced),
+            merged_announced=announced, merged_listed=listed,
             endpoint=self.handle.endpoint or "", stolen=bool(stolen), data_read_bytes=int(data_read_bytes))
         self.runs.append_metrics(self.node, report.to_record())
         return report

@@ -109,9 +109,12 @@ def small_partition_warning(records: list[dict], batch_size: int | None) -> str 
 
 def summary_line(summary: Mapping[str, Any], epochs: int) -> str:
     staleness = "-" if summary["staleness_s"] is None else f"{summary['staleness_s']:.2f}s"
+    by_node = summary.get("merges_by_node") or {}
+    counted = any(counts["announced"] or counts["listed"] for counts in by_node.values())
+    how = f" ({merges_text(by_node)})" if counted else ""  # sync and sharing exchange through the store: no count
     return (f"[{summary['run']}] {summary['phase']} epoch {summary['epoch'] + 1}/{epochs}: "
             f"loss {summary['loss']:.4f}, {summary['samples_per_s']:.0f} samples/s, "
-            f"{summary['merges']} merges ({merges_text(summary.get('merges_by_node') or {})}), "
+            f"{summary['merges']} merges{how}, "
             f"staleness {staleness}, {len(summary['nodes'])} nodes, "
             f"learning rate x{summary.get('learning_rate_scale', 1.0):.2f} for {summary.get('nodes_merging', 1)} "
             f"merging"

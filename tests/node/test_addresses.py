@@ -12,6 +12,7 @@ import pytest
 from node import SparkConfError, TrainingSettings
 from node._contract import CONTRACT_VERSION, NodeConfig, decode, encode
 from node._network import choose_node_address, is_local_master, route_address
+from node._progress import summary_line
 from node._reachability import ReachabilityWatch, merges_by_node
 from node._spark_conf import apply_spark_conf, explicit_fields, settings_from_spark_conf
 from node.cli import _settings, build_parser, load_config
@@ -152,3 +153,17 @@ def test_the_driver_warns_once_per_phase_when_nearly_every_merge_came_by_listing
     assert watch.end_epoch("rbm1", listed) is None  # once per phase
     assert watch.end_epoch("finetune", listed) is not None
     assert merges_by_node(listed + heard) == {"a": {"announced": 6, "listed": 5}, "b": {"announced": 0, "listed": 3}}
+
+
+def test_merges_through_the_store_by_design_are_neither_announced_nor_listed_and_never_warn():
+    # sync and sharing exchange through the store: their reports count no announcement and no listing
+    # (counted as listings, every epoch of theirs read as nodes that cannot reach each other).
+    through_store = [{"node": name, "merged_announced": 0, "merged_listed": 0, "endpoint": "tcp://10.0.0.3:1"}
+                     for name in "ab"] * 4
+    watch = ReachabilityWatch()
+    assert all(watch.end_epoch(phase, through_store) is None for phase in ("rbm0", "rbm0", "finetune"))
+    summary = {"run": "r", "phase": "rbm0", "epoch": 0, "loss": 0.1, "samples_per_s": 10.0, "merges": 8,
+               "merges_by_node": merges_by_node(through_store), "staleness_s": None, "nodes": ["a", "b"]}
+    assert "8 merges, staleness" in summary_line(summary, 3)
+    summary["merges_by_node"] = merges_by_node([{"node": "a", "merged_announced": 5, "merged_listed": 3}])
+    assert "8 merges (5 by announcement, 3 by listing (a 5/3))" in summary_line(summary, 3)
