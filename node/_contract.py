@@ -28,7 +28,7 @@ __all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "TaskSpec", "Parti
            "params_digest"]
 
 #: Bumped whenever a field of the contract changes meaning, appears or goes.
-CONTRACT_VERSION = 4
+CONTRACT_VERSION = 5
 
 T = TypeVar("T")
 
@@ -65,6 +65,9 @@ class NodeConfig:
     warmup_partitions : int
     n_samples : int
         Training rows of the run (0: unknown); with the spec's ``batch_size``, the steps per node and epoch.
+    nodes : int
+        The fit's nodes: tasks per training job (0: unknown).  At most this many train at once, so at
+        most this many count as merging, however many Python workers have been a node of the fit.
     kill_worker_once_at : str or None
         Test hook ``"<phase>:<epoch>"`` (see :class:`~node.TrainingSettings`).
     straggler_factor : float
@@ -95,6 +98,7 @@ class NodeConfig:
     scale_rule: str = "auto"
     warmup_partitions: int = 2
     n_samples: int = 0
+    nodes: int = 0
     kill_worker_once_at: str | None = None
     straggler_factor: float = 1.0
     local_master: bool = True

@@ -81,7 +81,7 @@ class ExecutorNode:
         self.handle: actors.NodeHandle | None = None
         self.model: Any = None
         self.scaling = NodeScaling(config.scale_rule, config.spec, config.warmup_partitions, config.fanout,
-                                   n_samples=config.n_samples or None)
+                                   n_samples=config.n_samples or None, fit_nodes=config.nodes or None)
         self.learning_rate_scale = 1.0
 
     # ------------------------------------------------------------------ lifecycle

@@ -212,7 +212,7 @@ class Fit:
             anti_entropy_interval_s=settings.anti_entropy_interval_s,
             peer_refresh_interval_s=settings.peer_refresh_interval_s, flush_timeout_s=settings.flush_timeout_s,
             scale_rule=settings.scale_rule, warmup_partitions=self._warmup_partitions(),
-            n_samples=int(prepared.n_samples),
+            n_samples=int(prepared.n_samples), nodes=int(self.nodes),
             kill_worker_once_at=settings.kill_worker_once_at, straggler_factor=settings.straggler_factor,
             local_master=is_local_master(self.sc.master), driver_host=self.sc.getConf().get("spark.driver.host"),
             bind_host=settings.bind_host, advertise_host=settings.advertise_host, port_range=settings.port_range)

@@ -166,16 +166,19 @@ def test_with_one_node_slowed_3x_async_gives_the_fast_node_most_partitions_and_s
 
     for mode, records in by_mode.items():  # one node, the same in every partition it trained, was slowed
         slow = {record["node"] for record in records if record["slowed_s"] > 0}
-        assert len(slow) == 1 and len({record["node"] for record in records}) == 2, (mode, slow)
+        assert len(slow) == 1, (mode, slow)
         assert all(record["slowed_s"] > 0 for record in records if record["node"] in slow)
+        for epoch in range(epochs["rbm0"]):  # two nodes an epoch (over the run, idle Python workers may take turns)
+            assert len({record["node"] for record in records if record["epoch"] == epoch}) == 2, (mode, epoch)
 
     records = by_mode["async"]
     slow = next(record["node"] for record in records if record["slowed_s"] > 0)
     fast_count = sum(record["node"] != slow for record in records)
     assert fast_count > len(records) - fast_count, (fast_count, len(records))  # nobody waited for the slow node
 
-    records = sorted(by_mode["sync"], key=_started)
-    slow = next(record["node"] for record in records if record["slowed_s"] > 0)
+    slow = next(record["node"] for record in by_mode["sync"] if record["slowed_s"] > 0)
+    slow_epochs = {record["epoch"] for record in by_mode["sync"] if record["node"] == slow}
+    records = sorted((record for record in by_mode["sync"] if record["epoch"] in slow_epochs), key=_started)
     fast = [record for record in records if record["node"] != slow]
     slowed = [record for record in records if record["node"] == slow]
     assert len(fast) == len(slowed)  # sync: every node trains the same share ...

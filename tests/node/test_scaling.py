@@ -52,7 +52,7 @@ def test_auto_is_the_linear_rule_for_every_updater_and_unknown_rules_are_refused
         resolve_rule("cubic")
 
 
-def test_nodes_merging_are_the_distinct_recent_peers_plus_itself_at_most_fanout_plus_one():
+def test_nodes_merging_are_the_distinct_recent_peers_plus_itself_at_most_fanout_plus_one_and_the_fits_nodes():
     scaling = NodeScaling("linear", rbm.RBM(4).to_spec(), warmup_partitions=0)
     scaling.enter_phase("rbm")
     assert scaling.nodes() == 1
@@ -69,6 +69,10 @@ def test_nodes_merging_are_the_distinct_recent_peers_plus_itself_at_most_fanout_
     capped.enter_phase("rbm")
     capped.merged(["a", "b", "c", "d"])
     assert capped.nodes() == 3
+    two_slots = NodeScaling("linear", rbm.RBM(4).to_spec(), warmup_partitions=0, fit_nodes=2)
+    two_slots.enter_phase("rbm")
+    two_slots.merged(["a", "b", "c"])  # four Python workers have been nodes of a fit of two tasks per job
+    assert two_slots.nodes() == 2 and two_slots.scale() == 2.0
 
 
 def _config(**overrides) -> NodeConfig:
