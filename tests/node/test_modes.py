@@ -71,7 +71,8 @@ def fit_within_a_point_of_one_process(spark, store_url, digits, dbn_recipe, mode
 
 def test_sync_mode_on_two_nodes_trains_a_dbn_within_a_point_of_one_process_averaging_every_round(
         spark, store_url, digits, dbn_recipe):
-    fit_within_a_point_of_one_process(spark, store_url, digits, dbn_recipe, "sync")
+    # Three runs: one run lands 0.967-0.981 against one process's 0.975 (18 runs), their mean within the point.
+    fit_within_a_point_of_one_process(spark, store_url, digits, dbn_recipe, "sync", runs=3)
     metrics = reports_of(store_url, "sync-two")
     for phase, epochs in dbn_recipe.epochs.items():
         records = [record for record in metrics if record["phase"] == phase]
