@@ -29,7 +29,8 @@ instead of 2), which is what keeps most of one node's accuracy when each node ta
 warm-up of a quarter epoch diverged).  The number of nodes is what the executor sees merging: itself plus
 the distinct peers whose snapshots it merged in its last :data:`PEER_WINDOW` partitions
 (at most ``fanout`` + 1, and at most the fit's nodes: an executor's idle Python workers may take
-turns at a fit's tasks, each a node, but no more of them run at once than the fit has tasks).  A training mode hands the peers it merged before a partition to
+turns at a fit's tasks, each a node, but no more of them run at once than the fit has tasks).  A
+training mode hands the peers it merged before a partition to
 :meth:`node._executor.ExecutorNode.train` (``merged_from``), which sets the model's
 ``set_learning_rate_scale`` from the node's :class:`NodeScaling` (count and warm-up); a mode that
 averages all nodes at once names them all (``sync``: the round's slots); ``sharing`` names

@@ -129,13 +129,13 @@ def test_the_cli_flags_and_config_keys_reach_the_training_settings(tmp_path):
     assert (settings.advertise_host, settings.port_range) == ("10.0.0.9", "41000-41010")
 
 
-def test_the_node_config_carries_the_network_settings_under_contract_version_4():
-    assert CONTRACT_VERSION == 4
+def test_the_node_config_carries_the_network_settings_and_the_fits_nodes_under_the_contract():
+    assert CONTRACT_VERSION >= 5  # the fit's nodes came in version 5 (the network settings in 4)
     config = NodeConfig(run="r", fit_id="f", store_url="file:///s", store_retry_timeout_s=1.0, key=b"k" * 32, spec={},
                         feature_shape=(4,), classes=None, seed=0, fanout=None, merge_alpha=None, keep_versions=1,
                         anti_entropy_interval_s=1.0, peer_refresh_interval_s=1.0, flush_timeout_s=1.0,
                         local_master=False, driver_host="driver", bind_host="0.0.0.0", advertise_host="w1",
-                        port_range="40000-40100")
+                        port_range="40000-40100", nodes=2)
     assert decode(encode(config), NodeConfig) == config
 
 
