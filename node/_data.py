@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 from pyspark import RDD
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 import rbm
 import storage
@@ -267,8 +267,16 @@ def _check_arrays(X: Any, y: Any) -> tuple[np.ndarray, np.ndarray | None]:
     return features, labels
 
 
-def _dataframe_blocks(df: Any, features_col: str, label_col: str, partitions: int, max_classes: int) -> RDD:
-    """Select features and labels, repartition, move per batch through Arrow."""
+def _dataframe_blocks(df: Any, features_col: str, label_col: str, partitions: int,
+                      max_classes: int) -> tuple[RDD, DataFrame]:
+    """Select features and labels, repartition, move per batch through Arrow.
+
+    Returns the blocks and the Arrow stage they read, persisted: :func:`prepare_training_data` runs
+    the stage in a job of its own before the blocks' and drops it once they are cached.  Pipelined
+    into the blocks' Python stage, ``mapInArrow`` took a second Python worker in each task, and a
+    Spark executor keeps every worker it makes: ``local[2]`` kept four, and the fit's nodes took
+    turns among them (tests/node/test_worker_pool.py).
+    """
     feature_column_kind(df, features_col)
     columns = [features_col]
     if label_col in df.columns:
@@ -277,9 +285,10 @@ def _dataframe_blocks(df: Any, features_col: str, label_col: str, partitions: in
     selected = df.select(*columns)
     if selected.rdd.getNumPartitions() != partitions:
         selected = selected.repartition(partitions)
-    arrow = selected.mapInArrow(_arrow_batches_to_blocks, "payload binary, error string")
-    return arrow.rdd.map(lambda row: {"payload": row.payload, "error": row.error}).mapPartitionsWithIndex(
+    arrow = selected.mapInArrow(_arrow_batches_to_blocks, "payload binary, error string").persist()
+    blocks = arrow.rdd.map(lambda row: {"payload": row.payload, "error": row.error}).mapPartitionsWithIndex(
         functools.partial(_arrow_blocks_to_element, max_classes))
+    return blocks, arrow
 
 
 def count_rows(data: Any) -> int | None:
@@ -332,6 +341,7 @@ def prepare_training_data(
     PreparedData
     """
     sc = spark.sparkContext
+    arrow_stage = None  # a DataFrame's Arrow stage, run before the blocks (see _dataframe_blocks)
     partitions = int(partitions or 2 * sc.defaultParallelism)
     if partitions < 1:
         raise InputDataError(f"partitions must be >= 1, got {partitions}")
@@ -354,7 +364,7 @@ def prepare_training_data(
         blocks = sc.parallelize(_split_arrays(X, labels, partitions, rng, max_classes), partitions)
         source = f"arrays {X.shape}"
     elif is_dataframe(data):
-        blocks = _dataframe_blocks(data, features_col, label_col, partitions, max_classes)
+        blocks, arrow_stage = _dataframe_blocks(data, features_col, label_col, partitions, max_classes)
         partitions = blocks.getNumPartitions()
         source = f"DataFrame[{features_col}, {label_col}]"
     elif is_rdd(data):
@@ -370,6 +380,8 @@ def prepare_training_data(
     blocks = blocks.cache()
     blocks.setName(f"sparkdbn training data ({source})")
     try:
+        if arrow_stage is not None:
+            arrow_stage.count()
         summaries = sorted(blocks.map(lambda element: element[1]).collect(), key=lambda s: s["partition"])
         prepared = _check_summaries(summaries, source, classes, require_labels, max_classes)
     except InputDataError:
@@ -378,6 +390,9 @@ def prepare_training_data(
     except Exception as error:
         blocks.unpersist()
         raise InputDataError(f"reading the training data ({source}) failed: {short_error(error)}") from error
+    finally:
+        if arrow_stage is not None:
+            arrow_stage.unpersist()  # the blocks are cached (or the fit is refused)
     prepared.blocks = blocks
     return prepared
 

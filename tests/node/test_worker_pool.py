@@ -1,34 +1,34 @@
 """More Python workers than task slots: a Spark executor keeps every idle Python worker it made and
-hands a job's tasks to any of them.  After a fit from a DataFrame ``local[2]`` holds four, and an
-``async`` fit's epochs (a job each) alternate between two pairs of processes, each a node of the fit.
-Counting every peer it merged, a node scaled its learning rates for 4 nodes instead of the 2 that run
-at once (3 runs: 0.950-0.967 against one process's 0.975; counting at most the fit's nodes, 6 runs:
-0.961-0.975, mean 0.970)."""
+hands a job's tasks to any of them.  A Python RDD over ``mapInArrow`` takes two workers in each task,
+so after one ``local[2]`` holds four, and an ``async`` fit's epochs (a job each) alternate between two
+pairs of processes, each a node of the fit.  Counting every peer it merged, a node scaled its learning
+rates for 4 nodes instead of the 2 that run at once (3 runs: 0.950-0.967 against one process's 0.975;
+counting at most the fit's nodes, 6 runs: 0.961-0.975, mean 0.970).  A fit from a DataFrame itself
+was such a job (its Arrow stage now runs in a job of its own)."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 
 import node
-import rbm
 
 pytestmark = pytest.mark.slow
 
 
-def grow_the_worker_pool(spark, store_url, digits) -> None:
-    """Fit a tiny DBN from a 200-row DataFrame: afterwards ``local[2]`` has four idle Python workers."""
-    from pyspark.ml.linalg import Vectors
-
-    frame = spark.createDataFrame([(Vectors.dense(row.tolist()), int(label))
-                                   for row, label in zip(digits.X_train[:200], digits.y_train[:200])],
-                                  ["features", "label"])
-    node.Trainer(spark, store_url, run_id="pool-grower", epochs={"rbm0": 1, "finetune": 1}, partitions=2,
-                 progress=False).fit(rbm.DBN(hidden_layer_sizes=(16,), batch_size=10), frame)
+def grow_the_worker_pool(spark) -> None:
+    """A user's job of a Python RDD over ``mapInArrow``: afterwards ``local[2]`` has four idle Python workers."""
+    frame = spark.createDataFrame([(row,) for row in range(64)], ["id"])  # (from spark.range it takes one)
+    for _ in range(2):
+        frame.mapInArrow(lambda batches: batches, frame.schema).rdd.map(lambda row: row.id).count()
 
 
 def test_on_more_python_workers_than_slots_the_learning_rates_follow_the_nodes_that_run_at_once(
         spark, store_url, digits, dbn_recipe):
-    grow_the_worker_pool(spark, store_url, digits)
+    grow_the_worker_pool(spark)
     single_accuracy = dbn_recipe.reference_accuracy(digits)
     trainer = node.Trainer(spark, store_url, run_id="pool", epochs=dbn_recipe.epochs,
                            partitions=dbn_recipe.partitions, progress=False)
@@ -41,3 +41,31 @@ def test_on_more_python_workers_than_slots_the_learning_rates_follow_the_nodes_t
     assert max(record["nodes_merging"] for record in records) == 2  # at most the fit's two nodes count
     assert max(record["learning_rate_scale"] for record in records) == 2.0
     assert abs(model.score(digits.X_test, digits.y_test) - single_accuracy) <= 0.02
+
+
+# Run in a fresh Spark session: the tests' shared one may hold more workers already.
+_FIT_FROM_A_DATAFRAME = """
+import os, sys
+from pyspark.ml.linalg import Vectors
+from pyspark.sql import SparkSession
+import node, rbm
+from rbm.datasets import load_digits01
+
+spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+split = load_digits01()
+frame = spark.createDataFrame([(Vectors.dense(row.tolist()), int(label))
+                               for row, label in zip(split.X_train[:200], split.y_train[:200])], ["features", "label"])
+node.Trainer(spark, sys.argv[1], run_id="frame", epochs={"rbm0": 1, "finetune": 1}, partitions=2,
+             progress=False).fit(rbm.DBN(hidden_layer_sizes=(16,), batch_size=10), frame)
+workers = {pid for _ in range(8) for pid in spark.sparkContext.parallelize(range(2), 2).map(lambda _: os.getpid()).collect()}
+print("python workers:", len(workers))
+spark.stop()
+"""
+
+
+def test_a_fit_from_a_dataframe_leaves_the_executor_no_more_python_workers_than_slots(store_url):
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    done = subprocess.run([sys.executable, "-c", _FIT_FROM_A_DATAFRAME, store_url], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "python workers: 2" in done.stdout, (done.stdout, done.stderr[-2000:])
