@@ -240,6 +240,23 @@ class NodeActor(pykka.ThreadingActor):
         }
 
     # -- helpers ------------------------------------------------------------------------
+    def contains(self, phase: str, versions: Mapping[str, int]) -> None:
+        """This node's parameters already hold these peers' versions of ``phase`` (and so every older one).
+
+        None of them, nor an older one, is fresh any more: a node that started from the store's
+        consolidation of a phase says so, or it would merge the same progress twice, and the newest
+        snapshot of every node that ever trained the phase once more.
+        """
+        self.set_phase(phase)
+        for peer, version in versions.items():
+            state = self._peers.get((phase, peer))
+            if peer == self._node or (state is None and len(self._peers) >= self._max_peers):
+                continue
+            if state is None:
+                state = self._peers[(phase, peer)] = _PeerState()
+            state.last_merged = max(state.last_merged, int(version))
+        self._update_fresh()
+
     def _update_fresh(self) -> None:
         # Once a phase is current, only its peers are tracked (set_phase, offer): no phase test needed.
         waiting = any(state.fetched is not None and state.fetched.version > state.last_merged

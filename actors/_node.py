@@ -249,6 +249,11 @@ class NodeHandle:
         self._check_running()
         self._publisher.flush(timeout_s)
 
+    def contains(self, phase: str, versions: Mapping[str, int]) -> None:
+        """This node's parameters already hold ``{peer: version}`` of ``phase`` (see :meth:`NodeActor.contains`)."""
+        self._check_running()
+        self._actor.contains(phase, dict(versions)).get()
+
     def has_fresh(self) -> bool:
         """Whether a fetched peer snapshot of the current phase waits to be merged (never blocks: a flag
         the actor keeps, cheap enough to read between two minibatches)."""

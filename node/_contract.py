@@ -114,7 +114,9 @@ class TaskSpec:
 
     ``start_digest`` is the sha256 of the broadcast start parameters of ``phase``.  ``options``
     holds what a training mode's driver half tells its executor half (msgpack-able values; each
-    mode's file says which), e.g. the averaging round of ``"sync"``.
+    mode's file says which), e.g. the averaging round of ``"sync"``.  ``start_nodes`` are the nodes
+    that trained the phase's last finished epoch: a node new to the phase starts from the mean of
+    their newest snapshots (none named: of every node's).
     """
 
     node: NodeConfig
@@ -124,6 +126,7 @@ class TaskSpec:
     epoch: int
     start_digest: str
     options: dict = field(default_factory=dict)
+    start_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

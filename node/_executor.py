@@ -117,8 +117,17 @@ class ExecutorNode:
             logger.exception("stopping node %s of run %s failed", self.node, self.config.run)
 
     # ------------------------------------------------------------------ phases
-    def enter_phase(self, phase: str, start_digest: str, start_payload: Callable[[], bytes]) -> str:
+    def enter_phase(self, phase: str, start_digest: str, start_payload: Callable[[], bytes],
+                    start_nodes: Sequence[str] = ()) -> str:
         """Load the phase's starting point when this process has not trained in it yet.
+
+        That is the mean of the newest snapshots of ``start_nodes`` (the nodes of the phase's last
+        finished epoch), else of every node that stored one, else the phase's start; the node's actor
+        then counts every snapshot stored so far as merged.  Where Python workers do not outlive a
+        task (``spark.python.worker.reuse=false``) every epoch's nodes are new: starting from the mean
+        of every node's newest snapshot, then merging each of them once more, two ``async`` nodes
+        ended at 0.950-0.964 against one process's 0.975 (4 runs, digits, mean 0.957); from the last
+        epoch's nodes, merging only what came after, 0.964-0.967 (4 runs, mean 0.965).
 
         Returns
         -------
@@ -131,8 +140,15 @@ class ExecutorNode:
         # propagate through its own, unconsolidated lower layers) and this phase's start.
         self.model.set_parameters(storage.decode_params(start_payload(), f"start of phase {phase}"))
         try:
-            consolidated = self.weights.consolidate(phase)
+            try:
+                consolidated = self.weights.consolidate(phase, start_nodes or None)
+            except storage.NoUsableSnapshotError:
+                if not start_nodes:
+                    raise
+                consolidated = self.weights.consolidate(phase)  # none of them left one: every node's
             self.model.set_parameters(consolidated.params)
+            stored = self.weights.newest_per_node(phase)
+            self.handle.contains(phase, {peer: ref.version for peer, ref in stored.items()})
             origin = f"store({len(consolidated.refs)} nodes)"
         except storage.StoreNotFoundError:
             origin = "start"
@@ -321,7 +337,7 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
     list(elements)  # the slot's number (read to the end, or PySpark does not reuse the worker)
     node = _node_for(task.node)
     blocks = node.data.slot(task.options["slots"][partition])
-    node.enter_phase(task.phase, task.start_digest, lambda: start.value)
+    node.enter_phase(task.phase, task.start_digest, lambda: start.value, task.start_nodes)
     for report in mode_named(task.mode).train_task(node, task, partition, blocks):
         yield encode(report)
 

@@ -314,7 +314,8 @@ class Fit:
     def task(self, phase: str, epoch: int, mode: str, options: dict | None = None) -> TaskSpec:
         """The task every partition of ``epoch`` gets (``options``: the mode's own, see TaskSpec)."""
         return TaskSpec(node=self.node_config, mode=mode, phase=phase, phase_index=self.phases.index(phase),
-                        epoch=epoch, start_digest=self._start_digest, options=dict(options or {}))
+                        epoch=epoch, start_digest=self._start_digest, options=dict(options or {}),
+                        start_nodes=tuple(self.record.nodes(phase)))
 
     def first_use(self, name: str) -> bool:
         """Whether this is the fit's first ask about ``name`` (a once-per-fit step, e.g. storing the partitions)."""

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -87,6 +89,45 @@ def test_a_fresh_node_enters_a_phase_at_the_mean_of_the_snapshots_already_stored
             np.testing.assert_array_equal(fresh.model.parameters("rbm")[name], expected)
     finally:
         fresh.stop()
+
+
+def test_a_node_entering_mid_phase_starts_from_the_last_epochs_nodes_and_merges_no_stored_snapshot_again(tmp_path):
+    # Where Python workers do not outlive a task every epoch's nodes are new: the stored snapshots of
+    # the nodes before them are older than the last epoch's, and already in the consolidation.
+    store_url = "file://" + str(tmp_path / "store")
+    template = rbm.RBM(n_components=8, random_state=0).initialize(16)
+    start = template.parameters("rbm")
+    rng = np.random.default_rng(1)
+    weights = storage.WeightStore(storage.open_store(store_url), "start", KEY)
+    snapshots = {}
+    for name in ("epoch0-a", "epoch0-b", "epoch1-a", "epoch1-b"):
+        snapshots[name] = {key: (value + rng.standard_normal(value.shape)).astype(value.dtype)
+                           for key, value in start.items()}
+        weights.put_version("rbm", name, 1, snapshots[name])
+    payload = storage.encode_params(start, "start")
+
+    fresh = ExecutorNode(a_node_config(store_url, template.to_spec())).start()
+    try:
+        assert fresh.enter_phase("rbm", "digest", lambda: payload, ("epoch1-a", "epoch1-b")) == "store(2 nodes)"
+        for name, expected in float64_mean([snapshots["epoch1-a"], snapshots["epoch1-b"]]).items():
+            np.testing.assert_array_equal(fresh.model.parameters("rbm")[name], expected)
+        fresh.handle._maintenance.anti_entropy()  # a store listing: it offers all four again
+        assert fresh.handle.fresh_snapshots("rbm", wait_s=1.0) == []
+        weights.put_version("rbm", "epoch1-b", 2, snapshots["epoch0-a"])  # what comes after the start is fresh
+        fresh.handle._maintenance.anti_entropy()
+        deadline = time.monotonic() + 10.0
+        found = []
+        while not found and time.monotonic() < deadline:
+            found = fresh.handle.fresh_snapshots("rbm", wait_s=1.0)
+        assert [(snapshot.node, snapshot.version) for snapshot in found] == [("epoch1-b", 2)]
+    finally:
+        fresh.stop()
+
+    gone = ExecutorNode(a_node_config(store_url, template.to_spec())).start()
+    try:  # named nodes that left nothing usable: every node's mean, as without names
+        assert gone.enter_phase("rbm", "digest", lambda: payload, ("never-ran",)) == "store(4 nodes)"
+    finally:
+        gone.stop()
 
 
 def test_a_node_entering_a_phase_nobody_trained_yet_starts_from_the_broadcast_start(tmp_path):
