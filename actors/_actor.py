@@ -239,7 +239,6 @@ class NodeActor(pykka.ThreadingActor):
             "peers_known": len({peer for _, peer in self._peers}),
         }
 
-    # -- helpers ------------------------------------------------------------------------
     def contains(self, phase: str, versions: Mapping[str, int]) -> None:
         """This node's parameters already hold these peers' versions of ``phase`` (and so every older one).
 
@@ -257,6 +256,7 @@ class NodeActor(pykka.ThreadingActor):
             state.last_merged = max(state.last_merged, int(version))
         self._update_fresh()
 
+    # -- helpers ------------------------------------------------------------------------
     def _update_fresh(self) -> None:
         # Once a phase is current, only its peers are tracked (set_phase, offer): no phase test needed.
         waiting = any(state.fetched is not None and state.fetched.version > state.last_merged
