@@ -222,7 +222,6 @@ class PreparedData:
     def has_labels(self) -> bool:
         return self.classes is not None
 
-
     def unpersist(self) -> None:
         """Drop the cached partitions."""
         self.blocks.unpersist()

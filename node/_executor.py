@@ -140,12 +140,7 @@ class ExecutorNode:
         # propagate through its own, unconsolidated lower layers) and this phase's start.
         self.model.set_parameters(storage.decode_params(start_payload(), f"start of phase {phase}"))
         try:
-            try:
-                consolidated = self.weights.consolidate(phase, start_nodes or None)
-            except storage.NoUsableSnapshotError:
-                if not start_nodes:
-                    raise
-                consolidated = self.weights.consolidate(phase)  # none of them left one: every node's
+            consolidated = self._consolidate_start(phase, start_nodes)
             self.model.set_parameters(consolidated.params)
             stored = self.weights.newest_per_node(phase)
             self.handle.contains(phase, {peer: ref.version for peer, ref in stored.items()})
@@ -157,6 +152,15 @@ class ExecutorNode:
         self.samples_seen.setdefault(phase, 0)
         logger.info("node %s entered phase %s from %s", self.node, phase, origin)
         return origin
+
+    def _consolidate_start(self, phase: str, start_nodes: Sequence[str]) -> storage.Consolidation:
+        """The mean a node joining ``phase`` starts from: of ``start_nodes``' newest snapshots, else every node's."""
+        try:
+            return self.weights.consolidate(phase, start_nodes or None)
+        except storage.NoUsableSnapshotError:
+            if not start_nodes:
+                raise
+            return self.weights.consolidate(phase)  # none of them left one usable
 
     # ------------------------------------------------------------------ one partition
     def class_indices(self, y: np.ndarray | None) -> np.ndarray | None:

@@ -68,15 +68,25 @@ def a_node_config(store_url: str, spec: dict) -> NodeConfig:
                       flush_timeout_s=10.0)
 
 
-def test_a_fresh_node_enters_a_phase_at_the_mean_of_the_snapshots_already_stored(tmp_path):
+def an_rbm_phase_in_a_store(tmp_path):
+    """The store's URL, an RBM template, its parameters of phase ``rbm`` (the start) and the run's weights."""
     store_url = "file://" + str(tmp_path / "store")
     template = rbm.RBM(n_components=8, random_state=0).initialize(16)
-    start = template.parameters("rbm")
+    return store_url, template, template.parameters("rbm"), storage.WeightStore(storage.open_store(store_url),
+                                                                                 "start", KEY)
+
+
+def perturbed(params: dict, rng: np.random.Generator) -> dict:
+    """``params`` plus standard normal noise, in their own dtypes."""
+    return {name: (value + rng.standard_normal(value.shape)).astype(value.dtype) for name, value in params.items()}
+
+
+def test_a_fresh_node_enters_a_phase_at_the_mean_of_the_snapshots_already_stored(tmp_path):
+    store_url, template, start, weights = an_rbm_phase_in_a_store(tmp_path)
     rng = np.random.default_rng(0)
-    weights = storage.WeightStore(storage.open_store(store_url), "start", KEY)
     snapshots = []
     for index in range(3):
-        params = {name: (value + rng.standard_normal(value.shape)).astype(value.dtype) for name, value in start.items()}
+        params = perturbed(start, rng)
         weights.put_version("rbm", f"peer-{index}", 1, {name: value - 1 for name, value in params.items()})
         weights.put_version("rbm", f"peer-{index}", 2, params)  # the newest counts, not the first
         snapshots.append(params)
@@ -94,15 +104,11 @@ def test_a_fresh_node_enters_a_phase_at_the_mean_of_the_snapshots_already_stored
 def test_a_node_entering_mid_phase_starts_from_the_last_epochs_nodes_and_merges_no_stored_snapshot_again(tmp_path):
     # Where Python workers do not outlive a task every epoch's nodes are new: the stored snapshots of
     # the nodes before them are older than the last epoch's, and already in the consolidation.
-    store_url = "file://" + str(tmp_path / "store")
-    template = rbm.RBM(n_components=8, random_state=0).initialize(16)
-    start = template.parameters("rbm")
+    store_url, template, start, weights = an_rbm_phase_in_a_store(tmp_path)
     rng = np.random.default_rng(1)
-    weights = storage.WeightStore(storage.open_store(store_url), "start", KEY)
     snapshots = {}
     for name in ("epoch0-a", "epoch0-b", "epoch1-a", "epoch1-b"):
-        snapshots[name] = {key: (value + rng.standard_normal(value.shape)).astype(value.dtype)
-                           for key, value in start.items()}
+        snapshots[name] = perturbed(start, rng)
         weights.put_version("rbm", name, 1, snapshots[name])
     payload = storage.encode_params(start, "start")
 
