@@ -28,7 +28,7 @@ __all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "TaskSpec", "Parti
            "params_digest"]
 
 #: Bumped whenever a field of the contract changes meaning, appears or goes.
-CONTRACT_VERSION = 5
+CONTRACT_VERSION = 6
 
 T = TypeVar("T")
 
@@ -68,6 +68,9 @@ class NodeConfig:
     nodes : int
         The fit's nodes: tasks per training job (0: unknown).  At most this many train at once, so at
         most this many count as merging, however many Python workers have been a node of the fit.
+    node_batch_size : int
+        The minibatch each node trains with, where it differs from the spec's ``batch_size`` (0: the
+        spec's; see :func:`node._scaling.node_batch_size`).
     kill_worker_once_at : str or None
         Test hook ``"<phase>:<epoch>"`` (see :class:`~node.TrainingSettings`).
     straggler_factor : float
@@ -99,6 +102,7 @@ class NodeConfig:
     warmup_partitions: int = 2
     n_samples: int = 0
     nodes: int = 0
+    node_batch_size: int = 0
     kill_worker_once_at: str | None = None
     straggler_factor: float = 1.0
     local_master: bool = True

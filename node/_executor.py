@@ -56,6 +56,13 @@ def node_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+def replica_spec(config: NodeConfig) -> dict:
+    """The spec a node builds its replica from: the fit's, with the nodes' minibatch where the scaling rule set one."""
+    if not config.node_batch_size:
+        return config.spec
+    return {**config.spec, "batch_size": int(config.node_batch_size)}
+
+
 class ExecutorNode:
     """Model replica + store handles + node actor of one fit in this process.
 
@@ -81,7 +88,8 @@ class ExecutorNode:
         self.handle: actors.NodeHandle | None = None
         self.model: Any = None
         self.scaling = NodeScaling(config.scale_rule, config.spec, config.warmup_partitions, config.fanout,
-                                   n_samples=config.n_samples or None, fit_nodes=config.nodes or None)
+                                   n_samples=config.n_samples or None, fit_nodes=config.nodes or None,
+                                   node_batch=config.node_batch_size or None)
         self.learning_rate_scale = 1.0
 
     # ------------------------------------------------------------------ lifecycle
@@ -91,7 +99,7 @@ class ExecutorNode:
         self.data = NodeData(self.store, config, self.node)
         self.weights = storage.WeightStore(self.store, config.run, config.key)
         self.runs = storage.RunStore(self.store, config.run, config.key)
-        self.model = rbm.model_from_spec(config.spec)
+        self.model = rbm.model_from_spec(replica_spec(config))
         shape = config.feature_shape
         self.model.initialize(shape if len(shape) > 1 else int(shape[0]), self.classes)
         address = choose_node_address(local_master=config.local_master, driver_host=config.driver_host,

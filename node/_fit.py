@@ -195,6 +195,13 @@ class Fit:
             return int(self.settings.warmup_partitions)
         return default_warmup_partitions(self.prepared.partitions, self.nodes)
 
+    def _node_batch_size(self) -> int | None:
+        """The nodes' minibatch where it is not the model's (the scaling rule's split), else None."""
+        batch_size = self.spec.get("batch_size")
+        node_batch = mode_named(self.settings.mode).node_batch_size(self.settings, self.nodes, self.prepared.n_samples,
+                                                                     batch_size)
+        return node_batch if node_batch != batch_size else None
+
     def _data_facts(self) -> dict[str, Any]:
         prepared = self.prepared
         return {"source": prepared.source, "n_samples": prepared.n_samples,
@@ -212,7 +219,7 @@ class Fit:
             anti_entropy_interval_s=settings.anti_entropy_interval_s,
             peer_refresh_interval_s=settings.peer_refresh_interval_s, flush_timeout_s=settings.flush_timeout_s,
             scale_rule=settings.scale_rule, warmup_partitions=self._warmup_partitions(),
-            n_samples=int(prepared.n_samples), nodes=int(self.nodes),
+            n_samples=int(prepared.n_samples), nodes=int(self.nodes), node_batch_size=self._node_batch_size() or 0,
             kill_worker_once_at=settings.kill_worker_once_at, straggler_factor=settings.straggler_factor,
             local_master=is_local_master(self.sc.master), driver_host=self.sc.getConf().get("spark.driver.host"),
             bind_host=settings.bind_host, advertise_host=settings.advertise_host, port_range=settings.port_range)
@@ -351,7 +358,8 @@ class Fit:
 
     def _end_epoch(self, phase: str, epoch: int, epochs: int, reports: list[PartitionReport], wall_s: float) -> None:
         summary = summarize_epoch(self.run_id, phase, epoch, [report.to_record() for report in reports], wall_s,
-                                  batch_size=self.spec.get("batch_size"))
+                                  batch_size=self.spec.get("batch_size"),
+                                  node_batch_size=self.node_config.node_batch_size or None)
         self.history.append(summary)
         stop = self.watch.end_epoch(phase, epoch, summary, self.model)  # validation, early stopping, live logs
         self._progress.report(summary_line(summary, epochs))
@@ -369,7 +377,8 @@ class Fit:
             logger.warning("run %s %s epoch %d: %s", self.run_id, phase, epoch + 1, unreachable)
         self.record.mark_epoch(phase, epoch, summary["nodes"], scaling={
             "rule": self.settings.scale_rule, "warmup_partitions": self.node_config.warmup_partitions,
-            "learning_rate_scale": summary["learning_rate_scale"], "nodes_merging": summary["nodes_merging"]})
+            "learning_rate_scale": summary["learning_rate_scale"], "nodes_merging": summary["nodes_merging"],
+            "node_batch_size": summary["node_batch_size"]})
         if self.on_epoch is not None:
             self.on_epoch(summary)
         if stop:

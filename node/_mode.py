@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 from ._contract import PartitionReport, TaskSpec
 from ._data import Block, filled_partitions
 from ._resident import store_partitions
-from ._scaling import default_partitions
+from ._scaling import default_partitions, node_batch_size
 
 if TYPE_CHECKING:  # the fit drives the modes; the modes only call back into it
     from ._executor import ExecutorNode
@@ -55,8 +55,15 @@ class TrainingMode(ABC):
     def default_partitions(self, settings: "TrainingSettings", nodes: int, rows: int | None,
                            batch_size: int | None) -> int:
         """Partitions per epoch when the settings name none (:func:`node._scaling.default_partitions`)."""
-        rule = settings.scale_rule if self.scales_rates else "none"
-        return default_partitions(rule, nodes, rows, batch_size, self.merge_fanout(settings))
+        return default_partitions(self._rule(settings), nodes, rows, batch_size, self.merge_fanout(settings))
+
+    def node_batch_size(self, settings: "TrainingSettings", nodes: int, rows: int, batch_size: int | None) -> int | None:
+        """The minibatch each node trains with (:func:`node._scaling.node_batch_size`; None: the model has none)."""
+        return node_batch_size(self._rule(settings), batch_size, nodes, rows)
+
+    def _rule(self, settings: "TrainingSettings") -> str:
+        """The scaling rule this mode's learning rates follow: the settings', or none where merges add."""
+        return settings.scale_rule if self.scales_rates else "none"
 
     @abstractmethod
     def run_epochs(self, fit: "Fit", phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:

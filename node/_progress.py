@@ -77,8 +77,13 @@ def _completed_tasks(tracker: Any, group: str, earlier: set[int]) -> int:
 
 
 def summarize_epoch(run: str, phase: str, epoch: int, records: list[dict], wall_s: float, *,
-                    batch_size: int | None = None) -> dict[str, Any]:
-    """One epoch's summary from its partitions' records (``batch_size``: for the small-partition warning)."""
+                    batch_size: int | None = None, node_batch_size: int | None = None) -> dict[str, Any]:
+    """One epoch's summary from its partitions' records.
+
+    ``batch_size`` is the model's minibatch, ``node_batch_size`` the nodes' where the scaling rule
+    made it smaller (:func:`node._scaling.node_batch_size`; None: the model's): the minibatch the
+    small-partition warning counts steps of.
+    """
     samples = sum(r["samples"] for r in records)
     loss = sum(r["loss"] * r["samples"] for r in records) / samples if samples else float("nan")
     staleness = [r["staleness_s"] for r in records if r.get("staleness_s") is not None]
@@ -94,7 +99,8 @@ def summarize_epoch(run: str, phase: str, epoch: int, records: list[dict], wall_
         "nodes": sorted({r["node"] for r in records}),
         "learning_rate_scale": float(np.mean([r.get("learning_rate_scale", 1.0) for r in records])) if records else 1.0,
         "nodes_merging": max((int(r.get("nodes_merging", 1)) for r in records), default=1),
-        "warning": small_partition_warning(records, batch_size),
+        "node_batch_size": node_batch_size,
+        "warning": small_partition_warning(records, node_batch_size or batch_size),
         "records": records,
     }
 
@@ -116,8 +122,9 @@ def summary_line(summary: Mapping[str, Any], epochs: int) -> str:
             f"loss {summary['loss']:.4f}, {summary['samples_per_s']:.0f} samples/s, "
             f"{summary['merges']} merges{how}, "
             f"staleness {staleness}, {len(summary['nodes'])} nodes, "
-            f"learning rate x{summary.get('learning_rate_scale', 1.0):.2f} for {summary.get('nodes_merging', 1)} "
-            f"merging"
+            f"learning rate x{summary.get('learning_rate_scale', 1.0):.2f}"
+            + (f" and minibatch {summary['node_batch_size']}" if summary.get("node_batch_size") else "")
+            + f" for {summary.get('nodes_merging', 1)} merging"
             + "".join(f", {name} {value:.4f}" for name, value in (summary.get("validation") or {}).items())
             + (f"; WARNING: {summary['warning']}" if summary.get("warning") else ""))
 

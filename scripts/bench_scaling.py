@@ -103,14 +103,18 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
 
     base = make_model(kind, seed)
     X, y = split.X_train, split.y_train
-    base.initialize(X.shape[1] if X.ndim == 2 else X.shape[1:], None if kind == "rbm" else np.unique(y))
-    replicas = [copy.deepcopy(base) for _ in range(nodes)]
     rule = {"average": "none", "linear-nowarmup": "linear", "linear-every-2": "linear"}.get(strategy, strategy)
     if strategy.startswith(("delta", "every")):
         rule = "none"
+    settings = TrainingSettings(scale_rule=rule)
+    mode = mode_named(settings.mode)
+    batch_size = base.batch_size
+    node_batch = mode.node_batch_size(settings, nodes, len(X), batch_size)  # "auto": smaller past the rates' share
+    base.set_params(batch_size=node_batch)
+    base.initialize(X.shape[1] if X.ndim == 2 else X.shape[1:], None if kind == "rbm" else np.unique(y))
+    replicas = [copy.deepcopy(base) for _ in range(nodes)]
     if per_node == "default":
-        settings = TrainingSettings(scale_rule=rule)
-        per_node = mode_named(settings.mode).default_partitions(settings, nodes, len(X), base.batch_size) // nodes
+        per_node = mode.default_partitions(settings, nodes, len(X), batch_size) // nodes
     parts = np.array_split(np.random.default_rng(seed).permutation(len(X)), per_node * nodes)
     if warmup is None:
         warmup = default_warmup_partitions(per_node * nodes, nodes)
@@ -126,8 +130,8 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
         for round_index in range(rounds):
             epoch, half = divmod(round_index, per_node)
             for i, replica in enumerate(replicas):
-                steps = len(X) / (nodes * base.batch_size) if rule == "auto" else None
-                scale = learning_rate_scale(resolved, nodes, done, warmup, steps)
+                steps = len(X) / (nodes * batch_size) if rule == "auto" else None
+                scale = learning_rate_scale(resolved, nodes, done, warmup, steps) * node_batch / batch_size
                 replica.set_learning_rate_scale(scale)
                 replica.set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer (node._scaling)
                 partition = half * nodes + i

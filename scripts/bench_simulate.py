@@ -190,10 +190,12 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
     if nodes > 1:
         speeds = rng.lognormal(0.0, clock.speed_sigma, size=nodes) if clock.speed_sigma else speeds
         speeds[0] *= clock.straggler
-    replicas = [copy.deepcopy(base) for _ in range(nodes)]
+    settings = TrainingSettings(mode=mode, fanout=fanout, scale_rule=scale_rule)
+    node_batch = mode_named(mode).node_batch_size(settings, nodes, len(X), base.batch_size)  # as a fit's nodes
+    replicas = [copy.deepcopy(base).set_params(batch_size=node_batch) for _ in range(nodes)]
     spec = {"batch_size": base.batch_size}
-    scalings = [NodeScaling(scale_rule, spec, warmup_partitions, fanout if mode == "async" else None, n_samples=len(X))
-                for _ in range(nodes)]
+    scalings = [NodeScaling(scale_rule, spec, warmup_partitions, fanout if mode == "async" else None, n_samples=len(X),
+                            node_batch=node_batch) for _ in range(nodes)]
     for scaling in scalings:
         scaling.enter_phase(PHASE)
     probe = copy.deepcopy(base)

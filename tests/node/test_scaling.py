@@ -11,8 +11,10 @@ import rbm
 from node._contract import NodeConfig, TaskSpec
 from node._executor import ExecutorNode
 from node._progress import small_partition_warning, summary_line
-from node._scaling import (STEP_LIMITED_STEPS, NodeScaling, default_partitions, default_warmup_partitions,
-                           learning_rate_scale, resolve_rule, scale_target, schedule_epoch)
+from node._modes import mode_named
+from node._scaling import (MAX_RATE_FACTOR, STEP_LIMITED_STEPS, NodeScaling, default_partitions,
+                           default_warmup_partitions, learning_rate_scale, node_batch_size, resolve_rule, scale_target,
+                           schedule_epoch)
 from node._settings import TrainingSettings
 
 
@@ -39,6 +41,32 @@ def test_auto_scales_only_the_step_limited_share_of_the_nodes_progress():
     linear.enter_phase("rbm")
     linear.merged([f"peer{k}" for k in range(7)])
     assert linear.scale() == 8.0
+
+
+def test_auto_takes_at_most_four_of_the_factor_as_learning_rate_and_the_rest_as_a_smaller_minibatch():
+    assert MAX_RATE_FACTOR == 4.0
+    # 1,347 digits in minibatches of 10: 8 nodes (factor 8) train with 5 rows a step, 16 (factor 16)
+    # with 3 (2.5 rounded up), 64 with 1; 4 nodes (factor 4), 2 and 1 keep 10.
+    assert [node_batch_size("auto", 10, n, 1347) for n in (1, 2, 4, 8, 16, 64)] == [10, 10, 10, 5, 3, 1]
+    # Many steps per node (factor 1: DBN(128, 128) on digits28, 16 nodes) or LeNet's 2.9 on 8: the model's own.
+    assert node_batch_size("auto", 10, 16, 35_950) == 10 and node_batch_size("auto", 64, 8, 35_950) == 64
+    # Only "auto" splits; a model without a minibatch, or rows unknown, keeps what it has.
+    assert node_batch_size("linear", 10, 8, 1347) == 10 and node_batch_size("none", 10, 8, 1347) == 10
+    assert node_batch_size("auto", None, 8, 1347) is None and node_batch_size("auto", 10, 8, None) == 10
+    # The modes that average take the split; sharing adds its peers' updates and keeps the model's rates.
+    settings = TrainingSettings()
+    assert [mode_named(mode).node_batch_size(settings, 8, 1347, 10) for mode in ("async", "sync", "sharing")] == [5, 5, 10]
+
+
+def test_a_node_with_half_the_minibatch_takes_half_the_factor_as_learning_rate():
+    spec = rbm.RBM(4, batch_size=10).to_spec()
+    scaling = NodeScaling("auto", spec, warmup_partitions=1, n_samples=1347, node_batch=5)
+    scaling.enter_phase("rbm")
+    scaling.merged([])
+    assert scaling.scale() == pytest.approx(0.5)  # alone: twice the steps at half the rate, one node's progress
+    scaling.trained()
+    scaling.merged([f"peer{k}" for k in range(7)])
+    assert scaling.scale() == pytest.approx(4.0)  # 8 nodes: the factor 8 = rates x4 and twice the steps
 
 
 def test_the_warm_up_ramps_the_factor_linearly_from_one_at_each_phase_start():
@@ -100,6 +128,23 @@ def test_the_executor_trains_each_partition_with_the_factor_of_the_nodes_it_merg
     # Nothing merged yet: 1 node.  Then 8 nodes, warming up (2nd of 2 partitions), then 8 nodes.
     assert seen == pytest.approx(expected)
     assert node.learning_rate_scale == pytest.approx(expected[-1])
+
+
+def test_a_started_node_trains_its_replica_in_the_fits_node_minibatch(tmp_path):
+    config = _config(store_url=f"file://{tmp_path}", spec=rbm.RBM(4, batch_size=10).to_spec(), n_samples=1347, nodes=8,
+                     node_batch_size=5)
+    node = ExecutorNode(config).start()
+    try:
+        assert node.model.batch_size == 5
+        steps = []
+        node.model.set_minibatch_hook(lambda: steps.append(1))
+        node.scaling.enter_phase("rbm")
+        task = TaskSpec(node=config, mode="async", phase="rbm", phase_index=0, epoch=0, start_digest="digest")
+        node.train(task, 0, np.random.default_rng(0).random((20, 6)).astype(np.float32), None)
+        assert len(steps) == 4  # 20 rows in minibatches of 5
+    finally:
+        node.stop()
+    assert ExecutorNode(_config(spec=rbm.RBM(4, batch_size=10).to_spec())).scaling.batch_ratio == 1.0  # 0: the spec's
 
 
 @pytest.mark.parametrize("rule, factor", [("auto", 8.0), ("none", 1.0)])
@@ -195,6 +240,8 @@ def test_the_epoch_summary_warns_when_nodes_take_too_few_steps_per_epoch_and_say
                "warning": warning}
     line = summary_line(summary, 3)
     assert "learning rate x7.50 for 8 merging" in line and "WARNING: each of the 8 nodes" in line
+    assert "learning rate x3.75 and minibatch 5 for 8 merging" in summary_line(
+        {**summary, "learning_rate_scale": 3.75, "node_batch_size": 5}, 3)
 
 
 def test_the_command_line_and_a_config_file_set_the_rule(tmp_path):
