@@ -363,8 +363,9 @@ class Fit:
         self.history.append(summary)
         stop = self.watch.end_epoch(phase, epoch, summary, self.model)  # validation, early stopping, live logs
         self._progress.report(summary_line(summary, epochs))
-        if summary["warning"]:
-            logger.warning("run %s %s epoch %d: %s", self.run_id, phase, epoch + 1, summary["warning"])
+        if summary["warning"] and self.first_use(f"small-partition warning of {phase}"):  # every summary carries it
+            logger.warning("run %s %s epoch %d: %s (said once per phase)", self.run_id, phase, epoch + 1,
+                           summary["warning"])
         untrained = self._untrained_partitions(reports)
         if untrained:
             summary["untrained_partitions"] = untrained

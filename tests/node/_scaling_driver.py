@@ -4,12 +4,13 @@ The suite shares one ``local[2,4]`` session per process, and one process holds o
 context, so the 8-node fits of ``test_scaling_nodes.py`` run here.  The JSON names the store
 folder, the runs (``"dbn"``, ``"rbm"``) and the partitions per node (null: the fit's default);
 one JSON line per run is printed: the 8-node score, the partitions, the factors the nodes trained
-with, the nodes merging and the epoch warnings.
+with, the nodes merging and the epoch warnings.  The driver's log (warnings) goes to stderr.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 
 import numpy as np
@@ -31,6 +32,7 @@ def make(kind: str):
 
 def main() -> None:
     config = json.loads(sys.argv[1])
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     spark = node.get_spark_session(f"local[{NODES}]", app_name="sparkdbn-scaling-driver")
     split = load_digits01(test_fraction=0.25)
     try:

@@ -35,7 +35,7 @@ def eight_nodes(tmp_path_factory: pytest.TempPathFactory) -> dict:
                           capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    return {line["kind"]: line for line in lines}
+    return {**{line["kind"]: line for line in lines}, "log": done.stderr}
 
 
 def one_process_accuracy() -> float:
@@ -96,3 +96,5 @@ def test_the_epoch_summaries_warn_that_eight_nodes_take_too_few_steps_on_this_da
     assert len(warnings) == 16  # every epoch of every phase
     assert "each of the 8 nodes takes only 34 minibatch steps of 5" in warnings[0]  # the nodes' own minibatch
     assert "partitions=" not in warnings[0] and "more epochs" in warnings[0]  # they already merge 8 times an epoch
+    logged = [line for line in eight_nodes["log"].splitlines() if "minibatch steps" in line]
+    assert len(logged) == 3 and all("(said once per phase)" in line for line in logged)  # one per phase
