@@ -65,12 +65,18 @@ spark.stop()
 """
 
 
-def test_a_fit_from_a_dataframe_leaves_the_executor_no_more_python_workers_than_slots(store_url):
+def in_a_fresh_session(script: str, store_url: str) -> str:
+    """Run ``script`` (with the store URL as its argument) in a driver process of its own; its stdout."""
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
-    done = subprocess.run([sys.executable, "-c", _FIT_FROM_A_DATAFRAME, store_url], env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", script, store_url], env=env, capture_output=True, text=True,
+                          timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "python workers: 2" in done.stdout, (done.stdout, done.stderr[-2000:])
+    return done.stdout
+
+
+def test_a_fit_from_a_dataframe_leaves_the_executor_no_more_python_workers_than_slots(store_url):
+    output = in_a_fresh_session(_FIT_FROM_A_DATAFRAME, store_url)
+    assert "python workers: 2" in output, output
 
 
 # A fresh session whose Python workers never outlive a task (some clusters set this against leaks):
@@ -98,11 +104,7 @@ spark.stop()
 
 
 def test_without_python_worker_reuse_every_epochs_new_nodes_join_and_the_fit_learns(store_url):
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
-    done = subprocess.run([sys.executable, "-c", _FIT_WITHOUT_WORKER_REUSE, store_url], env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(in_a_fresh_session(_FIT_WITHOUT_WORKER_REUSE, store_url).strip().splitlines()[-1])
     epoch_nodes = result["epoch_nodes"]
     assert len(epoch_nodes) == 6 and all(len(nodes) == 2 for nodes in epoch_nodes)
     # No process trained two epochs: each epoch's two nodes were new, started from the store.
