@@ -271,8 +271,10 @@ class Fit:
                 started = time.perf_counter()
                 per_epoch = mode.run_epochs(self, phase, epoch, epochs)  # one epoch, or (sync) all that are left
                 wall_s = (time.perf_counter() - started) / max(1, len(per_epoch))
-                for reports in per_epoch:
-                    self._end_epoch(phase, epoch, epochs, reports, wall_s)
+                for index, reports in enumerate(per_epoch):
+                    # Only the job's last epoch left its own weights: the nodes of a job that trained
+                    # several (sync, sharing) went on from the earlier ones.
+                    self._end_epoch(phase, epoch, epochs, reports, wall_s, validate=index == len(per_epoch) - 1)
                     epoch += 1
         finally:
             self._progress.close()
@@ -356,12 +358,13 @@ class Fit:
             raise InputDataError(f"{self.prepared.source}: {refused[0]}{more}")
         return reports
 
-    def _end_epoch(self, phase: str, epoch: int, epochs: int, reports: list[PartitionReport], wall_s: float) -> None:
+    def _end_epoch(self, phase: str, epoch: int, epochs: int, reports: list[PartitionReport], wall_s: float,
+                   validate: bool = True) -> None:
         summary = summarize_epoch(self.run_id, phase, epoch, [report.to_record() for report in reports], wall_s,
                                   batch_size=self.spec.get("batch_size"),
                                   node_batch_size=self.node_config.node_batch_size or None)
         self.history.append(summary)
-        stop = self.watch.end_epoch(phase, epoch, summary, self.model)  # validation, early stopping, live logs
+        stop = self.watch.end_epoch(phase, epoch, summary, self.model, validate)  # validation, early stopping, logs
         self._progress.report(summary_line(summary, epochs))
         if summary["warning"] and self.first_use(f"small-partition warning of {phase}"):  # every summary carries it
             logger.warning("run %s %s epoch %d: %s (said once per phase)", self.run_id, phase, epoch + 1,

@@ -236,9 +236,12 @@ class TrainingSettings:
             raise ValueError("give validation_fraction or validation_data, not both")
         if EarlyStopping.from_setting(self.early_stopping) is not None and not self.validates():
             raise ValueError("early_stopping monitors a validation metric: give validation_fraction or validation_data")
+        if EarlyStopping.from_setting(self.early_stopping) is not None and self.mode != "async":
+            raise ValueError(f"early_stopping ends a phase between two epochs, and mode {self.mode!r} trains a phase "
+                             "in one Spark job (validated at its end only): use mode='async' with early_stopping")
 
     def validates(self) -> bool:
-        """True when every epoch ends with a validation."""
+        """True when epochs end with a validation (every epoch in ``async``; a phase's last in ``sync``, ``sharing``)."""
         return bool(self.validation_fraction) or self.validation_data is not None
 
     def check_trains_something(self, phases: Sequence[str]) -> None:

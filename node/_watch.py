@@ -74,15 +74,17 @@ class RunWatch:
                    tuple(int(d) for d in fit.prepared.feature_shape), validator)
 
     # ------------------------------------------------------------------ epochs
-    def end_epoch(self, phase: str, epoch: int, summary: dict, model: Any) -> bool:
+    def end_epoch(self, phase: str, epoch: int, summary: dict, model: Any, validate: bool = True) -> bool:
         """Validate the epoch's consolidation, update early stopping, log; True when the phase should stop.
 
         Adds ``validation`` (a dict of metrics, or absent) to ``summary``; the record's step is
-        updated in memory, and written by the caller with the epoch.
+        updated in memory, and written by the caller with the epoch.  ``validate=False``: the store
+        no longer holds the epoch's own weights (an epoch before the last of a job that trained
+        several: ``sync``, ``sharing``), so nothing is validated rather than a later epoch's weights.
         """
         step = self.record.step(phase)
         stop = False
-        if self.validator is not None:
+        if self.validator is not None and validate:
             started = time.perf_counter()
             phase_params = self.weights.consolidate(phase, summary["nodes"]).params
             metrics = self.validator.evaluate(phase, {**model.parameters(), **phase_params})

@@ -50,6 +50,8 @@ def test_the_rule_applies_to_the_phases_that_report_its_metric():
     (dict(validation_fraction=0.1, early_stopping={"patiense": 3}), "unknown key"),
     (dict(validation_fraction=1.0), "validation_fraction must lie in (0, 1)"),
     (dict(validation_fraction=0.1, validation_data=([[0.0]], [0])), "not both"),
+    (dict(validation_fraction=0.1, early_stopping=True, mode="sync"), "mode 'sync' trains a phase in one Spark job"),
+    (dict(validation_fraction=0.1, early_stopping=True, mode="sharing"), "use mode='async' with early_stopping"),
 ])
 def test_bad_watching_settings_are_refused_naming_the_setting(changes, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -267,6 +267,21 @@ def test_a_conv_net_learns_in_every_mode_at_least_as_well_as_one_process_give_or
         assert node.open_run(store_url, f"conv-{mode}-0").record["settings"]["mode"] == mode
 
 
+@pytest.mark.parametrize("mode", ["sync", "sharing"])
+def test_a_mode_that_trains_a_phase_in_one_job_validates_only_its_last_epoch(spark, store_url, digits, mode):
+    # Their nodes went on from the earlier epochs within the job: what the store holds is the last
+    # epoch's weights, which every epoch was validated on before (six equal figures in run.json).
+    X, y, X_test, y_test = digits
+    trainer = node.Trainer(spark, store_url, run_id=f"validated-{mode}", mode=mode, epochs={"rbm0": 1, "finetune": 4},
+                           partitions=4, validation_fraction=0.2, progress=False)
+    model = trainer.fit(rbm.DBN(hidden_layer_sizes=(16,), random_state=0), X, y)
+    finetune = [summary for summary in trainer.history_ if summary["phase"] == "finetune"]
+    assert ["validation" in summary for summary in finetune] == [False, False, False, True]
+    record = node.open_run(store_url, f"validated-{mode}").record
+    assert [entry["epoch"] for entry in record["steps"]["finetune"]["validation"]] == [3]
+    assert finetune[-1]["validation"]["val_accuracy"] > 0.5 and model.score(X_test, y_test) > 0.5
+
+
 def test_the_cli_and_the_spark_ml_estimator_pass_the_mode_on(spark, store_url, digits):
     from pyspark.ml.linalg import Vectors
 
