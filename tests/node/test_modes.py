@@ -13,7 +13,7 @@ import pytest
 import node
 import rbm
 import storage
-from node._mode_sharing import SparseUpdate, ThresholdAccumulator, UpdateExchange
+from node._mode_sharing import SparseUpdate, ThresholdAccumulator, UpdateExchange, many_nodes_warning
 
 pytestmark = pytest.mark.slow
 
@@ -280,6 +280,16 @@ def test_a_mode_that_trains_a_phase_in_one_job_validates_only_its_last_epoch(spa
     record = node.open_run(store_url, f"validated-{mode}").record
     assert [entry["epoch"] for entry in record["steps"]["finetune"]["validation"]] == [3]
     assert finetune[-1]["validation"]["val_accuracy"] > 0.5 and model.score(X_test, y_test) > 0.5
+
+
+def test_sharing_on_more_nodes_than_it_was_seen_to_work_on_warns_once_naming_async(spark, store_url, digits, caplog):
+    X, y, _, _ = digits
+    with caplog.at_level(logging.WARNING, logger="node"):
+        node.Trainer(spark, store_url, run_id="sharing-five", mode="sharing", averaging_nodes=5, partitions=5,
+                     epochs={"rbm0": 1, "finetune": 1}, progress=False).fit(rbm.DBN(hidden_layer_sizes=(8,)), X, y)
+    warned = [record.getMessage() for record in caplog.records if "mode 'sharing' on" in record.getMessage()]
+    assert len(warned) == 1 and "on 5 nodes" in warned[0] and "mode='async'" in warned[0]  # once per fit
+    assert many_nodes_warning(4) is None
 
 
 def test_the_cli_and_the_spark_ml_estimator_pass_the_mode_on(spark, store_url, digits):
