@@ -37,12 +37,11 @@ from ._fit_data import model_input, prepare_fit_data
 from ._keys import resolve_run_key
 from ._lease import DriverLease
 from ._modes import mode_named
-from ._network import is_local_master
+from ._node_config import node_config
 from ._progress import EpochProgress, summarize_epoch, summary_line
 from ._reachability import ReachabilityWatch
 from ._record import RunRecord
 from ._run_store import STALE_TEMPORARY_S, open_checked_store, sweep_temporaries
-from ._scaling import default_warmup_partitions
 from ._settings import TrainingSettings
 from ._stealing import claimed_partitions, remove_work_folders
 from ._validation import ValidationSet
@@ -156,7 +155,8 @@ class Fit:
                 logger.info("resuming run %s (%s)", self.run_id, self._progress_text())
             sweep_temporaries(self.store, self.run_id)
             remove_work_folders(self.store, self.run_id)  # earlier fits' claims and partitions (node._stealing)
-            self.node_config = self._node_config()
+            self.node_config = node_config(settings, prepared, self.spec, run=self.run_id, fit_id=self.fit_id,
+                                           store_url=self.store_url, key=self.key, nodes=self.nodes, sc=self.sc)
             self.watch = RunWatch.start(self, self.validation, model_input(prepared.feature_shape))
             if settings.initialize_only:
                 self._save_model("initialized")
@@ -189,40 +189,11 @@ class Fit:
         """Nodes training at once: ``averaging_nodes``, else Spark's default parallelism (a node per task slot)."""
         return int(self.settings.averaging_nodes or self.sc.defaultParallelism)
 
-    def _warmup_partitions(self) -> int:
-        """The settings' warm-up, else a node's first epoch of each phase (its share of the partitions)."""
-        if self.settings.warmup_partitions is not None:
-            return int(self.settings.warmup_partitions)
-        return default_warmup_partitions(self.prepared.partitions, self.nodes)
-
-    def _node_batch_size(self) -> int | None:
-        """The nodes' minibatch where it is not the model's (the scaling rule's split), else None."""
-        batch_size = self.spec.get("batch_size")
-        node_batch = mode_named(self.settings.mode).node_batch_size(self.settings, self.nodes, self.prepared.n_samples,
-                                                                     batch_size)
-        return node_batch if node_batch != batch_size else None
-
     def _data_facts(self) -> dict[str, Any]:
         prepared = self.prepared
         return {"source": prepared.source, "n_samples": prepared.n_samples,
                 "feature_shape": list(prepared.feature_shape), "partitions": prepared.partitions,
                 "n_classes": None if prepared.classes is None else len(prepared.classes)}
-
-    def _node_config(self) -> NodeConfig:
-        settings, prepared = self.settings, self.prepared
-        return NodeConfig(
-            run=self.run_id, fit_id=self.fit_id, store_url=self.store_url,
-            store_retry_timeout_s=settings.store_retry_timeout_s, key=self.key, spec=self.spec,
-            feature_shape=tuple(int(d) for d in prepared.feature_shape),
-            classes=None if prepared.classes is None else tuple(prepared.classes.tolist()), seed=settings.seed,
-            fanout=settings.fanout, merge_alpha=settings.merge_alpha, keep_versions=settings.keep_versions,
-            anti_entropy_interval_s=settings.anti_entropy_interval_s,
-            peer_refresh_interval_s=settings.peer_refresh_interval_s, flush_timeout_s=settings.flush_timeout_s,
-            scale_rule=settings.scale_rule, warmup_partitions=self._warmup_partitions(),
-            n_samples=int(prepared.n_samples), nodes=int(self.nodes), node_batch_size=self._node_batch_size() or 0,
-            kill_worker_once_at=settings.kill_worker_once_at, straggler_factor=settings.straggler_factor,
-            local_master=is_local_master(self.sc.master), driver_host=self.sc.getConf().get("spark.driver.host"),
-            bind_host=settings.bind_host, advertise_host=settings.advertise_host, port_range=settings.port_range)
 
     # ------------------------------------------------------------------ phases
     def _complete_phase(self, phase: str, phase_index: int) -> dict[str, np.ndarray]:

@@ -57,8 +57,8 @@ from typing import Any, Iterable, Mapping
 
 __all__ = ["SCALE_RULES", "DEFAULT_WARMUP_PARTITIONS", "PEER_WINDOW", "STEP_LIMITED_STEPS", "MIN_STEPS_PER_NODE_EPOCH",
            "ADVISED_PARTITIONS_PER_NODE", "DEFAULT_PARTITIONS_PER_NODE", "MERGE_OFTEN_ABOVE_FACTOR", "MAX_RATE_FACTOR",
-           "NodeScaling", "default_partitions", "default_warmup_partitions", "learning_rate_scale", "node_batch_size",
-           "resolve_rule", "scale_target", "scaling_warning", "schedule_epoch"]
+           "NodeScaling", "default_partitions", "default_warmup_partitions", "fit_factor", "learning_rate_scale",
+           "node_batch_size", "resolve_rule", "scale_target", "scaling_warning", "schedule_epoch"]
 
 #: Every rule's name; ``"auto"`` is linear, capped by the nodes' steps per epoch.
 SCALE_RULES = ("auto", "linear", "sqrt", "none")
@@ -114,25 +114,28 @@ def default_partitions(rule: str, nodes: int, rows: int | None, batch_size: int 
     nodes = max(1, int(nodes))
     per_node = DEFAULT_PARTITIONS_PER_NODE
     full_average = fanout is None or int(fanout) >= nodes - 1
-    if rows and batch_size and full_average:
-        steps = rows / (nodes * int(batch_size))
-        factor = scale_target(resolve_rule(rule), nodes, steps if rule == "auto" else None)
-        if factor > MERGE_OFTEN_ABOVE_FACTOR:
-            per_node = max(per_node, min(ADVISED_PARTITIONS_PER_NODE, int(steps)))
+    if rows and batch_size and full_average and fit_factor(rule, nodes, rows, batch_size) > MERGE_OFTEN_ABOVE_FACTOR:
+        per_node = max(per_node, min(ADVISED_PARTITIONS_PER_NODE, int(rows / (nodes * int(batch_size)))))
     return nodes * per_node
+
+
+def fit_factor(rule: str, nodes: int, rows: int, batch_size: int) -> float:
+    """The factor ``rule`` gives a fit's ``nodes`` after the warm-up, each taking ``rows / (nodes * batch_size)``
+    minibatch steps per epoch (what ``"auto"`` caps by)."""
+    steps = rows / (max(1, int(nodes)) * int(batch_size))
+    return scale_target(resolve_rule(rule), nodes, steps if rule == "auto" else None)
 
 
 def node_batch_size(rule: str, batch_size: int | None, nodes: int, n_samples: int | None) -> int | None:
     """The minibatch each node trains with: ``batch_size``, smaller where ``"auto"``'s factor passes :data:`MAX_RATE_FACTOR`.
 
-    The factor is the one for the fit's ``nodes`` (:func:`scale_target` with the steps each takes per
-    epoch); above :data:`MAX_RATE_FACTOR` the minibatch is ``batch_size * MAX_RATE_FACTOR / factor``
+    The factor is the one for the fit's ``nodes`` (:func:`fit_factor`); above :data:`MAX_RATE_FACTOR` the minibatch is ``batch_size * MAX_RATE_FACTOR / factor``
     rounded, at least 1.  Other rules, a model without a ``batch_size`` (None) and unknown rows keep
     the model's own.
     """
     if rule != "auto" or not batch_size or not n_samples or nodes < 2:
         return batch_size
-    factor = scale_target("linear", nodes, n_samples / (nodes * int(batch_size)))
+    factor = fit_factor(rule, nodes, n_samples, batch_size)
     if factor <= MAX_RATE_FACTOR:
         return int(batch_size)
     return max(1, int(int(batch_size) * MAX_RATE_FACTOR / factor + 0.5))
