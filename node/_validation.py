@@ -7,8 +7,13 @@ arrays and shipped once to the executors as ``.npz`` chunks (never pickled objec
 
 At the end of every epoch :class:`Validator` evaluates the element-wise mean of the newest
 snapshots of the epoch's nodes (:meth:`storage.WeightStore.consolidate`, the same rule as a
-phase result) with one Spark job: each partition rebuilds the model from the run's spec and the
-broadcast parameters, and returns sums; the driver adds them up.
+phase result).  Where it runs is chosen once per phase, by cost: the driver times the first
+:data:`PROBE_ROWS` rows and estimates what the whole set would take it, and what one Spark job
+would (:data:`JOB_START_S` to start, then the set spread over the job's partitions); it evaluates
+the rest itself when it would be done no later, else every evaluation of the phase is one Spark
+job (each partition rebuilds the model from the run's spec and the broadcast parameters, and
+returns sums; the driver adds them up).  Both compute the same sums with the
+same code (:func:`validation_sums`); the run record names where (``evaluated_on``).
 
 Metrics (all "lower is better" except accuracy):
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -35,16 +41,20 @@ from ._data import decode_block, encode_block
 from ._errors import InputDataError
 from ._frames import features_from_arrow, is_dataframe, labels_from_arrow
 
-__all__ = ["ValidationSet", "Validator", "hold_out_validation", "is_supervised", "phase_metrics",
-           "VALIDATION_METRICS", "LOG_LOSS_EPS"]
+__all__ = ["ValidationSet", "Validator", "hold_out_validation", "is_supervised", "phase_metrics", "validation_sums",
+           "JOB_START_S", "PROBE_ROWS", "VALIDATION_METRICS", "LOG_LOSS_EPS"]
 
 logger = logging.getLogger(__name__)
 
 #: Every metric a validation can report; early stopping monitors one of them.
 VALIDATION_METRICS = ("val_loss", "val_accuracy", "val_reconstruction_error")
 LOG_LOSS_EPS = 1e-15
-#: Rows per model call on an executor.
+#: Rows per model call.
 BATCH_ROWS = 1024
+#: What a Spark job takes to start before its tasks run (71-108 ms measured here; README, Training modes).
+JOB_START_S = 0.1
+#: Rows the driver times to estimate what the whole validation set would take it.
+PROBE_ROWS = 256
 
 
 def is_supervised(phase: str) -> bool:
@@ -153,53 +163,101 @@ def _to_arrow(df: Any) -> Any:
 
 
 class Validator:
-    """Evaluates parameters on the validation set with Spark (see the module docstring).
+    """Evaluates parameters on the validation set, on the driver or with Spark (see the module docstring).
 
     Parameters
     ----------
     spark : SparkSession
     validation : ValidationSet
     spec : dict
-        The model's spec (:meth:`to_spec`); the executors rebuild the model from it.
+        The model's spec (:meth:`to_spec`); the model is rebuilt from it where it is evaluated.
     model_input : int or tuple of int
         What ``initialize`` takes (the per-sample width or shape).
     classes : ndarray, optional
         The run's class labels; validation labels become their indices.
     partitions : int
         Spark partitions of the validation set.
+    job_start_s : float
+        What the cost estimate counts for starting a Spark job.
     """
 
     def __init__(self, spark: Any, validation: ValidationSet, spec: dict, model_input: Any,
-                 classes: np.ndarray | None, partitions: int) -> None:
+                 classes: np.ndarray | None, partitions: int, job_start_s: float = JOB_START_S) -> None:
         self.sc = spark.sparkContext
         self.validation = validation
         self.spec, self.model_input = dict(spec), model_input
         self.classes = classes
-        indices = _class_indices(validation, classes)
-        chunks = np.array_split(np.arange(len(validation.X)), max(1, min(partitions, len(validation.X))))
-        blocks = [encode_block(np.ascontiguousarray(validation.X[rows]), None if indices is None else indices[rows])
-                  for rows in chunks]
-        self.rdd = self.sc.parallelize(blocks, len(blocks)).cache()
+        self.indices = _class_indices(validation, classes)
+        self.partitions = max(1, min(partitions, len(validation.X)))
+        self.job_start_s = float(job_start_s)
+        #: Where each phase is evaluated, "driver" or "spark" (decided at its first evaluation).
+        self.evaluated_on: dict[str, str] = {}
+        self._rdd: Any = None
 
     def evaluate(self, phase: str, params: dict[str, np.ndarray]) -> dict[str, float]:
         """The metrics of ``params`` (every parameter of the model) for ``phase`` (see :func:`phase_metrics`)."""
         if is_supervised(phase) and self.classes is None:
             raise InputDataError(f"phase {phase!r} is validated on labels, but the validation set has none")
-        payload = self.sc.broadcast(storage.encode_params(params, f"validation of phase {phase}"))
-        try:
-            task = functools.partial(_validate_partition, self.spec, self.model_input,
-                                     None if self.classes is None else self.classes.tolist(), phase, payload)
-            sums = np.sum([np.asarray(part, dtype=np.float64) for part in self.rdd.mapPartitions(task).collect()],
-                          axis=0)
-        finally:
-            payload.destroy()
-        rows, loss_sum, correct = float(sums[0]), float(sums[1]), float(sums[2])
+        where = self.evaluated_on.get(phase)
+        if where == "spark":
+            sums = self._spark_sums(phase, params)
+        elif where == "driver":
+            sums = validation_sums(self._model(params), phase, *self._rows(0, len(self.validation.X)))
+        else:
+            sums = self._first_sums(phase, params)
+        rows, loss_sum, correct = (float(value) for value in sums)
         if is_supervised(phase):
             return {"val_loss": loss_sum / rows, "val_accuracy": correct / rows}
         return {"val_loss": loss_sum / rows, "val_reconstruction_error": loss_sum / rows}
 
+    def _first_sums(self, phase: str, params: dict[str, np.ndarray]) -> np.ndarray:
+        """Time the driver on the first rows; it evaluates the rest when it would be done no later than Spark."""
+        rows = len(self.validation.X)
+        probe = min(PROBE_ROWS, rows)
+        model = self._model(params)
+        sums, seconds = _timed_sums(model, phase, *self._rows(0, probe))
+        if not self._sooner_on_driver(seconds * rows / probe):  # the first call may have paid one-time costs
+            seconds = min(seconds, _timed_sums(model, phase, *self._rows(0, probe))[1])
+        if not self._sooner_on_driver(seconds * rows / probe):
+            self.evaluated_on[phase] = "spark"
+            logger.info("validation of phase %s runs as Spark jobs: %d rows would take the driver about %.2f s",
+                        phase, rows, seconds * rows / probe)
+            return self._spark_sums(phase, params)
+        self.evaluated_on[phase] = "driver"
+        return sums + validation_sums(model, phase, *self._rows(probe, rows))
+
+    def _sooner_on_driver(self, driver_s: float) -> bool:
+        """Whether the driver, estimated ``driver_s``, would be done no later than one Spark job."""
+        return driver_s <= self.job_start_s + driver_s / self.partitions
+
+    def _rows(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray | None]:
+        return self.validation.X[start:stop], None if self.indices is None else self.indices[start:stop]
+
+    def _model(self, params: dict[str, np.ndarray]) -> Any:
+        return _built_model(self.spec, self.model_input, self.classes, params)
+
+    def _spark_sums(self, phase: str, params: dict[str, np.ndarray]) -> np.ndarray:
+        payload = self.sc.broadcast(storage.encode_params(params, f"validation of phase {phase}"))
+        try:
+            task = functools.partial(_validate_partition, self.spec, self.model_input,
+                                     None if self.classes is None else self.classes.tolist(), phase, payload)
+            return np.sum([np.asarray(part, dtype=np.float64) for part in self._blocks().mapPartitions(task).collect()],
+                          axis=0)
+        finally:
+            payload.destroy()
+
+    def _blocks(self) -> Any:
+        """The validation set as a cached RDD of ``.npz`` blocks (made at the first Spark evaluation)."""
+        if self._rdd is None:
+            chunks = np.array_split(np.arange(len(self.validation.X)), self.partitions)
+            blocks = [encode_block(np.ascontiguousarray(self.validation.X[rows]),
+                                   None if self.indices is None else self.indices[rows]) for rows in chunks]
+            self._rdd = self.sc.parallelize(blocks, len(blocks)).cache()
+        return self._rdd
+
     def close(self) -> None:
-        self.rdd.unpersist()
+        if self._rdd is not None:
+            self._rdd.unpersist()
 
 
 def _class_indices(validation: ValidationSet, classes: np.ndarray | None) -> np.ndarray | None:
@@ -214,27 +272,44 @@ def _class_indices(validation: ValidationSet, classes: np.ndarray | None) -> np.
     return np.asarray([position[label] for label in labels], dtype=np.int64)
 
 
+def _built_model(spec: dict, model_input: Any, classes: Any, params: dict[str, np.ndarray]) -> Any:
+    model = rbm.model_from_spec(spec)
+    model.initialize(model_input, None if classes is None else np.asarray(classes))
+    model.set_parameters(params)
+    return model
+
+
 def _validate_partition(spec: dict, model_input: Any, classes: list | None, phase: str, payload: Any,
                         blocks: Iterator[bytes]) -> Iterator[list[float]]:
     """On an executor: ``[rows, loss sum, correct]`` over this partition's validation blocks."""
-    model = rbm.model_from_spec(spec)
-    model.initialize(model_input, None if classes is None else np.asarray(classes))
-    model.set_parameters(storage.decode_params(payload.value, f"validation of phase {phase}"))
-    rows = loss_sum = correct = 0.0
+    model = _built_model(spec, model_input, classes, storage.decode_params(payload.value, f"validation of phase {phase}"))
+    sums = np.zeros(3)
     for block in blocks:
-        X, y = decode_block(block)
-        for start in range(0, len(X), BATCH_ROWS):
-            X_batch = X[start:start + BATCH_ROWS]
-            if is_supervised(phase):
-                y_batch = y[start:start + BATCH_ROWS]
-                proba = np.asarray(model.predict_proba(X_batch), dtype=np.float64)
-                picked = np.clip(proba[np.arange(len(y_batch)), y_batch], LOG_LOSS_EPS, 1.0)
-                loss_sum += float(-np.log(picked).sum())
-                correct += float((proba.argmax(axis=1) == y_batch).sum())
-            else:
-                loss_sum += _reconstruction_error(model, phase, X_batch) * len(X_batch)
-            rows += len(X_batch)
-    yield [rows, loss_sum, correct]
+        sums += validation_sums(model, phase, *decode_block(block))
+    yield sums.tolist()
+
+
+def _timed_sums(model: Any, phase: str, X: np.ndarray, y: np.ndarray | None) -> tuple[np.ndarray, float]:
+    started = time.perf_counter()
+    sums = validation_sums(model, phase, X, y)
+    return sums, time.perf_counter() - started
+
+
+def validation_sums(model: Any, phase: str, X: np.ndarray, y: np.ndarray | None) -> np.ndarray:
+    """``[rows, loss sum, correct]`` of ``model`` on ``X`` (``y``: class indices; supervised phases only)."""
+    rows = loss_sum = correct = 0.0
+    for start in range(0, len(X), BATCH_ROWS):
+        X_batch = X[start:start + BATCH_ROWS]
+        if is_supervised(phase):
+            y_batch = y[start:start + BATCH_ROWS]
+            proba = np.asarray(model.predict_proba(X_batch), dtype=np.float64)
+            picked = np.clip(proba[np.arange(len(y_batch)), y_batch], LOG_LOSS_EPS, 1.0)
+            loss_sum += float(-np.log(picked).sum())
+            correct += float((proba.argmax(axis=1) == y_batch).sum())
+        else:
+            loss_sum += _reconstruction_error(model, phase, X_batch) * len(X_batch)
+        rows += len(X_batch)
+    return np.array([rows, loss_sum, correct])
 
 
 def _reconstruction_error(model: Any, phase: str, X: np.ndarray) -> float:

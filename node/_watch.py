@@ -92,7 +92,8 @@ class RunWatch:
             step.setdefault("validation", [])
             step["validation"] = [entry for entry in step["validation"] if entry["epoch"] < epoch]
             step["validation"].append({"epoch": epoch, "time": time.time(),
-                                       "seconds": time.perf_counter() - started, **metrics})
+                                       "seconds": time.perf_counter() - started,
+                                       "evaluated_on": self.validator.evaluated_on[phase], **metrics})
             stop = self._early_stop(phase, epoch, metrics, phase_params)
         if self.live is not None:
             base = learning_rate_of(self.spec, phase)  # times the scaling rule's mean factor of the epoch

@@ -15,7 +15,7 @@ import node.cli
 import rbm
 import storage
 from node._early_stopping import EarlyStopping
-from node._validation import LOG_LOSS_EPS, hold_out_validation
+from node._validation import LOG_LOSS_EPS, ValidationSet, Validator, hold_out_validation
 
 pytestmark = pytest.mark.slow
 
@@ -93,6 +93,7 @@ def test_tensorboard_shows_every_node_and_the_validation_while_the_run_trains(sp
     assert record["data"]["n_samples"] == ROWS - len(held.X) == 450
     finetune = record["steps"]["finetune"]["validation"]
     assert [entry["epoch"] for entry in finetune] == [0, 1]
+    assert {entry["evaluated_on"] for entry in finetune} == {"driver"}  # 150 rows: cheaper than a Spark job
     accuracy, log_loss = accuracy_and_log_loss(model, held.X, held.y)
     assert finetune[-1]["val_accuracy"] == pytest.approx(accuracy, abs=1e-9)
     assert finetune[-1]["val_loss"] == pytest.approx(log_loss, rel=1e-4)
@@ -110,6 +111,35 @@ def test_tensorboard_shows_every_node_and_the_validation_while_the_run_trains(sp
 
     paths = node.render_report(store_url, "live", str(tmp_path / "report"))
     assert str(tmp_path / "report" / "validation.png") in paths
+
+
+@pytest.mark.parametrize("job_start_s, where", [(60.0, "driver"), (0.0, "spark")])
+def test_validation_runs_on_the_driver_when_sooner_else_as_spark_jobs_with_the_same_figures(spark, digits, job_start_s,
+                                                                                           where):
+    model = small_dbn().initialize(digits.X_train.shape[1], np.unique(digits.y_train))  # its initial weights
+    held = ValidationSet(X=digits.X_test, y=digits.y_test, source="the test rows")
+    validator = Validator(spark, held, model.to_spec(), digits.X_train.shape[1], model.classes_, partitions=2,
+                          job_start_s=job_start_s)
+    sc = spark.sparkContext
+    group = f"validation-on-the-{where}"
+    sc.setJobGroup(group, "a test's validations")
+    try:
+        finetune = validator.evaluate("finetune", model.parameters())
+        rbm0 = validator.evaluate("rbm0", model.parameters())
+        again = validator.evaluate("finetune", model.parameters())
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        validator.close()
+
+    # Where is decided once per phase: the driver's time on the first rows against a Spark job's start
+    # and the same work spread over 2 partitions (with no time to start a job, Spark is always sooner).
+    assert validator.evaluated_on == {"finetune": where, "rbm0": where}
+    assert len(sc.statusTracker().getJobIdsForGroup(group)) == (0 if where == "driver" else 3)
+    accuracy, log_loss = accuracy_and_log_loss(model, held.X, held.y)
+    assert again == pytest.approx(finetune, rel=1e-12)  # the same figures, summed in other pieces
+    assert finetune["val_accuracy"] == pytest.approx(accuracy, abs=1e-12)
+    assert finetune["val_loss"] == pytest.approx(log_loss, rel=1e-9)
+    assert rbm0["val_reconstruction_error"] == pytest.approx(model.layers_[0].reconstruction_error(held.X), rel=1e-6)
 
 
 def test_status_of_an_unknown_run_says_so_without_a_traceback(tmp_path, capsys):
