@@ -329,7 +329,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         data = to_device(X, self._xp)
         for k, layer in enumerate(self.layers_):
             for _ in range(layer.n_iter):
-                loss = layer._train_pass(data, self._rng)
+                loss = layer._partition_pass(data, self._rng)  # as train_partition's rbmK phases
             if self.verbose and layer.n_iter:
                 logger.info("DBN layer %d pretrained: reconstruction error %.6f", k, loss)
             data = layer._mean_hiddens(data) if k + 1 < len(self.layers_) else None

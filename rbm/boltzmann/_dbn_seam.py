@@ -68,7 +68,7 @@ class DBNSeam(SpecConstructors, MinibatchHook, ScheduleClock):
             X = self._prepare(X)
             hidden = self._propagate(to_device(X, self._xp), k)
             self.layers_[k].set_schedule_epoch(self._schedule_epoch)  # the RBM's momentum switch
-            loss = self.layers_[k]._train_pass(hidden, rng)
+            loss = self.layers_[k]._partition_pass(hidden, rng)
         return {"samples": int(len(X)), "seconds": time.perf_counter() - started, "loss": float(loss)}
 
     def set_learning_rate_scale(self, factor: float) -> None:

@@ -55,6 +55,18 @@ def test_fit_runs_exactly_the_per_phase_steps_of_train_partition(digits):
         np.testing.assert_array_equal(stepped.parameters()[name], value, err_msg=name)
 
 
+def test_a_pretraining_phase_samples_from_the_partitions_generator_not_the_replicas_seed(digits):
+    """As an RBM's replicas do (tests/rbm/test_rbm.py): two nodes of one spec do not share a sampler stream."""
+    X = np.repeat(digits.X_train[:1], 10, axis=0)  # one minibatch of one row ten times: no order to it
+    weights = []
+    for partition_seed in (1, 1, 2):
+        model = DBN(hidden_layer_sizes=(12,), batch_size=10, random_state=0).initialize(64, classes=np.arange(10))
+        model.train_partition(X, None, "rbm0", np.random.default_rng(partition_seed))
+        weights.append(model.parameters("rbm0")["rbm0.W"])
+    np.testing.assert_array_equal(weights[0], weights[1])
+    assert not np.array_equal(weights[0], weights[2])
+
+
 def test_phases_name_each_layer_then_finetune_and_parameters_are_filtered_by_phase(digits):
     model = small_dbn().fit(digits.X_train[:200], digits.y_train[:200])
     assert model.phases() == ["rbm0", "rbm1", "finetune"]
