@@ -20,6 +20,7 @@ Part 2 (``--spark``): the chosen default confirmed on ``local[n]`` Spark through
     .venv/bin/python scripts/bench_scaling.py                       # digits DBN, 1/2/4/8 nodes
     .venv/bin/python scripts/bench_scaling.py --kind rbm            # an RBM alone (reconstruction MSE)
     .venv/bin/python scripts/bench_scaling.py --spark --nodes 2 4 8 # the Spark confirmation
+    .venv/bin/python scripts/bench_scaling.py --spark --nodes 1 2 4 8 16 --rules auto --seeds 1 --target 0.93
     .venv/bin/python scripts/bench_scaling.py --data digits28 --kind dbn128 --nodes 1 8 16
     .venv/bin/python scripts/bench_scaling.py --data digits28 --kind lenet --nodes 1 8
 """
@@ -199,8 +200,11 @@ def part_spark(args) -> None:
     split = load(args.data, args.kind)
     per_node = args.partitions_per_node[0]
     partitions = "the default" if per_node == "default" else f"{per_node}n"
-    print(f"# Spark local[n], partitions {partitions}, {args.kind} on {args.data}, epochs {EPOCHS[args.kind]}")
-    print(f"{'nodes':>5} {'rule':>6} {'score':>8} {'fit_s':>7} {'max factor':>10} {'nodes merging':>13}")
+    target = args.target if args.kind != "rbm" else None  # a classifier's last phase is validated on the test rows
+    print(f"# Spark local[n], partitions {partitions}, {args.kind} on {args.data}, epochs {EPOCHS[args.kind]}"
+          + (f"; epochs of the last phase to {target} test accuracy" if target else ""))
+    print(f"{'nodes':>5} {'rule':>6} {'score':>8} {'fit_s':>7} {'max factor':>10} {'nodes merging':>13} "
+          f"{'epochs to':>9} {'s/epoch':>7}")
     for n in args.nodes:
         spark = (SparkSession.builder.master(f"local[{n}]").config("spark.ui.enabled", "false")
                  .config("spark.ui.showConsoleProgress", "false")
@@ -210,15 +214,22 @@ def part_spark(args) -> None:
                 model = make_model(args.kind, seed)
                 with tempfile.TemporaryDirectory() as store:
                     started = time.perf_counter()
+                    validation = {"validation_data": (split.X_test, split.y_test)} if target else {}
                     trainer = node.Trainer(spark=spark, store_url=store, epochs=EPOCHS[args.kind],
                                            partitions=None if per_node == "default" else per_node * n,
-                                           progress=False, seed=seed, scale_rule=rule, key=b"bench-scaling-key")
+                                           progress=False, seed=seed, scale_rule=rule, key=b"bench-scaling-key",
+                                           log_dir=None, **validation)
                     trainer.fit(model, split.X_train, None if args.kind == "rbm" else split.y_train)
                     fit_s = time.perf_counter() - started
                 records = [r for summary in trainer.history_ for r in summary["records"]]
+                last = [summary for summary in trainer.history_ if summary["phase"] == model.phases()[-1]]
+                reached = [index + 1 for index, summary in enumerate(last)
+                           if target and (summary.get("validation") or {}).get("val_accuracy", 0.0) >= target]
                 print(f"{n:>5} {rule:>6} {score(model, args.kind, split):>8.4f} {fit_s:>7.1f} "
                       f"{max(r['learning_rate_scale'] for r in records):>10.2f} "
-                      f"{max(r['nodes_merging'] for r in records):>13}", flush=True)
+                      f"{max(r['nodes_merging'] for r in records):>13} "
+                      f"{(reached[0] if reached else '-') if target else '':>9} "
+                      f"{np.mean([summary['wall_s'] for summary in last]):>7.2f}", flush=True)
         spark.stop()
 
 
@@ -240,6 +251,8 @@ def main() -> None:
                         help="warm-up partitions per node and phase (default: a node's first epoch, as a fit)")
     parser.add_argument("--spark", action="store_true", help="confirm on local[n] Spark instead of simulating")
     parser.add_argument("--rules", nargs="+", default=["none", "auto"])
+    parser.add_argument("--target", type=float, default=None,
+                        help="--spark: also count the last phase's epochs until this test accuracy (classifiers)")
     args = parser.parse_args()
     part_spark(args) if args.spark else part_simulation(args)
 
