@@ -10,7 +10,7 @@ import pytest
 import node
 import storage
 from node._errors import InputDataError
-from node._report import filter_grid, render_report, training_curves_figure, validation_figure
+from node._report import filter_grid, merges_figure, render_report, training_curves_figure, validation_figure
 from rbm import save_model
 
 
@@ -189,6 +189,15 @@ def test_tick_labels_do_not_overlap_and_epochs_are_whole_numbers_for_5_or_100_ep
         assert _overlapping_tick_labels(figure) == []
         ticks = _ticks_in_view(figure.axes[0])
         assert all(tick.is_integer() for tick in ticks) and len(ticks) <= 6, ticks  # never 1.5 epochs
+
+
+def test_a_run_whose_nodes_merged_nothing_draws_its_staleness_without_a_legend_or_a_warning(recwarn):
+    metrics = [{"node": node, "time": float(t), "phase": phase, "merged": 0, "staleness_s": None}
+               for t, (node, phase) in enumerate((("a", "rbm0"), ("b", "rbm0"), ("a", "finetune")))]
+    figure = merges_figure(metrics, "run")
+    merges_axis, staleness_axis = figure.axes
+    assert merges_axis.get_legend() is not None and staleness_axis.get_legend() is None
+    assert not [warning for warning in recwarn if "legend" in str(warning.message)]
 
 
 def test_a_report_again_in_its_folder_replaces_its_validation_plot_and_leaves_no_stale_one(tmp_path):
