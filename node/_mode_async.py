@@ -40,6 +40,7 @@ __all__ = ["AsyncMode"]
 
 class AsyncMode(TrainingMode):
     name = "async"
+    epoch_per_job = True
 
     def merge_fanout(self, settings: "TrainingSettings") -> int | None:
         return settings.fanout  # gossip when set: a node merges at most this many peers

@@ -32,7 +32,7 @@ def node_config(settings: TrainingSettings, prepared: PreparedData, spec: dict, 
         peer_refresh_interval_s=settings.peer_refresh_interval_s, flush_timeout_s=settings.flush_timeout_s,
         scale_rule=settings.scale_rule, warmup_partitions=_warmup_partitions(settings, prepared, nodes),
         n_samples=int(prepared.n_samples), nodes=int(nodes),
-        node_batch_size=_node_batch_size(settings, spec, nodes, prepared.n_samples) or 0,
+        node_batch_size=_node_batch_size(settings, spec, nodes, prepared.n_samples),
         kill_worker_once_at=settings.kill_worker_once_at, straggler_factor=settings.straggler_factor,
         local_master=is_local_master(sc.master), driver_host=sc.getConf().get("spark.driver.host"),
         bind_host=settings.bind_host, advertise_host=settings.advertise_host, port_range=settings.port_range)
@@ -45,8 +45,8 @@ def _warmup_partitions(settings: TrainingSettings, prepared: PreparedData, nodes
     return default_warmup_partitions(prepared.partitions, nodes)
 
 
-def _node_batch_size(settings: TrainingSettings, spec: dict, nodes: int, n_samples: int) -> int | None:
-    """The nodes' minibatch where it is not the model's (the scaling rule's split), else None."""
+def _node_batch_size(settings: TrainingSettings, spec: dict, nodes: int, n_samples: int) -> int:
+    """The nodes' minibatch where it is not the model's (the scaling rule's split), else 0 (the contract's "none")."""
     batch_size = spec.get("batch_size")
     node_batch = mode_named(settings.mode).node_batch_size(settings, nodes, n_samples, batch_size)
-    return node_batch if node_batch != batch_size else None
+    return int(node_batch) if node_batch != batch_size else 0

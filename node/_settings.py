@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ._labels import DEFAULT_MAX_CLASSES
-from ._modes import MODE_NAMES
+from ._modes import MODE_NAMES, mode_named
 from ._scaling import SCALE_RULES
 
 __all__ = ["TrainingSettings"]
@@ -234,11 +234,14 @@ class TrainingSettings:
             raise ValueError(f"validation_fraction must lie in (0, 1), got {self.validation_fraction}")
         if self.validation_fraction is not None and self.validation_data is not None:
             raise ValueError("give validation_fraction or validation_data, not both")
-        if EarlyStopping.from_setting(self.early_stopping) is not None and not self.validates():
+        if EarlyStopping.from_setting(self.early_stopping) is None:
+            return
+        if not self.validates():
             raise ValueError("early_stopping monitors a validation metric: give validation_fraction or validation_data")
-        if EarlyStopping.from_setting(self.early_stopping) is not None and self.mode != "async":
+        if not mode_named(self.mode).epoch_per_job:
+            usable = " or ".join(f"mode={name!r}" for name in MODE_NAMES if mode_named(name).epoch_per_job)
             raise ValueError(f"early_stopping ends a phase between two epochs, and mode {self.mode!r} trains a phase "
-                             "in one Spark job (validated at its end only): use mode='async' with early_stopping")
+                             f"in one Spark job (validated at its end only): use {usable} with early_stopping")
 
     def validates(self) -> bool:
         """True when epochs end with a validation (every epoch in ``async``; a phase's last in ``sync``, ``sharing``)."""
