@@ -6,6 +6,14 @@ and counts the others), at most ``max_peers``.  Every ``anti_entropy_interval_s`
 when asked, e.g. on a phase change) it lists the store and offers each peer's newest
 authenticated snapshot to the actor, which fetches what it has not seen: how a node catches up
 on announcements it missed.  A store that is down only delays both (``store_errors``).
+
+Nodes of a fit start at about the same time, so the first reading of the registry often misses
+peers that register a moment later.  While a node is subscribed to fewer peers than it was told
+to expect (``expected_peers``), and for at most :data:`CATCH_UP_FOR_S` after it starts, it reads
+the registry every :data:`CATCH_UP_S` instead; each peer it newly subscribes to triggers an
+anti-entropy round at once, which offers the versions the peer announced before the subscription
+connected.  (On data whose phases last less than ``peer_refresh_interval_s`` a node otherwise
+merged nothing of a peer that registered after it.)
 """
 
 from __future__ import annotations
@@ -35,6 +43,9 @@ logger = logging.getLogger(__name__)
 PEER_EXPIRY_INTERVALS = 15
 #: Default cap on peers a node subscribes to and keeps state for.
 MAX_PEERS = 1024
+#: How often a node short of its expected peers reads the registry (seconds), and for how long after it starts.
+CATCH_UP_S = 0.05
+CATCH_UP_FOR_S = 10.0
 #: A peer endpoint a node will connect to: ``tcp://<host name, IPv4 or [IPv6]>:<port>``.
 _ENDPOINT = re.compile(r"tcp://(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\]):([0-9]{1,5})")
 
@@ -78,6 +89,9 @@ class Maintenance:
         The two periods.
     max_peers : int
         Subscribe to at most this many peers (those seen most recently).
+    expected_peers : int
+        How many peers the node's fit has (0: unknown): fewer subscribed, it reads the registry
+        more often for a while (see the module docstring).
     """
 
     def __init__(
@@ -94,6 +108,7 @@ class Maintenance:
         peer_refresh_interval_s: float,
         anti_entropy_interval_s: float,
         max_peers: int,
+        expected_peers: int = 0,
     ) -> None:
         self._run, self._node = run, node
         self._weights, self._runs = weights, runs
@@ -102,11 +117,14 @@ class Maintenance:
         self._peer_refresh_interval_s = peer_refresh_interval_s
         self._anti_entropy_interval_s = anti_entropy_interval_s
         self._max_peers = max_peers
+        self._expected_peers = min(int(expected_peers), max_peers)
+        self._subscribed: set[str] = set()
         self._wake = threading.Event()
         self._anti_entropy_due = threading.Event()
         self._refresh_due = threading.Event()
         self._halt = threading.Event()
         self._started_at = time.time()
+        self._catch_up_until = time.monotonic() + CATCH_UP_FOR_S
         self._malformed: set[tuple[str, str]] = set()
         self._thread = threading.Thread(target=self._loop, name=f"sparkdbn-maint-{node}", daemon=True)
 
@@ -141,8 +159,8 @@ class Maintenance:
                 "status": status}  # fmt: skip
         self._runs.register_peer(self._node, info)
 
-    def refresh_peers(self) -> None:
-        """Subscribe to the live peers whose registry entries verify, at most ``max_peers``."""
+    def refresh_peers(self) -> int:
+        """Subscribe to the live peers whose registry entries verify, at most ``max_peers``; how many are new."""
         now = time.time()
         expiry_s = max(30.0, PEER_EXPIRY_INTERVALS * self._peer_refresh_interval_s)
         host = socket.gethostname()
@@ -164,6 +182,13 @@ class Maintenance:
                                "the %d seen most recently (max_peers)", self._node, len(wanted), self._max_peers)  # fmt: skip
             wanted = dict(sorted(wanted.items(), key=lambda item: item[1][0], reverse=True)[: self._max_peers])
         self._transport.set_peers(endpoint for _, endpoint in wanted.values())
+        added = len(set(wanted) - self._subscribed)
+        self._subscribed = set(wanted)
+        return added
+
+    def _short_of_peers(self) -> bool:
+        """Whether the node should read the registry sooner: fewer peers than expected, early in its life."""
+        return len(self._subscribed) < self._expected_peers and time.monotonic() < self._catch_up_until
 
     def _malformed_endpoint(self, peer: str, endpoint: object) -> None:
         """Skip a verified entry whose endpoint is not ``tcp://host:port``: counted once per entry, logged once."""
@@ -197,17 +222,25 @@ class Maintenance:
         next_refresh = time.monotonic() + self._peer_refresh_interval_s
         next_anti_entropy = time.monotonic() + self._anti_entropy_interval_s
         while not self._halt.is_set():
-            self._wake.wait(max(0.0, min(next_refresh, next_anti_entropy) - time.monotonic()))
+            due = min(next_refresh, next_anti_entropy)
+            if self._short_of_peers():
+                due = min(due, time.monotonic() + CATCH_UP_S)
+            self._wake.wait(max(0.0, due - time.monotonic()))
             self._wake.clear()
             if self._halt.is_set():
                 return
             now = time.monotonic()
             try:
+                added = 0
                 if now >= next_refresh or self._refresh_due.is_set():
                     self._refresh_due.clear()
                     next_refresh = now + self._peer_refresh_interval_s
                     self.heartbeat("alive")
-                    self.refresh_peers()
+                    added = self.refresh_peers()
+                elif self._short_of_peers():
+                    added = self.refresh_peers()
+                if added:  # what the new peers announced before the subscription connected
+                    self._anti_entropy_due.set()
                 if now >= next_anti_entropy or self._anti_entropy_due.is_set():
                     self._anti_entropy_due.clear()
                     next_anti_entropy = now + self._anti_entropy_interval_s

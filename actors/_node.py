@@ -119,6 +119,9 @@ class NodeHandle:
         Seeds the fanout choice (default: derived from run and node names).
     max_peers : int
         At most this many peers are subscribed to and tracked.
+    expected_peers : int
+        The peers this node's fit has, when known (0: unknown): short of them, the node reads the
+        registry more often for a while after it starts (:mod:`actors._maintenance`).
     max_snapshot_bytes : int
         Largest snapshot fetched before this node knows its own parameter shapes (afterwards
         the bound follows from them).
@@ -147,6 +150,7 @@ class NodeHandle:
         keep_versions: int = 3,
         seed: int | None = None,
         max_peers: int = MAX_PEERS,
+        expected_peers: int = 0,
         max_snapshot_bytes: int = storage.DEFAULT_MAX_SNAPSHOT_BYTES,
     ) -> None:
         if not isinstance(secret, (bytes, bytearray)) or len(secret) < storage.MIN_KEY_BYTES:
@@ -167,6 +171,7 @@ class NodeHandle:
         self._peer_refresh_interval_s = peer_refresh_interval_s
         self._keep_versions = keep_versions
         self._max_peers = max_peers
+        self._expected_peers = expected_peers
         self._fresh = threading.Event()  # set by the actor while a fetched snapshot waits (see has_fresh)
         if seed is None:
             seed = int(storage.sha256_hex(f"{run}/{node}".encode())[:16], 16)
@@ -220,6 +225,7 @@ class NodeHandle:
                 self.run, self.node, self._weights, self._runs, self._transport, self._actor, self._counters,
                 self._log_once, peer_refresh_interval_s=self._peer_refresh_interval_s,
                 anti_entropy_interval_s=self._anti_entropy_interval_s, max_peers=self._max_peers,
+                expected_peers=self._expected_peers,
             ).start()  # fmt: skip
         except BaseException:
             self.stop()

@@ -330,3 +330,25 @@ def test_taking_fresh_snapshots_waits_for_the_reads_of_versions_already_heard_of
     node._request_anti_entropy()
     assert reading.wait(10.0)
     assert [snapshot.node for snapshot in node.fresh_snapshots("rbm")] == ["slow"]  # waited for the read
+
+
+@pytest.mark.parametrize("expected_peers", [1, 0])
+def test_a_node_short_of_its_expected_peers_finds_one_that_registers_later_and_what_it_announced(store,
+                                                                                              expected_peers):
+    # Registry and store listings a minute apart: only the catch-up for a node short of its fit's
+    # peers can subscribe "early" to "late" (registered after early's first registry reading) and
+    # fetch the version late announced, maybe before the subscription connected.
+    slow = dict(peer_refresh_interval_s=600.0, anti_entropy_interval_s=600.0)
+    with actors.start_node(RUN, "early", store, SECRET, expected_peers=expected_peers, **slow) as early:
+        enter_phase(early)
+        with actors.start_node(RUN, "late", store, SECRET, **slow) as late:
+            late.publish("rbm", params(1), 100)
+            late.flush(timeout_s=10.0)
+            if expected_peers:
+                poll(lambda: late.endpoint in early._transport.connected_peers(), what="early to subscribe to late")
+                poll(lambda: early.stats()["fetched"] == 1, what="late's snapshot")
+                merged, used = early.merge("rbm", params(7))
+                assert [snapshot.node for snapshot in used] == ["late"]
+            else:  # nothing expected: the next registry reading is 600 s away
+                time.sleep(1.0)
+                assert late.endpoint not in early._transport.connected_peers() and early.stats()["fetched"] == 0
