@@ -62,9 +62,10 @@ class TrainingMode(ABC):
         """Partitions per epoch when the settings name none (:func:`node._scaling.default_partitions`)."""
         return default_partitions(self._rule(settings), nodes, rows, batch_size, self.merge_fanout(settings))
 
-    def node_batch_size(self, settings: "TrainingSettings", nodes: int, rows: int, batch_size: int | None) -> int | None:
+    def node_batch_size(self, settings: "TrainingSettings", nodes: int, rows: int, batch_size: int | None,
+                        max_rate_factor: float | None = None) -> int | None:
         """The minibatch each node trains with (:func:`node._scaling.node_batch_size`; None: the model has none)."""
-        return node_batch_size(self._rule(settings), batch_size, nodes, rows)
+        return node_batch_size(self._rule(settings), batch_size, nodes, rows, max_rate_factor)
 
     def _rule(self, settings: "TrainingSettings") -> str:
         """The scaling rule this mode's learning rates follow: the settings', or none where merges add."""

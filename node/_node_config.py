@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import rbm
+
 from ._contract import NodeConfig
 from ._data import PreparedData
 from ._modes import mode_named
 from ._network import is_local_master
-from ._scaling import default_warmup_partitions
+from ._scaling import default_warmup_partitions, max_learning_rate_factor
 from ._settings import TrainingSettings
 
 __all__ = ["node_config"]
@@ -48,5 +50,6 @@ def _warmup_partitions(settings: TrainingSettings, prepared: PreparedData, nodes
 def _node_batch_size(settings: TrainingSettings, spec: dict, nodes: int, n_samples: int) -> int:
     """The nodes' minibatch where it is not the model's (the scaling rule's split), else 0 (the contract's "none")."""
     batch_size = spec.get("batch_size")
-    node_batch = mode_named(settings.mode).node_batch_size(settings, nodes, n_samples, batch_size)
+    node_batch = mode_named(settings.mode).node_batch_size(settings, nodes, n_samples, batch_size,
+                                                           max_learning_rate_factor(rbm.model_from_spec(spec)))
     return int(node_batch) if node_batch != batch_size else 0

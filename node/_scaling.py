@@ -20,7 +20,9 @@ whose progress it merges (Goyal et al., 2017; Krizhevsky, 2014):
   are past the stable range, and nodes with hundreds of steps per epoch lose nothing by averaging);
 * ``"none"``: the factor is always 1 (for users who scale by hand).
 
-Under ``"auto"`` the learning rates take at most :data:`MAX_RATE_FACTOR` (4) of the factor; the rest
+Under ``"auto"`` the learning rates take at most :data:`MAX_RATE_FACTOR` (4) of the factor (or less
+where the model says so: an RBM with persistent chains takes none, see
+:meth:`rbm.RBM.max_learning_rate_factor`); the rest
 comes as more minibatch steps: each node trains with a minibatch of ``batch_size * 4 / factor``
 rows (at least 1, :func:`node_batch_size`; the factor for the fit's nodes), its rates times
 ``factor * node_batch / batch_size``.  In the linear regime ``b`` steps of ``1/b`` the minibatch
@@ -58,7 +60,8 @@ from typing import Any, Iterable, Mapping
 __all__ = ["SCALE_RULES", "DEFAULT_WARMUP_PARTITIONS", "PEER_WINDOW", "STEP_LIMITED_STEPS", "MIN_STEPS_PER_NODE_EPOCH",
            "ADVISED_PARTITIONS_PER_NODE", "DEFAULT_PARTITIONS_PER_NODE", "MERGE_OFTEN_ABOVE_FACTOR", "MAX_RATE_FACTOR",
            "NodeScaling", "default_partitions", "default_warmup_partitions", "fit_factor", "learning_rate_scale",
-           "node_batch_size", "resolve_rule", "scale_target", "scaling_warning", "schedule_epoch"]
+           "max_learning_rate_factor", "node_batch_size", "rates_cap", "resolve_rule", "scale_target",
+           "scaling_warning", "schedule_epoch"]
 
 #: Every rule's name; ``"auto"`` is linear, capped by the nodes' steps per epoch.
 SCALE_RULES = ("auto", "linear", "sqrt", "none")
@@ -126,19 +129,33 @@ def fit_factor(rule: str, nodes: int, rows: int, batch_size: int) -> float:
     return scale_target(resolve_rule(rule), nodes, steps if rule == "auto" else None)
 
 
-def node_batch_size(rule: str, batch_size: int | None, nodes: int, n_samples: int | None) -> int | None:
-    """The minibatch each node trains with: ``batch_size``, smaller where ``"auto"``'s factor passes :data:`MAX_RATE_FACTOR`.
+def node_batch_size(rule: str, batch_size: int | None, nodes: int, n_samples: int | None,
+                    max_rate_factor: float | None = None) -> int | None:
+    """The minibatch each node trains with: ``batch_size``, smaller where ``"auto"``'s factor passes the rates' cap.
 
-    The factor is the one for the fit's ``nodes`` (:func:`fit_factor`); above :data:`MAX_RATE_FACTOR` the minibatch is ``batch_size * MAX_RATE_FACTOR / factor``
-    rounded, at least 1.  Other rules, a model without a ``batch_size`` (None) and unknown rows keep
-    the model's own.
+    The factor is the one for the fit's ``nodes`` (:func:`fit_factor`); the cap is
+    :data:`MAX_RATE_FACTOR`, or the model's own where it is lower (``max_rate_factor``: its
+    ``max_learning_rate_factor()``, see :func:`rates_cap`).  Above the cap the minibatch is
+    ``batch_size * cap / factor`` rounded, at least 1.  Other rules, a model without a
+    ``batch_size`` (None) and unknown rows keep the model's own.
     """
     if rule != "auto" or not batch_size or not n_samples or nodes < 2:
         return batch_size
-    factor = fit_factor(rule, nodes, n_samples, batch_size)
-    if factor <= MAX_RATE_FACTOR:
+    factor, cap = fit_factor(rule, nodes, n_samples, batch_size), rates_cap(max_rate_factor)
+    if factor <= cap:
         return int(batch_size)
-    return max(1, int(int(batch_size) * MAX_RATE_FACTOR / factor + 0.5))
+    return max(1, int(int(batch_size) * cap / factor + 0.5))
+
+
+def max_learning_rate_factor(model: Any) -> float | None:
+    """A model's own limit on the rates' factor (the seam's optional ``max_learning_rate_factor()``), else None."""
+    limit = getattr(model, "max_learning_rate_factor", None)
+    return None if limit is None else limit()
+
+
+def rates_cap(max_rate_factor: float | None) -> float:
+    """The largest share of the ``"auto"`` factor the rates take: :data:`MAX_RATE_FACTOR`, or a model's lower limit."""
+    return MAX_RATE_FACTOR if max_rate_factor is None else max(1.0, min(MAX_RATE_FACTOR, float(max_rate_factor)))
 
 
 def default_warmup_partitions(partitions: int, nodes: int) -> int:

@@ -25,7 +25,10 @@ only ever talks to a model through it:
 * ``set_schedule_epoch(epoch)`` (optional: the trainer calls it where a model has it) -- the
   passes over the whole data the model's schedules (learning-rate decay, momentum switch)
   count as done, for the following updates: the trainer's epoch (times the node's learning-rate
-  factor), however many partitions an epoch has (see :class:`ScheduleClock`).
+  factor), however many partitions an epoch has (see :class:`ScheduleClock`);
+* ``max_learning_rate_factor()`` (optional) -- the largest factor the model's learning rates
+  may take from the trainer's scaling rule, or None for the trainer's own cap; past it the
+  trainer gives the nodes smaller minibatches instead (an RBM with persistent chains: 1).
 """
 
 from __future__ import annotations

@@ -44,7 +44,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from node._modes import mode_named  # noqa: E402
-from node._scaling import default_warmup_partitions, learning_rate_scale, resolve_rule, schedule_epoch  # noqa: E402
+from node._scaling import (default_warmup_partitions, learning_rate_scale, max_learning_rate_factor,  # noqa: E402
+                           resolve_rule, schedule_epoch)
 from node._settings import TrainingSettings  # noqa: E402
 
 STRATEGIES = ("average", "linear", "sqrt", "auto", "linear-nowarmup", "delta-1.0", "delta-0.5", "every-2", "every-4",
@@ -110,7 +111,8 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
     settings = TrainingSettings(scale_rule=rule)
     mode = mode_named(settings.mode)
     batch_size = base.batch_size
-    node_batch = mode.node_batch_size(settings, nodes, len(X), batch_size)  # "auto": smaller past the rates' share
+    node_batch = mode.node_batch_size(settings, nodes, len(X), batch_size,  # "auto": smaller past the rates' share
+                                      max_learning_rate_factor(base))
     base.set_params(batch_size=node_batch)
     base.initialize(X.shape[1] if X.ndim == 2 else X.shape[1:], None if kind == "rbm" else np.unique(y))
     replicas = [copy.deepcopy(base) for _ in range(nodes)]

@@ -60,7 +60,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from actors import merge_snapshots  # noqa: E402
 from node._mode_sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
 from node._modes import mode_named  # noqa: E402
-from node._scaling import NodeScaling, schedule_epoch  # noqa: E402
+from node._scaling import NodeScaling, max_learning_rate_factor, schedule_epoch  # noqa: E402
 from node._settings import TrainingSettings  # noqa: E402
 
 PHASE = "finetune"
@@ -191,7 +191,8 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
         speeds = rng.lognormal(0.0, clock.speed_sigma, size=nodes) if clock.speed_sigma else speeds
         speeds[0] *= clock.straggler
     settings = TrainingSettings(mode=mode, fanout=fanout, scale_rule=scale_rule)
-    node_batch = mode_named(mode).node_batch_size(settings, nodes, len(X), base.batch_size)  # as a fit's nodes
+    node_batch = mode_named(mode).node_batch_size(settings, nodes, len(X), base.batch_size,  # as a fit's nodes
+                                                  max_learning_rate_factor(base))
     replicas = [copy.deepcopy(base).set_params(batch_size=node_batch) for _ in range(nodes)]
     spec = {"batch_size": base.batch_size}
     scalings = [NodeScaling(scale_rule, spec, warmup_partitions, fanout if mode == "async" else None, n_samples=len(X),

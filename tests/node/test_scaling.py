@@ -12,9 +12,10 @@ from node._contract import NodeConfig, TaskSpec
 from node._executor import ExecutorNode
 from node._progress import small_partition_warning, summary_line
 from node._modes import mode_named
+from node._node_config import _node_batch_size
 from node._scaling import (MAX_RATE_FACTOR, STEP_LIMITED_STEPS, NodeScaling, default_partitions,
-                           default_warmup_partitions, learning_rate_scale, node_batch_size, resolve_rule, scale_target,
-                           schedule_epoch)
+                           default_warmup_partitions, learning_rate_scale, max_learning_rate_factor, node_batch_size,
+                           resolve_rule, scale_target, schedule_epoch)
 from node._settings import TrainingSettings
 
 
@@ -56,6 +57,21 @@ def test_auto_takes_at_most_four_of_the_factor_as_learning_rate_and_the_rest_as_
     # The modes that average take the split; sharing adds its peers' updates and keeps the model's rates.
     settings = TrainingSettings()
     assert [mode_named(mode).node_batch_size(settings, 8, 1347, 10) for mode in ("async", "sync", "sharing")] == [5, 5, 10]
+
+
+def test_a_model_that_limits_its_rates_factor_takes_the_rest_as_a_smaller_minibatch_persistent_chains_all_of_it():
+    # An RBM's persistent chains follow the model only while each update changes it little: its rates
+    # take none of the factor (the rest of a 4-node factor 4, or of 8 nodes' 8, comes as minibatches).
+    pcd, cd = rbm.RBM(persistent=True, batch_size=10), rbm.RBM(persistent=False, batch_size=10)
+    assert max_learning_rate_factor(pcd) == 1.0 and max_learning_rate_factor(cd) is None
+    assert max_learning_rate_factor(rbm.DBN()) is None and max_learning_rate_factor(object()) is None
+    assert [node_batch_size("auto", 10, n, 1347, 1.0) for n in (1, 2, 4, 8, 16)] == [10, 5, 3, 1, 1]
+    assert [node_batch_size("auto", 10, n, 1347, 2.0) for n in (1, 2, 4, 8, 16)] == [10, 10, 5, 3, 1]
+    assert node_batch_size("auto", 10, 8, 1347, 16.0) == 5  # a model's limit never raises the trainer's cap
+    # What the driver tells the nodes (0: the model's own minibatch).
+    assert _node_batch_size(TrainingSettings(), pcd.to_spec(), 8, 1347) == 1
+    assert _node_batch_size(TrainingSettings(), cd.to_spec(), 8, 1347) == 5
+    assert _node_batch_size(TrainingSettings(), pcd.to_spec(), 1, 1347) == 0
 
 
 def test_a_node_with_half_the_minibatch_takes_half_the_factor_as_learning_rate():
