@@ -240,7 +240,7 @@ class Fit:
                 self.lease.check()
                 self._progress.epoch(epoch, epochs)
                 started = time.perf_counter()
-                per_epoch = mode.run_epochs(self, phase, epoch, epochs)  # one epoch or several (a mode says how many)
+                per_epoch = mode.run_epochs(self, phase, epoch, epochs)  # one epoch, or (sync) all that are left
                 wall_s = (time.perf_counter() - started) / max(1, len(per_epoch))
                 for index, reports in enumerate(per_epoch):
                     # Only the job's last epoch left its own weights: the nodes of a job that trained

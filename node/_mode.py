@@ -48,9 +48,8 @@ class TrainingMode(ABC):
     #: Whether the scaling rule applies to this mode's learning rates (it does where merges average).
     scales_rates: ClassVar[bool] = True
 
-    #: Whether each epoch is a Spark job of its own where the fit validates, so that the store holds
-    #: every epoch's own weights when the driver ends it (validation of every epoch, early stopping);
-    #: else a job trains several epochs and only its last is validated.
+    #: Whether each epoch is a Spark job of its own, so that the store holds every epoch's own weights
+    #: when the driver ends it (validation of every epoch, early stopping); else a job trains several.
     epoch_per_job: ClassVar[bool] = False
 
     def merge_fanout(self, settings: "TrainingSettings") -> int | None:

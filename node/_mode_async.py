@@ -8,24 +8,18 @@ written (so that the driver finds every finished task's snapshot when it consoli
 report.  Nobody waits for a peer: only for reads of versions already announced, before the
 partition.
 
-Driver half: a Spark job of one task per node trains one epoch or several, each task holding
-the partitions dealt to its node once per fit (:func:`node._mode.one_task_per_node`): Spark's
-cost per task is paid once per node and job, not once per partition.  A fit that validates runs
-each epoch as a job of its own (the store then holds every epoch's own weights when its job
-ends); else a phase's first job trains one epoch and the next ones as many epochs as take about
-:data:`JOB_S` seconds at the pace measured so far (:func:`epochs_per_job`), so that the 50-100 ms
-a job costs to start and end does not come once per short epoch.  Per epoch a node trains its own
-partitions, then the ones a slower node has not started (:mod:`node._stealing`), then goes on to
-the next epoch of its job, so a slow node holds nobody for more than the partition it is
-training when the others run out.  The run record marks a job's epochs when the job ends: a fit
-stopped in the middle of a phase resumes at the end of its last finished job (at most about
-:data:`JOB_S` seconds of training are trained again), and a killed worker's task is retried on a
-fresh node that trains again only the partitions the dead one had claimed and not finished.
+Driver half: an epoch is one Spark job of one task per node, each task holding the partitions
+dealt to its node once per fit (:func:`node._mode.one_task_per_node`): Spark's cost per task is
+paid once per node and epoch, not once per partition.  A node trains its own partitions, then
+the ones a slower node has not started (:mod:`node._stealing`), so a slow node holds nobody for
+more than the partition it is training when the others run out.  The run record marks each epoch
+when its job ends: a fit stopped in the middle of a phase resumes at its last finished epoch, and
+a killed worker's task is retried on a fresh node that trains again only the partitions the dead
+one had claimed and not finished.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import TYPE_CHECKING, Iterator
 
@@ -41,27 +35,7 @@ if TYPE_CHECKING:
     from ._fit import Fit
     from ._settings import TrainingSettings
 
-__all__ = ["JOB_S", "AsyncMode", "epochs_per_job"]
-
-#: About how long one Spark job of a fit that does not validate trains (seconds): the most training a
-#: stop in the middle of a phase makes the resumed fit train again, against a job's 50-100 ms of
-#: start and end (measured on digits28, ``local[2]``: 0.09 s of each 0.47-s epoch).
-JOB_S = 10.0
-
-
-def epochs_per_job(fit: "Fit", phase: str, first: int, epochs: int) -> int:
-    """How many epochs of ``phase``, from ``first`` on, the next job trains (at least 1, at most what is left).
-
-    One where the fit validates (every epoch's own weights are validated, and early stopping ends
-    a phase between two of them) and for a phase's first job, which measures the pace; then as many
-    as take about :data:`JOB_S` seconds at the last job's seconds per epoch.
-    """
-    if fit.settings.validates():
-        return 1
-    paces = [summary["wall_s"] for summary in fit.history if summary["phase"] == phase]
-    if not paces or paces[-1] <= 0:
-        return 1
-    return max(1, min(epochs - first, int(JOB_S / paces[-1])))
+__all__ = ["AsyncMode"]
 
 
 class AsyncMode(TrainingMode):
@@ -73,20 +47,16 @@ class AsyncMode(TrainingMode):
 
     def run_epochs(self, fit: "Fit", phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
         slots, rdd = one_task_per_node(fit)
-        last = first + epochs_per_job(fit, phase, first, epochs)
-        reports = fit.run_partitions(fit.task(phase, first, self.name, {"slots": slots, "epochs": last}), rdd=rdd)
-        return [[report for report in reports if report.epoch == epoch] for epoch in range(first, last)]
+        return [fit.run_partitions(fit.task(phase, first, self.name, {"slots": slots}), rdd=rdd)]
 
     def train_task(self, node: "ExecutorNode", task: TaskSpec, spark_partition: int,
                    blocks: list[Block]) -> Iterator[PartitionReport]:
         queue = PartitionQueue(node, task, spark_partition, [list(slot) for slot in task.options["slots"]], blocks)
-        for epoch in range(task.epoch, int(task.options["epochs"])):
-            epoch_task = dataclasses.replace(task, epoch=epoch)
-            for (index, X, y), stolen in queue.epoch(epoch):
-                try:
-                    yield self.train_partition(node, epoch_task, index, X, y, stolen, node.data.take_read_bytes())
-                except InputDataError as error:  # reported, not raised: the same data fails on a retry
-                    yield node.refusal(epoch_task, index, error)
+        for (index, X, y), stolen in queue.epoch(task.epoch):
+            try:
+                yield self.train_partition(node, task, index, X, y, stolen, node.data.take_read_bytes())
+            except InputDataError as error:  # reported, not raised: the same data fails on a retry
+                yield node.refusal(task, index, error)
 
     def train_partition(self, node: "ExecutorNode", task: TaskSpec, partition: int, X: np.ndarray,
                         y: np.ndarray | None, stolen: bool = False, data_read_bytes: int = 0) -> PartitionReport:

@@ -1,6 +1,6 @@
 """Work stealing: a free node trains the partitions of an epoch a slower one has not started.
 
-The modes that run one task per node (``async``, ``sharing``) deal the
+The modes that run one task per node (``async`` per epoch, ``sharing`` per phase) deal the
 partitions to the nodes once per fit (:func:`node._mode.one_task_per_node`).  Dealt and left
 there, a node slowed down (a busy executor, a straggler) would hold the job's end while the
 others idle.  Instead, per epoch, a node
@@ -11,15 +11,7 @@ others idle.  Instead, per epoch, a node
    first partition of its list in the job's first epoch): a peer that Spark started a few
    milliseconds later is not slow, and a node that took a whole epoch of short partitions from it
    would train that epoch alone;
-3. while a peer that has not started holds partitions of the epoch nobody has claimed, waits for
-   it to start (and then steals as in 2) -- at most as long as its own partitions of the epoch
-   took, and at least :data:`START_WAIT_S`; a peer not started by then counts as slow and its
-   partitions of the epoch are stolen as in 2.  So a node never goes on to the next epoch of a
-   job while partitions of this one wait for a peer that is late to start: the nodes of a job
-   that trains several epochs stay within an epoch of each other (without it, a node whose task
-   Spark started a second earlier trained every epoch of its own share before its peer had
-   published anything, and neither merged the other);
-4. then goes on (to the next epoch, or the job's end), whoever is still training the last
+3. then goes on (to the next epoch, or the job's end), whoever is still training the last
    partitions of this one.
 
 So a partition of an epoch is trained by exactly one node -- the one that created its *claim*
@@ -44,7 +36,6 @@ once would both take over.)
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from typing import TYPE_CHECKING, Iterator
 
@@ -61,13 +52,6 @@ __all__ = ["PartitionQueue", "claimed_partitions", "remove_work_folders"]
 logger = logging.getLogger(__name__)
 
 _CLAIM_MAX_BYTES = 1024
-
-#: The least a node that has trained its share of an epoch waits for a peer that has not started
-#: (seconds; step 3 of the module docstring): a fresh Python worker takes 1-2 s to start.
-START_WAIT_S = 2.0
-
-#: How often a waiting node lists the claims (seconds).
-START_POLL_S = 0.02
 
 
 def _claims_folder(run: str, fit_id: str, phase: str) -> str:
@@ -137,7 +121,6 @@ class PartitionQueue:
 
         Asking for the next partition marks the one before finished (the caller trained it).
         """
-        began = time.monotonic()
         for index, X, y in self.own:
             if self._claim(epoch, index):
                 yield (index, X, y), False
@@ -146,22 +129,6 @@ class PartitionQueue:
             return
         if not all(self.data.has(index) for index in self.others):
             self.data.list_stored()
-        deadline = time.monotonic() + max(START_WAIT_S, time.monotonic() - began)
-        while True:
-            yield from self._steal(epoch)
-            late = self._late_peers(epoch)
-            if not late:
-                return
-            if time.monotonic() >= deadline:
-                logger.info("node %s takes the partitions of epoch %d of slot(s) %s, whose node has not started",
-                            self.node.node, epoch, sorted(late))
-                self.started |= late
-                yield from self._steal(epoch)
-                return
-            time.sleep(START_POLL_S)
-
-    def _steal(self, epoch: int) -> Iterator[tuple[Block, bool]]:
-        """Step 2: the partitions of started peers that nobody has claimed, as :meth:`epoch` yields them."""
         self._note_started()
         for index in self.others:
             if self.owner[index] in self.started and self.data.has(index) and self._claim(epoch, index):
@@ -169,15 +136,6 @@ class PartitionQueue:
                 if block is not None:  # claimed, not trainable (logged): this epoch goes without it
                     yield (index, *block), True
                 self._finish(epoch, index)
-
-    def _late_peers(self, epoch: int) -> set[int]:
-        """The slots whose node has not started this job and that hold partitions of ``epoch`` nobody claimed."""
-        waiting = set(self.firsts) - self.started - {self.slot}
-        if not waiting:
-            return set()
-        claimed = set(self.node.store.list(self.claims))
-        return {other for other in waiting
-                if any(_claim_name(epoch, index) not in claimed for index, owner in self.owner.items() if owner == other)}
 
     # ------------------------------------------------------------------ claims
     def _note_started(self) -> None:

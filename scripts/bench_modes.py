@@ -195,8 +195,8 @@ def straggler_figures(metrics: list[dict], mode: str) -> dict:
     """The slowed node's share of partitions, and the other nodes' idle time at the ends of Spark jobs.
 
     A node's idle time in a job: from the end of its last partition to the end of the job's last
-    partition (anyone's); summed over jobs and fast nodes.  ``async`` runs one job per epoch (these
-    fits validate), the other modes one job per phase.
+    partition (anyone's); summed over jobs and fast nodes.  ``async`` runs one job per epoch, the
+    other modes one job per phase.
     """
     slowed = {m["node"] for m in metrics if m.get("slowed_s", 0.0) > 0}
     share = (sum(1 for m in metrics if m["node"] in slowed) / len(metrics)) if slowed else None

@@ -6,17 +6,13 @@ import glob
 import logging
 import os
 import threading
-import types
 
 import numpy as np
 import pytest
 
 import node
-import node._fit
-import node._mode_async
 import rbm
 import storage
-from node._mode_async import epochs_per_job
 from node._mode_sharing import SparseUpdate, ThresholdAccumulator, UpdateExchange, many_nodes_warning
 
 pytestmark = pytest.mark.slow
@@ -284,54 +280,6 @@ def test_a_mode_that_trains_a_phase_in_one_job_validates_only_its_last_epoch(spa
     record = node.open_run(store_url, f"validated-{mode}").record
     assert [entry["epoch"] for entry in record["steps"]["finetune"]["validation"]] == [3]
     assert finetune[-1]["validation"]["val_accuracy"] > 0.5 and model.score(X_test, y_test) > 0.5
-
-
-@pytest.mark.parametrize("validates", [False, True])
-def test_async_trains_a_phases_later_epochs_in_one_job_unless_the_fit_validates_each_epoch(spark, store_url, digits,
-                                                                                        monkeypatch, validates):
-    # JOB_S past any phase's length: a phase's first job measures the pace, its second trains the rest --
-    # unless every epoch is validated, which needs every epoch's own weights in the store.
-    X, y, X_test, y_test = digits
-    monkeypatch.setattr(node._mode_async, "JOB_S", 1e9)
-    jobs = []
-    run_partitions = node._fit.Fit.run_partitions
-
-    def spy(fit, task, rdd):
-        jobs.append((task.phase, task.epoch, task.options["epochs"]))
-        return run_partitions(fit, task, rdd)
-
-    monkeypatch.setattr(node._fit.Fit, "run_partitions", spy)
-    epochs = {"rbm0": 3, "finetune": 4}
-    run = f"async-jobs-{validates}"
-    trainer = node.Trainer(spark, store_url, run_id=run, epochs=epochs, partitions=4, progress=False,
-                           validation_fraction=0.2 if validates else None)
-    model = trainer.fit(rbm.DBN(hidden_layer_sizes=(16,), random_state=0), X, y)
-
-    if validates:
-        assert jobs == [(phase, epoch, epoch + 1) for phase in epochs for epoch in range(epochs[phase])]
-    else:
-        assert jobs == [("rbm0", 0, 1), ("rbm0", 1, 3), ("finetune", 0, 1), ("finetune", 1, 4)]
-    records = reports_of(store_url, run)
-    for phase, count in epochs.items():  # every partition of every epoch trained exactly once, and summarized
-        assert sorted((record["epoch"], record["partition"]) for record in records if record["phase"] == phase) == [
-            (epoch, partition) for epoch in range(count) for partition in range(4)]
-        assert [summary["epoch"] for summary in trainer.history_ if summary["phase"] == phase] == list(range(count))
-        assert node.open_run(store_url, run).record["steps"][phase]["epochs_done"] == count
-    assert model.score(X_test, y_test) > 0.5
-
-
-def test_an_async_job_trains_as_many_epochs_as_take_about_job_s_at_the_last_jobs_pace():
-    def fit(paces, validates=False):
-        history = [{"phase": "rbm0", "wall_s": 100.0}] + [{"phase": "finetune", "wall_s": pace} for pace in paces]
-        return types.SimpleNamespace(settings=types.SimpleNamespace(validates=lambda: validates), history=history)
-
-    job_s = node._mode_async.JOB_S
-    assert epochs_per_job(fit([]), "finetune", 0, 50) == 1  # the phase's first job measures the pace
-    assert epochs_per_job(fit([job_s / 4]), "finetune", 1, 50) == 4
-    assert epochs_per_job(fit([job_s / 4, job_s / 2]), "finetune", 5, 50) == 2  # the last job's pace
-    assert epochs_per_job(fit([job_s / 4]), "finetune", 48, 50) == 2  # never past the phase's epochs
-    assert epochs_per_job(fit([job_s * 3]), "finetune", 1, 50) == 1
-    assert epochs_per_job(fit([job_s / 4], validates=True), "finetune", 1, 50) == 1
 
 
 def test_sharing_on_more_nodes_than_it_was_seen_to_work_on_warns_once_naming_async(spark, store_url, digits, caplog):

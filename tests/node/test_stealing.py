@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-import node._stealing
 import storage
 from node._data import encode_block
 from node._resident import NodeData, write_partition
@@ -40,12 +38,6 @@ def store_own(*queues: PartitionQueue) -> None:
 @pytest.fixture
 def store(tmp_path) -> storage.Store:
     return storage.open_store(str(tmp_path / "store"))
-
-
-@pytest.fixture(autouse=True)
-def short_start_wait(monkeypatch):
-    """A node waits this long (not seconds) for a peer that has not started, in these tests."""
-    monkeypatch.setattr(node._stealing, "START_WAIT_S", 0.2)
 
 
 def trained(queue: PartitionQueue, epoch: int, count: int | None = None) -> list[tuple[int, bool]]:
@@ -130,26 +122,15 @@ def test_a_retried_task_trains_what_its_dead_attempt_claimed_and_did_not_finish_
     assert [index for (index, *_), _stolen in peer_epoch] == []  # 7 finished; nothing left for the peer
 
 
-def test_a_node_waits_for_a_peer_that_has_not_started_the_job_then_takes_from_it_as_from_any_started_one(
-        store, monkeypatch):
-    monkeypatch.setattr(node._stealing, "START_WAIT_S", 60.0)  # the wait ends when the peer starts
+def test_a_node_takes_nothing_from_a_peer_that_has_not_started_the_job(store):
     fast, late = make_queue(store, "fast", 0, first_epoch=2), make_queue(store, "late", 1, first_epoch=2)
     store_own(fast, late)
-    late_epoch, started = late.epoch(2), []
-    starter = threading.Timer(0.1, lambda: started.append(next(late_epoch)[0][0]))
-    starter.start()  # late's task begins while fast, done with its own partitions, waits
-    assert trained(fast, 2) == [(0, False), (2, False), (4, False), (6, False), (7, True), (5, True), (3, True)]
-    starter.join()
-    assert started == [1] and list(late_epoch) == []  # it trained its first; fast took the rest
-
-
-def test_a_peer_not_started_after_the_wait_counts_as_slow_and_its_partitions_of_the_epoch_are_taken(store):
-    fast, never = make_queue(store, "fast", 0), make_queue(store, "never", 1)
-    store_own(fast, never)
-    assert trained(fast, 0) == [(0, False), (2, False), (4, False), (6, False), (7, True), (5, True), (3, True),
+    assert trained(fast, 2) == [(0, False), (2, False), (4, False), (6, False)]  # late's task not begun: not slow
+    late_epoch = late.epoch(2)
+    assert next(late_epoch)[0][0] == 1  # now it has
+    assert trained(fast, 3) == [(0, False), (2, False), (4, False), (6, False), (7, True), (5, True), (3, True),
                                 (1, True)]
-    assert trained(fast, 1)[4:] == [(7, True), (5, True), (3, True), (1, True)]  # slow now: no second wait
-    assert list(never.epoch(0)) == []  # when it starts, epoch 0 is done: on to the next
+    assert [index for (index, *_), _stolen in late_epoch] == [3, 5, 7]  # epoch 2: its own, nobody took them
 
 
 def test_a_lone_node_claims_what_it_trains_so_a_retried_task_skips_what_was_finished(store):
