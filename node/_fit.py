@@ -42,6 +42,7 @@ from ._progress import EpochProgress, summarize_epoch, summary_line
 from ._reachability import ReachabilityWatch
 from ._record import RunRecord
 from ._run_store import STALE_TEMPORARY_S, open_checked_store, sweep_temporaries
+from ._scaling import max_learning_rate_factor
 from ._settings import TrainingSettings
 from ._stealing import claimed_partitions, remove_work_folders
 from ._validation import ValidationSet
@@ -156,7 +157,8 @@ class Fit:
             sweep_temporaries(self.store, self.run_id)
             remove_work_folders(self.store, self.run_id)  # earlier fits' claims and partitions (node._stealing)
             self.node_config = node_config(settings, prepared, self.spec, run=self.run_id, fit_id=self.fit_id,
-                                           store_url=self.store_url, key=self.key, nodes=self.nodes, sc=self.sc)
+                                           store_url=self.store_url, key=self.key, nodes=self.nodes, sc=self.sc,
+                                           max_rate_factor=max_learning_rate_factor(model))
             self.watch = RunWatch.start(self, self.validation, model_input(prepared.feature_shape))
             if settings.initialize_only:
                 self._save_model("initialized")

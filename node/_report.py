@@ -232,7 +232,6 @@ def merges_figure(metrics: list[dict], run: str) -> Any:
         nodes[str(record.get("node", "?"))].append(record)
     figure = _figure((9, 6.5))
     merges_axis, staleness_axis = figure.subplots(2, 1, sharex=True)
-    any_stale = False
     for node, records in sorted(nodes.items()):
         records.sort(key=lambda r: float(r.get("time", 0.0)))
         times = np.array([float(r.get("time", 0.0)) - start for r in records])
@@ -240,7 +239,6 @@ def merges_figure(metrics: list[dict], run: str) -> Any:
         stale = [(t, float(r["staleness_s"])) for t, r in zip(times, records) if r.get("staleness_s") is not None]
         if stale:
             staleness_axis.plot(*zip(*stale), marker="o", linestyle="-", label=node)
-            any_stale = True
     # Phase boundaries: where each phase's first record lands.
     for phase in _phase_order(metrics):
         began = min(float(r.get("time", 0.0)) for r in metrics if str(r.get("phase")) == phase) - start
@@ -254,7 +252,7 @@ def merges_figure(metrics: list[dict], run: str) -> Any:
     staleness_axis.set_ylabel("staleness of merged snapshots (s)")
     staleness_axis.set_xlabel("time since the first record (s)")
     staleness_axis.grid(alpha=0.3)
-    if any_stale:  # (its lines also hold the phase boundaries, which have no label)
+    if staleness_axis.get_legend_handles_labels()[0]:  # nodes' staleness drawn (the phase lines have no label)
         staleness_axis.legend(fontsize="small")
     for axis in (merges_axis, staleness_axis):
         _few_ticks(axis)

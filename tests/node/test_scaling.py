@@ -69,9 +69,12 @@ def test_a_model_that_limits_its_rates_factor_takes_the_rest_as_a_smaller_miniba
     assert [node_batch_size("auto", 10, n, 1347, 2.0) for n in (1, 2, 4, 8, 16)] == [10, 10, 5, 3, 1]
     assert node_batch_size("auto", 10, 8, 1347, 16.0) == 5  # a model's limit never raises the trainer's cap
     # What the driver tells the nodes (0: the model's own minibatch).
-    assert _node_batch_size(TrainingSettings(), pcd.to_spec(), 8, 1347) == 1
-    assert _node_batch_size(TrainingSettings(), cd.to_spec(), 8, 1347) == 5
-    assert _node_batch_size(TrainingSettings(), pcd.to_spec(), 1, 1347) == 0
+    def told(model, nodes):
+        return _node_batch_size(TrainingSettings(), model.to_spec(), nodes, 1347, max_learning_rate_factor(model))
+
+    assert told(pcd, 8) == 1
+    assert told(cd, 8) == 5
+    assert told(pcd, 1) == 0
 
 
 def test_a_node_with_half_the_minibatch_takes_half_the_factor_as_learning_rate():
