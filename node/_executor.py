@@ -60,7 +60,7 @@ def replica_spec(config: NodeConfig) -> dict:
     """The spec a node builds its replica from: the fit's, with the nodes' minibatch where the scaling rule set one."""
     if not config.node_batch_size:
         return config.spec
-    return {**config.spec, "batch_size": int(config.node_batch_size)}
+    return rbm.spec_for_batch_size(config.spec, int(config.node_batch_size))
 
 
 class ExecutorNode:

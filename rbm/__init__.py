@@ -9,7 +9,7 @@ seam with save/load).  Nothing here knows about Spark, actors or the store.
 import logging
 
 from ._backend import array_module, gpu_available, resolve_device, to_host
-from ._model import TrainableModel, load_model, model_from_spec, read_model_file, save_model
+from ._model import TrainableModel, load_model, model_from_spec, read_model_file, save_model, spec_for_batch_size
 from ._params import read_config
 from ._validation import DivergenceError, check_features, check_labels
 from .boltzmann import DBN, RBM
@@ -23,6 +23,7 @@ __all__ = [
     "TrainableModel",
     "DivergenceError",
     "model_from_spec",
+    "spec_for_batch_size",
     "load_model",
     "save_model",
     "read_model_file",

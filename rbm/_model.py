@@ -29,6 +29,9 @@ only ever talks to a model through it:
 * ``max_learning_rate_factor()`` (optional) -- the largest factor the model's learning rates
   may take from the trainer's scaling rule, or None for the trainer's own cap; past it the
   trainer gives the nodes smaller minibatches instead (an RBM with persistent chains: 1).
+* ``spec_for_batch_size(batch_size)`` (optional) -- the spec of a replica that trains in
+  minibatches of ``batch_size`` rows, everything else the same (an RBM keeps its persistent
+  chains); without it, the spec with ``batch_size`` replaced (:func:`spec_for_batch_size`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ __all__ = [
     "TrainableModel",
     "register_model",
     "model_from_spec",
+    "spec_for_batch_size",
     "save_model",
     "load_model",
     "SPEC_KEY",
@@ -184,6 +188,16 @@ def model_from_spec(spec: Mapping[str, Any]) -> Any:
     if kind not in _REGISTRY:
         raise ValueError(f"unknown model kind {kind!r} in spec; known kinds: {sorted(_REGISTRY)}")
     return _REGISTRY[kind](dict(spec))
+
+
+def spec_for_batch_size(spec: Mapping[str, Any], batch_size: int) -> dict:
+    """The spec of a replica of ``spec``'s model that trains in minibatches of ``batch_size`` rows.
+
+    The model's own ``spec_for_batch_size`` where it has one (an RBM keeps its persistent
+    chains), else ``spec`` with ``batch_size`` replaced.
+    """
+    method = getattr(model_from_spec(spec), "spec_for_batch_size", None)
+    return method(batch_size) if method is not None else {**spec, "batch_size": int(batch_size)}
 
 
 def save_model(path: str | os.PathLike, spec: Mapping[str, Any], params: Mapping[str, np.ndarray]) -> None:

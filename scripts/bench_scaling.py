@@ -43,6 +43,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import rbm  # noqa: E402
 from node._modes import mode_named  # noqa: E402
 from node._scaling import (default_warmup_partitions, learning_rate_scale, max_learning_rate_factor,  # noqa: E402
                            resolve_rule, schedule_epoch)
@@ -62,8 +63,6 @@ def load(data: str, kind: str = "dbn"):
 
 
 def make_model(kind: str, seed: int):
-    import rbm
-
     if kind == "dbn":
         return rbm.DBN((64, 64), random_state=seed)
     if kind == "dbn-adam":
@@ -113,7 +112,7 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
     batch_size = base.batch_size
     node_batch = mode.node_batch_size(settings, nodes, len(X), batch_size,  # "auto": smaller past the rates' share
                                       max_learning_rate_factor(base))
-    base.set_params(batch_size=node_batch)
+    base = rbm.model_from_spec(rbm.spec_for_batch_size(base.to_spec(), node_batch))  # as a fit's nodes build it
     base.initialize(X.shape[1] if X.ndim == 2 else X.shape[1:], None if kind == "rbm" else np.unique(y))
     replicas = [copy.deepcopy(base) for _ in range(nodes)]
     if per_node == "default":
@@ -134,7 +133,7 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
             epoch, half = divmod(round_index, per_node)
             for i, replica in enumerate(replicas):
                 steps = len(X) / (nodes * batch_size) if rule == "auto" else None
-                scale = learning_rate_scale(resolved, nodes, done, warmup, steps) * node_batch / batch_size
+                scale = learning_rate_scale(resolved, nodes, done, warmup, steps, node_batch / batch_size)
                 replica.set_learning_rate_scale(scale)
                 replica.set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer (node._scaling)
                 partition = half * nodes + i

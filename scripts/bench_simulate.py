@@ -193,6 +193,8 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
     settings = TrainingSettings(mode=mode, fanout=fanout, scale_rule=scale_rule)
     node_batch = mode_named(mode).node_batch_size(settings, nodes, len(X), base.batch_size,  # as a fit's nodes
                                                   max_learning_rate_factor(base))
+    # Copies of the initialized base: an RBM's persistent chains keep the base's count, as a fit's
+    # nodes keep theirs (rbm.spec_for_batch_size).
     replicas = [copy.deepcopy(base).set_params(batch_size=node_batch) for _ in range(nodes)]
     spec = {"batch_size": base.batch_size}
     scalings = [NodeScaling(scale_rule, spec, warmup_partitions, fanout if mode == "async" else None, n_samples=len(X),

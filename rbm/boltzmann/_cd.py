@@ -179,24 +179,30 @@ def gemm_tn_accumulate(A: Any, B: Any, C: Any, alpha: float, beta: float, scratc
 
 
 class Workspace:
-    """Preallocated buffers for minibatches of ``batch`` rows.
+    """Preallocated buffers for minibatches of ``batch`` rows and ``negatives`` negative-phase rows.
+
+    ``negatives`` is ``batch`` for CD-k (the chains start from the data) and the number of
+    persistent chains for PCD, which need not be the minibatch's rows (Tieleman, 2008).
 
     Attributes
     ----------
-    V : (2 * batch, n_visible)   ``[v0; vk]``: the data rows, then the negative-phase visibles
-    H : (2 * batch, n_hidden)    ``[p(h|v0); -p(h|vk)]``
-    h_sample : (batch, n_hidden)  hidden samples (also the buffer the uniforms are drawn into)
-    scratch : (batch, n_visible)  reconstruction error and visible noise
-    sign : (2 * batch,)           ``[+1, ..., -1, ...]``: the visible-bias gradient is ``sign @ V``
+    V : (batch + negatives, n_visible)   ``[v0; vk]``: the data rows, then the negative-phase visibles
+    H : (batch + negatives, n_hidden)    ``[p(h|v0); -p(h|vk)]``
+    h_sample : (max rows, n_hidden)  hidden samples (also the buffer the uniforms are drawn into)
+    scratch : (max rows, n_visible)  reconstruction error and visible noise
+    sign : (batch + negatives,)      ``[+1, ..., -batch/negatives, ...]``: the visible-bias gradient is ``sign @ V / batch``
     """
 
-    def __init__(self, xp: ModuleType, batch: int, n_visible: int, n_hidden: int, dtype: Any) -> None:
+    def __init__(self, xp: ModuleType, batch: int, n_visible: int, n_hidden: int, dtype: Any,
+                 negatives: int | None = None) -> None:
         self.batch = batch
-        self.V = xp.empty((2 * batch, n_visible), dtype=dtype)
-        self.H = xp.empty((2 * batch, n_hidden), dtype=dtype)
-        self.h_sample = xp.empty((batch, n_hidden), dtype=dtype)
-        self.scratch = xp.empty((batch, n_visible), dtype=dtype)
-        self.sign = xp.concatenate([xp.ones(batch, dtype=dtype), -xp.ones(batch, dtype=dtype)])
+        self.negatives = negatives = negatives or batch
+        rows = max(batch, negatives)
+        self.V = xp.empty((batch + negatives, n_visible), dtype=dtype)
+        self.H = xp.empty((batch + negatives, n_hidden), dtype=dtype)
+        self.h_sample = xp.empty((rows, n_hidden), dtype=dtype)
+        self.scratch = xp.empty((rows, n_visible), dtype=dtype)
+        self.sign = xp.concatenate([xp.ones(batch, dtype=dtype), xp.full(negatives, -batch / negatives, dtype=dtype)])
         self.grad_hbias = xp.empty(n_hidden, dtype=dtype)
         self.grad_vbias = xp.empty(n_visible, dtype=dtype)
         self.grad_W = xp.empty((n_visible, n_hidden), dtype=dtype) if xp is np else None
@@ -253,7 +259,8 @@ def cd_step(
     ws : Workspace with ``ws.batch == b``; ``ws.V[:b]`` holds the data rows v0.
     W : (n_visible, n_hidden); hbias : (n_hidden,); vbias : (n_visible,) -- updated in place.
     velocity : momentum buffers shaped like (W, hbias, vbias), updated in place.
-    chain : (>= b, n_hidden) persistent hidden states (PCD only), updated in place.
+    chain : (ws.negatives, n_hidden) persistent hidden states (PCD only), updated in place; every
+        chain takes one step per update, whatever the minibatch's rows.
     sparsity_state : (n_hidden,) running mean of hidden activations, updated in place.
 
     Returns
@@ -262,15 +269,16 @@ def cd_step(
         Summed squared reconstruction error of the minibatch (``nan`` when not measured).
     """
     xp = _namespace(W)
+    c = ws.negatives  # b for CD-k
     v0, vk = ws.V[:b], ws.V[b:]
     h0, hk = ws.H[:b], ws.H[b:]
-    hs = ws.h_sample
+    hs, noise = ws.h_sample[:c], ws.scratch[:c]
     # Positive phase: p(h | v0).
     xp.matmul(v0, W, out=h0)
     h0 += hbias
     sigmoid_(h0)
     if settings.persistent:
-        hs[...] = chain[:b]
+        hs[...] = chain
     else:
         sample_bernoulli_(generator, h0, hs)
     error = float("nan")
@@ -278,17 +286,17 @@ def cd_step(
         _visible_from_hidden(hs, W, vbias, vk, settings.gaussian)
         if step == 0 and measure_error and not settings.persistent:
             # vk is the one-step reconstruction of the data here: measure it before sampling.
-            xp.subtract(v0, vk, out=ws.scratch)
-            error = float(xp.vdot(ws.scratch.ravel(), ws.scratch.ravel()))
+            xp.subtract(v0, vk, out=noise)
+            error = float(xp.vdot(noise.ravel(), noise.ravel()))
         last = step == settings.cd_k - 1
         # Intermediate steps (and persistent chains) sample the visibles; the last CD step
         # keeps probabilities, which lowers the variance of the negative statistics.
         if not last or settings.persistent:
             if settings.gaussian:
-                vk += normal_(generator, ws.scratch)
+                vk += normal_(generator, noise)
             else:
-                sample_bernoulli_(generator, vk, ws.scratch)
-                vk[...] = ws.scratch
+                sample_bernoulli_(generator, vk, noise)
+                vk[...] = noise
         xp.matmul(vk, W, out=hk)
         hk += hbias
         if not last:
@@ -296,7 +304,7 @@ def cd_step(
             sample_bernoulli_(generator, hk, hs)
     if settings.persistent:
         sigmoid_(hk)
-        sample_bernoulli_(generator, hk, chain[:b])  # the chain continues from here
+        sample_bernoulli_(generator, hk, chain)  # the chains continue from here
         hk *= -1
     else:
         sigmoid_(hk, negate=True)
@@ -304,9 +312,13 @@ def cd_step(
         _add_sparsity_(ws, b, sparsity_state, settings)
     scale = learning_rate / b
     vel_W, vel_h, vel_v = velocity
-    # Scale the small stacked factor H (2b, n_hidden) once, rather than the products:
-    # velocity <- momentum * velocity + lr * mean gradient.
-    ws.H *= scale
+    # Scale the small stacked factor H (b + c, n_hidden), rather than the products:
+    # velocity <- momentum * velocity + lr * (mean positive - mean negative statistics).
+    if c == b:
+        ws.H *= scale
+    else:
+        h0 *= scale
+        hk *= learning_rate / c
     gemm_tn_accumulate(ws.V, ws.H, vel_W, alpha=1.0, beta=momentum, scratch=ws.grad_W)
     if settings.weight_decay:
         decay = ws.grad_W if ws.grad_W is not None else ws.buffer_like(W)  # the product is spent

@@ -93,6 +93,15 @@ def test_the_warm_up_ramps_the_factor_linearly_from_one_at_each_phase_start():
     assert ramp == pytest.approx([2.5, 4.0, 5.5, 7.0, 7.0])
 
 
+def test_with_a_smaller_minibatch_the_warm_up_ramps_the_rates_from_the_models_own_step_and_never_below_it():
+    # 8 nodes in minibatches of 5 of the model's 10: the rates' factor 4 ramps up from 1 (not from 0.5)
+    ramp = [learning_rate_scale("linear", 8, partitions_done=k, warmup_partitions=3, batch_ratio=0.5) for k in range(5)]
+    assert ramp == pytest.approx([1.75, 2.5, 3.25, 4.0, 4.0])
+    # minibatches of 1 of 10 (persistent chains): the rates' factor 0.8 is no larger step than the model's: no ramp
+    flat = [learning_rate_scale("linear", 8, partitions_done=k, warmup_partitions=3, batch_ratio=0.1) for k in range(5)]
+    assert flat == pytest.approx([0.8] * 5)
+
+
 def test_auto_is_the_linear_rule_for_every_updater_and_unknown_rules_are_refused():
     assert [resolve_rule(rule) for rule in ("auto", "linear", "sqrt", "none")] == ["linear", "linear", "sqrt", "none"]
     with pytest.raises(ValueError, match="scale_rule must be one of"):
@@ -161,6 +170,8 @@ def test_a_started_node_trains_its_replica_in_the_fits_node_minibatch(tmp_path):
         task = TaskSpec(node=config, mode="async", phase="rbm", phase_index=0, epoch=0, start_digest="digest")
         node.train(task, 0, np.random.default_rng(0).random((20, 6)).astype(np.float32), None)
         assert len(steps) == 4  # 20 rows in minibatches of 5
+        assert node.model.n_chains == 10  # an RBM's persistent chains stay the fit's: its batch_size
+        assert node.model.h_samples_.shape == (10, 4)
     finally:
         node.stop()
     assert ExecutorNode(_config(spec=rbm.RBM(4, batch_size=10).to_spec())).scaling.batch_ratio == 1.0  # 0: the spec's

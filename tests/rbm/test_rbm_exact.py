@@ -120,6 +120,33 @@ def test_cd_step_moves_parameters_by_learning_rate_times_data_minus_model_statis
         np.testing.assert_allclose(new - old, momentum * v_old + lr * grad, atol=1e-12)
 
 
+def test_persistent_cd_step_averages_the_model_statistics_over_every_chain_whatever_the_minibatch():
+    # A node trains in minibatches smaller than the fit's (the scaling rule) and keeps the fit's chains:
+    # the update is lr * (mean over the b data rows - mean over the c chains), and every chain steps.
+    W, hbias, vbias = tiny_parameters(n_visible=6, n_hidden=4)
+    W, hbias, vbias = W.copy(), hbias.copy(), vbias.copy()
+    b, c, lr = 2, 7, 0.3
+    rng = np.random.default_rng(2)
+    ws = _cd.Workspace(np, b, 6, 4, np.float64, negatives=c)
+    ws.V[:b] = (rng.random((b, 6)) < 0.5).astype(np.float64)
+    chain = (rng.random((c, 4)) < 0.5).astype(np.float64)
+    velocity = tuple(np.zeros_like(a) for a in (W, hbias, vbias))
+    before = (W.copy(), hbias.copy(), vbias.copy())
+    generator = np.random.Generator(np.random.SFC64(5))
+    _cd.cd_step(ws, b, W, hbias, vbias, velocity, generator, _cd.CDSettings(persistent=True), lr, 0.0, chain=chain)
+
+    v0, vk = ws.V[:b], ws.V[b:]  # the data rows, then one Gibbs step of each of the c chains
+    assert vk.shape == (c, 6)
+    h0 = 1 / (1 + np.exp(-(v0 @ before[0] + before[1])))
+    hk = 1 / (1 + np.exp(-(vk @ before[0] + before[1])))
+    gradients = (v0.T @ h0 / b - vk.T @ hk / c, h0.mean(axis=0) - hk.mean(axis=0), v0.mean(axis=0) - vk.mean(axis=0))
+    for new, old, grad in zip((W, hbias, vbias), before, gradients):
+        np.testing.assert_allclose(new - old, lr * grad, atol=1e-12)
+    # The chains continue from p(h | vk): each of the c rows is a fresh sample of it.
+    assert np.all((chain == 0) | (chain == 1))
+    assert np.all(chain[hk > 1 - 1e-9] == 1) and np.all(chain[hk < 1e-9] == 0)
+
+
 def test_gibbs_chains_sample_the_exact_model_distribution():
     W, hbias, vbias = tiny_parameters(n_visible=4, n_hidden=3, scale=1.0, seed=7)
     model = tiny_rbm(W, hbias, vbias)
@@ -133,14 +160,15 @@ def test_gibbs_chains_sample_the_exact_model_distribution():
     assert total_variation < 0.03
 
 
-def test_persistent_chains_of_the_cd_step_sample_the_exact_hidden_marginal():
+@pytest.mark.parametrize("batch_size", [20000, 1])  # chains as many as the minibatch's rows, or fewer rows
+def test_persistent_chains_of_the_cd_step_sample_the_exact_hidden_marginal(batch_size):
     W, hbias, vbias = tiny_parameters(n_visible=4, n_hidden=3, scale=1.0, seed=11)
     n_chains = 20000
-    model = RBM(n_components=3, batch_size=n_chains, persistent=True, learning_rate=1e-300, momentum=0.0,
-                final_momentum=0.0, dtype=np.float64, random_state=0).initialize(4)
+    model = RBM(n_components=3, batch_size=batch_size, n_chains=n_chains, persistent=True, learning_rate=1e-300,
+                momentum=0.0, final_momentum=0.0, dtype=np.float64, random_state=0).initialize(4)
     model.set_parameters({"W": W, "hbias": hbias, "vbias": vbias})
-    data = np.zeros((n_chains, 4))
-    for _ in range(30):  # each pass is one PCD-1 update: the chains advance one Gibbs step
+    data = np.zeros((batch_size, 4))
+    for _ in range(30):  # each pass is one PCD-1 update: every chain advances one Gibbs step
         model.partial_fit(data)
     codes = model._chain.astype(np.int64) @ np.array([4, 2, 1])
     empirical = np.bincount(codes, minlength=8) / n_chains
