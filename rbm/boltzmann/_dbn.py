@@ -187,6 +187,22 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         sizes = self.hidden_layer_sizes
         return (int(sizes),) if isinstance(sizes, (int, np.integer)) else tuple(int(s) for s in sizes)
 
+    def spec_for_batch_size(self, batch_size: int) -> dict:
+        """This DBN's spec with minibatches of ``batch_size`` rows; a layer pretrained with persistent
+        chains keeps its chains (``n_chains``, by default the layer's ``batch_size``), as
+        :meth:`RBM.spec_for_batch_size` does.  The distributed trainer's replicas train in it."""
+        spec = {**self.to_spec(), "batch_size": int(batch_size)}
+        overrides = [dict(entry or {}) for entry in (self.layer_params or [None] * len(self._sizes()))]
+        kept = False
+        for entry in overrides:
+            persistent = entry.get("persistent", PRETRAIN_LAYER_DEFAULTS["persistent"])
+            if persistent and entry.get("n_chains") is None:
+                entry["n_chains"] = int(entry.get("batch_size", self.batch_size))
+                kept = True
+        if kept:
+            spec["layer_params"] = [entry or None for entry in overrides]
+        return spec
+
     def __sklearn_is_fitted__(self) -> bool:
         return getattr(self, "layers_", None) is not None
 

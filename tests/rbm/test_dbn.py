@@ -9,7 +9,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPClassifier
 from threadpoolctl import threadpool_limits
 
-from rbm import DBN, load_model
+from rbm import DBN, RBM, load_model, model_from_spec, spec_for_batch_size
 from rbm.boltzmann import _cd, _finetune
 from rbm.datasets import load_digits01
 
@@ -223,3 +223,18 @@ def test_learning_rate_scale_multiplies_one_plain_sgd_fine_tuning_step_exactly(d
              "out.W": grad_out_W, "out.b": grad_out_b}
     for name, grad in grads.items():
         np.testing.assert_array_equal(after[name], before[name] - step * grad, err_msg=name)
+
+
+def test_a_replica_in_smaller_minibatches_keeps_the_persistent_chains_of_every_layer_and_of_an_rbm():
+    # The distributed trainer builds its nodes' replicas from spec_for_batch_size (the scaling rule's
+    # smaller minibatch): a persistent layer's negative statistics keep the fit's chains.
+    dbn = DBN(hidden_layer_sizes=(6, 4), batch_size=10, layer_params=[{"persistent": True}, None])
+    replica = model_from_spec(spec_for_batch_size(dbn.to_spec(), 2)).initialize(8, 3)
+    assert [layer.batch_size for layer in replica.layers_] == [2, 2]
+    assert replica.layers_[0].h_samples_.shape == (10, 6)  # the fit's 10 chains, in minibatches of 2
+    assert not replica.layers_[1].persistent
+    assert dbn.layer_params == [{"persistent": True}, None]  # the fit's own spec is untouched
+    plain = DBN(hidden_layer_sizes=(6, 4), batch_size=10)  # CD-1 pretraining: only the minibatch changes
+    assert spec_for_batch_size(plain.to_spec(), 2) == {**plain.to_spec(), "batch_size": 2}
+    assert model_from_spec(spec_for_batch_size(RBM(4, batch_size=10).to_spec(), 1)).initialize(8).h_samples_.shape == (10, 4)
+    assert spec_for_batch_size(RBM(4, batch_size=10, n_chains=3).to_spec(), 1)["n_chains"] == 3
