@@ -31,7 +31,8 @@ only ever talks to a model through it:
   trainer gives the nodes smaller minibatches instead (an RBM with persistent chains: 1).
 * ``spec_for_batch_size(batch_size)`` (optional) -- the spec of a replica that trains in
   minibatches of ``batch_size`` rows, everything else the same (an RBM, and a DBN's persistent
-  layers, keep their persistent chains); without it, the spec with ``batch_size`` replaced (:func:`spec_for_batch_size`).
+  layers, keep their persistent chains); without it, the spec with ``batch_size`` replaced
+  (:func:`spec_for_batch_size`).
 """
 
 from __future__ import annotations

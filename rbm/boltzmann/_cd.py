@@ -190,7 +190,8 @@ class Workspace:
     H : (batch + negatives, n_hidden)    ``[p(h|v0); -p(h|vk)]``
     h_sample : (max rows, n_hidden)  hidden samples (also the buffer the uniforms are drawn into)
     scratch : (max rows, n_visible)  reconstruction error and visible noise
-    sign : (batch + negatives,)      ``[+1, ..., -batch/negatives, ...]``: the visible-bias gradient is ``sign @ V / batch``
+    sign : (batch + negatives,)      ``[+1, ..., -batch/negatives, ...]``: the visible-bias
+                                     gradient is ``sign @ V / batch``
     """
 
     def __init__(self, xp: ModuleType, batch: int, n_visible: int, n_hidden: int, dtype: Any,

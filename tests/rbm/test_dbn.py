@@ -236,5 +236,6 @@ def test_a_replica_in_smaller_minibatches_keeps_the_persistent_chains_of_every_l
     assert dbn.layer_params == [{"persistent": True}, None]  # the fit's own spec is untouched
     plain = DBN(hidden_layer_sizes=(6, 4), batch_size=10)  # CD-1 pretraining: only the minibatch changes
     assert spec_for_batch_size(plain.to_spec(), 2) == {**plain.to_spec(), "batch_size": 2}
-    assert model_from_spec(spec_for_batch_size(RBM(4, batch_size=10).to_spec(), 1)).initialize(8).h_samples_.shape == (10, 4)
+    lone = model_from_spec(spec_for_batch_size(RBM(4, batch_size=10).to_spec(), 1)).initialize(8)
+    assert lone.batch_size == 1 and lone.h_samples_.shape == (10, 4)
     assert spec_for_batch_size(RBM(4, batch_size=10, n_chains=3).to_spec(), 1)["n_chains"] == 3
