@@ -29,9 +29,9 @@ from pyspark.sql import SparkSession
 
 import storage
 
-from ._contract import NodeConfig, PartitionReport, TaskSpec, decode, encode, params_digest
+from ._contract import NodeConfig, PartitionReport, TaskSpec, encode, params_digest
 from ._data import PreparedData, filled_partitions
-from ._errors import InputDataError, TrainingError, short_error
+from ._errors import TrainingError, short_error
 from ._executor import release_run_task, run_training_task
 from ._fit_data import model_input, prepare_fit_data
 from ._keys import resolve_run_key
@@ -44,7 +44,8 @@ from ._record import RunRecord
 from ._run_store import STALE_TEMPORARY_S, open_checked_store, sweep_temporaries
 from ._scaling import max_learning_rate_factor
 from ._settings import TrainingSettings
-from ._stealing import claimed_partitions, remove_work_folders
+from ._stealing import remove_work_folders
+from ._training_job import TrainingJob
 from ._validation import ValidationSet
 from ._watch import RunWatch
 
@@ -99,6 +100,7 @@ class Fit:
         self._start: Broadcast | None = None
         self._start_digest = ""
         self._progress: EpochProgress | None = None
+        self._queued: TrainingJob | None = None  # a job started behind the running one (queue_job)
         self._nodes_started = False
         self._used: set[str] = set()
         self.validation: ValidationSet | None = None
@@ -237,19 +239,26 @@ class Fit:
                                        description=f"{self.run_id} {phase}",
                                        samples_per_partition=self.prepared.n_samples / max(1, self.prepared.partitions))
         try:
-            epoch = first
+            epoch, ended = first, time.perf_counter()
             while epoch < epochs:
                 self.lease.check()
                 self._progress.epoch(epoch, epochs)
-                started = time.perf_counter()
                 per_epoch = mode.run_epochs(self, phase, epoch, epochs)  # one epoch, or (sync) all that are left
-                wall_s = (time.perf_counter() - started) / max(1, len(per_epoch))
+                # An epoch's wall time runs from the end of the one before: a job queued behind another
+                # (async) trains while the driver ends the epoch before.
+                wall_s = (time.perf_counter() - ended) / max(1, len(per_epoch))
+                ended = time.perf_counter()
                 for index, reports in enumerate(per_epoch):
                     # Only the job's last epoch left its own weights: the nodes of a job that trained
                     # several (sync, sharing) went on from the earlier ones.
                     self._end_epoch(phase, epoch, epochs, reports, wall_s, validate=index == len(per_epoch) - 1)
                     epoch += 1
+        except _PhaseStopped:
+            if self._queued is not None:  # early stopping: the next epoch's job is not waited for
+                self._queued.stop()
+            raise
         finally:
+            self._queued = None  # a job left queued by an error: the fit's end cancels it with the others
             self._progress.close()
 
     def _stored_result(self, phase: str) -> dict[str, np.ndarray] | None:
@@ -310,26 +319,29 @@ class Fit:
         return self._progress.run_job(rdd, description, 0)
 
     def run_partitions(self, task: TaskSpec, rdd: Any) -> list[PartitionReport]:
-        """One training job of ``task`` over ``rdd`` (the slots' numbers, :func:`node._mode.one_task_per_node`).
+        """One training job of ``task`` over ``rdd``: its reports (see :meth:`TrainingJob.reports`)."""
+        return self.start_partitions(task, rdd).reports()
 
-        Raises
-        ------
-        InputDataError
-            A partition's data was refused on a node (reported once, not retried).
-        """
+    def start_partitions(self, task: TaskSpec, rdd: Any) -> TrainingJob:
+        """Start a training job of ``task`` over ``rdd`` (the slots' numbers, :func:`node._mode.one_task_per_node`)."""
         self._nodes_started = True
         rdd = rdd.mapPartitionsWithIndex(functools.partial(run_training_task, encode(task), self._start))
-        description = f"{self.run_id} {task.phase} epoch {task.epoch + 1}"
-        epochs = int(task.options.get("epochs", task.epoch + 1)) - task.epoch  # the job's epochs
-        claimed = functools.partial(claimed_partitions, self.store, self.run_id, self.fit_id, task.phase,
-                                    range(task.epoch, task.epoch + epochs))
-        reports = [decode(item, PartitionReport)
-                   for item in self._progress.run_job(rdd, description, self.prepared.partitions * epochs, claimed)]
-        refused = [report.error for report in reports if report.error]
-        if refused:
-            more = f" (and {len(refused) - 1} more partition(s))" if len(refused) > 1 else ""
-            raise InputDataError(f"{self.prepared.source}: {refused[0]}{more}")
-        return reports
+        job = self._progress.start(rdd, f"{self.run_id} {task.phase} epoch {task.epoch + 1}")
+        return TrainingJob(self._progress, task, job, self.prepared, self.store, self.fit_id)
+
+    def queue_job(self, running: TrainingJob, task: TaskSpec, rdd: Any) -> None:
+        """Start the job of ``task`` behind ``running``: its tasks take the task slots as ``running``'s free them."""
+        running.job.submitted()  # each job counts its own tasks: the group's first after it (node._progress.SparkJob)
+        self._queued = self.start_partitions(task, rdd)
+        self._queued.job.submitted()
+
+    def take_queued_job(self, phase: str, epoch: int) -> TrainingJob | None:
+        """The job queued for ``epoch`` of ``phase`` (:meth:`queue_job`), else None."""
+        job, self._queued = self._queued, None
+        if job is not None and (job.task.phase, job.task.epoch) != (phase, epoch):
+            job.stop()
+            return None
+        return job
 
     def _end_epoch(self, phase: str, epoch: int, epochs: int, reports: list[PartitionReport], wall_s: float,
                    validate: bool = True) -> None:

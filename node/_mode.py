@@ -48,8 +48,9 @@ class TrainingMode(ABC):
     #: Whether the scaling rule applies to this mode's learning rates (it does where merges average).
     scales_rates: ClassVar[bool] = True
 
-    #: Whether each epoch is a Spark job of its own, so that the store holds every epoch's own weights
-    #: when the driver ends it (validation of every epoch, early stopping); else a job trains several.
+    #: Whether each epoch is a Spark job of its own, so that the driver ends every epoch when its job ends
+    #: (validation of every epoch, early stopping); else a job trains several, and the store holds only
+    #: the last one's weights when the driver ends them.
     epoch_per_job: ClassVar[bool] = False
 
     def merge_fanout(self, settings: "TrainingSettings") -> int | None:

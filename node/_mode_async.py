@@ -12,10 +12,15 @@ Driver half: an epoch is one Spark job of one task per node, each task holding t
 dealt to its node once per fit (:func:`node._mode.one_task_per_node`): Spark's cost per task is
 paid once per node and epoch, not once per partition.  A node trains its own partitions, then
 the ones a slower node has not started (:mod:`node._stealing`), so a slow node holds nobody for
-more than the partition it is training when the others run out.  The run record marks each epoch
-when its job ends: a fit stopped in the middle of a phase resumes at its last finished epoch, and
-a killed worker's task is retried on a fresh node that trains again only the partitions the dead
-one had claimed and not finished.
+more than the partition it is training when the others run out.  The next epoch's job is queued
+behind the running one (:meth:`node._fit.Fit.queue_job`): a node that ran out of partitions
+starts the next epoch at once -- taking the share of a node still busy with the last, once it
+has trained its own -- instead of waiting for the job's last partition and for the driver to
+start the next job.  So no node idles between epochs, and the driver ends each epoch (its
+summary, validation, the run record) while the nodes train the next.  The run record marks each
+epoch when its job ends: a fit stopped in the middle of a phase resumes at its last finished
+epoch, and a killed worker's task is retried on a fresh node that trains again only the
+partitions the dead one had claimed and not finished.
 """
 
 from __future__ import annotations
@@ -47,7 +52,11 @@ class AsyncMode(TrainingMode):
 
     def run_epochs(self, fit: "Fit", phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
         slots, rdd = one_task_per_node(fit)
-        return [fit.run_partitions(fit.task(phase, first, self.name, {"slots": slots}), rdd=rdd)]
+        job = fit.take_queued_job(phase, first) or fit.start_partitions(
+            fit.task(phase, first, self.name, {"slots": slots}), rdd)
+        if first + 1 < epochs:  # queued behind this epoch's job: a node that ends its share starts the next at once
+            fit.queue_job(job, fit.task(phase, first + 1, self.name, {"slots": slots}), rdd)
+        return [job.reports()]
 
     def train_task(self, node: "ExecutorNode", task: TaskSpec, spark_partition: int,
                    blocks: list[Block]) -> Iterator[PartitionReport]:

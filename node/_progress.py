@@ -1,4 +1,4 @@
-"""Driver-side progress: a phase's progress bar, each epoch's Spark job run in a helper thread while
+"""Driver-side progress: a phase's progress bar, each Spark job run in a helper thread while
 the caller's thread reports finished partitions (Spark's status tracker, no SparkListener), and
 the epoch summaries."""
 
@@ -19,11 +19,12 @@ from ._errors import TrainingError, short_error
 from ._reachability import merges_by_node, merges_text
 from ._scaling import scaling_warning
 
-__all__ = ["EpochProgress", "partitions_done", "progress_postfix", "run_job", "summarize_epoch", "summary_line"]
+__all__ = ["EpochProgress", "partitions_done", "progress_postfix", "SparkJob", "summarize_epoch", "summary_line"]
 
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.2  # how often the progress bar asks Spark's status tracker
+SUBMIT_TIMEOUT_S = 10.0  # how long SparkJob.submitted waits for Spark to have the job
 CLAIMS_POLL_S = 1.0  # how often it counts the partitions the nodes claimed (a store listing)
 # tqdm's own rate would be partitions/s: the bar shows samples/s and the time left in its postfix instead.
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} partitions [{elapsed}{postfix}]"
@@ -39,41 +40,66 @@ def partitions_done(done_tasks: int, tasks: int, partitions: int, claimed: int) 
     return max(0, min(partitions, max(by_tasks, claimed - (tasks - done_tasks))))
 
 
-def run_job(sc: Any, rdd: Any, group: str, description: str, on_progress: Callable[[int], None]) -> list[dict]:
-    """``rdd.collect()`` in a helper thread while the caller's thread reports finished tasks."""
-    outcome: dict[str, Any] = {}
+class SparkJob:
+    """A Spark job collected in a helper thread: it starts when made, its records come when waited for.
 
-    def target() -> None:
-        sc.setJobGroup(group, description, interruptOnCancel=True)
+    Several jobs of one group may run at once (``async`` queues each epoch's job behind the one
+    running, :mod:`node._mode_async`).  A job counts its own finished tasks: those of the first of
+    the group's jobs that Spark started after this one was made -- so a caller that starts another
+    job while this one runs waits for :meth:`submitted` first.
+    """
+
+    def __init__(self, sc: Any, rdd: Any, group: str, description: str) -> None:
+        self.description = description
+        self.tasks = rdd.getNumPartitions()
+        self._group = group
+        self._tracker = sc.statusTracker()
+        self._earlier = set(self._tracker.getJobIdsForGroup(group) or [])  # e.g. the group's finished epochs
+        self._outcome: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._collect, args=(sc, rdd), name=f"sparkdbn-job-{description}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _collect(self, sc: Any, rdd: Any) -> None:
+        sc.setJobGroup(self._group, self.description, interruptOnCancel=True)
         try:
-            outcome["records"] = rdd.collect()
-        except BaseException as error:  # handed to the caller's thread below
-            outcome["error"] = error
+            self._outcome["records"] = rdd.collect()
+        except BaseException as error:  # handed to the waiting thread by wait()
+            self._outcome["error"] = error
 
-    tracker = sc.statusTracker()
-    earlier = set(tracker.getJobIdsForGroup(group) or [])  # the group's finished epochs
-    thread = threading.Thread(target=target, name=f"sparkdbn-job-{description}", daemon=True)
-    thread.start()
-    while thread.is_alive():
-        thread.join(timeout=POLL_S)
-        on_progress(_completed_tasks(tracker, group, earlier))
-    if "error" in outcome:
-        error = outcome["error"]
-        raise TrainingError(f"Spark job {description!r} failed: {short_error(error)}") from error
-    return outcome["records"]
+    def _job_id(self) -> int | None:
+        started = set(self._tracker.getJobIdsForGroup(self._group) or []) - self._earlier
+        return min(started) if started else None
 
+    def submitted(self, timeout_s: float = SUBMIT_TIMEOUT_S) -> None:
+        """Return once Spark has the job (or it ended, or ``timeout_s`` passed)."""
+        deadline = time.monotonic() + timeout_s
+        while self._thread.is_alive() and self._job_id() is None and time.monotonic() < deadline:
+            self._thread.join(timeout=0.01)
 
-def _completed_tasks(tracker: Any, group: str, earlier: set[int]) -> int:
-    best = 0
-    for job_id in set(tracker.getJobIdsForGroup(group) or []) - earlier:
-        job = tracker.getJobInfo(job_id)
+    def wait(self, on_progress: Callable[[int], None] = lambda done_tasks: None) -> list[Any]:
+        """The job's records, reporting its finished tasks to ``on_progress`` while it runs.
+
+        Raises
+        ------
+        TrainingError
+            The job failed (its cause chained).
+        """
+        while self._thread.is_alive():
+            self._thread.join(timeout=POLL_S)
+            on_progress(self._completed_tasks())
+        if "error" in self._outcome:
+            error = self._outcome["error"]
+            raise TrainingError(f"Spark job {self.description!r} failed: {short_error(error)}") from error
+        return self._outcome["records"]
+
+    def _completed_tasks(self) -> int:
+        job_id = self._job_id()
+        job = None if job_id is None else self._tracker.getJobInfo(job_id)
         if job is None or job.status not in ("RUNNING", "SUCCEEDED"):
-            continue
-        for stage_id in job.stageIds:
-            stage = tracker.getStageInfo(stage_id)
-            if stage is not None:
-                best = max(best, stage.numCompletedTasks)
-    return best
+            return 0
+        stages = (self._tracker.getStageInfo(stage_id) for stage_id in job.stageIds)
+        return max((stage.numCompletedTasks for stage in stages if stage is not None), default=0)
 
 
 def summarize_epoch(run: str, phase: str, epoch: int, records: list[dict], wall_s: float, *,
@@ -176,13 +202,21 @@ class EpochProgress:
 
     def run_job(self, rdd: Any, description: str, partitions: int,
                 claimed: Callable[[], int] | None = None) -> list[Any]:
-        """Collect ``rdd`` in the fit's job group, moving the bar as its partitions are trained.
+        """Collect ``rdd`` in the fit's job group, moving the bar as its partitions are trained (see :meth:`wait`)."""
+        return self.wait(self.start(rdd, description), partitions, claimed)
+
+    def start(self, rdd: Any, description: str) -> SparkJob:
+        """Start collecting ``rdd`` in the fit's job group; :meth:`wait` for its records."""
+        return SparkJob(self.sc, rdd, self.group, description)
+
+    def wait(self, job: SparkJob, partitions: int, claimed: Callable[[], int] | None = None) -> list[Any]:
+        """``job``'s records, moving the bar as its partitions are trained.
 
         ``partitions``: the training partitions the job trains (a task may train several).
         ``claimed``: how many of them the nodes have claimed so far (:mod:`node._stealing`),
         asked at most every :data:`CLAIMS_POLL_S`; without it the bar moves by finished tasks.
         """
-        base, tasks = self.bar.n, max(1, rdd.getNumPartitions())
+        base, tasks = self.bar.n, max(1, job.tasks)
         asked = {"at": 0.0, "claimed": 0}
 
         def moved(done_tasks: int) -> None:
@@ -194,7 +228,7 @@ class EpochProgress:
                     logger.debug("progress: cannot count the claimed partitions: %s", error)
             self._advance(base + partitions_done(done_tasks, tasks, partitions, asked["claimed"]))
 
-        records = run_job(self.sc, rdd, self.group, description, moved)
+        records = job.wait(moved)
         self._advance(base + partitions)
         return records
 

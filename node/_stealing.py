@@ -10,7 +10,11 @@ others idle.  Instead, per epoch, a node
    (the owners work from the fronts) -- of peers whose task has started only (each claimed the
    first partition of its list in the job's first epoch): a peer that Spark started a few
    milliseconds later is not slow, and a node that took a whole epoch of short partitions from it
-   would train that epoch alone;
+   would train that epoch alone.  While the epoch before the job's is still being trained (one of
+   its claims is not finished), a peer that has not started yet gives up all but the first
+   partition of its list: ``async`` queues each epoch's job behind the one running, and a node
+   that finished its share of that one early starts the next while a slower node is still busy
+   with the last -- whose share of the new epoch it then takes, leaving it the first partition;
 3. then goes on (to the next epoch, or the job's end), whoever is still training the last
    partitions of this one.
 
@@ -47,11 +51,12 @@ if TYPE_CHECKING:
     from ._contract import TaskSpec
     from ._executor import ExecutorNode
 
-__all__ = ["PartitionQueue", "claimed_partitions", "remove_work_folders"]
+__all__ = ["PartitionQueue", "claimed_partitions", "remove_work_folders", "stop_epoch"]
 
 logger = logging.getLogger(__name__)
 
 _CLAIM_MAX_BYTES = 1024
+_STOPPED = b"- driver stopped"  # a claim no slot holds (see stop_epoch)
 
 
 def _claims_folder(run: str, fit_id: str, phase: str) -> str:
@@ -69,6 +74,17 @@ def claimed_partitions(store: storage.Store, run: str, fit_id: str, phase: str, 
         epoch = name.split("-", 1)[0]
         count += epoch.isdigit() and int(epoch) in epochs
     return count
+
+
+def stop_epoch(store: storage.Store, run: str, fit_id: str, phase: str, epoch: int, partitions: list[int]) -> int:
+    """Claim, for nobody, every partition of ``epoch`` that no node has claimed: the nodes skip them.
+
+    The driver ends so an epoch whose job it started ahead and will not wait for (early stopping
+    ended the phase): the nodes finish the partitions they are training and end their tasks.
+    Returns how many partitions were stopped.
+    """
+    folder = _claims_folder(run, fit_id, phase)
+    return sum(store.create_exclusive(f"{folder}/{_claim_name(epoch, index)}", _STOPPED) for index in partitions)
 
 
 def remove_work_folders(store: storage.Store, run: str, fit_id: str | None = None) -> None:
@@ -112,6 +128,7 @@ class PartitionQueue:
         self.firsts = {other: partitions[0] for other, partitions in enumerate(slots) if partitions}
         self.owner = {index: other for other, partitions in enumerate(slots) for index in partitions}
         self.started: set[int] = set()  # slots whose node has started the job (see _note_started)
+        self.behind = False  # whether the epoch before the job's was still being trained (see _note_started)
         self.token = f"{node.node}-{uuid.uuid4().hex}"
         self.claims = _claims_folder(task.node.run, task.node.fit_id, task.phase)
 
@@ -131,7 +148,9 @@ class PartitionQueue:
             self.data.list_stored()
         self._note_started()
         for index in self.others:
-            if self.owner[index] in self.started and self.data.has(index) and self._claim(epoch, index):
+            owner = self.owner[index]
+            takeable = owner in self.started or (self.behind and index != self.firsts[owner])
+            if takeable and self.data.has(index) and self._claim(epoch, index):
                 block = self.data.peer(index, own=len(self.own))
                 if block is not None:  # claimed, not trainable (logged): this epoch goes without it
                     yield (index, *block), True
@@ -139,12 +158,25 @@ class PartitionQueue:
 
     # ------------------------------------------------------------------ claims
     def _note_started(self) -> None:
-        """Note the slots whose node has started this job: it claimed its first partition of the job's first epoch."""
+        """Note the slots whose node has started this job (it claimed its first partition of the job's first epoch)
+        and, while some have not, whether the epoch before the job's is still being trained."""
         if len(self.started) == len(self.firsts):
             return
         claimed = set(self.node.store.list(self.claims))
         first_epoch = self.task.epoch
         self.started |= {other for other, first in self.firsts.items() if _claim_name(first_epoch, first) in claimed}
+        self.behind = len(self.started) < len(self.firsts) and self._still_training(first_epoch - 1, claimed)
+
+    def _still_training(self, epoch: int, claimed: set[str]) -> bool:
+        """Whether a node is still training a partition of ``epoch`` (one of its listed claims is not finished)."""
+        for name in sorted(name for name in claimed if epoch >= 0 and name.startswith(f"{epoch:04d}-")):
+            try:
+                held = self.node.store.read_bytes(f"{self.claims}/{name}", max_bytes=_CLAIM_MAX_BYTES).split()
+            except (storage.StoreNotFoundError, storage.FileTooLargeError):
+                continue
+            if held[-1:] == [b"claimed"]:
+                return True
+        return False
 
     def _claim_path(self, epoch: int, index: int) -> str:
         return f"{self.claims}/{_claim_name(epoch, index)}"

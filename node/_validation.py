@@ -13,7 +13,11 @@ would (:data:`JOB_START_S` to start, then the set spread over the job's partitio
 the rest itself when it would be done no later, else every evaluation of the phase is one Spark
 job (each partition rebuilds the model from the run's spec and the broadcast parameters, and
 returns sums; the driver adds them up).  Both compute the same sums with the
-same code (:func:`validation_sums`); the run record names where (``evaluated_on``).
+same code (:func:`validation_sums`); the run record names where (``evaluated_on``).  The driver
+evaluates on one BLAS thread: it validates while the nodes train (``async`` queues each epoch's
+job behind the one before), and more threads would take the cores a local master's nodes train
+on (OpenBLAS's idle threads spin: the driver's CPU per fit of the digits28 DBN of ``bench_modes``
+came to 2.1-2.7 s with two threads, 1.1-1.3 s with one).
 
 Metrics (all "lower is better" except accuracy):
 
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 import rbm
 import storage
@@ -201,10 +206,12 @@ class Validator:
         where = self.evaluated_on.get(phase)
         if where == "spark":
             sums = self._spark_sums(phase, params)
-        elif where == "driver":
-            sums = validation_sums(self._model(params), phase, *self._rows(0, len(self.validation.X)))
         else:
-            sums = self._first_sums(phase, params)
+            with threadpool_limits(limits=1):  # the driver's share of the cores (see the module docstring)
+                if where == "driver":
+                    sums = validation_sums(self._model(params), phase, *self._rows(0, len(self.validation.X)))
+                else:
+                    sums = self._first_sums(phase, params)
         rows, loss_sum, correct = (float(value) for value in sums)
         if is_supervised(phase):
             return {"val_loss": loss_sum / rows, "val_accuracy": correct / rows}

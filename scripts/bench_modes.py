@@ -24,7 +24,7 @@ Printed per run, and as ratios to ``sync`` without a straggler:
 * held-out test accuracy of the final model;
 * bytes the mode wrote to and read from the store per partition (means over the run's metrics);
 * with a straggler: the share of partitions the slowed node trained, and the fast nodes' idle
-  time (between their last partition in a Spark job and the job's end, summed).
+  time (the gaps between their partitions, and from their last to the phase's end, summed).
 
     .venv/bin/python scripts/bench_modes.py                       # digits, local[2], 3 modes x {1, 3}
     .venv/bin/python scripts/bench_modes.py --modes async sync --stragglers 1 --target 0.95
@@ -178,7 +178,7 @@ def one_run(spark, store_url: str, args: argparse.Namespace, mode: str, straggle
     metrics = [m for m in node.open_run(store_url, run_id).runs.read_metrics() if not m.get("error")]
     return {"mode": mode, "straggler": straggler, "wall_s": wall, "target_s": reached[0] if reached else None,
             "accuracy": model.score(X_test, y_test), **pretrained, **traffic(metrics, last),
-            **straggler_figures(metrics, mode)}
+            **straggler_figures(metrics)}
 
 
 def traffic(metrics: list[dict], last_phase: str = "finetune") -> dict:
@@ -191,21 +191,31 @@ def traffic(metrics: list[dict], last_phase: str = "finetune") -> dict:
             "finetune_sent_per_node_epoch": sum(m["sent_bytes"] for m in finetune) / node_epochs if node_epochs else None}
 
 
-def straggler_figures(metrics: list[dict], mode: str) -> dict:
-    """The slowed node's share of partitions, and the other nodes' idle time at the ends of Spark jobs.
+def straggler_figures(metrics: list[dict]) -> dict:
+    """The slowed node's share of partitions, and the other nodes' idle time while a phase ran.
 
-    A node's idle time in a job: from the end of its last partition to the end of the job's last
-    partition (anyone's); summed over jobs and fast nodes.  ``async`` runs one job per epoch, the
-    other modes one job per phase.
+    A node's idle time in a phase: the gaps between the end of one of its partitions and the start
+    of its next (Spark's hand-over of a task, a job's end while another node finishes the last
+    partition, the next job's start), and from the end of its last partition to the end of the
+    phase's (anyone's); summed over phases and fast nodes.  Each partition's report says when it
+    started (``time - task_s``) and ended (``time``).
     """
     slowed = {m["node"] for m in metrics if m.get("slowed_s", 0.0) > 0}
-    share = (sum(1 for m in metrics if m["node"] in slowed) / len(metrics)) if slowed else None
-    ends: dict[tuple, dict[str, float]] = defaultdict(dict)
+    if not slowed:
+        return {"slowed_share": None, "fast_idle_s": None}
+    share = sum(1 for m in metrics if m["node"] in slowed) / len(metrics)
+    spans: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for m in metrics:
-        key = (m["phase"], m["epoch"]) if mode == "async" else (m["phase"],)
-        ends[key][m["node"]] = max(ends[key].get(m["node"], 0.0), m["time"])
-    idle = sum(max(nodes.values()) - end for nodes in ends.values() for name, end in nodes.items()
-               if name not in slowed) if slowed else None
+        spans[m["phase"]][m["node"]].append((m["time"] - m["task_s"], m["time"]))
+    idle = 0.0
+    for nodes in spans.values():
+        phase_end = max(end for partitions in nodes.values() for _start, end in partitions)
+        for name, partitions in nodes.items():
+            if name in slowed:
+                continue
+            partitions.sort()
+            idle += sum(max(0.0, start - end) for (_s, end), (start, _e) in zip(partitions, partitions[1:]))
+            idle += phase_end - partitions[-1][1]
     return {"slowed_share": share, "fast_idle_s": idle}
 
 

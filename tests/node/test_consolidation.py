@@ -47,8 +47,11 @@ def test_a_phase_result_is_the_float64_mean_of_the_newest_snapshots_of_the_last_
                      weights.consolidate("rbm0", summary["nodes"]).params.items()}
             weights.put_version("rbm0", "ghost-node", 10**6, ghost)
 
+    # Partitions long enough (tens of ms) that both nodes train the last epoch: async starts an epoch's job
+    # before the one before ends, and on partitions of a few ms one worker may run both of its tasks.
+    X, y = np.tile(digits.X_train, (8, 1)), np.tile(digits.y_train, 8)
     node.Trainer(spark, store_url, run_id="mean", epochs=epochs, partitions=4, progress=False,
-                 on_epoch=plant_a_ghost).fit(model, digits.X_train, digits.y_train)
+                 on_epoch=plant_a_ghost).fit(model, X, y)
     run = node.open_run(store_url, "mean")
     weights, record = run.weights, run.record
     nodes = record["steps"]["rbm0"]["nodes"]

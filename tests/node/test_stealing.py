@@ -10,7 +10,7 @@ import pytest
 import storage
 from node._data import encode_block
 from node._resident import NodeData, write_partition
-from node._stealing import PartitionQueue, claimed_partitions, remove_work_folders
+from node._stealing import PartitionQueue, claimed_partitions, remove_work_folders, stop_epoch
 
 KEY = b"k" * 32
 SLOTS = [[0, 2, 4, 6], [1, 3, 5, 7]]  # deal_partitions(8 partitions, 2 nodes)
@@ -131,6 +131,43 @@ def test_a_node_takes_nothing_from_a_peer_that_has_not_started_the_job(store):
     assert trained(fast, 3) == [(0, False), (2, False), (4, False), (6, False), (7, True), (5, True), (3, True),
                                 (1, True)]
     assert [index for (index, *_), _stolen in late_epoch] == [3, 5, 7]  # epoch 2: its own, nobody took them
+
+
+def test_while_the_epoch_before_is_trained_a_node_takes_a_busy_peers_share_but_its_first_partition(store):
+    # async queues each epoch's job behind the running one: the fast node starts epoch 1 while the slow
+    # one still trains its last partition of epoch 0, whose job has not ended.
+    fast, slow = make_queue(store, "fast", 0), make_queue(store, "slow", 1)
+    store_own(fast, slow)
+    slow_epoch = slow.epoch(0)
+    assert next(slow_epoch)[0][0] == 1  # the slow node trains partition 1 of epoch 0 ...
+    assert len(trained(fast, 0)) == 7  # ... while the fast one trains the other seven
+    fast_next = make_queue(store, "fast", 0, first_epoch=1)  # the job of epoch 1, begun on the fast node
+    assert trained(fast_next, 1) == [(0, False), (2, False), (4, False), (6, False), (7, True), (5, True), (3, True)]
+    assert list(slow_epoch) == []  # partition 1 done: nothing left of epoch 0
+    slow_next = make_queue(store, "slow", 1, first_epoch=1)
+    assert trained(slow_next, 1) == [(1, False)]  # the first partition of its list was left to it
+
+
+def test_once_the_epoch_before_is_over_a_peer_that_has_not_started_keeps_its_partitions(store):
+    fast, slow = make_queue(store, "fast", 0), make_queue(store, "slow", 1)
+    store_own(fast, slow)
+    slow_epoch = slow.epoch(0)
+    next(slow_epoch)
+    trained(fast, 0)
+    assert list(slow_epoch) == []  # partition 1 finished: every claim of epoch 0 is
+    fast_next = make_queue(store, "fast", 0, first_epoch=1)
+    assert trained(fast_next, 1) == [(0, False), (2, False), (4, False), (6, False)]  # a late peer, not a busy one
+
+
+def test_a_stopped_epoch_leaves_each_node_only_the_partition_it_was_training(store):
+    fast, slow = make_queue(store, "fast", 0), make_queue(store, "slow", 1)
+    store_own(fast, slow)
+    slow_epoch, fast_epoch = slow.epoch(0), fast.epoch(0)
+    assert next(slow_epoch)[0][0] == 1 and next(fast_epoch)[0][0] == 0
+    assert stop_epoch(store, "r1", "f" * 32, "finetune", 0, list(range(8))) == 6  # the driver will not wait for it
+    assert list(slow_epoch) == [] and list(fast_epoch) == []
+    assert trained(make_queue(store, "retry", 1), 0) == []  # nor does a retried task train what was stopped
+    assert trained(fast, 1)[:1] == [(0, False)]  # the next epoch is not stopped
 
 
 def test_a_lone_node_claims_what_it_trains_so_a_retried_task_skips_what_was_finished(store):

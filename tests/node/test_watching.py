@@ -150,6 +150,29 @@ def test_status_of_an_unknown_run_says_so_without_a_traceback(tmp_path, capsys):
     assert "there is no run 'nowhere'" in text and "Traceback" not in text
 
 
+def test_early_stopping_stops_the_job_queued_behind_its_epoch_and_leaves_the_nodes_alive(spark, digits, tmp_path,
+                                                                                        caplog):
+    # async starts each epoch's job before the one before ends (node._mode_async): when early stopping
+    # ends the phase, the next epoch's job is running.  The driver has its nodes skip what they have not
+    # started and waits for them; cancelling it instead would kill their Python workers.
+    store_url = "file://" + str(tmp_path / "store")
+    rng = np.random.default_rng(1)
+    X, y = digits.X_train[:ROWS], rng.permutation(digits.y_train[:ROWS])  # nothing to learn: it stops early
+    X_val, y_val = digits.X_test[:200], rng.permutation(digits.y_test[:200])
+    trainer = node.Trainer(spark, store_url, **settings(
+        run_id="stop-queued", epochs={"rbm0": 0, "finetune": 20}, validation_data=(X_val, y_val),
+        early_stopping={"metric": "val_accuracy", "patience": 1, "min_delta": 0.05}))
+    with caplog.at_level("INFO", logger="node._training_job"):
+        trainer.fit(small_dbn(), X, y)
+
+    epochs = [summary["epoch"] for summary in trainer.history_]
+    assert epochs == list(range(len(epochs))) and len(epochs) < 20  # stopped early, every epoch up to it summarized
+    stopped = [record.getMessage() for record in caplog.records if "stopped the job" in record.getMessage()]
+    assert len(stopped) == 1 and f"finetune epoch {len(epochs) + 1}'" in stopped[0], stopped
+    for pid in {record["pid"] for summary in trainer.history_ for record in summary["records"]}:
+        os.kill(pid, 0)  # every Python worker that trained is alive (raises ProcessLookupError if not)
+
+
 def test_early_stopping_on_shuffled_labels_stops_keeps_the_best_and_resumes(spark, digits, tmp_path, capsys):
     store_url = "file://" + str(tmp_path / "store")
     rng = np.random.default_rng(0)
