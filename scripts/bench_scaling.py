@@ -17,12 +17,19 @@ progress as the asynchronous nodes do when every peer's snapshot is fresh.  Stra
 Part 2 (``--spark``): the chosen default confirmed on ``local[n]`` Spark through the real
 :class:`node.Trainer` (``scale_rule="auto"`` vs ``"none"``).
 
+Part 3 (``--bound K [K ...]``): the large-batch bound -- what no way of combining ``n`` nodes'
+progress can beat at equal epochs short of merging after every minibatch: one process trained
+with the nodes' combined minibatch (``n`` times the model's) at ``K`` times its learning rates
+(ramped up from 1 over its first epoch, as the nodes' warm-up), per node count ``n`` of
+``--nodes``.  Averaging ``n`` nodes after every minibatch step is exactly that training.
+
     .venv/bin/python scripts/bench_scaling.py                       # digits DBN, 1/2/4/8 nodes
     .venv/bin/python scripts/bench_scaling.py --kind rbm            # an RBM alone (reconstruction MSE)
     .venv/bin/python scripts/bench_scaling.py --spark --nodes 2 4 8 # the Spark confirmation
     .venv/bin/python scripts/bench_scaling.py --spark --nodes 1 2 4 8 16 --rules auto --seeds 1 --target 0.93
     .venv/bin/python scripts/bench_scaling.py --data digits28 --kind dbn128 --nodes 1 8 16
     .venv/bin/python scripts/bench_scaling.py --data digits28 --kind lenet --nodes 1 8
+    .venv/bin/python scripts/bench_scaling.py --data digits28 --kind lenet --nodes 8 --bound 1 2.86 4 6 8 --seeds 4
 """
 
 from __future__ import annotations
@@ -190,6 +197,53 @@ def part_simulation(args) -> None:
                 print(f"{strategy:<16}" + "".join(f"{c:>14}" for c in cells), flush=True)
 
 
+# ----------------------------------------------------------------------------- the large-batch bound
+BOUND_PARTITIONS_PER_EPOCH = 8  # the steps of the bound's warm-up ramp (its first epoch)
+
+
+def large_batch_bound(kind: str, split, nodes: int, rate_factor: float, seed: int) -> float:
+    """One process with ``nodes`` times the model's minibatch, its learning rates times ``rate_factor``
+    (ramped up from 1 over its first epoch); its score after the model's epochs."""
+    model = make_model(kind, seed)
+    model = rbm.model_from_spec(rbm.spec_for_batch_size(model.to_spec(), model.batch_size * nodes))
+    X, y = split.X_train, split.y_train
+    model.initialize(X.shape[1] if X.ndim == 2 else X.shape[1:], None if kind == "rbm" else np.unique(y))
+    parts = np.array_split(np.random.default_rng(seed).permutation(len(X)), BOUND_PARTITIONS_PER_EPOCH)
+    for phase_index, phase in enumerate(model.phases()):
+        for epoch in range(EPOCHS[kind][phase]):
+            for index, rows in enumerate(parts):
+                done = epoch * len(parts) + index
+                scale = learning_rate_scale("linear", rate_factor, done, len(parts)) if rate_factor > 1 else 1.0
+                model.set_learning_rate_scale(scale)
+                model.set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer (node._scaling)
+                model.train_partition(X[rows], None if kind == "rbm" else y[rows], phase,
+                                      np.random.default_rng([seed, phase_index, epoch, index]))
+    model.set_learning_rate_scale(1.0)
+    return score(model, kind, split)
+
+
+def part_bound(args) -> None:
+    from threadpoolctl import threadpool_limits
+
+    split = load(args.data, args.kind)
+    print(f"# {args.data}: the large-batch bound of {args.kind}, epochs {EPOCHS[args.kind]}; {args.seeds} seed(s); "
+          f"one process, minibatch n x the model's, rates x K; '*': a seed diverged, the mean of the others")
+    print(f"{'rates':<8}" + "".join(f"{n:>10} x batch" for n in args.nodes))
+    with threadpool_limits(limits=1):
+        for factor in args.bound:
+            cells = []
+            for n in args.nodes:
+                values = []
+                for seed in range(args.seeds):
+                    try:
+                        values.append(large_batch_bound(args.kind, split, n, factor, seed))
+                    except ValueError as error:  # rbm.DivergenceError
+                        print(f"# rates x{factor}, {n} x batch, seed {seed}: {error}", file=sys.stderr)
+                diverged = "*" if len(values) < args.seeds else " "
+                cells.append(f"{np.mean(values):>8.4f}{diverged}" if values else f"{'diverged':>9}")
+            print(f"x{factor:<7g}" + "".join(f"{c:>16}" for c in cells), flush=True)
+
+
 # ----------------------------------------------------------------------------- Spark confirmation
 def part_spark(args) -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -254,8 +308,13 @@ def main() -> None:
     parser.add_argument("--rules", nargs="+", default=["none", "auto"])
     parser.add_argument("--target", type=float, default=None,
                         help="--spark: also count the last phase's epochs until this test accuracy (classifiers)")
+    parser.add_argument("--bound", type=float, nargs="+", default=None, metavar="K",
+                        help="the large-batch bound instead: one process, minibatch n x the model's, rates x K")
     args = parser.parse_args()
-    part_spark(args) if args.spark else part_simulation(args)
+    if args.bound:
+        part_bound(args)
+    else:
+        part_spark(args) if args.spark else part_simulation(args)
 
 
 if __name__ == "__main__":
