@@ -24,7 +24,8 @@ Printed per run, and as ratios to ``sync`` without a straggler:
 * held-out test accuracy of the final model;
 * bytes the mode wrote to and read from the store per partition (means over the run's metrics);
 * with a straggler: the share of partitions the slowed node trained, and the fast nodes' idle
-  time (the gaps between their partitions, and from their last to the phase's end, summed).
+  time (the gaps between their partitions, and from their last to the phase's end -- shown apart --,
+  summed, and as a share of the phases' time).
 
     .venv/bin/python scripts/bench_modes.py                       # digits, local[2], 3 modes x {1, 3}
     .venv/bin/python scripts/bench_modes.py --modes async sync --stragglers 1 --target 0.95
@@ -197,26 +198,31 @@ def straggler_figures(metrics: list[dict]) -> dict:
     A node's idle time in a phase: the gaps between the end of one of its partitions and the start
     of its next (Spark's hand-over of a task, a job's end while another node finishes the last
     partition, the next job's start), and from the end of its last partition to the end of the
-    phase's (anyone's); summed over phases and fast nodes.  Each partition's report says when it
-    started (``time - task_s``) and ended (``time``).
+    phase's (anyone's: ``fast_idle_phase_end_s``, the wait no scheduling removes -- the phase's
+    result needs every node's last partition); summed over phases and fast nodes, and as a share of
+    the phases' time (from their first partition's start to their last's end, per fast node).  Each
+    partition's report says when it started (``time - task_s``) and ended (``time``).
     """
     slowed = {m["node"] for m in metrics if m.get("slowed_s", 0.0) > 0}
     if not slowed:
-        return {"slowed_share": None, "fast_idle_s": None}
+        return {"slowed_share": None, "fast_idle_s": None, "fast_idle_phase_end_s": None, "fast_idle_share": None}
     share = sum(1 for m in metrics if m["node"] in slowed) / len(metrics)
     spans: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for m in metrics:
         spans[m["phase"]][m["node"]].append((m["time"] - m["task_s"], m["time"]))
-    idle = 0.0
+    between, at_ends, phases_s = 0.0, 0.0, 0.0
     for nodes in spans.values():
+        phase_start = min(start for partitions in nodes.values() for start, _end in partitions)
         phase_end = max(end for partitions in nodes.values() for _start, end in partitions)
         for name, partitions in nodes.items():
             if name in slowed:
                 continue
             partitions.sort()
-            idle += sum(max(0.0, start - end) for (_s, end), (start, _e) in zip(partitions, partitions[1:]))
-            idle += phase_end - partitions[-1][1]
-    return {"slowed_share": share, "fast_idle_s": idle}
+            between += sum(max(0.0, start - end) for (_s, end), (start, _e) in zip(partitions, partitions[1:]))
+            at_ends += phase_end - partitions[-1][1]
+            phases_s += phase_end - phase_start
+    return {"slowed_share": share, "fast_idle_s": between + at_ends, "fast_idle_phase_end_s": at_ends,
+            "fast_idle_share": (between + at_ends) / phases_s if phases_s else None}
 
 
 def show(results: list[dict]) -> None:
@@ -228,15 +234,20 @@ def show(results: list[dict]) -> None:
     def fmt(value, pattern):
         return "-" if value is None else pattern.format(value)
 
+    def idle(r):
+        if r["fast_idle_s"] is None:
+            return "-"
+        return f"{r['fast_idle_s']:.1f} ({r['fast_idle_phase_end_s']:.1f}), {100 * r['fast_idle_share']:.0f}%"
+
     print(f"\nratios against {base['mode']} without a straggler ({base['wall_s']:.1f} s wall, "
           f"{fmt(base['target_s'], '{:.1f}')} s to target)")
     print(f"{'mode':8} {'slow':>4} {'wall s':>7} {'wall/x':>6} {'target s':>8} {'target/x':>8} {'acc':>6} "
-          f"{'sent kB/p':>9} {'read kB/p':>9} {'slow share':>10} {'fast idle s':>11}")
+          f"{'sent kB/p':>9} {'read kB/p':>9} {'slow share':>10} {'fast idle s (phase ends), share':>31}")
     for r in results:
         print(f"{r['mode']:8} {r['straggler']:>4g} {r['wall_s']:7.1f} {ratio(r['wall_s'], base['wall_s']):>6} "
               f"{fmt(r['target_s'], '{:.1f}'):>8} {ratio(r['target_s'], base['target_s']):>8} {r['accuracy']:6.3f} "
               f"{r['sent_per_partition'] / 1e3:9.1f} {r['read_per_partition'] / 1e3:9.1f} "
-              f"{fmt(r['slowed_share'], '{:.2f}'):>10} {fmt(r['fast_idle_s'], '{:.1f}'):>11}")
+              f"{fmt(r['slowed_share'], '{:.2f}'):>10} {idle(r):>31}")
 
 
 def warm_up(spark, folder: str, args: argparse.Namespace, data, validation=None) -> None:

@@ -45,3 +45,18 @@ def test_train_rows_keeps_a_stratified_subset_of_lenets_images(bench_modes):
     assert X.shape == (1000, 1, 28, 28) and X_test.shape[1:] == (1, 28, 28)
     for label in range(10):  # each class in its share of all the training rows, give or take a row
         assert abs((y == label).sum() - 1000 * (y_all == label).mean()) <= 1, label
+
+
+def test_a_fast_nodes_idle_time_counts_the_gaps_between_its_partitions_and_its_wait_at_each_phase_end(bench_modes):
+    def partition(node, phase, start, end, slowed_s=0.0):
+        return {"node": node, "phase": phase, "time": end, "task_s": end - start, "slowed_s": slowed_s}
+
+    metrics = [partition("fast", "rbm0", 0.0, 1.0), partition("fast", "rbm0", 1.2, 2.0),  # a 0.2-s hand-over
+               partition("slow", "rbm0", 0.0, 3.0, slowed_s=2.0),  # the phase ends at 3.0: the fast node waits 1.0
+               partition("fast", "finetune", 4.0, 5.0), partition("slow", "finetune", 4.0, 5.5, slowed_s=1.0)]
+    figures = bench_modes.straggler_figures(metrics)
+    assert figures["slowed_share"] == pytest.approx(2 / 5)
+    assert figures["fast_idle_s"] == pytest.approx(0.2 + 1.0 + 0.5)
+    assert figures["fast_idle_phase_end_s"] == pytest.approx(1.0 + 0.5)
+    assert figures["fast_idle_share"] == pytest.approx(1.7 / (3.0 + 1.5))
+    assert bench_modes.straggler_figures([partition("a", "rbm0", 0.0, 1.0)])["fast_idle_s"] is None  # no straggler
