@@ -2,15 +2,15 @@
 
 Bernoulli or Gaussian visible units, Bernoulli hidden units, CD-k or persistent CD,
 momentum with a schedule, L2 weight decay and an optional sparsity target, on numpy
-or cupy.  The CD kernels live in :mod:`rbm.boltzmann._cd`.
+or cupy.  The CD kernels live in :mod:`rbm.boltzmann._cd`, the trainer's seam (phases, parameters,
+``train_partition``) in :mod:`rbm.boltzmann._rbm_seam`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -20,19 +20,18 @@ from sklearn.utils import Tags
 from sklearn.utils.validation import validate_data
 
 from .._backend import NamespacePickling, array_module, check_dtype, make_rng, resolve_device, to_device, to_host
-from .._model import (MinibatchHook, ScheduleClock, copy_parameters, empty_partition_metrics, is_empty, register_model,
-                      save_model)
-from .._params import SpecConstructors, check_integer, check_learning_rate_scale, check_number, spec_from_params
+from .._model import register_model
+from .._params import check_integer, check_number
 from .._validation import check_features, check_finite_parameters
 from . import _cd
 from ._rbm_inference import RBMInference
+from ._rbm_seam import RBMSeam
 
 __all__ = ["RBM"]
 
 logger = logging.getLogger(__name__)
 
 VISIBLE_UNITS = ("bernoulli", "gaussian")
-PARAMETER_NAMES = ("W", "hbias", "vbias")
 # The reconstruction error (a monitoring metric) is measured on every 4th minibatch: it
 # costs two passes over the batch.  Persistent chains leave no one-step reconstruction in
 # the CD step; the error is then measured after the pass on at most 256 rows (a monitor:
@@ -42,8 +41,7 @@ _ERROR_SAMPLE_ROWS = 256
 
 
 @register_model("rbm")
-class RBM(RBMInference, SpecConstructors, MinibatchHook, ScheduleClock, NamespacePickling,
-          ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class RBM(RBMInference, RBMSeam, NamespacePickling, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Restricted Boltzmann machine trained with contrastive divergence.
 
     The defaults are scikit-learn's ``BernoulliRBM`` algorithm, persistent CD-1 without
@@ -276,37 +274,6 @@ class RBM(RBMInference, SpecConstructors, MinibatchHook, ScheduleClock, Namespac
                                                negatives)
         return ws
 
-    def set_learning_rate_scale(self, factor: float) -> None:
-        """Multiply the learning rate of every following update by ``factor`` (default 1.0).
-
-        Not a hyperparameter: it is not in ``get_params``, the spec or the saved file.  The
-        distributed trainer uses it to scale learning rates with the number of nodes.
-        """
-        self._learning_rate_scale = check_learning_rate_scale(factor)
-
-    def max_learning_rate_factor(self) -> float | None:
-        """1 with persistent chains, else None (the trainer's cap): how far the scaling rule may raise the rates.
-
-        Persistent chains follow the model only while each update changes it little (Tieleman,
-        2008), so the trainer's factor for more nodes comes as smaller minibatches instead.
-        Measured (``scripts/bench_scaling.py``, 8 simulated nodes on digits, 6 seeds, one node 0.0411):
-        test reconstruction error with the rates taking at most 4 / 2 / 1 of the factor 0.0461 /
-        0.0449 / 0.0445 at 8 partitions per node and epoch, 0.0441 / 0.0432 / 0.0427 at 16, 0.0465 /
-        0.0422 / 0.0406 at 32.
-        """
-        return 1.0 if self.persistent else None
-
-    def spec_for_batch_size(self, batch_size: int) -> dict:
-        """This RBM's spec with minibatches of ``batch_size`` rows and its persistent chains kept.
-
-        The distributed trainer's replicas train in smaller minibatches where its scaling rule
-        says so (:func:`rbm.spec_for_batch_size`); each keeps the fit's ``n_chains`` (by default
-        its ``batch_size``) for the negative phase.  Measured (``scripts/bench_scaling.py``, RBM(64)
-        on digits, 6 seeds, one node 0.0408): 8 nodes training in minibatches of 1 end at a test
-        reconstruction error of 0.0445 with one chain each, 0.0425 with 10.
-        """
-        return {**self.to_spec(), "batch_size": int(batch_size), "n_chains": self.n_chains or self.batch_size}
-
     @property
     def h_samples_(self) -> np.ndarray:
         """The persistent chains' hidden states, shape (n_chains, n_components) (persistent CD only)."""
@@ -442,69 +409,3 @@ class RBM(RBMInference, SpecConstructors, MinibatchHook, ScheduleClock, Namespac
         """Momentum of the next pass: ``momentum`` for the first ``momentum_switch_iter`` passes."""
         passes = self._schedule_passes(getattr(self, "_passes", 0))
         return float(self.momentum if passes < self.momentum_switch_iter else self.final_momentum)
-
-    # ------------------------------------------------------------------ the seam
-    def to_spec(self) -> dict:
-        """JSON-able hyperparameters, ``{"kind": "rbm", ...}``."""
-        return spec_from_params("rbm", self.get_params(deep=False))
-
-    def input_bounds(self) -> tuple[float, float] | None:
-        """The range every input value must lie in: ``(0, 1)`` for Bernoulli visible units, else None."""
-        return (0.0, 1.0) if self.visible == "bernoulli" else None
-
-    def phases(self) -> list[str]:
-        """A single training phase, ``["rbm"]``."""
-        return ["rbm"]
-
-    def parameters(self, phase: str | None = None) -> dict[str, np.ndarray]:
-        """Host copies ``{"W": (n_features, n_components), "hbias", "vbias"}``."""
-        if phase not in (None, "rbm"):
-            raise ValueError(f"unknown phase {phase!r} for an RBM; phases are ['rbm']")
-        self._require_fitted()
-        return {name: to_host(getattr(self, "_" + name)).copy() for name in PARAMETER_NAMES}
-
-    def set_parameters(self, params: Mapping[str, np.ndarray]) -> None:
-        """Copy the given named arrays into the model (in place, on its device)."""
-        unknown = sorted(set(params) - set(PARAMETER_NAMES))
-        if unknown:
-            raise ValueError(f"unknown RBM parameter names {unknown}; expected some of {list(PARAMETER_NAMES)}")
-        if not self.__sklearn_is_fitted__():
-            if "W" not in params:
-                raise ValueError("the RBM is not initialized: call initialize(n_features) or pass 'W'")
-            self.initialize(np.shape(params["W"])[0])
-        copy_parameters([(name, value, getattr(self, "_" + name)) for name, value in params.items()], self._xp)
-
-    def train_partition(self, X: Any, y: Any, phase: str, rng: np.random.Generator) -> dict:
-        """One pass over a partition; ``loss`` is the reconstruction error (MSE per unit).
-
-        ``y`` is ignored; an empty partition is skipped.
-        """
-        if phase != "rbm":
-            raise ValueError(f"unknown phase {phase!r} for an RBM; phases are ['rbm']")
-        if is_empty(X):  # empty partitions are simply skipped
-            return empty_partition_metrics()
-        started = time.perf_counter()
-        X = self._prepare(X)
-        loss = self._partition_pass(self._training_data(X), rng)
-        return {"samples": int(len(X)), "seconds": time.perf_counter() - started, "loss": float(loss)}
-
-    def _partition_pass(self, data: Any, rng: np.random.Generator) -> float:
-        """A pass of the distributed seam (:meth:`train_partition`, a DBN's ``rbmK`` phases), sampling from ``rng``.
-
-        The Gibbs samples come from the partition's generator, not from the one :meth:`initialize`
-        seeded from ``random_state``: the nodes of a fit build their replicas from one spec, and
-        with one sampler stream their persistent chains would coincide after every merge, so that
-        ``n`` averaged nodes learned from one node's negative samples.  (Measured: 8 replicas
-        merged after every minibatch of 2 rows ended 19% above one process's reconstruction error
-        sharing a stream, and 1% apart drawing their own.)
-        """
-        self._sampler = _cd.device_generator(rng, self._xp)
-        return self._train_pass(data, rng)
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the spec and the weights to one ``.npz`` (see :func:`rbm.load_model`)."""
-        save_model(path, self.to_spec(), self.parameters())
-
-    def _restore(self, spec: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
-        self.initialize(int(arrays["W"].shape[0]))
-        self.set_parameters({name: arrays[name] for name in PARAMETER_NAMES})
