@@ -29,16 +29,22 @@ def test_the_large_batch_bound_needs_the_rates_to_grow_with_the_minibatch(bench)
     assert bench.large_batch_bound("dbn", split, 8, 8.0, seed=0) > 0.9
 
 
+def _on_digits28(bench, kind: str, nodes: int) -> tuple[float, float]:
+    """Test accuracy of one simulated node and of ``nodes`` (the default rule) on digits28, seed 0, equal epochs."""
+    split = bench.load("digits28", kind)
+    return bench.simulate(kind, split, 1, "auto", seed=0), bench.simulate(kind, split, nodes, "auto", seed=0)
+
+
 @pytest.mark.slow  # about half a minute
 def test_lenet_on_eight_simulated_nodes_ends_within_a_point_of_one_node_at_equal_epochs(bench):
     # digits28, 2 epochs: 70 steps per node and epoch, "auto" takes the factor 2.86 as learning rates.  One node
     # against 8 nodes, seeds 0-5: 0.9861 / 0.9833, 0.9916 / 0.9749, 0.9889 / 0.9833, 0.9833 / 0.9833, 0.9889 /
     # 0.9749, 0.9861 / 0.9833 (gap 0.70 point on the mean, 0-1.67 per seed: a test image is 0.28 point).  The
-    # issue's 0.5 point is under the large-batch bound (README); averaging alone (no factor) 0.9666 at seed 0.
-    split = bench.load("digits28", "lenet")
-    one_node = bench.simulate("lenet", split, 1, "auto", seed=0)
+    # issue's 0.5 point is past the large-batch bound on the mean (README); averaging alone (no factor) 0.9666
+    # at seed 0.
+    one_node, eight = _on_digits28(bench, "lenet", 8)
     assert one_node > 0.98
-    assert bench.simulate("lenet", split, 8, "auto", seed=0) >= one_node - 0.01
+    assert eight >= one_node - 0.01
 
 
 @pytest.mark.slow  # about half a minute
@@ -46,7 +52,6 @@ def test_a_dbn_128_on_sixteen_simulated_nodes_keeps_one_nodes_accuracy_at_equal_
     # digits28, epochs 2/2/4: hundreds of steps per node and epoch, so "auto" keeps the factor 1 (the linear
     # rule's 16 ruins it: 0.100 at seed 0).  One node against 16 nodes, seeds 0-3: 0.9666 / 0.9694, 0.9694 /
     # 0.9638, 0.9805 / 0.9721, 0.9777 / 0.9666 (gap 0.56 point on the mean, -0.28 to 1.11 per seed).
-    split = bench.load("digits28", "dbn128")
-    one_node = bench.simulate("dbn128", split, 1, "auto", seed=0)
+    one_node, sixteen = _on_digits28(bench, "dbn128", 16)
     assert one_node > 0.96
-    assert bench.simulate("dbn128", split, 16, "auto", seed=0) >= one_node - 0.005
+    assert sixteen >= one_node - 0.005
