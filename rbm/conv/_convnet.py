@@ -22,8 +22,9 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import validate_data
 
-from .._backend import NamespacePickling, array_module, check_dtype, make_rng, to_device, to_host
+from .._backend import NamespacePickling, array_module, check_dtype, make_rng, resolve_device, to_device, to_host
 from .._classes import check_length, check_targets, encode_labels, resolve_classes
+from .._gpu import check_precision, effective_precision
 from .._model import register_model
 from .._params import check_integer, check_number
 from .._updaters import Updater, make_updater
@@ -71,6 +72,9 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
     batch_size, epochs : int
     device : {"cpu", "gpu", "auto"}
     dtype : {"float32", "float64"}
+    precision : {"float32", "tf32", "bfloat16"}
+        Of the GEMMs and convolutions on a GPU (tensor cores; float32 nets only).  Refused with
+        ``device="cpu"``; ignored (float32) when ``device="auto"`` lands on the CPU.
     random_state : int, Generator or None
         Seeds initialization, shuffling and dropout: the same seed gives the same net.
     verbose : bool
@@ -90,8 +94,8 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
     def __init__(self, layers: Sequence[dict] | None = None, input_shape: Sequence[int] | None = (1, 28, 28),
                  n_classes: int = 10, updater: str = "sgd", learning_rate: float = 0.01, momentum: float = 0.9,
                  nesterov: bool = False, l2: float = 0.0, lr_decay: float = 0.0, batch_size: int = 64,
-                 epochs: int = 10, device: str = "cpu", dtype: Any = "float32", random_state: Any = None,
-                 verbose: bool = False) -> None:
+                 epochs: int = 10, device: str = "cpu", dtype: Any = "float32", precision: str = "float32",
+                 random_state: Any = None, verbose: bool = False) -> None:
         self.layers = layers
         self.input_shape = input_shape
         self.n_classes = n_classes
@@ -105,6 +109,7 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
         self.epochs = epochs
         self.device = device
         self.dtype = dtype
+        self.precision = precision
         self.random_state = random_state
         self.verbose = verbose
 
@@ -119,6 +124,7 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
         check_integer("epochs", self.epochs, 0)
         check_number("lr_decay", self.lr_decay, 0.0)
         check_dtype(self.dtype)
+        check_precision(self.precision, self.device, self.dtype, "ConvNet")
         self._make_updater()  # validates the updater's name and settings
 
     def _make_updater(self) -> Updater:
@@ -182,6 +188,9 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
             return self
         self._xp = array_module(self.device)
         self.layers_ = self._build(self._xp, shape, len(labels))
+        precision = effective_precision(self.precision, resolve_device(self.device), "ConvNet")
+        for layer in self.layers_:
+            layer.precision = precision
         self.input_shape_, self.classes_ = shape, labels
         self.n_features_in_ = int(np.prod(shape))
         self._rng = rng if rng is not None else make_rng(self.random_state)
