@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ._cache import configure_kernel_cache
 from ._philox import PhiloxStream
 from ._precision import cublas_compute_type
 
@@ -54,6 +55,7 @@ class CudaOps:
     def module(self) -> Any:
         """The compiled ``RawModule`` (compiled on first call, then read from the kernel cache)."""
         if self._module is None:
+            configure_kernel_cache()
             source = (Path(__file__).with_name("_source.cu")).read_text()
             names = [f"{name}<{ctype}>" for name in KERNEL_NAMES for ctype in _CTYPES.values()]
             self._module = self.xp.RawModule(code=source, options=("--std=c++14",), name_expressions=names)

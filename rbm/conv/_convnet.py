@@ -91,6 +91,8 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
         Mean training cross-entropy of each pass.
     """
 
+    _TRANSIENT = ("_resident_data",)  # the GPU copy of the training data: not pickled
+
     def __init__(self, layers: Sequence[dict] | None = None, input_shape: Sequence[int] | None = (1, 28, 28),
                  n_classes: int = 10, updater: str = "sgd", learning_rate: float = 0.01, momentum: float = 0.9,
                  nesterov: bool = False, l2: float = 0.0, lr_decay: float = 0.0, batch_size: int = 64,
@@ -310,6 +312,17 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
                 break
         return loss, {f"{layer.name}.{key}": value for layer in self.layers_ for key, value in layer.grads.items()}
 
+    def _resident(self, X: np.ndarray, y: np.ndarray, order: np.ndarray) -> tuple[Any, Any, Any]:
+        """On the GPU: ``X``, ``y`` and the pass's order as device arrays, copied once (one pinned upload)
+        and kept while the same ``X`` comes back (the passes of a fit); minibatches are then gathered
+        on the GPU.  On the CPU: as given."""
+        if self._xp is np:
+            return X, y, order
+        kept = self.__dict__.get("_resident_data")
+        if kept is None or kept[0] is not X or kept[1] is not y:
+            kept = self.__dict__["_resident_data"] = (X, y, to_device(X, self._xp), to_device(y, self._xp))
+        return kept[2], kept[3], to_device(order, self._xp)
+
     def _epoch(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> float:
         """One shuffled pass of minibatch updates on class indices ``y``; returns the mean training cross-entropy."""
         for layer in self.layers_:
@@ -319,9 +332,10 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
         decay = 1.0 + float(self.lr_decay) * self._schedule_passes(len(self.loss_curve_))
         self._optimizer.learning_rate = float(self.learning_rate) / decay * getattr(self, "_learning_rate_scale", 1.0)
         order = rng.permutation(len(X))
+        X, y, rows = self._resident(X, y, order)
         total = 0.0
         for start in range(0, len(X), self.batch_size):
-            batch = order[start : start + self.batch_size]
+            batch = rows[start : start + self.batch_size]
             loss, grads = self._loss_and_gradients(X[batch], y[batch])
             self._optimizer.step(self._refs, grads, decay=self._decay)
             total = total + loss * len(batch)  # stays on the device until the end of the pass

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from .._backend import to_host
+from .._gpu import download_all
 from .._model import (MinibatchHook, ScheduleClock, copy_parameters, empty_partition_metrics, is_empty, read_model_file,
                       save_model)
 from .._params import SpecConstructors, check_learning_rate_scale, spec_from_params
@@ -48,7 +48,7 @@ class ConvNetSeam(SpecConstructors, MinibatchHook, ScheduleClock):
         if phase not in (None, PHASE):
             raise ValueError(f"unknown phase {phase!r}; a ConvNet has {self.phases()}")
         self._require_initialized()
-        return {name: np.array(to_host(value), copy=True) for name, value in self._refs.items()}
+        return download_all(self._refs)  # one device-to-host copy for the whole snapshot
 
     def set_parameters(self, params: Mapping[str, np.ndarray]) -> None:
         """Copy the given named arrays into the net (in place, on its device), all or nothing."""
