@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cpu-only", action="store_true", help="CPU rows only (no GPU needed)")
     parser.add_argument("--quick", action="store_true", help="small sizes and few steps: seconds, not minutes")
     parser.add_argument("--precision", default="float32", choices=rbm.PRECISIONS, help="of the GPU GEMMs and convs")
+    parser.add_argument("--no-fits", action="store_true", help="the step rows only")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
@@ -198,6 +199,8 @@ def main(argv: list[str] | None = None) -> None:
             theirs = batch / torch_lenet(torch, device, batch, precision, args) if torch else None
             print(f"{f'lenet b{batch}':<22}{name:<7}{ours:>14,.0f}{show(theirs, ',.0f'):>14}"
                   f"{show(theirs and ours / theirs, '.2f'):>8}")
+    if args.no_fits:
+        return
     rows = 600 if args.quick else None
     data = load_digits28()
     X, y = (data.X_train[:rows], data.y_train[:rows]) if rows else (data.X_train, data.y_train)
