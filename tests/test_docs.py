@@ -154,3 +154,12 @@ def test_a_page_still_being_written_stays_out_of_the_nav_and_its_links_are_plain
     assert config["nav"] == [{"Home": "index.md"}, {"Development": ["development.md", {"Testing": "testing.md"}]}]
     markdown = pending.on_page_markdown("[Quality](quality.md#a) and [Testing](testing.md)", None, config, None)
     assert markdown == "Quality (`docs/quality.md`, being written) and [Testing](testing.md)"
+
+
+def test_the_command_line_reference_is_what_each_installed_command_prints_for_help():
+    cli_help = hook("cli_help")
+    markdown = cli_help.on_page_markdown("### status\n\n<!-- cli-help: status -->\n", None, None, None)
+    assert markdown.startswith("### status\n\n```text\nusage: sparkdbn status [-h] [--store STORE] --run RUN")
+    assert markdown.endswith("\n```\n") and "--run RUN" in markdown
+    with pytest.raises(PluginError, match="'sparkdbn no-such-command --help' printed no usage"):
+        cli_help.command_help("no-such-command")
