@@ -199,25 +199,21 @@ def phase_rows(reference: dict, runs: dict[int, dict], epochs: dict[str, int]) -
     return rows
 
 
+def _column(cell: float | int | str) -> str:
+    """One cell of show_runs' text table: counts as integers, rates without decimals, ratios with two."""
+    if isinstance(cell, str):
+        return f"{cell:>12s}"
+    if isinstance(cell, int):
+        return f"{cell:12d}"
+    return f"{cell:12.0f}" if cell >= 100 else f"{cell:12.2f}"
+
+
 def show_runs(reference: dict, runs: dict[int, dict], epochs: dict[str, int], target: float) -> None:
-    phases = list(epochs)
-    header = f"{'':34s}" + "".join(f"{phase:>12s}" for phase in phases)
-    print(header)
-    print(f"{'samples/s, in-process (no Spark)':34s}" + "".join(f"{reference['rates'][p]:12.0f}" for p in phases))
-    for nodes, run in runs.items():
-        print(f"{f'samples/s, Spark {nodes} node(s)':34s}" + "".join(f"{run['rates'][p]:12.0f}" for p in phases))
-    print(f"{'speed-up 2 nodes / 1 node':34s}" + "".join(f"{runs[2]['rates'][p] / runs[1]['rates'][p]:12.2f}"
-                                                          for p in phases))
-    print(f"{'  2 in-process at once / 1':34s}" + "".join(
-        f"{reference['pair_rates'][p] / reference['rates'][p]:12.2f}" for p in phases))
-    print(f"{'Spark 1 node / in-process':34s}" + "".join(f"{runs[1]['rates'][p] / reference['rates'][p]:12.2f}"
-                                                          for p in phases))
-    print(f"{'  first epoch (stores the data)':34s}" + "".join(
-        f"{runs[1]['first_rates'][p] / reference['rates'][p]:12.2f}" for p in phases))
-    for nodes, run in runs.items():
-        print(f"{f'node time merging, {nodes} node(s)':34s}" + "".join(f"{run['merge'][p]:12.1%}" for p in phases))
-        print(f"{f'node time publishing, {nodes} node(s)':34s}" + "".join(f"{run['publish'][p]:12.1%}" for p in phases))
-        print(f"{f'merges, {nodes} node(s)':34s}" + "".join(f"{run['merges'][p]:12d}" for p in phases))
+    rows = phase_rows(reference, runs, epochs)
+    width = max(len(row[0]) for row in rows)
+    print(" " * width + "".join(f"{phase:>12s}" for phase in epochs))
+    for label, *cells in rows:
+        print(f"{label:{width}s}" + "".join(_column(cell) for cell in cells))
     print(f"final accuracy: in-process {reference['accuracy']:.4f}, "
           + ", ".join(f"{n} node(s) {r['accuracy']:.4f}" for n, r in runs.items()))
     for nodes, run in runs.items():
