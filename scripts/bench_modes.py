@@ -50,6 +50,7 @@ import numpy as np
 from sklearn.model_selection import train_test_split
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _results, imported as well (tests)
 
 import node  # noqa: E402
 import rbm  # noqa: E402
