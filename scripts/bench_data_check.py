@@ -39,12 +39,16 @@ import rbm
 from node._data import check_model_input, prepare_training_data, summarize_block
 from rbm.datasets import load_digits28
 
+from _results import BenchRun, add_json_option
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    add_json_option(parser)
     args = parser.parse_args()
+    run = BenchRun(__file__, args).start()
     split = load_digits28()
     X, y = split.X_train, split.y_train
     spark = node.get_spark_session("local[1]", app_name="bench-data-check")
@@ -85,6 +89,10 @@ def main() -> None:
     for name, seconds in rows:
         print(f"{name:<40} {seconds:>9.3f} {seconds / epoch_s:>11.1%}")
     spark.stop()
+    run.table(f"The driver's data check on digits28 ({len(X)} rows x {X.shape[1]} features, {args.partitions} "
+              f"partitions, local[1], median of {args.repeats})", ["step", "seconds", "of an epoch"],
+              [[name, seconds, f"{seconds / epoch_s:.1%}"] for name, seconds in rows])
+    run.finish()
 
 
 if __name__ == "__main__":

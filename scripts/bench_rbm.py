@@ -41,6 +41,8 @@ from rbm import RBM
 from rbm.boltzmann import _cd
 from rbm.datasets import load_digits28
 
+from _results import BenchRun, add_json_option
+
 N_VISIBLE, N_HIDDEN, BATCH = 784, 500, 100
 
 
@@ -155,7 +157,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a short run (fewer samples and rounds)")
     parser.add_argument("--samples", type=int, default=None, help="samples per measurement")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved rounds; the best is kept")
+    add_json_option(parser)
     args = parser.parse_args()
+    run = BenchRun(__file__, args).start()
     samples = args.samples or (3000 if args.quick else 12000)
     repeats = args.repeats or (2 if args.quick else 5)
 
@@ -168,6 +172,7 @@ def main() -> None:
           + ", ".join(f"{e['internal_api']} {e.get('version')}" for e in blas))
     print(f"best of {repeats} interleaved rounds; shared machines make absolute numbers noisy, ratios less so\n")
 
+    throughput = []
     for threads in sorted({1, default_threads}):
         with threadpool_limits(threads):
             best = dict.fromkeys(["cd", "pcd", "sklearn", "gemm", "gemm1"], np.inf)
@@ -187,6 +192,14 @@ def main() -> None:
             print(f"  PCD/sklearn     {rate['pcd'] / rate['sklearn']:10.2f}x   (target >= 2)")
             print(f"  CD-1/GEMM       {rate['cd'] / rate['gemm']:10.1%}   (target >= 85% at 1 thread)")
             print(f"  CD-1/GEMM 1W    {rate['cd'] / rate['gemm1']:10.1%}\n")
+            throughput.append([threads, rate["cd"], rate["pcd"], rate["sklearn"], rate["gemm"], rate["gemm1"],
+                               f"{rate['pcd'] / rate['sklearn']:.2f}x", f"{rate['cd'] / rate['gemm']:.1%}"])
+    run.table(f"RBM {N_VISIBLE}-{N_HIDDEN} training, batch {BATCH}, samples/s (best of {repeats} interleaved rounds, "
+              f"{len(X)} samples)",
+              ["BLAS threads", "ours CD-1", "ours PCD-1 (default)", "sklearn BernoulliRBM", "GEMM bound",
+               "GEMM, one W", "PCD / sklearn", "CD-1 / GEMM bound"], throughput,
+              "GEMM bound: only the five matrix products of a CD-1 step, in their fastest layouts; "
+              "\"one W\" reads W transposed for the reconstruction, as CD with one stored matrix must.")
 
     with threadpool_limits(1):
         steps = 40 if args.quick else 150
@@ -196,6 +209,10 @@ def main() -> None:
     print(f"breakdown of one CD-1 step at 1 thread ({steps} steps, {total * 1e3:.2f} ms/step):")
     for name, seconds in parts.items():
         print(f"  {name:13s} {seconds * 1e6:8.0f} us  {seconds / total:6.1%}")
+    run.table(f"One CD-1 step at 1 thread, by kind of work ({steps} steps, {total * 1e3:.2f} ms a step)",
+              ["work", "us a step", "share"],
+              [[name, seconds * 1e6, f"{seconds / total:.1%}"] for name, seconds in parts.items()])
+    run.finish()
 
 
 if __name__ == "__main__":

@@ -56,6 +56,8 @@ from node._scaling import (default_warmup_partitions, learning_rate_scale, max_l
                            resolve_rule, schedule_epoch)
 from node._settings import TrainingSettings  # noqa: E402
 
+from _results import BenchRun, add_json_option  # noqa: E402
+
 STRATEGIES = ("average", "linear", "sqrt", "auto", "linear-nowarmup", "delta-1.0", "delta-0.5", "every-2", "every-4",
               "linear-every-2")
 
@@ -310,11 +312,14 @@ def main() -> None:
                         help="--spark: also count the last phase's epochs until this test accuracy (classifiers)")
     parser.add_argument("--bound", type=float, nargs="+", default=None, metavar="K",
                         help="the large-batch bound instead: one process, minibatch n x the model's, rates x K")
+    add_json_option(parser)
     args = parser.parse_args()
+    run = BenchRun(__file__, args).start()  # its tables are printed text: the JSON keeps the printed report
     if args.bound:
         part_bound(args)
     else:
         part_spark(args) if args.spark else part_simulation(args)
+    run.finish()
 
 
 if __name__ == "__main__":

@@ -63,6 +63,8 @@ from node._modes import mode_named  # noqa: E402
 from node._scaling import NodeScaling, max_learning_rate_factor, schedule_epoch  # noqa: E402
 from node._settings import TrainingSettings  # noqa: E402
 
+from _results import BenchRun, add_json_option  # noqa: E402
+
 PHASE = "finetune"
 
 
@@ -365,9 +367,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", default=str(Clock.rate),
                         help="samples/s of a node's fine-tuning, or 'measured' (this small model, one core)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures",
-                                                      "simulate.png"))
+    parser.add_argument("--png", default=None,
+                        help="the figure (default: beside the --json file, else scripts/figures/simulate.png)")
+    add_json_option(parser)
     args = parser.parse_args(argv)
+    run = BenchRun(__file__, args).start()
+    if args.png is None:
+        args.png = (os.path.splitext(run.path)[0] + ".png" if run.path else
+                    os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures", "simulate.png"))
     from threadpoolctl import threadpool_limits
 
     sizes = args.nodes or ([8, 32] if args.quick else [8, 64, 256])
@@ -409,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
           + f"{f'epochs to {args.target}':>15}{f'time to {args.target}':>14}{'sim time':>10}{'reads/part':>11}"
           f"{'age ms':>8}"
           f"{'best':>7}")
+    rows = []
     for n in sizes:
         for curve in curves[n]:
             reached = curve.first_reaching(args.target)
@@ -420,10 +428,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n:>5} {curve.label:<12}{parts:>6} " + "".join(f"{curve.at_samples(m):>11.3f}" for m in marks)
                   + f"{to_samples:>15}{to_time:>14}{curve.time_s[-1]:>9.2f}s{per_partition:>11.1f}{age_ms:>8}"
                   f"{max(curve.accuracy):>7.3f}")
+            rows.append([n, curve.label, parts, *(curve.at_samples(m) for m in marks), to_samples, to_time,
+                         curve.time_s[-1], per_partition, age_ms, max(curve.accuracy)])
     plot(curves, args.png, args.target)
+    run.table(f"DBN 784-{args.hidden}-10 fine-tuning on digits28, {len(X)} training rows, {epochs} epochs, simulated",
+              ["nodes", "mode", "partitions per node and epoch", *(f"accuracy at {m / len(X):g} epochs" for m in marks),
+               f"epochs to {args.target}", f"simulated time to {args.target}", "simulated time (s)",
+               "store reads per partition", "age of what is merged (ms)", "best accuracy"], rows,
+              f"Clock: {rate:.0f} samples/s per node, snapshot write / read {clock.write_s * 1e3:.1f} / "
+              f"{clock.read_s * 1e3:.1f} ms, announcement delay {clock.delay_s * 1e3:.1f} ms, straggler "
+              f"x{clock.straggler:g}. Each block of rows starts with the 1-node reference.")
+    run.figure(args.png, "accuracy against samples and simulated time, one panel per node count")
     print("parts: partitions per node and epoch; reads/part: store files read per node and partition; "
           "age ms: mean time since a merged snapshot or applied update was published (sync: none, it waits)")
     print(f"\nfigure: {args.png}; runtime {time.perf_counter() - started:.0f} s")
+    run.finish()
     return 0
 
 

@@ -31,6 +31,8 @@ import storage
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 from support.webhdfs_server import WebHDFSServer  # noqa: E402 - the test server lives with the tests
 
+from _results import BenchRun, add_json_option  # noqa: E402
+
 
 def _median_ms(fn, runs: int) -> float:
     fn()  # warm-up (connections, caches)
@@ -42,7 +44,7 @@ def _median_ms(fn, runs: int) -> float:
     return statistics.median(times) * 1000
 
 
-def _bench_snapshots(stores: dict, runs: int, tmp: str) -> None:
+def _bench_snapshots(stores: dict, runs: int, tmp: str, run: BenchRun) -> None:
     rng = np.random.default_rng(0)
     params = {"rbm0.W": rng.standard_normal((784, 500)).astype(np.float32)}
     size_mb = params["rbm0.W"].nbytes / 1e6
@@ -70,6 +72,8 @@ def _bench_snapshots(stores: dict, runs: int, tmp: str) -> None:
     print(f"{'backend':<10} {'put ms':>8} {'get ms':>8}   {'put / np.save':>13} {'get / np.load':>13}")
     print(f"{'np.save/load':<10} {plain_put_ms:8.2f} {plain_get_ms:8.2f}   {1.0:13.1f} {1.0:13.1f}")
     print(f"{'  +fsync':<10} {fsync_put_ms:8.2f} {'':8}   {fsync_put_ms / plain_put_ms:13.1f}")
+    rows = [["np.save + os.replace / np.load", plain_put_ms, plain_get_ms, 1.0, 1.0],
+            ["  the same with fsync", fsync_put_ms, None, fsync_put_ms / plain_put_ms, None]]
     for name, store in stores.items():
         weights = storage.WeightStore(store, "bench", b"bench-key-0123456789abcdef")
         version = iter(range(1, 10**6))
@@ -77,9 +81,14 @@ def _bench_snapshots(stores: dict, runs: int, tmp: str) -> None:
         put_ms = _median_ms(lambda: refs.append(weights.put_version("rbm0", "n", next(version), params)), runs)
         get_ms = _median_ms(lambda: weights.get_version(refs[-1]), runs)
         print(f"{name:<10} {put_ms:8.2f} {get_ms:8.2f}   {put_ms / plain_put_ms:13.1f} {get_ms / plain_get_ms:13.1f}")
+        rows.append([f"WeightStore, {name}", put_ms, get_ms, put_ms / plain_put_ms, get_ms / plain_get_ms])
+    run.table(f"Snapshot 784x500 float32 ({size_mb:.2f} MB), median of {runs} runs",
+              ["writer / reader", "put ms", "get ms", "put / np.save", "get / np.load"], rows,
+              "put: npz encode, sha256, HMAC name, atomic write (local: fsync; WebHDFS: CREATE, datanode PUT, RENAME); "
+              "get: MAC check, size-bounded read, sha256 check, npz decode (allow_pickle=False).")
 
 
-def _bench_shards(stores: dict, n_rows: int, shards: int, repeats: int, tmp: str) -> None:
+def _bench_shards(stores: dict, n_rows: int, shards: int, repeats: int, tmp: str, run: BenchRun) -> None:
     rng = np.random.default_rng(1)
     X = rng.random((n_rows, 784), dtype=np.float32)
     X[X < 0.6] = 0.0  # image-like: mostly blank pixels
@@ -101,6 +110,7 @@ def _bench_shards(stores: dict, n_rows: int, shards: int, repeats: int, tmp: str
     print(f"\nshard reads: {n_rows}x784 float32 ({total_mb:.0f} MB) in {shards} shards, best of {repeats}")
     print(f"{'source':<28} {'MB/s':>8} {'vs np.load':>10}")
     print(f"{'np.load of local .npy':<28} {reference:8.0f} {1.0:10.2f}")
+    rows = [["np.load of local .npy", reference, 1.0]]
     for name, store in stores.items():
         for layout in ("binary", "list"):
             url = store.child(f"datasets/bench-{layout}")
@@ -108,6 +118,9 @@ def _bench_shards(stores: dict, n_rows: int, shards: int, repeats: int, tmp: str
             dataset = storage.open_dataset(url)
             rate = best_mb_s(lambda: [dataset.read_shard(i) for i in range(dataset.num_shards)])
             print(f"{name + ' read_shard (' + layout + ')':<28} {rate:8.0f} {rate / reference:10.2f}")
+            rows.append([f"{name} read_shard ({layout})", rate, rate / reference])
+    run.table(f"Shard reads: {n_rows}x784 float32 ({total_mb:.0f} MB) in {shards} shards, best of {repeats}",
+              ["source", "MB/s", "vs np.load"], rows)
 
 
 def _timed(fn) -> float:
@@ -119,7 +132,9 @@ def _timed(fn) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="few runs, small dataset")
+    add_json_option(parser)
     args = parser.parse_args()
+    run = BenchRun(__file__, args).start()
     runs, n_rows, repeats = (5, 4000, 2) if args.quick else (30, 36000, 5)
     with tempfile.TemporaryDirectory() as tmp, WebHDFSServer(os.path.join(tmp, "hdfs")) as server:
         stores = {
@@ -127,8 +142,9 @@ def main() -> None:
             "webhdfs": storage.open_store(server.store_url("/bench")),
         }
         print(f"storage benchmark ({'quick' if args.quick else 'full'}); WebHDFS test server at {server.url}")
-        _bench_snapshots(stores, runs, tmp)
-        _bench_shards(stores, n_rows, 8, repeats, tmp)
+        _bench_snapshots(stores, runs, tmp, run)
+        _bench_shards(stores, n_rows, 8, repeats, tmp, run)
+    run.finish()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -39,3 +40,22 @@ def test_scripts_sparkdbn_runs_the_command_line_inside_the_virtualenv(foreign_py
                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("usage: sparkdbn status")
+
+
+def test_a_bench_script_given_json_writes_its_tables_and_output_stamped_with_machine_and_date(tmp_path):
+    path = tmp_path / "storage.json"
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_storage.py"), "--quick", "--json", str(path)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = json.loads(path.read_text(encoding="utf-8"))
+    assert run["script"] == "bench_storage.py" and run["settings"] == {"quick": True}
+    assert run["machine"]["cores"] == os.cpu_count() and run["machine"]["numpy"] and run["machine"]["blas"]
+    assert run["started"] <= run["finished"]
+    snapshots, shards = run["tables"]
+    backends = {row[0]: row for row in snapshots["rows"]}
+    for backend in ("WeightStore, local", "WeightStore, webhdfs"):
+        put_ms, get_ms, put_ratio = backends[backend][1:4]
+        assert put_ms > 0 and get_ms > 0 and put_ratio == pytest.approx(put_ms / backends[snapshots["rows"][0][0]][1])
+    assert [row[0] for row in shards["rows"]][1:] == [f"{store} read_shard ({layout})" for store in ("local", "webhdfs")
+                                                       for layout in ("binary", "list")]
+    assert run["output"] == result.stdout  # what it printed, kept whole
