@@ -14,20 +14,20 @@
 import logging
 
 from ._contract import ContractError
-from ._driver import Trainer, default_store_url, train
-from ._keys import RunKey, RunKeyError, resolve_run_key, stored_key_path
-from ._lease import LeaseHeldError, LeaseLostError
+from .driver._trainer import Trainer, default_store_url, train
+from .run._keys import RunKey, RunKeyError, resolve_run_key, stored_key_path
+from .run._lease import LeaseHeldError, LeaseLostError
 from ._errors import InputDataError, NodeError, StoreAccessError, TrainingError
-from ._evaluation import ClassificationReport, evaluate
-from ._inference import predict_dataframe
-from ._ml import DBNClassificationModel, DBNClassifier
-from ._modes import MODE_NAMES
-from ._report import render_report
-from ._run_access import RunView, load_run_model, open_run
-from ._session import get_spark_session
-from ._settings import TrainingSettings
-from ._spark_conf import SparkConfError
-from ._staging import RECIPES, stage_dataframe, stage_recipe
+from .serve._evaluation import ClassificationReport, evaluate
+from .serve._inference import predict_dataframe
+from .serve._ml import DBNClassificationModel, DBNClassifier
+from .modes._registry import MODE_NAMES
+from .watch._report import render_report
+from .run._run_access import RunView, load_run_model, open_run
+from .driver._session import get_spark_session
+from .driver._settings import TrainingSettings
+from .driver._spark_conf import SparkConfError
+from .data._staging import RECIPES, stage_dataframe, stage_recipe
 
 __all__ = [
     "Trainer",

@@ -61,7 +61,7 @@ class NodeConfig:
     keep_versions : int
     anti_entropy_interval_s, peer_refresh_interval_s, flush_timeout_s : float
     scale_rule : str
-        The learning-rate scaling rule (see :mod:`node._scaling`).
+        The learning-rate scaling rule (see :mod:`node.modes._scaling`).
     warmup_partitions : int
     n_samples : int
         Training rows of the run (0: unknown); with the spec's ``batch_size``, the steps per node and epoch.
@@ -70,7 +70,7 @@ class NodeConfig:
         most this many count as merging, however many Python workers have been a node of the fit.
     node_batch_size : int
         The minibatch each node trains with, where it differs from the spec's ``batch_size`` (0: the
-        spec's; see :func:`node._scaling.node_batch_size`).
+        spec's; see :func:`node.modes._scaling.node_batch_size`).
     kill_worker_once_at : str or None
         Test hook ``"<phase>:<epoch>"`` (see :class:`~node.TrainingSettings`).
     straggler_factor : float
@@ -80,7 +80,7 @@ class NodeConfig:
     driver_host : str or None
         ``spark.driver.host``: a node on a cluster binds the interface that routes to it.
     bind_host, advertise_host, port_range : str or None
-        The network settings (see :class:`~node.TrainingSettings` and :mod:`node._network`).
+        The network settings (see :class:`~node.TrainingSettings` and :mod:`node.executor._network`).
     """
 
     run: str
@@ -143,12 +143,12 @@ class PartitionReport:
     time a straggler node slept on purpose (``TrainingSettings.straggler_factor``); ``sent_bytes``
     and ``read_bytes`` count what the partition's mode wrote to and read from the store.
     ``learning_rate_scale`` is the factor the node trained the partition with, ``nodes_merging``
-    the count of nodes it followed (see :mod:`node._scaling`).  Of the ``merged`` peer versions,
+    the count of nodes it followed (see :mod:`node.modes._scaling`).  Of the ``merged`` peer versions,
     ``merged_announced`` were heard of by announcement and ``merged_listed`` only found by listing
     the store (the nodes cannot reach each other's ports when that is most; both 0 in the modes that
     exchange through the store by design, ``sync`` and ``sharing``); ``endpoint`` is the
     node's advertised endpoint.  ``stolen`` marks a partition the node took from a slower peer's
-    share (:mod:`node._stealing`), ``data_read_bytes`` the training data it read from the store for it.
+    share (:mod:`node.modes._stealing`), ``data_read_bytes`` the training data it read from the store for it.
     """
 
     node: str

@@ -36,7 +36,7 @@ import numpy as np
 
 import node
 import rbm
-from node._data import check_model_input, prepare_training_data, summarize_block
+from node.data._prepare import check_model_input, prepare_training_data, summarize_block
 from rbm.datasets import load_digits28
 
 
@@ -48,7 +48,7 @@ def main() -> None:
     split = load_digits28()
     X, y = split.X_train, split.y_train
     spark = node.get_spark_session("local[1]", app_name="bench-data-check")
-    spark.sparkContext.parallelize(range(2), 2).map(lambda _: __import__("node._executor") and os.getpid()).collect()
+    spark.sparkContext.parallelize(range(2), 2).map(lambda _: __import__("node.executor._node") and os.getpid()).collect()
 
     prepare_s, check_s = [], []
     for _ in range(args.repeats):

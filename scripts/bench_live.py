@@ -55,7 +55,7 @@ def one_fit(spark, folder: str, run: str, X, y, validation, epochs: int, partiti
 
 def live_log_write_s(folder: str, history: list[dict], repeats: int = 50) -> float:
     """Seconds one epoch's TensorBoard writes take on the driver (median over the run's epochs, repeated)."""
-    from node._live import LiveLog
+    from node.watch._live import LiveLog
 
     log = LiveLog(f"{folder}/timing")
     times = []

@@ -7,7 +7,7 @@ progress as the asynchronous nodes do when every peer's snapshot is fresh.  Stra
 
 * ``average``       -- average the replicas after every round (today's behaviour);
 * ``linear``/``sqrt`` -- the same, learning rates times ``n`` / ``sqrt(n)`` with the warm-up of
-  :mod:`node._scaling`; ``auto`` (the default rule) is linear capped by the steps per node and
+  :mod:`node.modes._scaling`; ``auto`` (the default rule) is linear capped by the steps per node and
   epoch; ``linear-nowarmup`` without the warm-up;
 * ``delta-D``        -- add the peers' progress since their last merged version, damped by D,
   instead of averaging whole models;
@@ -51,10 +51,10 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import rbm  # noqa: E402
-from node._modes import mode_named  # noqa: E402
-from node._scaling import (default_warmup_partitions, learning_rate_scale, max_learning_rate_factor,  # noqa: E402
+from node.modes._registry import mode_named  # noqa: E402
+from node.modes._scaling import (default_warmup_partitions, learning_rate_scale, max_learning_rate_factor,  # noqa: E402
                            resolve_rule, schedule_epoch)
-from node._settings import TrainingSettings  # noqa: E402
+from node.driver._settings import TrainingSettings  # noqa: E402
 
 STRATEGIES = ("average", "linear", "sqrt", "auto", "linear-nowarmup", "delta-1.0", "delta-0.5", "every-2", "every-4",
               "linear-every-2")
@@ -104,7 +104,7 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
              warmup: int | None = None) -> float:
     """Train ``nodes`` replicas with ``strategy`` on ``per_node * nodes`` partitions per epoch
     (``"default"``: as many as an ``async`` fit takes by default,
-    :meth:`node._mode.TrainingMode.default_partitions`), warming up over each node's first epoch of a
+    :meth:`node.modes._base.TrainingMode.default_partitions`), warming up over each node's first epoch of a
     phase (the default warm-up; ``warmup``: over that many partitions); the score of their
     consolidation (the mean)."""
     import copy
@@ -142,7 +142,7 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
                 steps = len(X) / (nodes * batch_size) if rule == "auto" else None
                 scale = learning_rate_scale(resolved, nodes, done, warmup, steps, node_batch / batch_size)
                 replica.set_learning_rate_scale(scale)
-                replica.set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer (node._scaling)
+                replica.set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer (node.modes._scaling)
                 partition = half * nodes + i
                 rows = parts[partition]
                 replica.train_partition(X[rows], None if kind == "rbm" else y[rows], phase,
@@ -215,7 +215,7 @@ def large_batch_bound(kind: str, split, nodes: int, rate_factor: float, seed: in
                 done = epoch * len(parts) + index
                 scale = learning_rate_scale("linear", rate_factor, done, len(parts)) if rate_factor > 1 else 1.0
                 model.set_learning_rate_scale(scale)
-                model.set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer (node._scaling)
+                model.set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer (node.modes._scaling)
                 model.train_partition(X[rows], None if kind == "rbm" else y[rows], phase,
                                       np.random.default_rng([seed, phase_index, epoch, index]))
     model.set_learning_rate_scale(1.0)

@@ -87,7 +87,7 @@ def spark_run(nodes: int, X, y, X_test, y_test, epochs: dict[str, int], partitio
     try:
         # Start the Python workers and import the packages first: not part of training speed.
         spark.sparkContext.parallelize(range(2 * nodes), 2 * nodes).map(
-            lambda _: __import__("node._executor") and os.getpid()).collect()
+            lambda _: __import__("node.executor._node") and os.getpid()).collect()
         store_url = "file://" + os.path.join(store_root, f"store-{mode}-{nodes}")
         model = make_dbn(seed)
         checks: list[tuple[float, float]] = []

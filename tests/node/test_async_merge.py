@@ -13,8 +13,8 @@ import numpy as np
 
 import rbm
 from actors import Snapshot
-from node._mode_async import AsyncMode
-from node._scaling import NodeScaling
+from node.modes._async import AsyncMode
+from node.modes._scaling import NodeScaling
 
 PHASE = "train"
 

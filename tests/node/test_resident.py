@@ -1,4 +1,4 @@
-"""A fit's training partitions (node._resident): stored once per fit, taken from memory or the store."""
+"""A fit's training partitions (node.executor._resident): stored once per fit, taken from memory or the store."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 
 import storage
 from node._contract import NodeConfig
-from node._data import encode_block, summarize_block
+from node.data._prepare import encode_block, summarize_block
 from node._errors import TrainingError
-from node._mode import one_task_per_node
-from node._resident import NodeData, blocks_folder, write_partition
+from node.modes._base import one_task_per_node
+from node.executor._resident import NodeData, blocks_folder, write_partition
 
 KEY = b"k" * 32
 

@@ -1,4 +1,4 @@
-"""``async`` queues each epoch's job behind the running one (node._mode_async, Fit.queue_job): the driver
+"""``async`` queues each epoch's job behind the running one (node.modes._async, Fit.queue_job): the driver
 half's order of starts and waits, on a Fit whose Spark jobs are stand-ins (no Spark)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-import node._mode_async
-from node._fit import Fit
-from node._mode_async import AsyncMode
+import node.modes._async
+from node.driver._fit import Fit
+from node.modes._async import AsyncMode
 
 
 class StandInJob:
@@ -29,7 +29,7 @@ class StandInJob:
 
 @pytest.fixture
 def fit(monkeypatch) -> Fit:
-    monkeypatch.setattr(node._mode_async, "one_task_per_node", lambda fit: ([[0, 2], [1, 3]], "the slots' rdd"))
+    monkeypatch.setattr(node.modes._async, "one_task_per_node", lambda fit: ([[0, 2], [1, 3]], "the slots' rdd"))
     fit = Fit.__new__(Fit)  # its queue of jobs only: starting a job is stood in for
     fit._queued, fit.log = None, []
     fit.task = lambda phase, epoch, mode, options: SimpleNamespace(phase=phase, epoch=epoch, options=options)

@@ -1,0 +1,1 @@
+"""Training data: preparation into checked partitions, frames, labels, staging, outputs."""

@@ -1,0 +1,1 @@
+"""Training modes: how the nodes combine their progress (async, sync, sharing), and work stealing."""

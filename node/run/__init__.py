@@ -1,0 +1,1 @@
+"""A run in the store: its record, its lease, its key, and reading it back."""

@@ -1,0 +1,1 @@
+"""Serving a trained model: distributed evaluation and inference, the Spark ML estimator."""
