@@ -16,41 +16,36 @@ consolidation rule of :meth:`storage.WeightStore.consolidate`.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import tempfile
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 from pyspark.sql import SparkSession
 
 import storage
 
-from .._contract import NodeConfig, PartitionReport, TaskSpec, encode, params_digest
-from ..data._prepare import PreparedData, filled_partitions
+from .._contract import NodeConfig, PartitionReport, params_digest
 from .._errors import TrainingError, short_error
-from ..executor._node import release_run_task, run_training_task
-from ._fit_data import model_input, prepare_fit_data
+from ..data._prepare import PreparedData, filled_partitions
+from ..modes._registry import mode_named
+from ..modes._scaling import max_learning_rate_factor
 from ..run._keys import resolve_run_key
 from ..run._lease import DriverLease
-from ..modes._registry import mode_named
-from ._node_config import node_config
-from ._progress import EpochProgress, summarize_epoch, summary_line
-from ..watch._reachability import ReachabilityWatch
 from ..run._record import RunRecord
 from ..run._run_store import STALE_TEMPORARY_S, open_checked_store, sweep_temporaries
-from ..modes._scaling import max_learning_rate_factor
-from ._settings import TrainingSettings
-from ..modes._stealing import remove_work_folders
-from ._training_job import TrainingJob
+from ..run._work_folders import remove_work_folders
+from ..watch._reachability import ReachabilityWatch
 from ..watch._validation import ValidationSet
 from ..watch._watch import RunWatch
-
-if TYPE_CHECKING:
-    from pyspark import Broadcast
+from ._fit_data import model_input, prepare_fit_data
+from ._fit_jobs import FitJobs
+from ._node_config import node_config
+from ._progress import EpochProgress, summarize_epoch, summary_line
+from ._settings import TrainingSettings
 
 __all__ = ["Fit"]
 
@@ -96,13 +91,8 @@ class Fit:
         self.record: RunRecord | None = None
         self.lease: DriverLease | None = None
         self.node_config: NodeConfig | None = None
-        self._broadcasts: list[Broadcast] = []
-        self._start: Broadcast | None = None
-        self._start_digest = ""
-        self._progress: EpochProgress | None = None
-        self._queued: TrainingJob | None = None  # a job started behind the running one (queue_job)
-        self._nodes_started = False
-        self._used: set[str] = set()
+        self.jobs: FitJobs | None = None  # the fit's Spark jobs (made once the record and node config are)
+        self._said: set[str] = set()
         self.validation: ValidationSet | None = None
         self.watch: RunWatch | None = None
         self.reachability = ReachabilityWatch()
@@ -157,10 +147,12 @@ class Fit:
             if resumed:
                 logger.info("resuming run %s (%s)", self.run_id, self._progress_text())
             sweep_temporaries(self.store, self.run_id)
-            remove_work_folders(self.store, self.run_id)  # earlier fits' claims and partitions (node.modes._stealing)
+            remove_work_folders(self.store, self.run_id)  # earlier fits' claims and partitions (node.run._work_folders)
             self.node_config = node_config(settings, prepared, self.spec, run=self.run_id, fit_id=self.fit_id,
                                            store_url=self.store_url, key=self.key, nodes=self.nodes, sc=self.sc,
                                            max_rate_factor=max_learning_rate_factor(model))
+            self.jobs = FitJobs(self.sc, settings, self.nodes, prepared, self.node_config, self.record, self.phases,
+                                self.store)
             self.watch = RunWatch.start(self, self.validation, model_input(prepared.feature_shape))
             if settings.initialize_only:
                 self._save_model("initialized")
@@ -232,18 +224,18 @@ class Fit:
         return result
 
     def _train_epochs(self, phase: str, start: dict[str, np.ndarray], first: int, epochs: int) -> None:
-        self._broadcast_start(phase, start)
         mode = mode_named(self.settings.mode)
-        self._progress = EpochProgress(self.settings.progress, self.sc, self.group,
-                                       total=self.prepared.partitions * (epochs - first),
-                                       description=f"{self.run_id} {phase}",
-                                       samples_per_partition=self.prepared.n_samples / max(1, self.prepared.partitions))
+        progress = EpochProgress(self.settings.progress, self.sc, self.group,
+                                 total=self.prepared.partitions * (epochs - first), description=f"{self.run_id} {phase}",
+                                 samples_per_partition=self.prepared.n_samples / max(1, self.prepared.partitions))
+        # The whole model with ``start`` as the phase's parameters: the earlier phases' results too.
+        self.jobs.begin_phase(phase, {**self.model.parameters(), **start}, progress)
         try:
             epoch, ended = first, time.perf_counter()
             while epoch < epochs:
                 self.lease.check()
-                self._progress.epoch(epoch, epochs)
-                per_epoch = mode.run_epochs(self, phase, epoch, epochs)  # one epoch, or (sync) all that are left
+                progress.epoch(epoch, epochs)
+                per_epoch = mode.run_epochs(self.jobs, phase, epoch, epochs)  # one epoch, or (sync) all that are left
                 # An epoch's wall time runs from the end of the one before: a job queued behind another
                 # (async) trains while the driver ends the epoch before.
                 wall_s = (time.perf_counter() - ended) / max(1, len(per_epoch))
@@ -251,15 +243,15 @@ class Fit:
                 for index, reports in enumerate(per_epoch):
                     # Only the job's last epoch left its own weights: the nodes of a job that trained
                     # several (sync, sharing) went on from the earlier ones.
-                    self._end_epoch(phase, epoch, epochs, reports, wall_s, validate=index == len(per_epoch) - 1)
+                    self._end_epoch(progress, phase, epoch, epochs, reports, wall_s,
+                                    validate=index == len(per_epoch) - 1)
                     epoch += 1
         except _PhaseStopped:
-            if self._queued is not None:  # early stopping: the next epoch's job is not waited for
-                self._queued.stop()
+            self.jobs.stop_queued()  # early stopping: the next epoch's job is not waited for
             raise
         finally:
-            self._queued = None  # a job left queued by an error: the fit's end cancels it with the others
-            self._progress.close()
+            self.jobs.end_phase()
+            progress.close()
 
     def _stored_result(self, phase: str) -> dict[str, np.ndarray] | None:
         try:
@@ -294,64 +286,15 @@ class Fit:
                     record.epochs_done(phase), len(consolidation.refs))
         return consolidation.params, True
 
-    def _broadcast_start(self, phase: str, start: dict[str, np.ndarray]) -> None:
-        """Broadcast the whole model with ``start`` as the phase's parameters: the earlier phases' results too."""
-        whole = {**self.model.parameters(), **start}
-        payload = storage.encode_params(whole, f"start of phase {phase}")
-        self._start = self.sc.broadcast(payload)
-        self._broadcasts.append(self._start)
-        self._start_digest = params_digest(whole)
-
-    def task(self, phase: str, epoch: int, mode: str, options: dict | None = None) -> TaskSpec:
-        """The task every partition of ``epoch`` gets (``options``: the mode's own, see TaskSpec)."""
-        return TaskSpec(node=self.node_config, mode=mode, phase=phase, phase_index=self.phases.index(phase),
-                        epoch=epoch, start_digest=self._start_digest, options=dict(options or {}),
-                        start_nodes=tuple(self.record.nodes(phase)))
-
-    def first_use(self, name: str) -> bool:
-        """Whether this is the fit's first ask about ``name`` (a once-per-fit step, e.g. storing the partitions)."""
-        first = name not in self._used
-        self._used.add(name)
-        return first
-
-    def run_job(self, rdd: Any, description: str) -> list[Any]:
-        """Collect ``rdd`` in the fit's job group (cancelled when the fit ends) -- a job that trains nothing."""
-        return self._progress.run_job(rdd, description, 0)
-
-    def run_partitions(self, task: TaskSpec, rdd: Any) -> list[PartitionReport]:
-        """One training job of ``task`` over ``rdd``: its reports (see :meth:`TrainingJob.reports`)."""
-        return self.start_partitions(task, rdd).reports()
-
-    def start_partitions(self, task: TaskSpec, rdd: Any) -> TrainingJob:
-        """Start a training job of ``task`` over ``rdd`` (the slots' numbers, :func:`node.modes._base.one_task_per_node`)."""
-        self._nodes_started = True
-        rdd = rdd.mapPartitionsWithIndex(functools.partial(run_training_task, encode(task), self._start))
-        job = self._progress.start(rdd, f"{self.run_id} {task.phase} epoch {task.epoch + 1}")
-        return TrainingJob(self._progress, task, job, self.prepared, self.store, self.fit_id)
-
-    def queue_job(self, running: TrainingJob, task: TaskSpec, rdd: Any) -> None:
-        """Start the job of ``task`` behind ``running``: its tasks take the task slots as ``running``'s free them."""
-        running.job.submitted()  # each job counts its own tasks: the group's first after it (node.driver._progress.SparkJob)
-        self._queued = self.start_partitions(task, rdd)
-        self._queued.job.submitted()
-
-    def take_queued_job(self, phase: str, epoch: int) -> TrainingJob | None:
-        """The job queued for ``epoch`` of ``phase`` (:meth:`queue_job`), else None."""
-        job, self._queued = self._queued, None
-        if job is not None and (job.task.phase, job.task.epoch) != (phase, epoch):
-            job.stop()
-            return None
-        return job
-
-    def _end_epoch(self, phase: str, epoch: int, epochs: int, reports: list[PartitionReport], wall_s: float,
-                   validate: bool = True) -> None:
+    def _end_epoch(self, progress: EpochProgress, phase: str, epoch: int, epochs: int, reports: list[PartitionReport],
+                   wall_s: float, validate: bool = True) -> None:
         summary = summarize_epoch(self.run_id, phase, epoch, [report.to_record() for report in reports], wall_s,
                                   batch_size=self.spec.get("batch_size"),
                                   node_batch_size=self.node_config.node_batch_size or None)
         self.history.append(summary)
         stop = self.watch.end_epoch(phase, epoch, summary, self.model, validate)  # validation, early stopping, logs
-        self._progress.report(summary_line(summary, epochs))
-        if summary["warning"] and self.first_use(f"small-partition warning of {phase}"):  # every summary carries it
+        progress.report(summary_line(summary, epochs))
+        if summary["warning"] and self._first(f"small-partition warning of {phase}"):  # every summary carries it
             logger.warning("run %s %s epoch %d: %s (said once per phase)", self.run_id, phase, epoch + 1,
                            summary["warning"])
         untrained = self._untrained_partitions(reports)
@@ -372,6 +315,12 @@ class Fit:
             self.on_epoch(summary)
         if stop:
             raise _PhaseStopped(phase)
+
+    def _first(self, name: str) -> bool:
+        """Whether this is the fit's first ask about ``name`` (a warning said once)."""
+        first = name not in self._said
+        self._said.add(name)
+        return first
 
     def _untrained_partitions(self, reports: list[PartitionReport]) -> list[int]:
         """The partitions holding data that no report of the epoch trained."""
@@ -412,24 +361,12 @@ class Fit:
         self.sc.cancelJobGroup(self.group)
         if self.watch is not None:
             self.watch.close()
-        if self._nodes_started:
-            self._release_nodes()
-        for broadcast in self._broadcasts:
-            broadcast.destroy()
+        if self.jobs is not None:
+            self.jobs.close()
         if self.record is not None:  # this fit's claims and partitions, when it got as far as writing any
             self._remove_work_folders()
         if self.prepared is not None:
             self.prepared.unpersist()
-
-    def _release_nodes(self) -> None:
-        """Best effort: ask the Python workers to stop this run's nodes (a later fit stops them anyway)."""
-        slots = max(2, 2 * self.sc.defaultParallelism)
-        try:
-            released = self.sc.parallelize(range(slots), slots).mapPartitionsWithIndex(
-                functools.partial(release_run_task, self.run_id)).collect()
-            logger.info("released nodes %s of run %s", sorted(set(released)), self.run_id)
-        except Exception as error:  # noqa: BLE001 - cleanup must not hide the real outcome
-            logger.warning("could not release the nodes of run %s: %s", self.run_id, short_error(error))
 
     def _remove_work_folders(self) -> None:
         try:

@@ -6,9 +6,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from actors import parse_port_range
+
 from ..data._labels import DEFAULT_MAX_CLASSES
-from ..modes._registry import MODE_NAMES, mode_named
+from ..executor._network import check_host_settings
+from ..modes._registry import check_mode
 from ..modes._scaling import SCALE_RULES
+from ..watch._early_stopping import EarlyStopping
+from ..watch._watch import DEFAULT_LOG_DIR
 
 __all__ = ["TrainingSettings"]
 
@@ -170,7 +175,7 @@ class TrainingSettings:
     validation_fraction: float | None = None
     validation_data: Any = None
     early_stopping: dict[str, Any] | bool | None = None
-    log_dir: str | None = "sparkdbn-logs"
+    log_dir: str | None = DEFAULT_LOG_DIR
     mlflow_tracking_uri: str | bool | None = None
     bind_host: str | None = None
     advertise_host: str | None = None
@@ -185,8 +190,7 @@ class TrainingSettings:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad setting."""
-        if self.mode not in MODE_NAMES:
-            raise ValueError(f"mode must be one of {', '.join(MODE_NAMES)}, got {self.mode!r}")
+        check_mode(self.mode)  # the registry knows the modes
         if self.scale_rule not in SCALE_RULES:
             raise ValueError(f"scale_rule must be one of {', '.join(SCALE_RULES)}, got {self.scale_rule!r}")
         if self.warmup_partitions is not None and self.warmup_partitions < 0:
@@ -220,16 +224,10 @@ class TrainingSettings:
         self._validate_network()
 
     def _validate_network(self) -> None:
-        from actors import parse_port_range
-
-        from ..executor._network import check_host_settings
-
         check_host_settings(self.bind_host, self.advertise_host)
         parse_port_range(self.port_range)
 
     def _validate_watching(self) -> None:
-        from ..watch._early_stopping import EarlyStopping
-
         if self.validation_fraction is not None and not 0.0 < self.validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must lie in (0, 1), got {self.validation_fraction}")
         if self.validation_fraction is not None and self.validation_data is not None:
@@ -238,10 +236,7 @@ class TrainingSettings:
             return
         if not self.validates():
             raise ValueError("early_stopping monitors a validation metric: give validation_fraction or validation_data")
-        if not mode_named(self.mode).epoch_per_job:
-            usable = " or ".join(f"mode={name!r}" for name in MODE_NAMES if mode_named(name).epoch_per_job)
-            raise ValueError(f"early_stopping ends a phase between two epochs, and mode {self.mode!r} trains a phase "
-                             f"in one Spark job (validated at its end only): use {usable} with early_stopping")
+        check_mode(self.mode, early_stopping=True)  # a mode that ends its jobs between epochs
 
     def validates(self) -> bool:
         """True when epochs end with a validation (every epoch in ``async``; a phase's last in ``sync``, ``sharing``)."""

@@ -1,8 +1,7 @@
 """A training job of a fit: it starts when made, and its nodes' reports come when the driver asks.
 
-:meth:`node.driver._fit.Fit.start_partitions` makes one (a Spark job over the slots' numbers, see
-:func:`node.modes._base.one_task_per_node`, collected in a helper thread).  Asking for its reports moves
-the phase's progress bar as the nodes claim its partitions.  ``async`` starts the next epoch's job
+:meth:`node.driver.FitJobs.start_job` makes one (a Spark job over the slots' numbers, collected
+in a helper thread).  Asking for its reports moves the phase's progress bar as the nodes claim its partitions.  ``async`` starts the next epoch's job
 while one runs (:mod:`node.modes._async`), so a node that ends its share of an epoch starts the
 next at once; when the driver will not wait for such a job (early stopping ended the phase),
 :meth:`TrainingJob.stop` has the nodes skip what they have not started and waits for them.
@@ -45,7 +44,7 @@ class TrainingJob:
                  store: storage.Store, fit_id: str) -> None:
         self.task, self.job = task, job
         self._progress, self._prepared, self._store, self._fit_id = progress, prepared, store, fit_id
-        self.epochs = range(task.epoch, int(task.options.get("epochs", task.epoch + 1)))  # the job's epochs
+        self.epochs = task.epochs
 
     def reports(self) -> list[PartitionReport]:
         """The nodes' reports, one per partition trained, once the job has ended.

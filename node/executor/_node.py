@@ -2,56 +2,50 @@
 
 Spark reuses Python workers across tasks and jobs, so the node -- model replica, store
 handles, node actor and transport -- is created on the first task of a fit and kept in a
-module-level registry.  Spark may still kill the worker (a task that raised, 60 s idle,
-executor loss, a crash), so a node keeps nothing that is not in the store: a fresh node
-entering a phase starts from the consolidation of the snapshots the store already holds for
-it (:meth:`storage.WeightStore.consolidate`, the same rule the driver uses), else from the
-phase's start parameters the driver broadcast.
+module-level registry (:mod:`node.executor._tasks`).  Spark may still kill the worker (a task
+that raised, 60 s idle, executor loss, a crash), so a node keeps nothing that is not in the
+store: a fresh node entering a phase starts from the consolidation of the snapshots the store
+already holds for it (:meth:`storage.WeightStore.consolidate`, the same rule the driver uses),
+else from the phase's start parameters the driver broadcast.
 
-A task (:func:`run_training_task`) decodes its :class:`~node._contract.TaskSpec`, finds or
-starts the node, takes its slot's partitions (from the node's memory or the store,
-:mod:`node.executor._resident`) and hands them to the training mode named in the task
-(:mod:`node.modes._registry`); it returns one encoded :class:`~node._contract.PartitionReport` per
-partition trained.  Node identity is ``<host>-<pid>``, never the partition index: the same partition
-lands on different workers from job to job.
+:class:`ExecutorNode` is what the training modes train on (it has all that
+:class:`~node.modes.ModeNode` asks for): it trains a partition (:meth:`ExecutorNode.train`),
+reports it from one value (:meth:`ExecutorNode.report`) and keeps each mode's state between
+tasks (:meth:`ExecutorNode.mode_state`).  Node identity is ``<host>-<pid>``, never the partition
+index: the same partition lands on different workers from job to job.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import signal
 import socket
-import threading
 import time
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
-from pyspark import Broadcast
 
 import actors
 import rbm
 import storage
 
-from .._contract import NodeConfig, PartitionReport, TaskSpec, decode, encode
+from .._contract import NodeConfig, PartitionReport, TaskSpec
 from .._errors import InputDataError
 from ..data._labels import encode_labels
-from ..modes._registry import mode_named
+from ..modes._protocols import PartitionWork, Trained
+from ..modes._scaling import NodeScaling, schedule_epoch
 from ._network import choose_node_address
 from ._resident import NodeData
-from ..modes._scaling import NodeScaling, schedule_epoch
-from ._worker_heap import settle_worker_heap
 
-__all__ = ["ExecutorNode", "node_id", "run_training_task", "release_run_task"]
+__all__ = ["ExecutorNode", "node_id"]
+
+State = TypeVar("State")
 
 logger = logging.getLogger(__name__)
 
 #: Where this executor imported sparkdbn's ``node`` package from (a shipped zip on a cluster).
 _PACKAGE_FOLDER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-_registry_lock = threading.Lock()
-_nodes: dict[str, "ExecutorNode"] = {}  # run -> the node of this process
 
 
 def node_id() -> str:
@@ -75,14 +69,13 @@ class ExecutorNode:
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
-        self.node = node_id()
+        self.name = node_id()
         self.classes = None if config.classes is None else np.asarray(config.classes)
         self.phase: str | None = None
         self.start_digest: str | None = None
         self.samples_seen: dict[str, int] = {}
         self.partitions_done = 0
-        self.mode_state: dict[str, Any] = {}  # what the training mode keeps on this node between tasks
-        self.slowed_s = 0.0  # the straggler's sleep in the last train()
+        self._mode_states: dict[type, Any] = {}  # what the training modes keep on this node between tasks
         self._straggler: bool | None = None
         self.store: storage.Store | None = None
         self.data: NodeData | None = None  # the fit's training partitions this node holds (node.executor._resident)
@@ -99,7 +92,7 @@ class ExecutorNode:
     def start(self) -> "ExecutorNode":
         config = self.config
         self.store = storage.open_store(config.store_url, retry_timeout_s=config.store_retry_timeout_s)
-        self.data = NodeData(self.store, config, self.node)
+        self.data = NodeData(self.store, config, self.name)
         self.weights = storage.WeightStore(self.store, config.run, config.key)
         self.runs = storage.RunStore(self.store, config.run, config.key)
         self.model = rbm.model_from_spec(replica_spec(config))
@@ -108,13 +101,13 @@ class ExecutorNode:
         address = choose_node_address(local_master=config.local_master, driver_host=config.driver_host,
                                       bind_host=config.bind_host, advertise_host=config.advertise_host)
         self.handle = actors.start_node(
-            config.run, self.node, self.store, config.key, fanout=config.fanout,
+            config.run, self.name, self.store, config.key, fanout=config.fanout,
             anti_entropy_interval_s=config.anti_entropy_interval_s,
             peer_refresh_interval_s=config.peer_refresh_interval_s, keep_versions=config.keep_versions,
             expected_peers=max(0, (config.nodes or 0) - 1),
             bind_host=address.bind_host, advertise_host=address.advertise_host,
             port_range=actors.parse_port_range(config.port_range))
-        logger.info("node %s started for run %s on %s (bound on %s: %s)", self.node, config.run,
+        logger.info("node %s started for run %s on %s (bound on %s: %s)", self.name, config.run,
                     self.handle.endpoint, address.bind_host, address.reason)
         return self
 
@@ -126,7 +119,7 @@ class ExecutorNode:
         try:
             handle.stop()
         except Exception:  # at exit nothing can be done beyond saying so
-            logger.exception("stopping node %s of run %s failed", self.node, self.config.run)
+            logger.exception("stopping node %s of run %s failed", self.name, self.config.run)
 
     # ------------------------------------------------------------------ phases
     def enter_phase(self, phase: str, start_digest: str, start_payload: Callable[[], bytes],
@@ -162,7 +155,7 @@ class ExecutorNode:
         self.phase, self.start_digest = phase, start_digest
         self.scaling.enter_phase(phase)
         self.samples_seen.setdefault(phase, 0)
-        logger.info("node %s entered phase %s from %s", self.node, phase, origin)
+        logger.info("node %s entered phase %s from %s", self.name, phase, origin)
         return origin
 
     def _consolidate_start(self, phase: str, start_nodes: Sequence[str]) -> storage.Consolidation:
@@ -185,8 +178,12 @@ class ExecutorNode:
         """The minibatch order of one partition: seed, phase, epoch, partition (the same for one node and many)."""
         return np.random.default_rng([task.node.seed, task.phase_index, task.epoch, partition])
 
+    def mode_state(self, kind: type[State]) -> State:
+        """This node's ``kind()``, made on first use and kept between tasks: a training mode's own state."""
+        return self._mode_states.setdefault(kind, kind())
+
     def train(self, task: TaskSpec, partition: int, X: np.ndarray, y: np.ndarray | None,
-              merged_from: Sequence[str] = ()) -> dict:
+              merged_from: Sequence[str] = ()) -> Trained:
         """One pass of the model over a partition (the fault hook may end the process here).
 
         ``merged_from`` names the peers whose progress the node merged just before: the learning
@@ -213,8 +210,12 @@ class ExecutorNode:
         self.samples_seen[task.phase] = self.samples_seen.get(task.phase, 0) + int(metrics["samples"])
         self.partitions_done += 1
         self.scaling.trained()
-        self.slowed_s = self._straggle(task, float(metrics["seconds"]))
-        return metrics
+        slowed_s = self._straggle(task, float(metrics["seconds"]))
+        return Trained(partition, metrics, self.samples_seen[task.phase], slowed_s)
+
+    def also_merged(self, peers: Iterable[str]) -> None:
+        """Peers merged while a partition trained: the next partitions' rates follow them too."""
+        self.scaling.also_merged(peers)
 
     def _straggle(self, task: TaskSpec, compute_s: float) -> float:
         """Benchmark/test setting: the one chosen node sleeps ``(factor - 1) x`` its compute time.
@@ -228,10 +229,10 @@ class ExecutorNode:
         if self._straggler is None:
             marker = f"runs/{task.node.run}/faults/straggler"
             self.store.makedirs(f"runs/{task.node.run}/faults")
-            self.store.create_exclusive(marker, self.node.encode())
-            self._straggler = self.store.read_bytes(marker, max_bytes=1024).decode(errors="replace") == self.node
+            self.store.create_exclusive(marker, self.name.encode())
+            self._straggler = self.store.read_bytes(marker, max_bytes=1024).decode(errors="replace") == self.name
             if self._straggler:
-                logger.warning("node %s is the run's straggler: it sleeps %.1fx its compute time", self.node,
+                logger.warning("node %s is the run's straggler: it sleeps %.1fx its compute time", self.name,
                                factor - 1.0)
         if not self._straggler:
             return 0.0
@@ -239,36 +240,35 @@ class ExecutorNode:
         time.sleep(delay_s)  # the straggler setting itself: slow on purpose, in proportion to real work
         return delay_s
 
-    def report(self, task: TaskSpec, partition: int, metrics: Mapping[str, Any], started: float, *,
-               merge_s: float, publish_s: float, merged_from: list[str], ages_s: list[float], sent_bytes: int = 0,
-               read_bytes: int = 0, merged_announced: int | None = None, stolen: bool = False,
-               data_read_bytes: int = 0) -> PartitionReport:
-        """The partition's report; also stored as this node's metrics record.
+    def report(self, task: TaskSpec, work: PartitionWork) -> PartitionReport:
+        """The partition's report (see :class:`~node.modes.PartitionWork`); also stored as this node's metrics record.
 
-        ``merged_announced``: of ``merged_from``, the versions heard of by announcement, from a mode
-        that learns its peers' versions by announcement (``async``); None from a mode that exchanges
-        through the store by design (``sync``, ``sharing``), whose merges then count neither as
-        announced nor as found by listing (they say nothing of whether the nodes reach each other).
+        Of ``work.merged_from``, ``work.merged_announced`` were heard of by announcement, in a mode
+        that learns its peers' versions so (``async``); None from a mode that exchanges through the
+        store by design (``sync``, ``sharing``), whose merges then count neither as announced nor
+        as found by listing (they say nothing of whether the nodes reach each other).
         """
-        announced = int(merged_announced or 0)
-        listed = len(merged_from) - announced if merged_announced is not None else 0
+        trained, metrics = work.trained, work.trained.metrics
+        announced = int(work.merged_announced or 0)
+        listed = len(work.merged_from) - announced if work.merged_announced is not None else 0
         report = PartitionReport(
-            node=self.node, run=task.node.run, phase=task.phase, epoch=task.epoch, partition=partition,
+            node=self.name, run=task.node.run, phase=task.phase, epoch=task.epoch, partition=trained.partition,
             samples=int(metrics["samples"]), loss=float(metrics["loss"]), train_s=float(metrics["seconds"]),
-            merge_s=merge_s, publish_s=publish_s, task_s=time.time() - started, merged=len(merged_from),
-            merged_from=tuple(merged_from), staleness_s=float(np.mean(ages_s)) if ages_s else None,
+            merge_s=work.merge_s, publish_s=work.publish_s, task_s=time.time() - work.started,
+            merged=len(work.merged_from), merged_from=tuple(work.merged_from),
+            staleness_s=float(np.mean(work.ages_s)) if len(work.ages_s) else None,
             samples_seen=self.samples_seen[task.phase], time=time.time(), pid=os.getpid(),
-            stats=_plain(self.handle.stats()), code=_PACKAGE_FOLDER,
-            slowed_s=self.slowed_s, sent_bytes=int(sent_bytes), read_bytes=int(read_bytes),
+            stats=_plain(self.handle.stats()), code=_PACKAGE_FOLDER, slowed_s=trained.slowed_s,
+            sent_bytes=int(work.sent_bytes), read_bytes=int(work.read_bytes),
             learning_rate_scale=self.learning_rate_scale, nodes_merging=self.scaling.nodes(),
-            merged_announced=announced, merged_listed=listed,
-            endpoint=self.handle.endpoint or "", stolen=bool(stolen), data_read_bytes=int(data_read_bytes))
-        self.runs.append_metrics(self.node, report.to_record())
+            merged_announced=announced, merged_listed=listed, endpoint=self.handle.endpoint or "",
+            stolen=bool(work.stolen), data_read_bytes=int(work.data_read_bytes))
+        self.runs.append_metrics(self.name, report.to_record())
         return report
 
     def refusal(self, task: TaskSpec, partition: int, error: Exception) -> PartitionReport:
         """A report that says why the partition's data was refused (returned, not raised: no retry)."""
-        return PartitionReport(node=self.node, run=task.node.run, phase=task.phase, epoch=task.epoch,
+        return PartitionReport(node=self.name, run=task.node.run, phase=task.phase, epoch=task.epoch,
                                partition=partition, samples=0, loss=float("nan"), train_s=0.0, merge_s=0.0,
                                publish_s=0.0, task_s=0.0, merged=0, merged_from=(), staleness_s=None,
                                samples_seen=self.samples_seen.get(task.phase, 0), time=time.time(), pid=os.getpid(),
@@ -285,83 +285,12 @@ class ExecutorNode:
         marker = f"runs/{task.node.run}/faults/killed-worker"
         if self.store.exists(marker):
             return
-        self.store.write_bytes(marker, f"{self.node} {time.time()}".encode())
+        self.store.write_bytes(marker, f"{self.name} {time.time()}".encode())
         half = max(1, len(X) // 2)
         self.model.train_partition(X[:half], None if y is None else y[:half], task.phase, rng)
-        logger.warning("fault hook: node %s kills itself with SIGKILL in the middle of a partition", self.node)
+        logger.warning("fault hook: node %s kills itself with SIGKILL in the middle of a partition", self.name)
         os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _plain(stats: Mapping[str, Any]) -> dict[str, Any]:
     return {str(k): (v if isinstance(v, (int, float, str, bool)) or v is None else str(v)) for k, v in stats.items()}
-
-
-# ---------------------------------------------------------------------- the process registry
-def _stop_all() -> None:
-    with _registry_lock:
-        nodes = list(_nodes.values())
-        _nodes.clear()
-    for node in nodes:
-        node.stop()
-
-
-# Spark's daemon ends workers with os._exit, which skips both hooks; a worker run without the
-# daemon ends normally, and then pykka's non-daemon threads would block the exit unless the
-# actors stop first: threading's own exit hook runs *before* non-daemon threads are joined.
-atexit.register(_stop_all)
-_register_thread_exit = getattr(threading, "_register_atexit", None)
-if _register_thread_exit is not None:
-    _register_thread_exit(_stop_all)
-
-
-def _node_for(config: NodeConfig) -> ExecutorNode:
-    """The process-wide node of this fit, started on first use; nodes of other fits are stopped."""
-    with _registry_lock:
-        node = _nodes.get(config.run)
-        if node is not None and node.config.fit_id == config.fit_id:
-            return node
-        stale = list(_nodes.values())
-        _nodes.clear()
-    for old in stale:  # another run (or an earlier fit of this run) used this worker before
-        old.stop()
-    node = ExecutorNode(config).start()
-    with _registry_lock:
-        _nodes[config.run] = node
-    settle_worker_heap()  # the stopped nodes collected, this one out of Spark's per-task collection
-    return node
-
-
-def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
-                      elements: Iterator[int]) -> Iterator[bytes]:
-    """``mapPartitionsWithIndex`` body of a training job: one encoded PartitionReport per partition trained.
-
-    Parameters
-    ----------
-    encoded_task : bytes
-        :func:`~node._contract.encode` of the :class:`TaskSpec`.
-    start : pyspark.Broadcast
-        ``.value`` is the phase's start parameters as ``.npz`` bytes.
-    partition : int
-        Spark's partition index (never the node's identity; a mode may group several data
-        partitions in one Spark partition -- a slot, see :func:`node.modes._base.one_task_per_node` --
-        and each block's own index seeds its minibatch order).
-    elements : iterator
-        The slot's number only: the node takes the slot's partitions from its memory or the
-        store (:mod:`node.executor._resident`).
-    """
-    task = decode(encoded_task, TaskSpec)
-    list(elements)  # the slot's number (read to the end, or PySpark does not reuse the worker)
-    node = _node_for(task.node)
-    blocks = node.data.slot(task.options["slots"][partition])
-    node.enter_phase(task.phase, task.start_digest, lambda: start.value, task.start_nodes)
-    for report in mode_named(task.mode).train_task(node, task, partition, blocks):
-        yield encode(report)
-
-
-def release_run_task(run: str, _partition: int, _elements: Iterator[Any]) -> Iterator[str]:
-    """Stop this process's node of ``run`` if it has one (the driver's best-effort cleanup)."""
-    with _registry_lock:
-        node = _nodes.pop(run, None)
-    if node is not None:
-        node.stop()
-        yield node.node

@@ -1,10 +1,11 @@
 """The fit's training partitions where every node finds them: in the store, and in a node's memory.
 
-The training modes run one Spark task per node and deal each node a *slot* of partitions once
-per fit (:func:`node.modes._base.one_task_per_node`).  Spark does not hand a slot's data to its task:
+The training modes run one Spark task per node and the driver deals each node a *slot* of
+partitions once per fit (:class:`node.driver.FitJobs`).  Spark does not hand a slot's data to its task:
 
 1. Before the fit's first training job, one job over the cached partitions writes each of them
-   to the store, signed, and Spark's cached copy is dropped (:func:`store_partitions`)::
+   to the store, signed (its tasks run :func:`write_partitions_task`), and Spark's cached copy
+   is dropped::
 
        runs/<run>/blocks/<fit>/<partition:05d>-<sha256>-<mac>.block     the partition's X and y as .npy
 
@@ -19,36 +20,29 @@ worker, or restarts after a worker died, finds its data in the store -- not in a
 MAC covers (run, fit, partition, sha256) under the run key: a node never trains on data that no
 holder of the key wrote, and the payload is read with ``allow_pickle=False``.  A node keeps at most
 twice its slot's partitions in memory (the least recently used go first).  The driver removes the
-folder when the fit ends (:func:`node.modes._stealing.remove_work_folders`).
+folder when the fit ends (:func:`node.run.remove_work_folders`).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import numpy as np
 
 import storage
 
-from .._contract import NodeConfig, decode, encode
+from .._contract import NodeConfig, decode
 from ..data._prepare import Block, Element, decode_block, encode_block, iter_blocks
 from .._errors import TrainingError, short_error
+from ..run._work_folders import blocks_folder
 
-if TYPE_CHECKING:
-    from ..driver._fit import Fit
-
-__all__ = ["NodeData", "blocks_folder", "store_partitions"]
+__all__ = ["NodeData", "write_partition", "write_partitions_task"]
 
 logger = logging.getLogger(__name__)
 
 _BLOCKS = storage.SignedNames("sparkdbn training block v1", ".block", seq_digits=5)
-
-
-def blocks_folder(run: str, fit_id: str) -> str:
-    return f"runs/{run}/blocks/{fit_id[:12]}"
 
 
 def _signing(config: NodeConfig) -> tuple[bytes, tuple[str, str]]:
@@ -64,19 +58,8 @@ def write_partition(store: storage.Store, config: NodeConfig, index: int, X: np.
     return len(data)
 
 
-# ----------------------------------------------------------------------------- driver and its job
-def store_partitions(fit: "Fit") -> None:
-    """Driver: write every cached training partition of ``fit`` to the store (one Spark job).
-
-    Spark's cached copy is dropped then: the nodes take the data from memory or the store.
-    """
-    job = fit.prepared.blocks.mapPartitions(functools.partial(_write_partitions, encode(fit.node_config)))
-    fit.run_job(job, f"{fit.run_id} store the training partitions")
-    fit.prepared.unpersist()
-
-
-def _write_partitions(encoded_config: bytes, elements: Iterator[Element]) -> Iterator[int]:
-    """``mapPartitions`` body: store the partition(s) Spark hands over; the bytes written."""
+def write_partitions_task(encoded_config: bytes, elements: Iterator[Element]) -> Iterator[int]:
+    """``mapPartitions`` body of the fit's first job: store the partition(s) Spark hands over; the bytes written."""
     config = decode(encoded_config, NodeConfig)
     store = storage.open_store(config.store_url, retry_timeout_s=config.store_retry_timeout_s)
     for index, X, y in iter_blocks(elements):

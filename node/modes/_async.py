@@ -9,11 +9,11 @@ report.  Nobody waits for a peer: only for reads of versions already announced, 
 partition.
 
 Driver half: an epoch is one Spark job of one task per node, each task holding the partitions
-dealt to its node once per fit (:func:`node.modes._base.one_task_per_node`): Spark's cost per task is
+dealt to its node once per fit (its slot, :class:`~node._contract.TaskSpec`): Spark's cost per task is
 paid once per node and epoch, not once per partition.  A node trains its own partitions, then
 the ones a slower node has not started (:mod:`node.modes._stealing`), so a slow node holds nobody for
 more than the partition it is training when the others run out.  The next epoch's job is queued
-behind the running one (:meth:`node.driver._fit.Fit.queue_job`): a node that ran out of partitions
+behind the running one (:meth:`~node.modes.ModeDriver.queue_job`): a node that ran out of partitions
 starts the next epoch at once -- taking the share of a node still busy with the last, once it
 has trained its own -- instead of waiting for the job's last partition and for the driver to
 start the next job.  So no node idles between epochs, and the driver ends each epoch (its
@@ -26,48 +26,48 @@ partitions the dead one had claimed and not finished.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import numpy as np
 
-from .._contract import PartitionReport, TaskSpec
+from .._contract import AsyncOptions, PartitionReport, TaskSpec
 from .._errors import InputDataError
-from ._base import Block, TrainingMode, one_task_per_node
+from ..data._prepare import Block
+from ._base import TrainingMode
+from ._protocols import ModeDriver, ModeNode, ModeSettings, PartitionWork
 from ._stealing import PartitionQueue
-
-if TYPE_CHECKING:
-    from ..executor._node import ExecutorNode
-    from ..driver._fit import Fit
-    from ..driver._settings import TrainingSettings
 
 __all__ = ["AsyncMode"]
 
 
 class AsyncMode(TrainingMode):
     name = "async"
+    options_type = AsyncOptions
     epoch_per_job = True
 
-    def merge_fanout(self, settings: "TrainingSettings") -> int | None:
+    def merge_fanout(self, settings: ModeSettings) -> int | None:
         return settings.fanout  # gossip when set: a node merges at most this many peers
 
-    def run_epochs(self, fit: "Fit", phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
-        slots, rdd = one_task_per_node(fit)
-        job = fit.take_queued_job(phase, first) or fit.start_partitions(
-            fit.task(phase, first, self.name, {"slots": slots}), rdd)
+    def options(self, settings: ModeSettings) -> AsyncOptions:
+        return AsyncOptions()
+
+    def run_epochs(self, driver: ModeDriver, phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
+        options = self.options(driver.settings)
+        job = driver.take_queued_job(phase, first) or driver.start_job(phase, range(first, first + 1), options)
         if first + 1 < epochs:  # queued behind this epoch's job: a node that ends its share starts the next at once
-            fit.queue_job(job, fit.task(phase, first + 1, self.name, {"slots": slots}), rdd)
+            driver.queue_job(job, phase, range(first + 1, first + 2), options)
         return [job.reports()]
 
-    def train_task(self, node: "ExecutorNode", task: TaskSpec, spark_partition: int,
+    def train_task(self, node: ModeNode, task: TaskSpec, spark_partition: int,
                    blocks: list[Block]) -> Iterator[PartitionReport]:
-        queue = PartitionQueue(node, task, spark_partition, [list(slot) for slot in task.options["slots"]], blocks)
+        queue = PartitionQueue(node, task, spark_partition, blocks)
         for (index, X, y), stolen in queue.epoch(task.epoch):
             try:
                 yield self.train_partition(node, task, index, X, y, stolen, node.data.take_read_bytes())
             except InputDataError as error:  # reported, not raised: the same data fails on a retry
                 yield node.refusal(task, index, error)
 
-    def train_partition(self, node: "ExecutorNode", task: TaskSpec, partition: int, X: np.ndarray,
+    def train_partition(self, node: ModeNode, task: TaskSpec, partition: int, X: np.ndarray,
                         y: np.ndarray | None, stolen: bool = False, data_read_bytes: int = 0) -> PartitionReport:
         started = time.time()
         tick = time.perf_counter()
@@ -95,21 +95,22 @@ class AsyncMode(TrainingMode):
 
         node.model.set_minibatch_hook(merge_fetched)
         try:
-            metrics = node.train(task, partition, X, y, merged_from=[snapshot.node for snapshot in before])
+            trained = node.train(task, partition, X, y, merged_from=[snapshot.node for snapshot in before])
         finally:
             node.model.set_minibatch_hook(None)
-        node.scaling.also_merged(snapshot.node for snapshot in during)
+        node.also_merged(snapshot.node for snapshot in during)
         used = before + during
 
         tick = time.perf_counter()
         params = node.model.parameters(task.phase)
-        node.handle.publish(task.phase, params, node.samples_seen[task.phase])
+        node.handle.publish(task.phase, params, trained.samples_seen)
         node.handle.flush(timeout_s=task.node.flush_timeout_s)
         publish_s = time.perf_counter() - tick
-        return node.report(task, partition, metrics, started, merge_s=merge_s, publish_s=publish_s,
-                           merged_from=[snapshot.node for snapshot in used],
-                           merged_announced=sum(1 for snapshot in used if snapshot.announced),
-                           ages_s=[max(0.0, started - float(snapshot.sent_at)) for snapshot in used],
-                           sent_bytes=sum(int(value.nbytes) for value in params.values()),
-                           read_bytes=sum(int(value.nbytes) for snapshot in used for value in snapshot.params.values()),
-                           stolen=stolen, data_read_bytes=data_read_bytes)
+        return node.report(task, PartitionWork(
+            trained, started, merge_s=merge_s, publish_s=publish_s,
+            merged_from=[snapshot.node for snapshot in used],
+            ages_s=[max(0.0, started - float(snapshot.sent_at)) for snapshot in used],
+            merged_announced=sum(1 for snapshot in used if snapshot.announced),
+            sent_bytes=sum(int(value.nbytes) for value in params.values()),
+            read_bytes=sum(int(value.nbytes) for snapshot in used for value in snapshot.params.values()),
+            stolen=stolen, data_read_bytes=data_read_bytes))

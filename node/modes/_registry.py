@@ -2,9 +2,9 @@
 
 A mode has two halves that live together in one file, so a mode's whole behaviour reads in one
 place: the driver half runs a phase's epochs as Spark jobs of one task per node
-(:meth:`TrainingMode.run_epochs`, :func:`node.modes._base.one_task_per_node`), the executor half trains
-a node's share of a job (:meth:`TrainingMode.train_task`).  Tasks name their mode, and the
-executor looks it up here.
+(:meth:`TrainingMode.run_epochs`, through a :class:`~node.modes.ModeDriver`), the executor half
+trains a node's share of a job (:meth:`TrainingMode.train_task`, on a :class:`~node.modes.ModeNode`).
+Tasks name their mode, and the executor looks it up here.
 
 * ``"async"`` (:mod:`node.modes._async`): merge fresh peer snapshots, train, publish, per partition.
 * ``"sync"`` (:mod:`node.modes._sync`): train ``averaging_frequency`` partitions, average every
@@ -15,12 +15,12 @@ executor looks it up here.
 
 from __future__ import annotations
 
-from ._base import TrainingMode
 from ._async import AsyncMode
+from ._base import TrainingMode
 from ._sharing import SharingMode
 from ._sync import SyncMode
 
-__all__ = ["MODE_NAMES", "TrainingMode", "mode_named"]
+__all__ = ["MODE_NAMES", "TrainingMode", "check_mode", "mode_named"]
 
 _MODES: dict[str, TrainingMode] = {mode.name: mode for mode in (AsyncMode(), SyncMode(), SharingMode())}
 
@@ -33,3 +33,13 @@ def mode_named(name: str) -> TrainingMode:
     if name not in _MODES:
         raise ValueError(f"unknown training mode {name!r}; known modes: {', '.join(MODE_NAMES)}")
     return _MODES[name]
+
+
+def check_mode(name: str, *, early_stopping: bool = False) -> None:
+    """Raise ``ValueError`` unless ``name`` is a mode that can train as asked (``early_stopping``: between epochs)."""
+    if name not in _MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODE_NAMES)}, got {name!r}")
+    if early_stopping and not _MODES[name].epoch_per_job:
+        usable = " or ".join(f"mode={other!r}" for other, mode in _MODES.items() if mode.epoch_per_job)
+        raise ValueError(f"early_stopping ends a phase between two epochs, and mode {name!r} trains a phase "
+                         f"in one Spark job (validated at its end only): use {usable} with early_stopping")

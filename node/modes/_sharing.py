@@ -23,7 +23,7 @@ peers' new updates by listing the store before each partition; the MAC covers (r
 node, seq, sha256), so a file not written by a node of the run is never applied.
 
 Driver half: like ``"sync"``, the partitions are dealt to one task per node and a phase is one
-Spark job (:func:`node.modes._base.one_task_per_node`); a node writes its full parameters as a
+Spark job of one task per node; a node writes its full parameters as a
 snapshot once, when its share of the phase is done, for the phase's consolidation.  A slow
 node does not hold the fast ones: they apply whatever it has published so far, and once their
 own partitions of an epoch are done they train the ones it has not started yet
@@ -37,23 +37,21 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Mapping
+from typing import Iterator, Mapping
 
 import numpy as np
 
 import storage
 
-from .._contract import PartitionReport, TaskSpec
+from .._contract import PartitionReport, SharingOptions, TaskSpec
 from .._errors import InputDataError
-from ._base import Block, TrainingMode, one_task_per_node
+from ..data._prepare import Block
+from ._base import TrainingMode
+from ._protocols import ModeDriver, ModeNode, ModeSettings, PartitionWork
 from ._stealing import PartitionQueue
 
-if TYPE_CHECKING:
-    from ..executor._node import ExecutorNode
-    from ..driver._fit import Fit
-
-__all__ = ["SHARING_NODES_MEASURED_WELL", "SharingMode", "SparseUpdate", "ThresholdAccumulator", "UpdateExchange",
-           "many_nodes_warning"]
+__all__ = ["SHARING_NODES_MEASURED_WELL", "SharingMode", "SharingState", "SparseUpdate", "ThresholdAccumulator",
+           "UpdateExchange", "many_nodes_warning"]
 
 logger = logging.getLogger(__name__)
 
@@ -200,33 +198,44 @@ class UpdateExchange:
         logger.warning("sharing: node %s skips %s: %s", self.node, path, why)
 
 
+@dataclass
+class SharingState:
+    """What ``sharing`` keeps on a node between tasks: the fit and phase it trains, its residual and updates."""
+
+    phase: tuple[str, str] | None = None  # (fit, phase)
+    seq: int = 0  # the number of this node's last update in the phase
+    accumulator: ThresholdAccumulator | None = None
+    exchange: UpdateExchange | None = None
+
+
 class SharingMode(TrainingMode):
     name = "sharing"
+    options_type = SharingOptions
     scales_rates = False  # it adds its peers' updates: their sum already is one process's progress
 
+    def options(self, settings: ModeSettings) -> SharingOptions:
+        return SharingOptions(threshold=float(settings.sharing_threshold), sparsity=float(settings.sharing_sparsity))
+
     # ------------------------------------------------------------------ driver
-    def run_epochs(self, fit: "Fit", phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
-        warning = many_nodes_warning(fit.nodes)
-        if warning and fit.first_use("sharing's warning of many nodes"):
-            logger.warning("run %s: %s", fit.run_id, warning)
-        slots, rdd = one_task_per_node(fit)
-        options = {"epochs": epochs, "slots": slots, "threshold": fit.settings.sharing_threshold,
-                   "sparsity": fit.settings.sharing_sparsity}
-        reports = fit.run_partitions(fit.task(phase, first, self.name, options), rdd=rdd)
+    def run_epochs(self, driver: ModeDriver, phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
+        warning = many_nodes_warning(driver.nodes)
+        if warning:
+            driver.warn_once(warning)
+        reports = driver.start_job(phase, range(first, epochs), self.options(driver.settings)).reports()
         return [[report for report in reports if report.epoch == epoch] for epoch in range(first, epochs)]
 
     # ------------------------------------------------------------------ executor
-    def train_task(self, node: "ExecutorNode", task: TaskSpec, spark_partition: int,
+    def train_task(self, node: ModeNode, task: TaskSpec, spark_partition: int,
                    blocks: list[Block]) -> Iterator[PartitionReport]:
         phase = task.phase
-        state = node.mode_state.setdefault("sharing", {})
-        if state.get("phase") != (task.node.fit_id, phase):  # a new phase: a new residual and sequence
-            state.update(phase=(task.node.fit_id, phase), seq=self._first_seq(node, phase),
-                         accumulator=ThresholdAccumulator(task.options["threshold"], task.options["sparsity"]),
-                         exchange=UpdateExchange(node.store, task.node.run, task.node.key, node.node))
-        accumulator, exchange = state["accumulator"], state["exchange"]
-        queue = PartitionQueue(node, task, spark_partition, [list(slot) for slot in task.options["slots"]], blocks)
-        for epoch in range(task.epoch, int(task.options["epochs"])):
+        state = node.mode_state(SharingState)
+        if state.phase != (task.node.fit_id, phase):  # a new phase: a new residual and sequence
+            state.phase, state.seq = (task.node.fit_id, phase), self._first_seq(node, task)
+            state.accumulator = ThresholdAccumulator(task.options.threshold, task.options.sparsity)
+            state.exchange = UpdateExchange(node.store, task.node.run, task.node.key, node.name)
+        accumulator, exchange = state.accumulator, state.exchange
+        queue = PartitionQueue(node, task, spark_partition, blocks)
+        for epoch in task.epochs:
             epoch_task = dataclasses.replace(task, epoch=epoch)
             for (index, X, y), stolen in queue.epoch(epoch):
                 started = time.time()
@@ -236,26 +245,27 @@ class SharingMode(TrainingMode):
                 try:
                     # No merged_from: peers' updates are added, not averaged, so their sum already is
                     # the progress of one process, and the learning rates stay as given (node.modes._scaling).
-                    metrics = node.train(epoch_task, index, X, y)
+                    trained = node.train(epoch_task, index, X, y)
                 except InputDataError as error:
                     yield node.refusal(epoch_task, index, error)
                     return
                 tick = time.perf_counter()
                 after = node.model.parameters(phase)
                 update = accumulator.add({name: after[name] - params[name] for name in after})
-                state["seq"] += 1
-                sent = exchange.publish(phase, state["seq"], update)
+                state.seq += 1
+                sent = exchange.publish(phase, state.seq, update)
                 publish_s = time.perf_counter() - tick
-                yield node.report(epoch_task, index, metrics, started, merge_s=merge_s, publish_s=publish_s,
-                                  merged_from=[peer for peer, *_ in received], ages_s=[], sent_bytes=sent,
-                                  read_bytes=sum(size for *_, size in received), stolen=stolen,
-                                  data_read_bytes=node.data.take_read_bytes())
+                yield node.report(epoch_task, PartitionWork(
+                    trained, started, merge_s=merge_s, publish_s=publish_s,
+                    merged_from=[peer for peer, *_ in received], sent_bytes=sent,
+                    read_bytes=sum(size for *_, size in received), stolen=stolen,
+                    data_read_bytes=node.data.take_read_bytes()))
         # The phase's consolidation averages the nodes' snapshots: this node's, once, at the end.
         params, _received = self._apply_peer_updates(node, exchange, phase)
-        node.weights.put_version(phase, node.node, state["seq"], params)
+        node.weights.put_version(phase, node.name, state.seq, params)
 
     @staticmethod
-    def _apply_peer_updates(node: "ExecutorNode", exchange: UpdateExchange,
+    def _apply_peer_updates(node: ModeNode, exchange: UpdateExchange,
                             phase: str) -> tuple[dict[str, np.ndarray], list]:
         """Every peer update not applied yet, applied to the node's model; its parameters and what came."""
         params = node.model.parameters(phase)
@@ -267,9 +277,9 @@ class SharingMode(TrainingMode):
         return params, received
 
     @staticmethod
-    def _first_seq(node: "ExecutorNode", phase: str) -> int:
-        """Past any update or snapshot a same-named node stored in ``phase`` (a worker reused by a later fit)."""
-        names = node.store.list(f"runs/{node.config.run}/updates/{phase}/{node.node}")
+    def _first_seq(node: ModeNode, task: TaskSpec) -> int:
+        """Past any update or snapshot a same-named node stored in the phase (a worker reused by a later fit)."""
+        names = node.store.list(f"runs/{task.node.run}/updates/{task.phase}/{node.name}")
         seqs = [signed.seq for signed in map(_UPDATES.parse, names) if signed]
-        versions = node.weights.list_versions(phase, node.node)
+        versions = node.weights.list_versions(task.phase, node.name)
         return max(seqs + [ref.version for ref in versions] + [0])

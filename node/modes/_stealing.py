@@ -1,7 +1,7 @@
 """Work stealing: a free node trains the partitions of an epoch a slower one has not started.
 
 The modes that run one task per node (``async`` per epoch, ``sharing`` per phase) deal the
-partitions to the nodes once per fit (:func:`node.modes._base.one_task_per_node`).  Dealt and left
+partitions to the nodes once per fit (the slots of :class:`~node._contract.TaskSpec`).  Dealt and left
 there, a node slowed down (a busy executor, a straggler) would hold the job's end while the
 others idle.  Instead, per epoch, a node
 
@@ -25,7 +25,8 @@ first (an exclusive create, atomic in every store)::
 
 A node takes a peer's partition from its memory or from the store, where the fit's first job
 stores every partition (:mod:`node.executor._resident`; a partition is taken only once it is there).  The
-driver removes the claims and the stored partitions when the fit ends (:func:`remove_work_folders`).
+driver removes the claims and the stored partitions when the fit ends
+(:func:`node.run.remove_work_folders`).
 A lone node steals nothing (its job is exactly its own partitions, in order) but claims each
 partition as well: the claims tell the driver's progress bar how far a job is
 (:func:`claimed_partitions`), and a retried task what its dead attempt finished.
@@ -35,23 +36,26 @@ retries its task (the same slot) on a fresh node, which trains the partitions it
 claimed and not finished -- and only those: nothing is trained twice in an epoch, nothing is
 lost.  (This needs Spark's speculative execution off, its default: two attempts of one task at
 once would both take over.)
+
+The driver's half of work stealing is two functions over the claims: :func:`claimed_partitions`
+(how far a job is, for the progress bar) and :func:`stop_epoch` (the nodes skip an epoch the
+driver will not wait for); the executor's half is :class:`PartitionQueue`.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import storage
 
-from ._base import Block
+from .._contract import TaskSpec
+from ..data._prepare import Block
+from ..run._work_folders import claims_folder
+from ._protocols import ModeNode
 
-if TYPE_CHECKING:
-    from .._contract import TaskSpec
-    from ..executor._node import ExecutorNode
-
-__all__ = ["PartitionQueue", "claimed_partitions", "remove_work_folders", "stop_epoch"]
+__all__ = ["PartitionQueue", "claimed_partitions", "stop_epoch"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,18 +63,15 @@ _CLAIM_MAX_BYTES = 1024
 _STOPPED = b"- driver stopped"  # a claim no slot holds (see stop_epoch)
 
 
-def _claims_folder(run: str, fit_id: str, phase: str) -> str:
-    return f"runs/{run}/claims/{fit_id[:12]}/{phase}"
-
-
 def _claim_name(epoch: int, index: int) -> str:
     return f"{epoch:04d}-{index:05d}"
 
 
+# ---------------------------------------------------------------------- driver
 def claimed_partitions(store: storage.Store, run: str, fit_id: str, phase: str, epochs: range) -> int:
     """How many partitions of ``epochs`` of ``phase`` the nodes have claimed so far (trained, or training)."""
     count = 0
-    for name in store.list(_claims_folder(run, fit_id, phase)):
+    for name in store.list(claims_folder(run, fit_id, phase)):
         epoch = name.split("-", 1)[0]
         count += epoch.isdigit() and int(epoch) in epochs
     return count
@@ -83,41 +84,27 @@ def stop_epoch(store: storage.Store, run: str, fit_id: str, phase: str, epoch: i
     ended the phase): the nodes finish the partitions they are training and end their tasks.
     Returns how many partitions were stopped.
     """
-    folder = _claims_folder(run, fit_id, phase)
+    folder = claims_folder(run, fit_id, phase)
     return sum(store.create_exclusive(f"{folder}/{_claim_name(epoch, index)}", _STOPPED) for index in partitions)
 
 
-def remove_work_folders(store: storage.Store, run: str, fit_id: str | None = None) -> None:
-    """Remove the claims and stored partitions of fit ``fit_id`` of ``run`` (of every fit of it when None).
-
-    The driver calls it when a fit ends (its own) and when one starts under the run's lease (what
-    earlier fits that did not end cleanly left).
-    """
-    for kind in ("claims", "blocks"):
-        fits = store.list(f"runs/{run}/{kind}") if fit_id is None else [fit_id[:12]]
-        for fit in fits:
-            store.delete(f"runs/{run}/{kind}/{fit}", recursive=True)
-        if not store.list(f"runs/{run}/{kind}"):  # nothing left in it (or never made)
-            store.delete(f"runs/{run}/{kind}", recursive=True)
-
-
+# ---------------------------------------------------------------------- executor
 class PartitionQueue:
     """The partitions one node trains in each epoch of a phase-long job (see the module docstring).
 
     Parameters
     ----------
-    node : ExecutorNode
+    node : ModeNode
     task : TaskSpec
+        The job's task: its first epoch, and every slot's partitions (``task.slots``).
     slot : int
-        This node's slot (its Spark partition) in ``slots``.
-    slots : list of list of int
-        Every slot's partitions, as dealt by :func:`node.modes._base.deal_partitions`.
+        This node's slot (its Spark partition) in ``task.slots``.
     blocks : list of Block
         This slot's partitions.
     """
 
-    def __init__(self, node: "ExecutorNode", task: "TaskSpec", slot: int, slots: list[list[int]],
-                 blocks: list[Block]) -> None:
+    def __init__(self, node: ModeNode, task: TaskSpec, slot: int, blocks: list[Block]) -> None:
+        slots = [list(partitions) for partitions in task.slots]
         self.node, self.task, self.slot, self.data = node, task, slot, node.data
         self.own = sorted(blocks, key=lambda block: block[0])
         self.shared = len(slots) > 1
@@ -129,8 +116,8 @@ class PartitionQueue:
         self.owner = {index: other for other, partitions in enumerate(slots) for index in partitions}
         self.started: set[int] = set()  # slots whose node has started the job (see _note_started)
         self.behind = False  # whether the epoch before the job's was still being trained (see _note_started)
-        self.token = f"{node.node}-{uuid.uuid4().hex}"
-        self.claims = _claims_folder(task.node.run, task.node.fit_id, task.phase)
+        self.token = f"{node.name}-{uuid.uuid4().hex}"
+        self.claims = claims_folder(task.node.run, task.node.fit_id, task.phase)
 
     # ------------------------------------------------------------------ the epoch's partitions
     def epoch(self, epoch: int) -> Iterator[tuple[Block, bool]]:
@@ -200,7 +187,7 @@ class PartitionQueue:
             return True
         if len(held) == 3 and held[0] == str(self.slot) and held[2] == "claimed":
             logger.warning("node %s trains partition %d of epoch %d again: an earlier attempt of its task "
-                           "claimed it and did not finish", self.node.node, index, epoch)
+                           "claimed it and did not finish", self.node.name, index, epoch)
             self.node.store.write_bytes(path, mine)
             return True
         return False

@@ -8,7 +8,7 @@ measured against.
 Driver half
     The partitions that hold data are dealt round-robin to ``nodes`` slots once per fit (the
     i-th to slot ``i % nodes``) and grouped into one cached Spark partition per slot
-    (:func:`node.modes._base.one_task_per_node`).  All the
+    (the slots of every task, :class:`~node._contract.TaskSpec`).  All the
     epochs of a phase are one Spark job of ``nodes`` tasks running at once, each task one node
     for the whole phase (so a node keeps its optimizer state, as one process does).  ``nodes``
     is ``averaging_nodes`` or Spark's default parallelism (never more than the partitions).
@@ -39,21 +39,20 @@ import dataclasses
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Iterator
+from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 
 import storage
 
-from .._contract import PartitionReport, TaskSpec
+from .._contract import PartitionReport, SyncOptions, TaskSpec
 from .._errors import InputDataError, TrainingError
-from ._base import Block, TrainingMode, one_task_per_node
+from ..data._prepare import Block
+from ._base import TrainingMode
+from ._protocols import ModeDriver, ModeNode, ModeSettings, PartitionWork
 
-if TYPE_CHECKING:
-    from ..executor._node import ExecutorNode
-    from ..driver._fit import Fit
-
-__all__ = ["SyncMode", "round_members"]
+__all__ = ["SyncMode", "SyncState", "round_members"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,28 +67,36 @@ def round_members(slots: list[list[int]], frequency: int, round_index: int) -> l
     return [slot for slot, partitions in enumerate(slots) if math.ceil(len(partitions) / frequency) > round_index]
 
 
+@dataclass
+class SyncState:
+    """What ``sync`` keeps on a node between tasks: its last snapshot version per phase."""
+
+    versions: dict[str, int] = field(default_factory=dict)
+
+
 class SyncMode(TrainingMode):
     name = "sync"
+    options_type = SyncOptions
+
+    def options(self, settings: ModeSettings) -> SyncOptions:
+        return SyncOptions(averaging_frequency=int(settings.averaging_frequency),
+                           barrier_timeout_s=float(settings.barrier_timeout_s))
 
     # ------------------------------------------------------------------ driver
-    def run_epochs(self, fit: "Fit", phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
-        settings = fit.settings
-        slots, rdd = one_task_per_node(fit)
-        options = {"slots": slots, "averaging_frequency": settings.averaging_frequency,
-                   "barrier_timeout_s": settings.barrier_timeout_s, "epochs": epochs}
-        reports = fit.run_partitions(fit.task(phase, first, self.name, options), rdd=rdd)
+    def run_epochs(self, driver: ModeDriver, phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
+        reports = driver.start_job(phase, range(first, epochs), self.options(driver.settings)).reports()
         return [[report for report in reports if report.epoch == epoch] for epoch in range(first, epochs)]
 
     # ------------------------------------------------------------------ executor
-    def train_task(self, node: "ExecutorNode", task: TaskSpec, spark_partition: int,
+    def train_task(self, node: ModeNode, task: TaskSpec, spark_partition: int,
                    blocks: list[Block]) -> Iterator[PartitionReport]:
-        slots = [list(partitions) for partitions in task.options["slots"]]
-        frequency = int(task.options["averaging_frequency"])
+        slots = [list(partitions) for partitions in task.slots]
+        frequency = int(task.options.averaging_frequency)
         blocks = sorted(blocks, key=lambda block: block[0])
         if [block[0] for block in blocks] != slots[spark_partition]:
             raise TrainingError(f"sync slot {spark_partition} of run {task.node.run} holds partitions "
                                 f"{[block[0] for block in blocks]}, expected {slots[spark_partition]}")
-        for epoch in range(task.epoch, int(task.options["epochs"])):
+        for epoch in task.epochs:
             epoch_task = dataclasses.replace(task, epoch=epoch)
             for round_index in range(math.ceil(len(blocks) / frequency)):
                 chunk = blocks[round_index * frequency:(round_index + 1) * frequency]
@@ -100,22 +107,21 @@ class SyncMode(TrainingMode):
                 for index, X, y in chunk:
                     started = time.time()
                     try:
-                        pending.append((index, node.train(epoch_task, index, X, y, merged_from=averaged), started,
-                                        node.slowed_s))
+                        pending.append((node.train(epoch_task, index, X, y, merged_from=averaged), started))
                     except InputDataError as error:  # reported, not raised: the same data fails on a retry
                         yield node.refusal(epoch_task, index, error)
                         return
                 sync_started = time.perf_counter()
                 sent, peers, read = self._average(node, epoch_task, spark_partition, slots, frequency, round_index)
                 sync_s = time.perf_counter() - sync_started
-                for position, (index, metrics, started, slowed_s) in enumerate(pending):
-                    last = position == len(pending) - 1  # the round's barrier is charged to its last partition
-                    node.slowed_s = slowed_s
-                    yield node.report(epoch_task, index, metrics, started, merge_s=sync_s if last else 0.0,
-                                      publish_s=0.0, merged_from=peers if last else [], ages_s=[],
-                                      sent_bytes=sent if last else 0, read_bytes=read if last else 0)
+                for position, (trained, started) in enumerate(pending):
+                    if position < len(pending) - 1:
+                        yield node.report(epoch_task, PartitionWork(trained, started))
+                    else:  # the round's barrier is charged to its last partition
+                        yield node.report(epoch_task, PartitionWork(trained, started, merge_s=sync_s, merged_from=peers,
+                                                                    sent_bytes=sent, read_bytes=read))
 
-    def _average(self, node: "ExecutorNode", task: TaskSpec, slot: int, slots: list[list[int]], frequency: int,
+    def _average(self, node: ModeNode, task: TaskSpec, slot: int, slots: list[list[int]], frequency: int,
                  round_index: int) -> tuple[int, list[str], int]:
         """Publish this node's round, wait for the round's other nodes, continue from the mean.
 
@@ -123,8 +129,8 @@ class SyncMode(TrainingMode):
         """
         phase, key = task.phase, task.node.key
         own = node.model.parameters(phase)
-        ref = node.weights.put_version(phase, node.node, self._next_version(node, phase), own)
-        node.weights.prune(phase, node.node, max(2, task.node.keep_versions))  # a peer reads at most 1 round back
+        ref = node.weights.put_version(phase, node.name, self._next_version(node, phase), own)
+        node.weights.prune(phase, node.name, max(2, task.node.keep_versions))  # a peer reads at most 1 round back
         folder = (f"runs/{task.node.run}/rounds/{phase}/"
                   f"{task.node.fit_id[:12]}-{task.epoch:04d}-{round_index:05d}")
         record = {"node": ref.node, "version": ref.version, "sha256": ref.sha256, "mac": ref.mac}
@@ -146,10 +152,10 @@ class SyncMode(TrainingMode):
                                        for name, value in total.items()})
         return sent, [peer.node for peer in peers], read
 
-    def _wait_for_round(self, node: "ExecutorNode", task: TaskSpec, folder: str,
+    def _wait_for_round(self, node: ModeNode, task: TaskSpec, folder: str,
                         members: list[int]) -> list[storage.SnapshotRef]:
         """The barrier: the snapshot every other member slot wrote for this round (polls the store)."""
-        deadline = time.monotonic() + float(task.options["barrier_timeout_s"])
+        deadline = time.monotonic() + float(task.options.barrier_timeout_s)
         found: dict[int, storage.SnapshotRef] = {}
         pause = _POLL_S
         while True:
@@ -164,14 +170,14 @@ class SyncMode(TrainingMode):
                 missing = sorted(set(members) - set(found))
                 raise TrainingError(
                     f"sync mode, run {task.node.run}, phase {task.phase}: slot(s) {missing} did not reach "
-                    f"{node.store.url}/{folder} within barrier_timeout_s={task.options['barrier_timeout_s']}; "
+                    f"{node.store.url}/{folder} within barrier_timeout_s={task.options.barrier_timeout_s}; "
                     "every node of a round must run at once: set averaging_nodes to at most the number of tasks "
                     "the cluster runs in parallel, and check the executors' logs")
             time.sleep(pause)  # polling the store with a deadline
             pause = min(_MAX_POLL_S, pause * 2)
 
     @staticmethod
-    def _read_round_record(node: "ExecutorNode", task: TaskSpec, folder: str,
+    def _read_round_record(node: ModeNode, task: TaskSpec, folder: str,
                            slot: int) -> storage.SnapshotRef | None:
         path = f"{folder}/{slot}.json"
         try:
@@ -188,11 +194,11 @@ class SyncMode(TrainingMode):
                                    str(record["sha256"]), str(record["mac"]))
 
     @staticmethod
-    def _next_version(node: "ExecutorNode", phase: str) -> int:
+    def _next_version(node: ModeNode, phase: str) -> int:
         """This node's next snapshot version in ``phase``: past any version it (or a same-named node) stored."""
-        versions: dict[str, int] = node.mode_state.setdefault("sync_versions", {})
+        versions = node.mode_state(SyncState).versions
         if phase not in versions:
-            stored = node.weights.list_versions(phase, node.node)
+            stored = node.weights.list_versions(phase, node.name)
             versions[phase] = stored[-1].version if stored else 0
         versions[phase] += 1
         return versions[phase]

@@ -29,6 +29,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ._report import filter_grid
+
 __all__ = ["LiveLog", "node_figures"]
 
 logger = logging.getLogger(__name__)
@@ -100,8 +102,6 @@ class LiveLog:
     def phase_end(self, phase: str, params: Mapping[str, np.ndarray], epochs: int,
                   feature_shape: tuple[int, ...] | None) -> None:
         """Weight histograms and the first layer's filters of a phase result."""
-        from ._report import filter_grid
-
         for name, value in sorted(params.items()):
             values = np.asarray(value, dtype=np.float64).ravel()
             self._write(self._summary.histogram(f"{phase}.weights/{name}", values, "auto"), epochs)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 import numpy as np
 
@@ -25,12 +25,44 @@ import storage
 
 from .._contract import params_digest
 from .._errors import InputDataError, TrainingError
-from ._early_stopping import EarlyStopping, best_result_name
 from ..run._record import RunRecord
-from ..driver._settings import TrainingSettings
+from ._early_stopping import EarlyStopping, best_result_name
+from ._live import LiveLog
+from ._mlflow_log import DEFAULT_TRACKING_URI, MlflowLog
 from ._validation import ValidationSet, Validator, is_supervised
 
-__all__ = ["RunWatch", "learning_rate_of"]
+__all__ = ["DEFAULT_LOG_DIR", "RunWatch", "WatchSettings", "learning_rate_of"]
+
+#: Where the live TensorBoard logs go unless the settings say otherwise (``<log_dir>/<run>``).
+DEFAULT_LOG_DIR = "sparkdbn-logs"
+
+
+class WatchSettings(Protocol):
+    """The training settings the watch reads (:class:`node.TrainingSettings` has them all)."""
+
+    @property
+    def early_stopping(self) -> dict[str, Any] | bool | None: ...
+
+    @property
+    def log_dir(self) -> str | None: ...
+
+    @property
+    def mlflow_tracking_uri(self) -> str | bool | None: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class WatchedFit(Protocol):
+    """What :meth:`RunWatch.start` reads of the fit it watches (:class:`node.driver.Fit`), once its record is written."""
+
+    settings: WatchSettings
+    run_id: str
+    spec: dict
+    phases: list[str]
+    spark: Any
+    record: RunRecord
+    weights: storage.WeightStore
+    prepared: Any  # node.data.PreparedData: feature_shape, classes
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +80,7 @@ def learning_rate_of(spec: Mapping[str, Any], phase: str) -> float | None:
 class RunWatch:
     """Validation, early stopping, TensorBoard and MLflow of one fit (see the module docstring)."""
 
-    def __init__(self, settings: TrainingSettings, run: str, spec: dict, record: RunRecord,
+    def __init__(self, settings: WatchSettings, run: str, spec: dict, record: RunRecord,
                  weights: storage.WeightStore, feature_shape: tuple[int, ...], validator: Validator | None) -> None:
         self.settings, self.run, self.spec = settings, run, spec
         self.record, self.weights = record, weights
@@ -59,7 +91,7 @@ class RunWatch:
         self.mlflow = self._open_mlflow()
 
     @classmethod
-    def start(cls, fit: Any, validation: ValidationSet | None, model_input: Any) -> "RunWatch":
+    def start(cls, fit: WatchedFit, validation: ValidationSet | None, model_input: Any) -> "RunWatch":
         """The watch of ``fit`` (a :class:`~node.driver._fit.Fit` whose record and data are ready)."""
         validator = None
         if validation is not None:
@@ -68,7 +100,7 @@ class RunWatch:
                                      f"{[phase for phase in fit.phases if is_supervised(phase)]} are validated on labels")
             prepared = fit.prepared
             validator = Validator(fit.spark, validation, fit.spec, model_input, prepared.classes,
-                                  partitions=fit.sc.defaultParallelism)
+                                  partitions=fit.spark.sparkContext.defaultParallelism)
             fit.record.data["validation"] = validation.describe()
         return cls(fit.settings, fit.run_id, fit.spec, fit.record, fit.weights,
                    tuple(int(d) for d in fit.prepared.feature_shape), validator)
@@ -173,12 +205,10 @@ class RunWatch:
         if not self.settings.log_dir:
             return None
         try:
-            from ._live import LiveLog
-
             return LiveLog(os.path.join(self.settings.log_dir, self.run))
         except ImportError:
             # Asked for by name: a warning; the default folder without the extra: a note only.
-            asked = self.settings.log_dir != TrainingSettings.log_dir
+            asked = self.settings.log_dir != DEFAULT_LOG_DIR
             logger.log(logging.WARNING if asked else logging.INFO,
                        "no live TensorBoard log for run %s: tensorboardX is not installed "
                        "(pip install tensorboardX; log_dir=None turns the log off)", self.run)
@@ -189,8 +219,6 @@ class RunWatch:
     def _open_mlflow(self) -> Any:
         if not self.settings.mlflow_tracking_uri:
             return None
-        from ._mlflow_log import DEFAULT_TRACKING_URI, MlflowLog
-
         params = {**{f"settings.{k}": v for k, v in self.settings.to_dict().items()},
                   **{f"model.{k}": v for k, v in self.spec.items()}}
         try:

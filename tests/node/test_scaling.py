@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import rbm
-from node._contract import NodeConfig, TaskSpec
+from node._contract import NodeConfig, SyncOptions, TaskSpec
 from node.executor._node import ExecutorNode
 from node.driver._progress import small_partition_warning, summary_line
 from node.modes._registry import mode_named
@@ -295,10 +295,10 @@ def test_sync_rounds_scale_the_learning_rates_by_the_slots_they_average(monkeypa
     node = ExecutorNode(config)  # not started: the rounds' store traffic is replaced below
     node.model = rbm.model_from_spec(config.spec).initialize(6)
     node.scaling.enter_phase("rbm")
-    node.report = lambda task, index, metrics, started, **fields: node.learning_rate_scale
+    node.report = lambda task, work: node.learning_rate_scale
     monkeypatch.setattr(SyncMode, "_average", lambda self, *args: (0, [], 0))
     X = np.random.default_rng(0).random((20, 6)).astype(np.float32)
-    task = TaskSpec(node=config, mode="sync", phase="rbm", phase_index=0, epoch=0, start_digest="digest",
-                    options={"slots": [[0, 3], [1, 4], [2, 5]], "averaging_frequency": 1, "epochs": 1})
+    task = TaskSpec(node=config, mode="sync", phase="rbm", phase_index=0, epoch=0, start_digest="digest", end_epoch=1,
+                    slots=((0, 3), (1, 4), (2, 5)), options=SyncOptions(averaging_frequency=1, barrier_timeout_s=300.0))
     factors = list(SyncMode().train_task(node, task, 0, [(0, X, None), (3, X, None)]))
     assert factors == [2.0, 3.0]  # every round averages the 3 slots: 1 + 2/2 while warming up, then 3
