@@ -18,17 +18,26 @@ import argparse
 import logging
 import os
 import sys
-import tempfile
 import time
 import traceback
 from typing import Any, Sequence
 
 import numpy as np
+from pyspark.errors import AnalysisException
 
+import rbm
+import storage
+from rbm.datasets import load_digits01, load_digits28
+
+from .._errors import NodeError
+from ..data import stage_input, stage_recipe, write_parquet_safely
+from ..driver import Trainer, TrainingSettings, default_store_url, get_spark_session
+from ..modes import MODE_NAMES
+from ..run import load_run_model, open_checked_store, open_run
+from ..serve import evaluate, predict_dataframe
+from ..watch import check_report_folder, is_supervised, render_report, run_status
+from ._data import dataset_scaling, held_out_split, run_dataset_url, scale_frame
 from ._options import OneLineParser, UsageError, load_config, parse_spark_conf
-from ..run._run_store import open_checked_store
-from ..modes._registry import MODE_NAMES
-from ..watch._report import check_report_folder
 
 __all__ = ["main", "build_parser", "build_model", "load_config", "UsageError"]
 
@@ -62,8 +71,6 @@ TRAIN_DEFAULTS: dict[str, Any] = {
 
 def _load_dataset(name: str, seed: int) -> tuple[Any, Any, np.ndarray | None, np.ndarray | None]:
     """``(train data, train labels, X_test, y_test)`` for a recipe name or a staged dataset URL."""
-    from rbm.datasets import load_digits01, load_digits28
-
     if name in ("digits", "digits01"):
         split = load_digits01(random_state=seed)
     elif name == "digits28":
@@ -78,8 +85,6 @@ def build_model(kind: Any, layers: Sequence[int] | None, n_features: int, n_clas
 
     ``layers`` are the hidden layer sizes (default: 100, 100 for a DBN, 100 for an RBM).
     """
-    import rbm
-
     if isinstance(kind, dict):
         return rbm.model_from_spec(kind)
     if kind == "dbn":
@@ -110,8 +115,6 @@ DEFAULT_PRETRAIN_EPOCHS = 5
 
 
 def _settings(options: dict[str, Any], model: Any) -> Any:
-    from node import TrainingSettings
-
     fields = {"epochs", "partitions", "batch_size", "fanout", "merge_alpha", "scale_rule", "seed", "run_id", "progress",
               "mode", "bind_host", "advertise_host", "port_range"}
     given = {key: options[key] for key in fields if options.get(key) is not None}
@@ -127,27 +130,19 @@ def _settings(options: dict[str, Any], model: Any) -> Any:
 
 
 def _session(options: dict[str, Any]) -> Any:
-    from node import get_spark_session
-
     conf = dict(options.get("spark_conf") or {})
     conf.update(parse_spark_conf(options.get("conf")))  # --conf over the config file's spark_conf
     return get_spark_session(options.get("master"), conf=conf)
 
 
 def _store_url(options: dict[str, Any]) -> str:
-    from node import default_store_url
-
     store = options.get("store") or default_store_url()
     return store if "://" in store else "file://" + os.path.abspath(store)
 
 
 def cmd_train(options: dict[str, Any]) -> int:
-    import node
-
     X, y, X_test, y_test = _load_dataset(str(options["dataset"]), int(options["seed"]))
     if isinstance(X, str):
-        import storage
-
         try:
             meta = storage.open_dataset(X).meta
         except storage.StoreError as error:
@@ -163,13 +158,13 @@ def cmd_train(options: dict[str, Any]) -> int:
     store_url = _store_url(options)
     open_checked_store(store_url, settings.store_retry_timeout_s)  # unreachable: said before Spark starts
     spark = _session(options)
-    trainer = node.Trainer(spark, store_url, settings)
+    trainer = Trainer(spark, store_url, settings)
     started = time.perf_counter()
     trainer.fit(model, X, y)
     print(f"run {trainer.run_id_}: trained in {time.perf_counter() - started:.1f} s; "
           f"model saved in {trainer.store_url} under runs/{trainer.run_id_}/model")
     if X_test is not None and _is_classifier(model):
-        report = node.evaluate(model, (X_test, y_test), spark=spark)
+        report = evaluate(model, (X_test, y_test), spark=spark)
         print(f"evaluation on {len(X_test)} held-out samples (computed with Spark):")
         print(report)
     elif X_test is not None:  # an RBM alone learns no labels: how well it reconstructs unseen data
@@ -177,7 +172,7 @@ def cmd_train(options: dict[str, Any]) -> int:
         print(f"reconstruction error on {len(X_test)} held-out samples: {error:.5f} (mean squared error per "
               "visible unit of the mean-field reconstruction)")
     if options.get("report"):
-        paths = node.render_report(trainer.store_url, trainer.run_id_, options["out"])
+        paths = render_report(trainer.store_url, trainer.run_id_, options["out"])
         for path in paths:
             print(f"wrote {path}")
     return 0
@@ -185,15 +180,11 @@ def cmd_train(options: dict[str, Any]) -> int:
 
 def _is_classifier(model: Any) -> bool:
     """Whether ``model`` learns labels (a supervised phase); an RBM alone does not."""
-    from ..watch._validation import is_supervised
-
     return any(is_supervised(phase) for phase in model.phases())
 
 
 def _check_model_fits(model: Any, X: Any, y: Any, n_features: int, n_classes: int, source: str) -> None:
     """What the driver would refuse after Spark started, refused before: hyperparameters, width, value range."""
-    import rbm
-
     try:
         replica = rbm.model_from_spec(model.to_spec())
         shape = n_features if isinstance(X, str) or np.ndim(X) == 2 else tuple(np.shape(X)[1:])
@@ -216,8 +207,6 @@ def _check_input(path: str) -> None:
 
 
 def _read_parquet(spark: Any, path: str) -> Any:
-    from pyspark.errors import AnalysisException
-
     try:
         return spark.read.parquet(path)
     except AnalysisException as error:
@@ -225,32 +214,21 @@ def _read_parquet(spark: Any, path: str) -> Any:
 
 
 def _load_run_model(store_url: str, run: str) -> Any:
-    from ..run._run_access import load_run_model, open_run
-
     return load_run_model(open_run(store_url, run))
 
 
 def _run_dataset(store_url: str, run: str) -> str | None:
     """The staged dataset the run trained on (its record says), or None."""
-    from ._data import run_dataset_url
-    from ..run._run_access import open_run
-
     return run_dataset_url(open_run(store_url, run).record)
 
 
 def _new_data(spark: Any, options: dict[str, Any], dataset: str | None) -> tuple[Any, str]:
     """``(frame, features column)``: the ``--input`` Parquet, its features scaled as the run's staged dataset was."""
-    from ._data import dataset_scaling, scale_frame
-
     frame = _read_parquet(spark, options["input"])
     return scale_frame(frame, options["features_col"], dataset_scaling(dataset))
 
 
 def cmd_evaluate(options: dict[str, Any]) -> int:
-    import node
-
-    from ._data import held_out_split
-
     store_url = _store_url(options)
     model = _load_run_model(store_url, options["run"])
     if not _is_classifier(model):
@@ -276,15 +254,11 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
     features_col = options["features_col"]
     if options.get("input"):
         data, features_col = _new_data(spark, options, dataset)
-    print(node.evaluate(model, data, spark=spark, features_col=features_col, label_col=options["label_col"]))
+    print(evaluate(model, data, spark=spark, features_col=features_col, label_col=options["label_col"]))
     return 0
 
 
 def cmd_predict(options: dict[str, Any]) -> int:
-    import node
-
-    from ..data._outputs import write_parquet_safely
-
     store_url = _store_url(options)
     model = _load_run_model(store_url, options["run"])
     if not options.get("input"):
@@ -293,7 +267,7 @@ def cmd_predict(options: dict[str, Any]) -> int:
     dataset = _run_dataset(store_url, options["run"])
     spark = _session(options)
     frame, features_col = _new_data(spark, options, dataset)
-    result = node.predict_dataframe(model, frame, features_col=features_col)
+    result = predict_dataframe(model, frame, features_col=features_col)
     if features_col != options["features_col"]:
         result = result.drop(features_col)  # the scaled copy: the input's own columns are what is written
     write_parquet_safely(result, options["output"], inputs=(options["input"],), overwrite=bool(options.get("overwrite")))
@@ -302,11 +276,7 @@ def cmd_predict(options: dict[str, Any]) -> int:
 
 
 def cmd_stage(options: dict[str, Any]) -> int:
-    import node
-
     if options.get("input"):
-        from ..data._stage_input import stage_input
-
         columns = options.get("features_cols")
         meta = stage_input(options["input"], options["url"], label_col=options.get("label_col") or None,
                            features_cols=columns.split(",") if isinstance(columns, str) else columns,
@@ -318,7 +288,7 @@ def cmd_stage(options: dict[str, Any]) -> int:
               f"{meta['feature_shape']} features, {meta.get('n_classes')} classes{held_out}"
               f"{'; scaled to [0, 1] (minmax)' if meta.get('scaling') else ''}")
         return 0
-    meta = node.stage_recipe(options["recipe"], options["url"], shards=int(options["shards"]),
+    meta = stage_recipe(options["recipe"], options["url"], shards=int(options["shards"]),
                              overwrite=bool(options.get("overwrite")))
     print(f"staged {options['recipe']} at {options['url']}: {meta.get('n_samples')} samples in "
           f"{len(meta.get('shards', []))} shards, feature shape {meta.get('feature_shape')}")
@@ -326,16 +296,12 @@ def cmd_stage(options: dict[str, Any]) -> int:
 
 
 def cmd_report(options: dict[str, Any]) -> int:
-    import node
-
-    for path in node.render_report(_store_url(options), options["run"], options["out"]):
+    for path in render_report(_store_url(options), options["run"], options["out"]):
         print(f"wrote {path}")
     return 0
 
 
 def cmd_status(options: dict[str, Any]) -> int:
-    from ..watch._status import run_status
-
     print(run_status(_store_url(options), options["run"]))
     return 0
 
@@ -441,10 +407,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     Mistakes in what was asked (a missing file or run, a model that does not fit the data, a store
     that does not answer) print one line ``sparkdbn <command>: <what is wrong>`` and return 2.
     """
-    from storage import StoreError
-
-    from .._errors import NodeError
-
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # said by the command's own parser: `sparkdbn train: unrecognized arguments: ...`
@@ -461,7 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "stage" and not options.get("url"):
             raise UsageError("stage needs --url (the dataset directory)")
         return int(args.handler(options) or 0)
-    except (NodeError, StoreError, UsageError) as error:
+    except (NodeError, storage.StoreError, UsageError) as error:
         if args.verbose:
             traceback.print_exc()
         print(f"sparkdbn {args.command}: {error}", file=sys.stderr)

@@ -16,8 +16,7 @@ from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
 
 import storage
 
-from ..data._frames import features_from_arrow
-from ..data._stage_input import apply_scaling
+from ..data import apply_scaling, features_from_arrow
 
 __all__ = ["SCALED_COL", "run_dataset_url", "held_out_split", "dataset_scaling", "scale_frame"]
 

@@ -17,6 +17,10 @@ import difflib
 import sys
 from typing import Any, Iterable, NoReturn, Sequence
 
+from rbm import read_config
+
+from ..driver import TrainingSettings
+
 __all__ = ["UsageError", "OneLineParser", "load_config", "check_keys", "parse_spark_conf", "closest"]
 
 #: Keys of a config file that are not flags of the command.
@@ -52,8 +56,6 @@ def load_config(path: str | None, known: Iterable[str] | None = None) -> dict[st
     """
     if not path:
         return {}
-    from rbm import read_config
-
     try:
         config = read_config(path)
     except (OSError, ValueError) as error:
@@ -67,8 +69,6 @@ def load_config(path: str | None, known: Iterable[str] | None = None) -> dict[st
         if settings is not None:
             if not isinstance(settings, dict):
                 raise UsageError(f"--config {path}: 'settings' must be a mapping of training settings")
-            from ..driver._settings import TrainingSettings
-
             fields = {field.name for field in dataclasses.fields(TrainingSettings)}
             check_keys(settings, fields, f"--config {path}: settings")
         spark_conf = config.get("spark_conf")

@@ -30,17 +30,11 @@ import storage
 
 from .._contract import NodeConfig, PartitionReport, params_digest
 from .._errors import TrainingError, short_error
-from ..data._prepare import PreparedData, filled_partitions
-from ..modes._registry import mode_named
-from ..modes._scaling import max_learning_rate_factor
-from ..run._keys import resolve_run_key
-from ..run._lease import DriverLease
-from ..run._record import RunRecord
-from ..run._run_store import STALE_TEMPORARY_S, open_checked_store, sweep_temporaries
-from ..run._work_folders import remove_work_folders
-from ..watch._reachability import ReachabilityWatch
-from ..watch._validation import ValidationSet
-from ..watch._watch import RunWatch
+from ..data import PreparedData, filled_partitions
+from ..modes import max_learning_rate_factor, mode_named
+from ..run import (STALE_TEMPORARY_S, DriverLease, RunRecord, open_checked_store, remove_work_folders, resolve_run_key,
+                   sweep_temporaries)
+from ..watch import ReachabilityWatch, RunWatch, ValidationSet
 from ._fit_data import model_input, prepare_fit_data
 from ._fit_jobs import FitJobs
 from ._node_config import node_config

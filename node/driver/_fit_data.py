@@ -15,11 +15,11 @@ from pyspark.sql import SparkSession
 
 import rbm
 
-from ..data._prepare import PreparedData, check_model_input, count_rows, prepare_training_data
 from .._errors import InputDataError
-from ..modes._registry import mode_named
+from ..data import PreparedData, check_model_input, count_rows, prepare_training_data
+from ..modes import mode_named
+from ..watch import ValidationSet, hold_out_validation
 from ._settings import TrainingSettings
-from ..watch._validation import ValidationSet, hold_out_validation
 
 __all__ = ["fit_partitions", "model_input", "prepare_fit_data"]
 

@@ -23,10 +23,9 @@ import storage
 
 from .._contract import ModeOptions, NodeConfig, TaskSpec, encode, params_digest
 from .._errors import short_error
-from ..data._prepare import PreparedData, filled_partitions
-from ..executor._resident import write_partitions_task
-from ..executor._tasks import release_run_task, run_training_task
-from ..run._record import RunRecord
+from ..data import PreparedData, filled_partitions
+from ..executor import release_run_task, run_training_task, write_partitions_task
+from ..run import RunRecord
 from ._progress import EpochProgress
 from ._settings import TrainingSettings
 from ._training_job import TrainingJob

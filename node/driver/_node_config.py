@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from .._contract import NodeConfig
-from ..data._prepare import PreparedData
-from ..modes._registry import mode_named
-from ..executor._network import is_local_master
-from ..modes._scaling import default_warmup_partitions
+from ..data import PreparedData
+from ..executor import is_local_master
+from ..modes import default_warmup_partitions, mode_named
 from ._settings import TrainingSettings
 
 __all__ = ["node_config"]

@@ -16,8 +16,8 @@ from tqdm.auto import tqdm
 import storage
 
 from .._errors import TrainingError, short_error
-from ..watch._reachability import merges_by_node, merges_text
-from ..modes._scaling import scaling_warning
+from ..modes import scaling_warning
+from ..watch import merges_by_node, merges_text
 
 __all__ = ["EpochProgress", "partitions_done", "progress_postfix", "SparkJob", "summarize_epoch", "summary_line"]
 

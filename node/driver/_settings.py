@@ -8,12 +8,10 @@ from typing import Any, Mapping, Sequence
 
 from actors import parse_port_range
 
-from ..data._labels import DEFAULT_MAX_CLASSES
-from ..executor._network import check_host_settings
-from ..modes._registry import check_mode
-from ..modes._scaling import SCALE_RULES
-from ..watch._early_stopping import EarlyStopping
-from ..watch._watch import DEFAULT_LOG_DIR
+from ..data import DEFAULT_MAX_CLASSES
+from ..executor import check_host_settings
+from ..modes import SCALE_RULES, check_mode
+from ..watch import DEFAULT_LOG_DIR, EarlyStopping
 
 __all__ = ["TrainingSettings"]
 

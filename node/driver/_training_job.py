@@ -15,10 +15,10 @@ import logging
 import storage
 
 from .._contract import PartitionReport, TaskSpec, decode
-from ..data._prepare import PreparedData, filled_partitions
 from .._errors import InputDataError, TrainingError, short_error
+from ..data import PreparedData, filled_partitions
+from ..modes import claimed_partitions, stop_epoch
 from ._progress import EpochProgress, SparkJob
-from ..modes._stealing import claimed_partitions, stop_epoch
 
 __all__ = ["TrainingJob"]
 

@@ -32,9 +32,8 @@ import storage
 
 from .._contract import NodeConfig, PartitionReport, TaskSpec
 from .._errors import InputDataError
-from ..data._labels import encode_labels
-from ..modes._protocols import PartitionWork, Trained
-from ..modes._scaling import NodeScaling, schedule_epoch
+from ..data import encode_labels
+from ..modes import NodeScaling, PartitionWork, Trained, schedule_epoch
 from ._network import choose_node_address
 from ._resident import NodeData
 

@@ -34,9 +34,9 @@ import numpy as np
 import storage
 
 from .._contract import NodeConfig, decode
-from ..data._prepare import Block, Element, decode_block, encode_block, iter_blocks
 from .._errors import TrainingError, short_error
-from ..run._work_folders import blocks_folder
+from ..data import Block, Element, decode_block, encode_block, iter_blocks
+from ..run import blocks_folder
 
 __all__ = ["NodeData", "write_partition", "write_partitions_task"]
 

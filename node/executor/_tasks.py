@@ -16,7 +16,7 @@ from typing import Any, Iterator
 from pyspark import Broadcast
 
 from .._contract import ContractError, NodeConfig, TaskSpec, decode, encode
-from ..modes._registry import mode_named
+from ..modes import mode_named
 from ._node import ExecutorNode
 from ._worker_heap import settle_worker_heap
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from .._contract import AsyncOptions, PartitionReport, TaskSpec
 from .._errors import InputDataError
-from ..data._prepare import Block
+from ..data import Block
 from ._base import TrainingMode
 from ._protocols import ModeDriver, ModeNode, ModeSettings, PartitionWork
 from ._stealing import PartitionQueue

@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from typing import ClassVar, Iterator
 
 from .._contract import ModeOptions, PartitionReport, TaskSpec
-from ..data._prepare import Block
+from ..data import Block
 from ._protocols import ModeDriver, ModeNode, ModeSettings
 from ._scaling import default_partitions, node_batch_size
 

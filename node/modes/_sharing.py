@@ -45,7 +45,7 @@ import storage
 
 from .._contract import PartitionReport, SharingOptions, TaskSpec
 from .._errors import InputDataError
-from ..data._prepare import Block
+from ..data import Block
 from ._base import TrainingMode
 from ._protocols import ModeDriver, ModeNode, ModeSettings, PartitionWork
 from ._stealing import PartitionQueue

@@ -51,8 +51,8 @@ from typing import Iterator
 import storage
 
 from .._contract import TaskSpec
-from ..data._prepare import Block
-from ..run._work_folders import claims_folder
+from ..data import Block
+from ..run import claims_folder
 from ._protocols import ModeNode
 
 __all__ = ["PartitionQueue", "claimed_partitions", "stop_epoch"]

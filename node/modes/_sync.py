@@ -48,7 +48,7 @@ import storage
 
 from .._contract import PartitionReport, SyncOptions, TaskSpec
 from .._errors import InputDataError, TrainingError
-from ..data._prepare import Block
+from ..data import Block
 from ._base import TrainingMode
 from ._protocols import ModeDriver, ModeNode, ModeSettings, PartitionWork
 

@@ -19,7 +19,8 @@ import pyarrow as pa
 from pyspark.sql.types import NumericType
 
 from .._errors import InputDataError
-from ..data._frames import feature_column_kind, features_from_arrow, is_dataframe, is_rdd
+from ..data import feature_column_kind, features_from_arrow, is_dataframe, is_rdd
+from ..driver import get_spark_session
 from ._inference import (
     check_first_row,
     model_classes,
@@ -29,7 +30,6 @@ from ._inference import (
     raise_input_errors_from,
     task_location,
 )
-from ..driver._session import get_spark_session
 
 __all__ = ["ClassificationReport", "evaluate"]
 

@@ -28,8 +28,8 @@ import rbm
 import storage
 
 from .._errors import InputDataError
-from ..data._frames import feature_column_kind, features_from_arrow
-from ..executor._worker_heap import settle_worker_heap
+from ..data import feature_column_kind, features_from_arrow
+from ..executor import settle_worker_heap
 
 __all__ = ["predict_dataframe", "model_payload", "model_from_payload", "predict_proba_batched", "raw_predictions"]
 

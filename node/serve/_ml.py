@@ -50,10 +50,10 @@ from pyspark.ml.util import (
 import rbm
 import storage
 
-from ..driver._trainer import Trainer
 from .._errors import InputDataError
+from ..driver import Trainer
+from ..modes import MODE_NAMES
 from ._inference import model_payload, predict_dataframe
-from ..modes._registry import MODE_NAMES
 
 __all__ = ["DBNClassifier", "DBNClassificationModel"]
 
@@ -325,7 +325,6 @@ class _ModelReader(MLReader):
         self.cls = cls
 
     def load(self, path: str) -> DBNClassificationModel:
-        import rbm
         metadata = DefaultParamsReader.loadMetadata(path, self.sparkSession)
         store = storage.open_store(path)
         name = metadata.get("modelFile", MODEL_FILE)

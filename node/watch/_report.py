@@ -32,7 +32,7 @@ import numpy as np
 import storage
 
 from .._errors import InputDataError, StoreAccessError, TrainingError
-from ..run._run_access import RunView, open_run, run_model_arrays
+from ..run import RunView, open_run, run_model_arrays
 
 __all__ = ["render_report", "filter_grid"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..run._run_access import open_run
+from ..run import open_run
 
 __all__ = ["run_status", "format_status"]
 

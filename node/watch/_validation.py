@@ -42,9 +42,8 @@ from threadpoolctl import threadpool_limits
 import rbm
 import storage
 
-from ..data._prepare import decode_block, encode_block
 from .._errors import InputDataError
-from ..data._frames import features_from_arrow, is_dataframe, labels_from_arrow
+from ..data import decode_block, encode_block, features_from_arrow, is_dataframe, labels_from_arrow
 
 __all__ = ["ValidationSet", "Validator", "hold_out_validation", "is_supervised", "phase_metrics", "validation_sums",
            "JOB_START_S", "PROBE_ROWS", "VALIDATION_METRICS", "LOG_LOSS_EPS"]

@@ -25,7 +25,7 @@ import storage
 
 from .._contract import params_digest
 from .._errors import InputDataError, TrainingError
-from ..run._record import RunRecord
+from ..run import RunRecord
 from ._early_stopping import EarlyStopping, best_result_name
 from ._live import LiveLog
 from ._mlflow_log import DEFAULT_TRACKING_URI, MlflowLog
