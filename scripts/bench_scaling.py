@@ -34,10 +34,10 @@ with the nodes' combined minibatch (``n`` times the model's) at ``K`` times its 
 
 from __future__ import annotations
 
-import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
-_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
-import _venv  # noqa: E402
-_venv.ensure()
+if __name__ == "__main__":  # started as a program: where the project is not importable, inside its virtualenv
+    import _venv
+
+    _venv.ensure()
 
 
 import argparse
@@ -50,11 +50,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import node  # noqa: E402
 import rbm  # noqa: E402
-from node.modes._registry import mode_named  # noqa: E402
+from node import TrainingSettings  # noqa: E402
+from node.modes import mode_named  # noqa: E402
 from node.modes._scaling import (default_warmup_partitions, learning_rate_scale, max_learning_rate_factor,  # noqa: E402
-                           resolve_rule, schedule_epoch)
-from node.driver._settings import TrainingSettings  # noqa: E402
+                                 resolve_rule, schedule_epoch)
+from rbm.datasets import load_digits01, load_digits28  # noqa: E402
 
 STRATEGIES = ("average", "linear", "sqrt", "auto", "linear-nowarmup", "delta-1.0", "delta-0.5", "every-2", "every-4",
               "linear-every-2")
@@ -62,8 +64,6 @@ STRATEGIES = ("average", "linear", "sqrt", "auto", "linear-nowarmup", "delta-1.0
 
 # ----------------------------------------------------------------------------- models and data
 def load(data: str, kind: str = "dbn"):
-    from rbm.datasets import load_digits01, load_digits28
-
     if data == "digits":
         return load_digits01(test_fraction=0.25, random_state=0)
     return load_digits28(flatten=kind != "lenet")
@@ -249,8 +249,6 @@ def part_spark(args) -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-
-    import node
 
     split = load(args.data, args.kind)
     per_node = args.partitions_per_node[0]

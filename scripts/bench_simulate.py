@@ -39,10 +39,10 @@ accuracy at equal samples and samples and time to a target; a PNG with one panel
 
 from __future__ import annotations
 
-import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
-_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
-import _venv  # noqa: E402
-_venv.ensure()
+if __name__ == "__main__":  # started as a program: where the project is not importable, inside its virtualenv
+    import _venv
+
+    _venv.ensure()
 
 
 import argparse
@@ -57,11 +57,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import rbm  # noqa: E402
 from actors import merge_snapshots  # noqa: E402
+from node import TrainingSettings  # noqa: E402
+from node.modes import NodeScaling, max_learning_rate_factor, mode_named, schedule_epoch  # noqa: E402
 from node.modes._sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
-from node.modes._registry import mode_named  # noqa: E402
-from node.modes._scaling import NodeScaling, max_learning_rate_factor, schedule_epoch  # noqa: E402
-from node.driver._settings import TrainingSettings  # noqa: E402
+from rbm.datasets import load_digits28, shift_images  # noqa: E402
 
 PHASE = "finetune"
 
@@ -108,8 +109,6 @@ class Curve:
 # ----------------------------------------------------------------------------- data and model
 def load_data(quick: bool):
     """digits28: training rows, and held-out test images shifted by up to one pixel (more test rows)."""
-    from rbm.datasets import load_digits28, shift_images
-
     split = load_digits28(shifts=[(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)] if quick else None)
     images = split.X_test.reshape(-1, 28, 28)
     shifts = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
@@ -119,8 +118,6 @@ def load_data(quick: bool):
 
 def pretrained_model(X: np.ndarray, y: np.ndarray, hidden: int, seed: int):
     """A DBN whose RBM layer is pretrained in one process: the start of every simulated node."""
-    import rbm
-
     model = rbm.DBN((hidden,), random_state=seed)
     model.initialize(X.shape[1], 10)
     for phase in model.phases()[:-1]:
