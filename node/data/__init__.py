@@ -10,12 +10,13 @@
 from ._frames import feature_column_kind, features_from_arrow, is_dataframe, is_rdd, labels_from_arrow
 from ._labels import DEFAULT_MAX_CLASSES, encode_labels
 from ._outputs import write_parquet_safely
-from ._prepare import (Block, Element, PreparedData, check_model_input, count_rows, decode_block, encode_block,
-                       filled_partitions, iter_blocks, prepare_training_data)
+from ._prepare import (Block, DataOptions, Element, PreparedData, check_model_input, count_rows, decode_block,
+                       encode_block, filled_partitions, iter_blocks, prepare_training_data)
 from ._stage_input import apply_scaling, stage_input
 from ._staging import RECIPES, stage_dataframe, stage_recipe
 
 __all__ = ["feature_column_kind", "features_from_arrow", "is_dataframe", "is_rdd", "labels_from_arrow",
-           "DEFAULT_MAX_CLASSES", "encode_labels", "write_parquet_safely", "Block", "Element", "PreparedData",
-           "check_model_input", "count_rows", "decode_block", "encode_block", "filled_partitions", "iter_blocks",
-           "prepare_training_data", "apply_scaling", "stage_input", "RECIPES", "stage_dataframe", "stage_recipe"]
+           "DEFAULT_MAX_CLASSES", "encode_labels", "write_parquet_safely", "Block", "DataOptions", "Element",
+           "PreparedData", "check_model_input", "count_rows", "decode_block", "encode_block", "filled_partitions",
+           "iter_blocks", "prepare_training_data", "apply_scaling", "stage_input", "RECIPES", "stage_dataframe",
+           "stage_recipe"]

@@ -39,8 +39,8 @@ from .._errors import InputDataError, StoreAccessError, short_error
 from ._frames import check_label_column, feature_column_kind, features_from_arrow, is_dataframe, is_rdd, labels_from_arrow
 from ._labels import DEFAULT_MAX_CLASSES, check_known_labels, encode_labels, merge_class_sets, summarize_labels
 
-__all__ = ["PreparedData", "count_rows", "prepare_training_data", "check_model_input", "encode_block", "decode_block",
-           "filled_partitions", "iter_blocks"]
+__all__ = ["Block", "DataOptions", "PreparedData", "count_rows", "prepare_training_data", "check_model_input",
+           "encode_block", "decode_block", "filled_partitions", "iter_blocks"]
 
 logger = logging.getLogger(__name__)
 
@@ -266,11 +266,121 @@ def _check_arrays(X: Any, y: Any) -> tuple[np.ndarray, np.ndarray | None]:
     return features, labels
 
 
-def _dataframe_blocks(df: Any, features_col: str, label_col: str, partitions: int,
-                      max_classes: int) -> tuple[RDD, DataFrame]:
-    """Select features and labels, repartition, move per batch through Arrow.
+def count_rows(data: Any) -> int | None:
+    """Rows of training data before it is prepared (a Spark job for an RDD or DataFrame); None for a
+    staged dataset (its shards are its partitions) or data of a kind :func:`prepare_training_data` refuses."""
+    if isinstance(data, (np.ndarray, list, tuple)):
+        return len(data)
+    if is_dataframe(data) or is_rdd(data):
+        return int(data.count())
+    return None
 
-    Returns the blocks and the Arrow stage they read, persisted: :func:`prepare_training_data` runs
+
+@dataclass(frozen=True)
+class DataOptions:
+    """How :func:`prepare_training_data` reads and checks training data.
+
+    Attributes
+    ----------
+    partitions : int, optional
+        Number of partitions (default: twice the default parallelism).  A staged dataset
+        always uses one partition per shard.
+    features_col, label_col : str
+        DataFrame column names.
+    classes : ndarray, optional
+        The class set the model already fixes; every label must be one of them.
+    require_labels : bool
+        Raise when the data has no labels (supervised phases need them).
+    shuffle_seed : int or None
+        Shuffle numpy rows with this seed before splitting (None keeps the order).
+    max_classes : int
+        More distinct labels than this is an error naming the count.
+    """
+
+    partitions: int | None = None
+    features_col: str = "features"
+    label_col: str = "label"
+    classes: np.ndarray | None = field(default=None, compare=False)
+    require_labels: bool = False
+    shuffle_seed: int | None = 0
+    max_classes: int = DEFAULT_MAX_CLASSES
+
+
+@dataclass
+class _Read:
+    """Training data as one element per partition, not yet run: the RDD, what it came from, and a
+    DataFrame's Arrow stage to run before it (see :func:`_frame_blocks`)."""
+
+    blocks: RDD
+    source: str
+    arrow_stage: DataFrame | None = None
+
+
+def prepare_training_data(spark: SparkSession, data: Any, y: Any = None,
+                          options: DataOptions = DataOptions()) -> PreparedData:
+    """Turn ``data`` into checked, cached partitions, or raise :class:`~node.InputDataError`.
+
+    Parameters
+    ----------
+    spark : pyspark.sql.SparkSession
+    data : ndarray (n, *shape), RDD of (features, label), DataFrame, or str (staged dataset URL)
+    y : ndarray (n,), optional
+        Labels (numbers or strings), only with array ``data``.
+    options : DataOptions
+        Partitions, column names, the known classes, and the checks.
+
+    Returns
+    -------
+    PreparedData
+    """
+    return _cache_and_check(_read(spark.sparkContext, data, y, options), options)
+
+
+def _read(sc: Any, data: Any, y: Any, options: DataOptions) -> _Read:
+    """One element per partition of ``data``, whatever its kind (nothing runs yet)."""
+    partitions = int(options.partitions or 2 * sc.defaultParallelism)
+    if partitions < 1:
+        raise InputDataError(f"partitions must be >= 1, got {partitions}")
+    if isinstance(data, str):
+        return _staged_blocks(sc, data, y, options.max_classes)
+    if isinstance(data, (np.ndarray, list, tuple)):
+        return _array_blocks(sc, data, y, partitions, options)
+    if is_dataframe(data):
+        return _frame_blocks(data, options.features_col, options.label_col, partitions, options.max_classes)
+    if is_rdd(data):
+        return _row_blocks(data, y, partitions, options.max_classes)
+    raise InputDataError(f"unsupported training data of type {type(data).__name__}: pass numpy arrays, "
+                         "an RDD of (features, label), a DataFrame or a staged dataset URL")
+
+
+def _staged_blocks(sc: Any, url: str, y: Any, max_classes: int) -> _Read:
+    """A staged dataset: each executor reads its own shard from the store, one shard per partition."""
+    dataset = _open_dataset(url)
+    if y is not None:
+        raise InputDataError("y must not be given with a staged dataset URL (its labels are staged with it)")
+    partitions = int(dataset.num_shards)
+    if partitions < 1:
+        raise InputDataError(f"dataset {url!r} has no shards")
+    blocks = sc.parallelize(range(partitions), partitions).mapPartitionsWithIndex(
+        functools.partial(_read_shard, dataset, max_classes))
+    return _Read(blocks, f"dataset {url}")
+
+
+def _array_blocks(sc: Any, data: Any, y: Any, partitions: int, options: DataOptions) -> _Read:
+    """numpy arrays, checked and split on the driver (shuffled with ``options.shuffle_seed``)."""
+    X, labels = _check_arrays(data, y)
+    if labels is not None and options.classes is not None:
+        encode_labels(labels, options.classes)  # names the caller's own row of a label the model does not know
+    partitions = min(partitions, len(X))
+    rng = np.random.default_rng(options.shuffle_seed) if options.shuffle_seed is not None else None
+    blocks = sc.parallelize(_split_arrays(X, labels, partitions, rng, options.max_classes), partitions)
+    return _Read(blocks, f"arrays {X.shape}")
+
+
+def _frame_blocks(df: Any, features_col: str, label_col: str, partitions: int, max_classes: int) -> _Read:
+    """A DataFrame: select features and labels, repartition, move per batch through Arrow.
+
+    Returns the blocks and the Arrow stage they read, persisted: :func:`_cache_and_check` runs
     the stage in a job of its own before the blocks' and drops it once they are cached.  Pipelined
     into the blocks' Python stage, ``mapInArrow`` took a second Python worker in each task, and a
     Spark executor keeps every worker it makes: ``local[2]`` kept four, and the fit's nodes took
@@ -287,102 +397,27 @@ def _dataframe_blocks(df: Any, features_col: str, label_col: str, partitions: in
     arrow = selected.mapInArrow(_arrow_batches_to_blocks, "payload binary, error string").persist()
     blocks = arrow.rdd.map(lambda row: {"payload": row.payload, "error": row.error}).mapPartitionsWithIndex(
         functools.partial(_arrow_blocks_to_element, max_classes))
-    return blocks, arrow
+    return _Read(blocks, f"DataFrame[{features_col}, {label_col}]", arrow)
 
 
-def count_rows(data: Any) -> int | None:
-    """Rows of training data before it is prepared (a Spark job for an RDD or DataFrame); None for a
-    staged dataset (its shards are its partitions) or data of a kind :func:`prepare_training_data` refuses."""
-    if isinstance(data, (np.ndarray, list, tuple)):
-        return len(data)
-    if is_dataframe(data) or is_rdd(data):
-        return int(data.count())
-    return None
+def _row_blocks(data: RDD, y: Any, partitions: int, max_classes: int) -> _Read:
+    """An RDD of ``(features, label)`` rows (or bare features), one element per partition."""
+    if y is not None:
+        raise InputDataError("y must not be given with an RDD (rows are (features, label) pairs)")
+    rdd = data if data.getNumPartitions() == partitions else data.repartition(partitions)
+    return _Read(rdd.mapPartitionsWithIndex(functools.partial(_rows_to_element, max_classes)),
+                 "RDD of (features, label)")
 
 
-def prepare_training_data(
-    spark: SparkSession,
-    data: Any,
-    y: Any = None,
-    *,
-    partitions: int | None = None,
-    features_col: str = "features",
-    label_col: str = "label",
-    classes: np.ndarray | None = None,
-    require_labels: bool = False,
-    shuffle_seed: int | None = 0,
-    max_classes: int = DEFAULT_MAX_CLASSES,
-) -> PreparedData:
-    """Turn ``data`` into checked, cached partitions, or raise :class:`~node.InputDataError`.
-
-    Parameters
-    ----------
-    spark : pyspark.sql.SparkSession
-    data : ndarray (n, *shape), RDD of (features, label), DataFrame, or str (staged dataset URL)
-    y : ndarray (n,), optional
-        Labels (numbers or strings), only with array ``data``.
-    partitions : int, optional
-        Number of partitions (default: twice the default parallelism).  A staged dataset
-        always uses one partition per shard.
-    features_col, label_col : str
-        DataFrame column names.
-    classes : ndarray, optional
-        The class set the model already fixes; every label must be one of them.
-    require_labels : bool
-        Raise when the data has no labels (supervised phases need them).
-    shuffle_seed : int or None
-        Shuffle numpy rows with this seed before splitting (None keeps the order).
-    max_classes : int
-        More distinct labels than this is an error naming the count.
-
-    Returns
-    -------
-    PreparedData
-    """
-    sc = spark.sparkContext
-    arrow_stage = None  # a DataFrame's Arrow stage, run before the blocks (see _dataframe_blocks)
-    partitions = int(partitions or 2 * sc.defaultParallelism)
-    if partitions < 1:
-        raise InputDataError(f"partitions must be >= 1, got {partitions}")
-    if isinstance(data, str):
-        dataset = _open_dataset(data)
-        if y is not None:
-            raise InputDataError("y must not be given with a staged dataset URL (its labels are staged with it)")
-        partitions = int(dataset.num_shards)
-        if partitions < 1:
-            raise InputDataError(f"dataset {data!r} has no shards")
-        blocks = sc.parallelize(range(partitions), partitions).mapPartitionsWithIndex(
-            functools.partial(_read_shard, dataset, max_classes))
-        source = f"dataset {data}"
-    elif isinstance(data, (np.ndarray, list, tuple)):
-        X, labels = _check_arrays(data, y)
-        if labels is not None and classes is not None:
-            encode_labels(labels, classes)  # names the caller's own row of a label the model does not know
-        partitions = min(partitions, len(X))
-        rng = np.random.default_rng(shuffle_seed) if shuffle_seed is not None else None
-        blocks = sc.parallelize(_split_arrays(X, labels, partitions, rng, max_classes), partitions)
-        source = f"arrays {X.shape}"
-    elif is_dataframe(data):
-        blocks, arrow_stage = _dataframe_blocks(data, features_col, label_col, partitions, max_classes)
-        partitions = blocks.getNumPartitions()
-        source = f"DataFrame[{features_col}, {label_col}]"
-    elif is_rdd(data):
-        if y is not None:
-            raise InputDataError("y must not be given with an RDD (rows are (features, label) pairs)")
-        rdd = data if data.getNumPartitions() == partitions else data.repartition(partitions)
-        blocks = rdd.mapPartitionsWithIndex(functools.partial(_rows_to_element, max_classes))
-        source = "RDD of (features, label)"
-    else:
-        raise InputDataError(f"unsupported training data of type {type(data).__name__}: pass numpy arrays, "
-                             "an RDD of (features, label), a DataFrame or a staged dataset URL")
-
-    blocks = blocks.cache()
+def _cache_and_check(read: _Read, options: DataOptions) -> PreparedData:
+    """Cache the elements and check their summaries: the one Spark aggregation over the data."""
+    blocks, source = read.blocks.cache(), read.source
     blocks.setName(f"sparkdbn training data ({source})")
     try:
-        if arrow_stage is not None:
-            arrow_stage.count()
+        if read.arrow_stage is not None:
+            read.arrow_stage.count()
         summaries = sorted(blocks.map(lambda element: element[1]).collect(), key=lambda s: s["partition"])
-        prepared = _check_summaries(summaries, source, classes, require_labels, max_classes)
+        prepared = _check_summaries(summaries, source, options.classes, options.require_labels, options.max_classes)
     except InputDataError:
         blocks.unpersist()
         raise
@@ -390,8 +425,8 @@ def prepare_training_data(
         blocks.unpersist()
         raise InputDataError(f"reading the training data ({source}) failed: {short_error(error)}") from error
     finally:
-        if arrow_stage is not None:
-            arrow_stage.unpersist()  # the blocks are cached (or the fit is refused)
+        if read.arrow_stage is not None:
+            read.arrow_stage.unpersist()  # the blocks are cached (or the fit is refused)
     prepared.blocks = blocks
     return prepared
 

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 import rbm
 
 from .._errors import InputDataError
-from ..data import PreparedData, check_model_input, count_rows, prepare_training_data
+from ..data import DataOptions, PreparedData, check_model_input, count_rows, prepare_training_data
 from ..modes import mode_named
 from ..watch import ValidationSet, hold_out_validation
 from ._settings import TrainingSettings
@@ -49,11 +49,11 @@ def prepare_fit_data(spark: SparkSession, settings: TrainingSettings, model: Any
     data, y, validation = hold_out_validation(
         spark, data, y, fraction=settings.validation_fraction, given=settings.validation_data,
         seed=settings.seed, features_col=settings.features_col, label_col=settings.label_col)
-    prepared = prepare_training_data(
-        spark, data, y, partitions=fit_partitions(settings, nodes, spec.get("batch_size"), data),
-        features_col=settings.features_col, label_col=settings.label_col,
-        classes=None if fixed is None else np.asarray(fixed), require_labels=require_labels,
-        shuffle_seed=settings.seed if settings.shuffle else None, max_classes=settings.max_classes)
+    prepared = prepare_training_data(spark, data, y, DataOptions(
+        partitions=fit_partitions(settings, nodes, spec.get("batch_size"), data), features_col=settings.features_col,
+        label_col=settings.label_col, classes=None if fixed is None else np.asarray(fixed),
+        require_labels=require_labels, shuffle_seed=settings.seed if settings.shuffle else None,
+        max_classes=settings.max_classes))
     try:
         width = getattr(model, "n_features_in_", None)
         if width is not None and int(width) != int(np.prod(prepared.feature_shape)):
