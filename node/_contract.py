@@ -115,7 +115,7 @@ class NodeConfig:
 
 @dataclass(frozen=True)
 class AsyncOptions:
-    """``mode="async"``: no options of its own (what it uses -- fanout, merge_alpha, flush_timeout_s -- the node has)."""
+    """``mode="async"``: no options of its own (what it uses, fanout, merge_alpha and flush_timeout_s, the node has)."""
 
 
 @dataclass(frozen=True)

@@ -220,8 +220,8 @@ class Fit:
     def _train_epochs(self, phase: str, start: dict[str, np.ndarray], first: int, epochs: int) -> None:
         mode = mode_named(self.settings.mode)
         progress = EpochProgress(self.settings.progress, self.sc, self.group,
-                                 total=self.prepared.partitions * (epochs - first), description=f"{self.run_id} {phase}",
-                                 samples_per_partition=self.prepared.n_samples / max(1, self.prepared.partitions))
+                                 total=self.prepared.partitions * (epochs - first),
+                                 description=f"{self.run_id} {phase}", samples_per_partition=self.prepared.n_samples / max(1, self.prepared.partitions))
         # The whole model with ``start`` as the phase's parameters: the earlier phases' results too.
         self.jobs.begin_phase(phase, {**self.model.parameters(), **start}, progress)
         try:

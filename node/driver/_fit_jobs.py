@@ -109,7 +109,7 @@ class FitJobs:
         self._queued.job.submitted()
 
     def take_queued_job(self, phase: str, epoch: int) -> TrainingJob | None:
-        """The job queued for ``epoch`` of ``phase`` (:meth:`queue_job`), else None (one queued for another is stopped)."""
+        """The job queued for ``epoch`` of ``phase`` (:meth:`queue_job`), else None (one queued for another stops)."""
         job, self._queued = self._queued, None
         if job is not None and (job.task.phase, job.task.epoch) != (phase, epoch):
             job.stop()

@@ -1,10 +1,11 @@
 """A training job of a fit: it starts when made, and its nodes' reports come when the driver asks.
 
 :meth:`node.driver.FitJobs.start_job` makes one (a Spark job over the slots' numbers, collected
-in a helper thread).  Asking for its reports moves the phase's progress bar as the nodes claim its partitions.  ``async`` starts the next epoch's job
-while one runs (:mod:`node.modes._async`), so a node that ends its share of an epoch starts the
-next at once; when the driver will not wait for such a job (early stopping ended the phase),
-:meth:`TrainingJob.stop` has the nodes skip what they have not started and waits for them.
+in a helper thread).  Asking for its reports moves the phase's progress bar as the nodes claim
+its partitions.  ``async`` starts the next epoch's job while one runs (:mod:`node.modes._async`),
+so a node that ends its share of an epoch starts the next at once; when the driver will not wait
+for such a job (early stopping ended the phase), :meth:`TrainingJob.stop` has the nodes skip
+what they have not started and waits for them.
 """
 
 from __future__ import annotations

@@ -81,7 +81,8 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
     task = decode(encoded_task, TaskSpec)
     mode = mode_named(task.mode)
     if not isinstance(task.options, mode.options_type):
-        raise ContractError(f"a {task.mode!r} task carries {type(task.options).__name__}, not {mode.options_type.__name__}")
+        raise ContractError(f"a {task.mode!r} task carries {type(task.options).__name__}, "
+                            f"not {mode.options_type.__name__}")
     list(elements)  # the slot's number (read to the end, or PySpark does not reuse the worker)
     node = _node_for(task.node)
     blocks = node.data.slot(list(task.slots[partition]))

@@ -43,7 +43,7 @@ class TrainingMode(ABC):
 
     def node_batch_size(self, settings: ModeSettings, nodes: int, rows: int, batch_size: int | None,
                         max_rate_factor: float | None = None) -> int | None:
-        """The minibatch each node trains with (:func:`node.modes._scaling.node_batch_size`; None: the model has none)."""
+        """The minibatch each node trains with (see :func:`node_batch_size`; None: the model has none)."""
         return node_batch_size(self._rule(settings), batch_size, nodes, rows, max_rate_factor)
 
     def _rule(self, settings: ModeSettings) -> str:

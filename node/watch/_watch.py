@@ -53,7 +53,7 @@ class WatchSettings(Protocol):
 
 
 class WatchedFit(Protocol):
-    """What :meth:`RunWatch.start` reads of the fit it watches (:class:`node.driver.Fit`), once its record is written."""
+    """What :meth:`RunWatch.start` reads of the fit it watches (:class:`node.driver.Fit`), its record written."""
 
     settings: WatchSettings
     run_id: str

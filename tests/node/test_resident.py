@@ -93,7 +93,8 @@ def test_the_fits_first_job_stores_every_partition_and_every_job_carries_only_th
                 for index in range(5)]
     jobs, cached = [], spark.sparkContext.parallelize(elements, 5).cache()
     fit = FitJobs.__new__(FitJobs)  # the slots and the stored partitions only: no training job starts
-    fit.sc, fit._nodes, fit.run_id, fit.node_config, fit._slots = spark.sparkContext, 2, "r1", config_for(store_url), None
+    fit.sc, fit._nodes, fit.run_id, fit._slots = spark.sparkContext, 2, "r1", None
+    fit.node_config = config_for(store_url)
     fit.prepared = SimpleNamespace(rows_per_partition=[3] * 5, blocks=cached, unpersist=cached.unpersist)
     fit._progress = SimpleNamespace(run_job=lambda rdd, description, partitions: jobs.append(rdd.collect()))
     for _job in range(3):
