@@ -14,20 +14,14 @@
 import logging
 
 from ._contract import ContractError
-from ._driver import Trainer, default_store_url, train
-from ._keys import RunKey, RunKeyError, resolve_run_key, stored_key_path
-from ._lease import LeaseHeldError, LeaseLostError
 from ._errors import InputDataError, NodeError, StoreAccessError, TrainingError
-from ._evaluation import ClassificationReport, evaluate
-from ._inference import predict_dataframe
-from ._ml import DBNClassificationModel, DBNClassifier
-from ._modes import MODE_NAMES
-from ._report import render_report
-from ._run_access import RunView, load_run_model, open_run
-from ._session import get_spark_session
-from ._settings import TrainingSettings
-from ._spark_conf import SparkConfError
-from ._staging import RECIPES, stage_dataframe, stage_recipe
+from .data import RECIPES, stage_dataframe, stage_recipe
+from .driver import SparkConfError, Trainer, TrainingSettings, default_store_url, get_spark_session, train
+from .modes import MODE_NAMES
+from .run import (LeaseHeldError, LeaseLostError, RunKey, RunKeyError, RunView, load_run_model, open_run,
+                  resolve_run_key, stored_key_path)
+from .serve import ClassificationReport, DBNClassificationModel, DBNClassifier, evaluate, predict_dataframe
+from .watch import render_report
 
 __all__ = [
     "Trainer",

@@ -19,10 +19,10 @@
 
 from __future__ import annotations
 
-import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
-_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
-import _venv  # noqa: E402
-_venv.ensure()
+if __name__ == "__main__":  # started as a program: where the project is not importable, inside its virtualenv
+    import _venv
+
+    _venv.ensure()
 
 
 import argparse
@@ -42,6 +42,7 @@ from threadpoolctl import threadpool_limits
 import actors
 import rbm
 import storage
+from rbm.datasets import load_digits28
 
 from _results import BenchRun, add_json_option
 
@@ -207,8 +208,6 @@ def start_webhdfs(root: str) -> tuple[subprocess.Popen, str]:
 
 def round_cost(store_url: str, partition: int, rounds: int) -> dict[str, float]:
     """Median seconds of training one partition, merge(3 peers), publish(), and the background write."""
-    from rbm.datasets import load_digits28
-
     X = load_digits28().X_train.reshape(-1, 784)[:partition]
     model = rbm.RBM(n_components=500, batch_size=100, learning_rate=0.05, random_state=0).initialize(784)
     train_rng = np.random.default_rng(0)

@@ -16,10 +16,10 @@ record notes them) as a share of the fit.
 
 from __future__ import annotations
 
-import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
-_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
-import _venv  # noqa: E402
-_venv.ensure()
+if __name__ == "__main__":  # started as a program: where the project is not importable, inside its virtualenv
+    import _venv
+
+    _venv.ensure()
 
 
 import argparse
@@ -32,6 +32,7 @@ import numpy as np
 import node
 import rbm
 from rbm.datasets import load_digits28
+from node.watch._live import LiveLog
 
 from _results import BenchRun, add_json_option
 
@@ -57,8 +58,6 @@ def one_fit(spark, folder: str, run: str, X, y, validation, epochs: int, partiti
 
 def live_log_write_s(folder: str, history: list[dict], repeats: int = 50) -> float:
     """Seconds one epoch's TensorBoard writes take on the driver (median over the run's epochs, repeated)."""
-    from node._live import LiveLog
-
     log = LiveLog(f"{folder}/timing")
     times = []
     for _ in range(repeats):

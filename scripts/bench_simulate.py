@@ -19,13 +19,13 @@ simulated.  A discrete-event clock orders the nodes' partitions:
   with :func:`actors.merge_snapshots` (``a = m / (m + 1)``);
 * ``sync``: every node trains one partition, then all nodes average (a barrier: the round ends
   with its slowest node, then each reads ``n - 1`` snapshots);
-* ``sharing``: the real mode's :class:`node._mode_sharing.ThresholdAccumulator` turns a node's
+* ``sharing``: the real mode's :class:`node.modes._sharing.ThresholdAccumulator` turns a node's
   change into a thresholded sparse update (with its residual); before a partition a node
   applies every visible peer update not applied yet, each once (summed with ``np.bincount``,
   equal to :meth:`SparseUpdate.apply_to` one after the other).
 
 Learning rates follow the project's default rule through the executor's own
-:class:`node._scaling.NodeScaling` (``"auto"``, warm-up 2): ``async`` counts the peers merged
+:class:`node.modes._scaling.NodeScaling` (``"auto"``, warm-up 2): ``async`` counts the peers merged
 in the last 4 partitions, ``sync`` the round's nodes, ``sharing`` none (as the real modes do).
 
 Output: held-out accuracy (the mean of the nodes' weights, as the phase consolidation takes it;
@@ -39,10 +39,10 @@ accuracy at equal samples and samples and time to a target; a PNG with one panel
 
 from __future__ import annotations
 
-import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
-_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
-import _venv  # noqa: E402
-_venv.ensure()
+if __name__ == "__main__":  # started as a program: where the project is not importable, inside its virtualenv
+    import _venv
+
+    _venv.ensure()
 
 
 import argparse
@@ -57,11 +57,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import rbm  # noqa: E402
 from actors import merge_snapshots  # noqa: E402
-from node._mode_sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
-from node._modes import mode_named  # noqa: E402
-from node._scaling import NodeScaling, max_learning_rate_factor, schedule_epoch  # noqa: E402
-from node._settings import TrainingSettings  # noqa: E402
+from node import TrainingSettings  # noqa: E402
+from node.modes import NodeScaling, max_learning_rate_factor, mode_named, schedule_epoch  # noqa: E402
+from node.modes._sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
+from rbm.datasets import load_digits28, shift_images  # noqa: E402
 
 from _results import BenchRun, add_json_option  # noqa: E402
 
@@ -110,8 +111,6 @@ class Curve:
 # ----------------------------------------------------------------------------- data and model
 def load_data(quick: bool):
     """digits28: training rows, and held-out test images shifted by up to one pixel (more test rows)."""
-    from rbm.datasets import load_digits28, shift_images
-
     split = load_digits28(shifts=[(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)] if quick else None)
     images = split.X_test.reshape(-1, 28, 28)
     shifts = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
@@ -121,8 +120,6 @@ def load_data(quick: bool):
 
 def pretrained_model(X: np.ndarray, y: np.ndarray, hidden: int, seed: int):
     """A DBN whose RBM layer is pretrained in one process: the start of every simulated node."""
-    import rbm
-
     model = rbm.DBN((hidden,), random_state=seed)
     model.initialize(X.shape[1], 10)
     for phase in model.phases()[:-1]:
@@ -171,7 +168,7 @@ def node_partitions(rows: int, nodes: int, partitions_per_node: int,
 
 def partitions_per_node(option: str, nodes: int, rows: int, batch_size: int, mode: str, fanout: int | None) -> int:
     """``--partitions-per-node`` for ``nodes`` nodes: the number given, or what a fit in ``mode`` takes by
-    default (:meth:`node._mode.TrainingMode.default_partitions`, scale rule auto)."""
+    default (:meth:`node.modes._base.TrainingMode.default_partitions`, scale rule auto)."""
     if option != "default":
         return int(option)
     settings = TrainingSettings(mode=mode, fanout=fanout, scale_rule="auto")
@@ -357,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=None, help="fine-tuning epochs (default 6, quick 2)")
     parser.add_argument("--partitions-per-node", default="default",
                         help="per epoch, or 'default': what a fit takes for these rows and nodes "
-                             "(node._scaling.default_partitions: 2, or 8 where the nodes take few steps)")
+                             "(node.modes._scaling.default_partitions: 2, or 8 where the nodes take few steps)")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--target", type=float, default=0.90)
     parser.add_argument("--straggler", type=float, default=1.0, help="node 0 this many times slower")

@@ -23,10 +23,10 @@ as N grows far past this machine.
 
 from __future__ import annotations
 
-import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
-_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
-import _venv  # noqa: E402
-_venv.ensure()
+if __name__ == "__main__":  # started as a program: where the project is not importable, inside its virtualenv
+    import _venv
+
+    _venv.ensure()
 
 
 import argparse
@@ -42,13 +42,14 @@ import time
 
 import numpy as np
 
+import node
+import rbm
 from _results import BenchRun, add_json_option
+from rbm.datasets import load_digits28
 
 
 # ----------------------------------------------------------------------------- part 1: Spark
 def make_dbn(seed: int):
-    import rbm
-
     return rbm.DBN(hidden_layer_sizes=(500, 500), batch_size=32, random_state=seed)
 
 
@@ -82,14 +83,11 @@ def _in_process(X, y, X_test, y_test, epochs: dict[str, int], partitions: int, s
 
 def spark_run(nodes: int, X, y, X_test, y_test, epochs: dict[str, int], partitions: int, seed: int,
               target: float, store_root: str, mode: str = "async") -> dict:
-    import node
-    import storage
-
     spark = node.get_spark_session(f"local[{nodes}]", app_name=f"bench-{nodes}-nodes")
     try:
         # Start the Python workers and import the packages first: not part of training speed.
         spark.sparkContext.parallelize(range(2 * nodes), 2 * nodes).map(
-            lambda _: __import__("node._executor") and os.getpid()).collect()
+            lambda _: __import__("node.executor._node") and os.getpid()).collect()
         store_url = "file://" + os.path.join(store_root, f"store-{mode}-{nodes}")
         model = make_dbn(seed)
         checks: list[tuple[float, float]] = []
@@ -135,8 +133,6 @@ def spark_run(nodes: int, X, y, X_test, y_test, epochs: dict[str, int], partitio
 
 def part1_setup(quick: bool, seed: int) -> tuple:
     """The data, epochs, partitions and target of part 1."""
-    from rbm.datasets import load_digits28
-
     split = load_digits28(shifts=[(0, 0), (1, 0), (0, 1), (-1, 0), (0, -1)] if quick else None, random_state=seed)
     epochs = {"rbm0": 2, "rbm1": 2, "finetune": 4 if quick else 6}
     return split, epochs, 8, 0.90 if quick else 0.95

@@ -1,4 +1,6 @@
-"""The scripts under scripts/ run inside the project's virtualenv, whichever ``python3`` is first on the PATH."""
+"""The scripts under scripts/ run in the environment they are started in where the project is importable there,
+else inside the project's virtualenv, whichever ``python3`` is first on the PATH; importing one never replaces the
+process."""
 
 from __future__ import annotations
 
@@ -59,3 +61,31 @@ def test_a_bench_script_given_json_writes_its_tables_and_output_stamped_with_mac
     assert [row[0] for row in shards["rows"]][1:] == [f"{store} read_shard ({layout})" for store in ("local", "webhdfs")
                                                        for layout in ("binary", "list")]
     assert run["output"] == result.stdout  # what it printed, kept whole
+
+
+@pytest.fixture
+def no_buildable_venv() -> dict:
+    """This environment (the project importable) with ``SPARKDBN_VENV`` naming a virtualenv that cannot be made: a
+    script that went for it would fail at once instead of building one."""
+    return {**os.environ, "SPARKDBN_VENV": "/dev/null/no-venv"}
+
+
+@pytest.mark.parametrize("script", ["bench_storage.py", "stage-dataset", "sparkdbn-submit"])
+def test_a_script_started_where_the_project_is_importable_runs_right_there(script, no_buildable_venv, tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--help"], env=no_buildable_venv,
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"{script}: {result.stderr[-2000:]}"
+    assert "usage:" in result.stdout
+    assert not (tmp_path / "no-venv").exists()
+
+
+def test_importing_a_bench_script_never_replaces_the_process(no_buildable_venv, tmp_path):
+    probe = ("import sys\n"
+             "sys.path.insert(0, 'tests')\n"
+             "from support.scripts import script_module\n"
+             "with script_module('bench_scaling.py') as module:\n"
+             "    print('still here:', module.STRATEGIES[0])\n")
+    result = subprocess.run([sys.executable, "-c", probe], env=no_buildable_venv, cwd=ROOT, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "still here: average"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 import numpy as np
 
@@ -21,13 +21,13 @@ from .._params import SpecConstructors, check_learning_rate_scale, spec_from_par
 from .._validation import check_labels
 from ._spec import plain
 
-if TYPE_CHECKING:  # the mixin is part of ConvNet, which imports this module
-    from ._convnet import ConvNet
-
 __all__ = ["ConvNetSeam", "PHASE"]
 
 PHASE = "train"
 CLASSES_KEY, INPUT_SHAPE_KEY = "meta.classes", "meta.input_shape"
+
+#: The net a seam method returns: the class it was called on (ConvNet, which this module does not import).
+_Net = TypeVar("_Net", bound="ConvNetSeam")
 
 
 class ConvNetSeam(SpecConstructors, MinibatchHook, ScheduleClock):
@@ -102,7 +102,7 @@ class ConvNetSeam(SpecConstructors, MinibatchHook, ScheduleClock):
         save_model(path, self.to_spec(), arrays)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "ConvNet":
+    def load(cls: type[_Net], path: str | os.PathLike) -> _Net:
         """A net saved with :meth:`save`: exact weights, same spec and classes."""
         spec, arrays = read_model_file(path)
         model = cls.from_spec(spec)

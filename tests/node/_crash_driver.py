@@ -15,7 +15,7 @@ import sys
 from crash_store import CrashingStore, harness_model, harness_settings
 
 import node
-import node._fit
+import node.driver._fit
 from rbm.datasets import load_digits01
 
 
@@ -26,7 +26,7 @@ def main() -> None:
         print(json.dumps({"killed_before": path}), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
 
-    node._fit.open_checked_store = lambda url, retry_timeout_s=30.0: CrashingStore(  # the driver's store
+    node.driver._fit.open_checked_store = lambda url, retry_timeout_s=30.0: CrashingStore(  # the driver's store
         url, crash_at=config["crash_at"], on_crash=die)
     spark = node.get_spark_session("local[2,4]", app_name="sparkdbn-crash-driver")
     split = load_digits01()

@@ -18,7 +18,7 @@ import node
 import rbm
 import storage
 from node._contract import NodeConfig
-from node._executor import ExecutorNode
+from node.executor._node import ExecutorNode
 
 
 KEY = b"consolidation-test-key-0123456789"

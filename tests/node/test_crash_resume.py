@@ -20,7 +20,7 @@ from crash_store import (HARNESS_EPOCHS, HARNESS_TOLERANCE, HARNESS_TRAINED, Cra
                          harness_model, harness_settings)
 
 import node
-import node._fit
+import node.driver._fit
 import rbm
 import storage
 
@@ -55,12 +55,12 @@ def uninterrupted(spark, digits, tmp_path_factory):
         counting.append(CrashingStore(url, crash_at=None, on_crash=lambda path: None))
         return counting[0]
 
-    original = node._fit.open_checked_store
-    node._fit.open_checked_store = open_counting
+    original = node.driver._fit.open_checked_store
+    node.driver._fit.open_checked_store = open_counting
     try:
         model = fit(spark, store_url, "reference", digits)
     finally:
-        node._fit.open_checked_store = original
+        node.driver._fit.open_checked_store = original
     return model.score(digits.X_test, digits.y_test), counting[0].writes
 
 
@@ -78,7 +78,7 @@ def test_a_store_write_failing_at_any_point_resumes_to_the_uninterrupted_model(s
                                                                                  uninterrupted, monkeypatch):
     reference, writes = uninterrupted
     store_url = "file://" + str(tmp_path / "store")
-    original = node._fit.open_checked_store
+    original = node.driver._fit.open_checked_store
     outcomes = {}
     for crash_at in range(1, len(writes) + 1):
         run_id = f"crash-{crash_at}"
@@ -86,11 +86,11 @@ def test_a_store_write_failing_at_any_point_resumes_to_the_uninterrupted_model(s
         def fail(path: str) -> None:
             raise SimulatedStoreFailure(f"injected: the store refused writing {path}")
 
-        monkeypatch.setattr(node._fit, "open_checked_store",
+        monkeypatch.setattr(node.driver._fit, "open_checked_store",
                             lambda url, retry_timeout_s=30.0: CrashingStore(url, crash_at=crash_at, on_crash=fail))
         with pytest.raises(SimulatedStoreFailure):
             fit(spark, store_url, run_id, digits)
-        monkeypatch.setattr(node._fit, "open_checked_store", original)
+        monkeypatch.setattr(node.driver._fit, "open_checked_store", original)
         model = fit(spark, store_url, run_id, digits)
         accuracy = model.score(digits.X_test, digits.y_test)
         saved = stored_model(store_url, run_id).score(digits.X_test, digits.y_test)

@@ -8,9 +8,9 @@ from sklearn.metrics import accuracy_score, classification_report, confusion_mat
 
 import rbm
 from node._errors import InputDataError
-from node._evaluation import ClassificationReport, evaluate
-from node._frames import features_from_arrow
-from node._inference import predict_dataframe
+from node.serve._evaluation import ClassificationReport, evaluate
+from node.data._frames import features_from_arrow
+from node.serve._inference import predict_dataframe
 from rbm.datasets import load_digits01
 
 

@@ -9,8 +9,8 @@ import pytest
 
 import rbm
 from node._errors import InputDataError
-from node._ml import DBNClassificationModel, DBNClassifier
-from node._report import render_report
+from node.serve._ml import DBNClassificationModel, DBNClassifier
+from node.watch._report import render_report
 from rbm.datasets import load_digits01
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 import node
 import storage
 from node._errors import InputDataError
-from node._report import filter_grid, merges_figure, render_report, training_curves_figure, validation_figure
+from node.watch._report import filter_grid, merges_figure, render_report, training_curves_figure, validation_figure
 from rbm import save_model
 
 

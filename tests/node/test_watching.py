@@ -14,8 +14,8 @@ import node
 import node.cli
 import rbm
 import storage
-from node._early_stopping import EarlyStopping
-from node._validation import LOG_LOSS_EPS, ValidationSet, Validator, hold_out_validation
+from node.watch._early_stopping import EarlyStopping
+from node.watch._validation import LOG_LOSS_EPS, ValidationSet, Validator, hold_out_validation
 
 pytestmark = pytest.mark.slow
 
@@ -152,7 +152,7 @@ def test_status_of_an_unknown_run_says_so_without_a_traceback(tmp_path, capsys):
 
 def test_early_stopping_stops_the_job_queued_behind_its_epoch_and_leaves_the_nodes_alive(spark, digits, tmp_path,
                                                                                         caplog):
-    # async starts each epoch's job before the one before ends (node._mode_async): when early stopping
+    # async starts each epoch's job before the one before ends (node.modes._async): when early stopping
     # ends the phase, the next epoch's job is running.  The driver has its nodes skip what they have not
     # started and waits for them; cancelling it instead would kill their Python workers.
     store_url = "file://" + str(tmp_path / "store")
@@ -162,7 +162,7 @@ def test_early_stopping_stops_the_job_queued_behind_its_epoch_and_leaves_the_nod
     trainer = node.Trainer(spark, store_url, **settings(
         run_id="stop-queued", epochs={"rbm0": 0, "finetune": 20}, validation_data=(X_val, y_val),
         early_stopping={"metric": "val_accuracy", "patience": 1, "min_delta": 0.05}))
-    with caplog.at_level("INFO", logger="node._training_job"):
+    with caplog.at_level("INFO", logger="node.driver._training_job"):
         trainer.fit(small_dbn(), X, y)
 
     epochs = [summary["epoch"] for summary in trainer.history_]
