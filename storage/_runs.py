@@ -212,9 +212,9 @@ class RunStore:
         legacy = self._read_legacy_record()
         if legacy is None and refused:
             raise AuthenticationError(
-                f"no record of run {self.run!r} in {self.store.url}/{self.prefix}/record verifies under the key given "
-                f"(wrong key? a run must be resumed with the key it was started with; or the files were written by "
-                f"someone without the key): {refused[0]}")
+                f"the record of run {self.run!r} ({self.store.url}/{self.prefix}/record, {len(refused)} file(s)) does "
+                f"not verify under the key given (wrong key? a run must be resumed with the key it was started with; "
+                f"or the files were written by someone without the key): {refused[0]}")
         return legacy
 
     def _read_legacy_record(self) -> dict | None:

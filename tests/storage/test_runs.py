@@ -73,7 +73,7 @@ def test_a_run_record_that_does_not_verify_raises_an_authentication_error_naming
     else:
         RunStore(store, "r2", KEY).write_record(record, generation=1)
         store.write_bytes(path, store.read_bytes("runs/r2/record/00000001-00000000.json"))
-    with pytest.raises(AuthenticationError, match=r"record of run 'r1' .* verifies under the key given \(wrong key"):
+    with pytest.raises(AuthenticationError, match=r"record of run 'r1' .* does not verify under the key given \(wrong"):
         runs.read_record()
 
 
