@@ -5,6 +5,8 @@
   sha256 and the HMAC of its name included) on a local directory and on WebHDFS (the ``hdfs`` client against the
   in-process test server), median ms over N runs, next to a plain ``np.save`` + ``os.replace``
   / ``np.load`` of the same array in the same directory.
+* a run record write, fenced (lease listing + exclusive create of the generation's next record + pruning),
+  next to one signed ``run.json`` replaced, as records were written before the fencing.
 * shard read throughput (MB/s of feature data) of ``Dataset.read_shard`` (sha256-verified
   Parquet -> numpy) against a plain ``np.load`` of the same arrays from local ``.npy`` files.
 
@@ -18,6 +20,7 @@ import _venv  # noqa: E402
 _venv.ensure()
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -60,16 +63,26 @@ def _bench_snapshots(stores: dict, runs: int, tmp: str) -> None:
             os.fsync(handle.fileno())
         os.replace(path + ".tmp", path)
 
+    def plain_put_fsync_directory():  # what a local store put makes durable since #33: the rename too
+        plain_put_fsync()
+        descriptor = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
     fsync_put_ms = _median_ms(plain_put_fsync, runs)
+    directory_put_ms = _median_ms(plain_put_fsync_directory, runs)
     plain_put_ms = _median_ms(plain_put, runs)
     plain_get_ms = _median_ms(lambda: np.load(path, allow_pickle=False), runs)
-    print("\nstore put = npz encode + sha256 + HMAC name + atomic write (local: fsync; webhdfs: CREATE, datanode PUT, "
-          "RENAME);")
+    print("\nstore put = npz encode + sha256 + HMAC name + atomic write (local: fsync, rename, directory fsync; webhdfs: "
+          "CREATE, datanode PUT, RENAME);")
     print("store get = MAC check + size-bounded read + sha256 check + npz decode (allow_pickle=False)")
     print(f"snapshot 784x500 float32 ({size_mb:.2f} MB), median of {runs} runs")
     print(f"{'backend':<10} {'put ms':>8} {'get ms':>8}   {'put / np.save':>13} {'get / np.load':>13}")
     print(f"{'np.save/load':<10} {plain_put_ms:8.2f} {plain_get_ms:8.2f}   {1.0:13.1f} {1.0:13.1f}")
     print(f"{'  +fsync':<10} {fsync_put_ms:8.2f} {'':8}   {fsync_put_ms / plain_put_ms:13.1f}")
+    print(f"{'  +dir fsync':<10} {directory_put_ms:8.2f} {'':8}   {directory_put_ms / plain_put_ms:13.1f}")
     for name, store in stores.items():
         weights = storage.WeightStore(store, "bench", b"bench-key-0123456789abcdef")
         version = iter(range(1, 10**6))
@@ -110,6 +123,30 @@ def _bench_shards(stores: dict, n_rows: int, shards: int, repeats: int, tmp: str
             print(f"{name + ' read_shard (' + layout + ')':<28} {rate:8.0f} {rate / reference:10.2f}")
 
 
+def _bench_records(stores: dict, runs: int) -> None:
+    """A run record write: fenced (list the lease folder, read the holder, create the generation's next record
+    file, prune this writer's third newest) against what it was before #33 (one signed run.json, replaced)."""
+    key = b"bench-key-0123456789abcdef"
+    record = {"status": "running", "steps": {f"phase{index}": {"epochs_done": index, "nodes": ["a", "b"]}
+                                             for index in range(4)}}
+    print(f"\nrun record write ({len(json.dumps(record))} bytes of JSON), median of {runs} runs")
+    print(f"{'backend':<10} {'replace ms':>10} {'fenced ms':>10} {'fenced / replace':>17}")
+    for name, store in stores.items():
+        folder = storage.LeaseFolder(store, "records")
+        folder.take(1, {"token": "bench"})
+        runs_store = storage.RunStore(store, "records", key)
+
+        def fenced() -> None:
+            view = folder.view()  # DriverLease.check_store: a newer generation?
+            assert view.generation == 1 and folder.holder(1) is not None  # ... and is this one's entry still there
+            runs_store.write_record(record, generation=1)
+
+        replace_ms = _median_ms(lambda: store.write_bytes("runs/records/run.json", storage.sign_json(
+            key, record, "sparkdbn run record v1", "records")), runs)
+        fenced_ms = _median_ms(fenced, runs)
+        print(f"{name:<10} {replace_ms:10.2f} {fenced_ms:10.2f} {fenced_ms / replace_ms:17.1f}")
+
+
 def _timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -128,6 +165,7 @@ def main() -> None:
         }
         print(f"storage benchmark ({'quick' if args.quick else 'full'}); WebHDFS test server at {server.url}")
         _bench_snapshots(stores, runs, tmp)
+        _bench_records(stores, runs)
         _bench_shards(stores, n_rows, 8, repeats, tmp)
 
 

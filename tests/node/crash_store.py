@@ -23,7 +23,7 @@ import storage
 __all__ = ["CrashingStore", "SimulatedStoreFailure", "assert_record_names_only_what_is_stored", "harness_model",
            "harness_settings", "HARNESS_EPOCHS", "HARNESS_LEASE_TIMEOUT_S", "HARNESS_TOLERANCE", "HARNESS_TRAINED"]
 
-#: The harness's small run: 2 + 6 epochs, 2 partitions (~18 driver writes, ~3 s a fit).
+#: The harness's small run: 2 + 6 epochs, 2 partitions (17 driver writes, ~3 s a fit on a quiet machine).
 HARNESS_EPOCHS = {"rbm0": 2, "finetune": 6}
 
 #: Short, so that a fit resuming after a driver killed without releasing its lease watches it only
@@ -32,8 +32,11 @@ HARNESS_LEASE_TIMEOUT_S = 1.0
 
 #: How far two asynchronous runs of the harness may lie apart in held-out accuracy: 0.925-0.944 over
 #: 22 fits on a quiet machine, 0.897 against 0.919 seen on a loaded one, and 0.050 apart once in a
-#: full-suite run.  What the tests guard against lies far outside it: a resume to untrained weights
-#: gives 0.10, to a phase's initial weights about 0.77, merged intruder values near chance.
+#: full-suite run; resumes after a crash at each of 17 writes (#33, load 10-18 on 2 cores): 0.916-0.944
+#: against an uninterrupted 0.930.  Issue #33 asked for 0.02: that is inside the spread of two
+#: *uninterrupted* runs on a loaded machine, so it would fail correct resumes.  What the tests guard
+#: against lies far outside 0.06: a resume to untrained weights gives 0.10, to a phase's initial
+#: weights about 0.77, merged intruder values near chance.
 HARNESS_TOLERANCE = 0.06
 
 #: The held-out accuracy any fully trained harness model reaches: the lowest seen, 0.897 on a loaded

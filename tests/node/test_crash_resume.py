@@ -19,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 from crash_store import (HARNESS_EPOCHS, HARNESS_LEASE_TIMEOUT_S, HARNESS_TOLERANCE, HARNESS_TRAINED, CrashingStore,
                          SimulatedStoreFailure, assert_record_names_only_what_is_stored, harness_model,
