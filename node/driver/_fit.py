@@ -6,6 +6,13 @@ the run record, completes every phase in order (its training mode runs the epoch
 model and marks the run done -- and in ``finally`` cancels its Spark jobs, stops its nodes and
 drops its broadcasts and cached data.
 
+Fencing (see :mod:`node.run._lease`): every store write of the driver is tied to its lease
+generation or named by its content -- records are new files of the generation, the model lives
+in the generation's own folder, phase results and early-stopping bests are files named by their
+sha256 -- and only the record says which are current.  A driver that lost the run (paused,
+cut off) and writes on can therefore only add files that no reader of the newer record looks at;
+it stops at its next renewal or record write, cancelling its Spark jobs, and says who took over.
+
 Crash consistency (see :mod:`node.run._record`): a phase is completed from what is stored, in one
 idempotent step.  A phase whose result is stored and verifies is loaded; one whose epochs all
 ran is consolidated from the newest snapshots of the nodes that trained its last epoch; one in
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import tempfile
 import time
 import uuid
@@ -32,8 +40,8 @@ from .._contract import NodeConfig, PartitionReport, params_digest
 from .._errors import TrainingError, short_error
 from ..data import PreparedData, filled_partitions
 from ..modes import max_learning_rate_factor, mode_named
-from ..run import (STALE_TEMPORARY_S, DriverLease, RunRecord, open_checked_store, remove_work_folders, resolve_run_key,
-                   sweep_temporaries)
+from ..run import (STALE_TEMPORARY_S, DriverLease, LeaseLostError, RunRecord, open_checked_store, remove_work_folders,
+                   resolve_run_key, sweep_temporaries)
 from ..watch import ReachabilityWatch, RunWatch, ValidationSet
 from ._fit_data import model_input, prepare_fit_data
 from ._fit_jobs import FitJobs
@@ -44,6 +52,9 @@ from ._settings import TrainingSettings
 __all__ = ["Fit"]
 
 logger = logging.getLogger(__name__)
+
+#: An early-stopping best (``node.watch._early_stopping.best_result_name``), as the store names it by content.
+_BEST = re.compile(r"^[^/]+\.best-[0-9a-f]{64}\.npz$")
 
 
 class Fit:
@@ -107,7 +118,8 @@ class Fit:
         self.key = self._resolve_key()
         self.runs = storage.RunStore(self.store, self.run_id, self.key)
         self.weights = storage.WeightStore(self.store, self.run_id, self.key)
-        self.lease = DriverLease(self.store, self.run_id, settings.lease_timeout_s)
+        self.lease = DriverLease(self.store, self.run_id, settings.lease_timeout_s, fit_id=self.fit_id,
+                                 on_lost=self._lease_lost)
         try:
             with self.lease:  # a second driver of the run is refused here, before any work
                 previous = self._earlier_record()
@@ -118,9 +130,13 @@ class Fit:
         finally:
             self._close()
 
+    def _lease_lost(self) -> None:
+        """Another driver took the run over (called from the lease's thread): stop this fit's Spark jobs now."""
+        self.sc.cancelJobGroup(self.group)
+
     def _resolve_key(self) -> bytes:
         """The run key: a resumed run must find the first fit's key, a new run may make one."""
-        resuming = self.store.exists(f"runs/{self.run_id}/run.json")
+        resuming = storage.has_run_record(self.store, self.run_id)
         return resolve_run_key(self.run_id, self.store_url, key=self._given_key, key_file=self.settings.key_file,
                                spark_conf=dict(self.sc.getConf().getAll()), create=not resuming).key
 
@@ -135,7 +151,7 @@ class Fit:
         settings, model, prepared = self.settings, self.model, self.prepared
         try:
             self.record, resumed = RunRecord.start(
-                self.runs, previous, spec=self.spec, phases=self.phases,
+                self.runs, self.lease, previous, spec=self.spec, phases=self.phases,
                 epochs={phase: settings.epochs_for(phase) for phase in self.phases}, settings=settings.to_dict(),
                 store_url=self.store_url, data_facts=self._data_facts(), classes=prepared.classes)
             if resumed:
@@ -160,9 +176,14 @@ class Fit:
                     logger.info("run %s stopped after phase %s as asked; fit again to resume", self.run_id, phase)
                     return model
             self._save_model("done")
-            logger.info("run %s done; model at %s/%s", self.run_id, self.store_url, self.runs.model_path())
+            logger.info("run %s done; model at %s/%s", self.run_id, self.store_url, self.record.data["model"]["path"])
             return model
         except BaseException as error:
+            if self.lease.lost and not isinstance(error, LeaseLostError):
+                try:
+                    self.lease.check()
+                except LeaseLostError as lost:  # the fit's jobs were cancelled because of it: say that, not "cancelled"
+                    raise lost from error
             self._mark_failed(error)
             raise
 
@@ -210,8 +231,8 @@ class Fit:
             consolidation = self.weights.consolidate(phase, record.nodes(phase))
             result, origin = consolidation.params, f"consolidated from {len(consolidation.refs)} node(s)"
         result, origin = self.watch.best_result(phase) or (result, origin)
-        self.weights.put_phase_result(phase, result)
-        record.mark_phase(phase, params_digest(result), origin)
+        stored = self.weights.put_phase_result(phase, result)  # a new file named by its content
+        record.mark_phase(phase, params_digest(result), origin, stored)
         self._sweep_phase(phase)
         logger.info("run %s phase %s done: %s", self.run_id, phase, origin)
         self.watch.end_phase(phase, result)
@@ -249,7 +270,7 @@ class Fit:
 
     def _stored_result(self, phase: str) -> dict[str, np.ndarray] | None:
         try:
-            result = self.weights.get_phase_result(phase)
+            result = self.weights.get_phase_result(phase, self.record.result_file(phase))
         except storage.StoreError as error:
             logger.warning("run %s: the stored result of phase %s is unusable: %s", self.run_id, phase, error)
             return None
@@ -328,26 +349,58 @@ class Fit:
 
     # ------------------------------------------------------------------ the end
     def _save_model(self, status: str) -> None:
-        """Store the model atomically, then mark the run ``status`` naming its sha256 ("done" = it verifies)."""
+        """Store the model in the generation's folder, then mark the run ``status`` naming its path and sha256.
+
+        "done" means the model is there and verifies.  Once the record says "done" it names no
+        early-stopping best and no earlier generation's model any more: those are removed then.
+        """
         with tempfile.TemporaryDirectory(prefix="sparkdbn-model-") as folder:
             path = os.path.join(folder, "model.npz")
             self.model.save(path)
             with open(path, "rb") as handle:
                 payload = handle.read()
             self.watch.finish(status, path)
-        self.store.write_bytes(self.runs.model_path(), payload)
-        digest = storage.sha256_hex(self.store.read_bytes(self.runs.model_path()))
+        model_path = self.runs.model_path(self.lease.generation)
+        self.store.write_bytes(model_path, payload)
+        digest = storage.sha256_hex(self.store.read_bytes(model_path))
         if digest != storage.sha256_hex(payload):
-            raise TrainingError(f"the model written to {self.store_url}/{self.runs.model_path()} does not read back "
+            raise TrainingError(f"the model written to {self.store_url}/{model_path} does not read back "
                                 "as written; the run is not marked done")
-        self.record.mark(status, finished=time.time(), model={"path": self.runs.model_path(), "sha256": digest})
+        if status == "done":
+            self.record.forget_bests()
+        self.record.mark(status, finished=time.time(), model={"path": model_path, "sha256": digest})
+        if status == "done":
+            self._remove_unnamed()
+
+    def _remove_unnamed(self) -> None:
+        """Remove the early-stopping bests and earlier generations' models, which the "done" record no longer names.
+
+        Only now: before "done" a driver that takes the run over may resume from a record naming any
+        best; every record written after this one (by a driver that took over after its lease check)
+        has every phase done, and names a model of its own, newer generation.
+        """
+        prefix = self.runs.prefix
+        unnamed = [f"{prefix}/phases/{name}" for name in self.store.list(f"{prefix}/phases") if _BEST.match(name)]
+        for name in self.store.list(f"{prefix}/model"):  # the model.npz of sparkdbn 0.2 stays
+            if name.isdigit() and int(name) < self.lease.generation:
+                unnamed += [f"{prefix}/model/{name}/model.npz", f"{prefix}/model/{name}"]  # the file, then its folder
+        for path in unnamed:
+            try:
+                self.store.delete(path)  # a folder only when empty
+            except storage.StoreError as error:  # harmless where it stays: nothing names it
+                logger.warning("run %s: could not remove %s, which the record no longer names: %s", self.run_id,
+                               path, error)
 
     def _mark_failed(self, error: BaseException) -> None:
         if self.record is None:
             return
+        if self.lease.lost:  # another driver holds the run: this one writes nothing more
+            logger.error("run %s failed after another driver took it over: %s: %s", self.run_id,
+                         type(error).__name__, str(error)[:300])
+            return
         try:
             self.record.mark("failed", error=f"{type(error).__name__}: {error}"[:2000], finished=time.time())
-        except storage.StoreError as store_error:
+        except (storage.StoreError, LeaseLostError) as store_error:
             logger.error("could not mark run %s failed in the store: %s", self.run_id, store_error)
 
     def _close(self) -> None:
