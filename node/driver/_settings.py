@@ -88,8 +88,9 @@ class TrainingSettings:
     max_classes : int
         More distinct labels than this is an :class:`~node.InputDataError` naming the count.
     lease_timeout_s : float
-        A run's driver renews its lease every quarter of this; a lease not renewed for this long
-        belongs to a driver that is gone, and the next fit of the run takes it over.
+        A run's driver renews its lease every quarter of this; a lease whose renewal the next fit of the
+        run has watched stand still for this long, on that fit's own clock (never comparing two hosts'
+        clocks), belongs to a driver that is gone, and that fit takes it over (see docs/fenced-writes.md).
     anti_entropy_interval_s, peer_refresh_interval_s : float
         How often a node lists the store for missed versions and for new peers.
     store_retry_timeout_s : float
