@@ -43,8 +43,8 @@ def test_dbn_with_default_settings_beats_a_plain_mlp_and_reaches_98_5_percent_on
     assert np.mean(ours) >= np.mean(mlp)
 
 
-def test_fit_runs_exactly_the_per_phase_steps_of_train_partition(digits):
-    X, y = digits.X_train[:400], digits.y_train[:400]
+def test_fit_runs_exactly_the_per_phase_steps_of_train_partition(digits, numerics):
+    X, y = numerics.arrange(digits.X_train[:400]), digits.y_train[:400]
     fitted = small_dbn().fit(X, y)
     stepped = small_dbn().initialize(64, classes=np.unique(y))
     for phase in stepped.phases():

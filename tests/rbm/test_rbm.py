@@ -47,10 +47,18 @@ def test_rbm_defaults_give_features_at_least_as_good_as_bernoulli_rbms_on_nudged
 
 def test_reconstruction_error_falls_as_training_proceeds():
     split = load_digits01()
-    model = RBM(n_components=64, random_state=0, **CD1_WITH_MOMENTUM)
-    errors = [model.train_partition(split.X_train, None, "rbm", np.random.default_rng(k))["loss"] for k in range(8)]
-    assert errors[-1] < 0.6 * errors[0]
-    assert model.reconstruction_error(split.X_test) < 0.03
+    falls, test_errors = [], []
+    for seed in (0, 1, 2):
+        model = RBM(n_components=64, random_state=seed, **CD1_WITH_MOMENTUM)
+        errors = [model.train_partition(split.X_train, None, "rbm", np.random.default_rng([seed, k]))["loss"]
+                  for k in range(8)]
+        falls.append(errors[-1] / errors[0])
+        test_errors.append(model.reconstruction_error(split.X_test))
+    # Measured over seeds 0-4, on OpenBLAS's SkylakeX and Haswell kernels: the last pass's error 0.54-0.59
+    # of the first's (mean 0.56, sd 0.017; one seed alone came within 0.01 of the former bound 0.6), the
+    # held-out error 0.014-0.017.  An RBM that does not learn stays near 1.
+    assert np.mean(falls) < 0.65
+    assert np.mean(test_errors) < 0.03
 
 
 def test_gaussian_visible_units_learn_standardized_real_valued_data():
@@ -88,14 +96,14 @@ def test_cd_k_and_persistent_cd_learn_digits(settings):
     assert model.reconstruction_error(split.X_test) < 0.5 * untrained.reconstruction_error(split.X_test)
 
 
-def test_free_energy_transform_and_pseudo_likelihood_equal_scikit_learns_for_the_same_weights():
+def test_free_energy_transform_and_pseudo_likelihood_equal_scikit_learns_for_the_same_weights(numerics):
     split = load_digits01()
     ours = RBM(n_components=16, n_iter=2, random_state=0, dtype=np.float64).fit(split.X_train)
     theirs = BernoulliRBM(n_components=16, random_state=0).fit(split.X_train[:20].astype(np.float64))
     theirs.components_ = ours.components_
     theirs.intercept_hidden_ = ours.intercept_hidden_
     theirs.intercept_visible_ = ours.intercept_visible_
-    X = split.X_test.astype(np.float64)
+    X = numerics.arrange(split.X_test.astype(np.float64))
     # float64 by other code (64-term dot products, tanh against expit): within about 64 u = 7e-15 relative
     # for the inputs of the sigmoids; 1e-10 leaves room for the free energy's sums of 16 softplus terms.
     np.testing.assert_allclose(ours.transform(X), theirs.transform(X), rtol=1e-10)
