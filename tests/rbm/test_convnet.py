@@ -141,7 +141,7 @@ def test_same_seed_gives_identical_results_and_another_seed_does_not(digits8):
 
 def test_flat_and_nchw_inputs_train_and_predict_the_same(digits8, numerics):
     X, y, X_test, _ = digits8
-    # Bit for bit: the net gathers each minibatch into its own (N, C, H, W) buffer whatever the input's form
+    # Bit for bit: the net copies each batch into a contiguous (C, H, W, N) array whatever the input's form
     # and memory order, so both run the same operations (checked in Fortran order too: `numerics`).
     X, X_test = numerics.arrange(X), numerics.arrange(X_test)
     nchw = small_net(epochs=1).fit(X, y)

@@ -9,7 +9,8 @@ the tests compare within the bounds below, derived from the arithmetic.
 
 :class:`BlasSetting` is what the ``numerics`` fixture (tests/conftest.py) runs a test under: the
 process's BLAS thread count and C order, then another thread count and Fortran order, so a test
-that leans on one kernel's rounding fails at home rather than on another machine (docs/testing.md).
+that leans on one kernel's rounding is likelier to fail at home than on another machine -- where
+those knobs reach the rounding at all (docs/testing.md says where they do not).
 """
 
 from __future__ import annotations
