@@ -42,7 +42,7 @@ def test_the_large_batch_bound_needs_the_rates_to_grow_with_the_minibatch(bench)
 
 
 def _mean_on_digits28(bench, kind: str, nodes: int, seeds=(0, 1, 2)) -> float:
-    """Mean test accuracy of ``nodes`` simulated nodes (the default rule) on digits28 at equal epochs, over ``seeds``."""
+    """Mean test accuracy of ``nodes`` simulated nodes (the default rule) on digits28, equal epochs, over ``seeds``."""
     split = bench.load("digits28", kind)
     return float(np.mean([bench.simulate(kind, split, nodes, "auto", seed=seed) for seed in seeds]))
 

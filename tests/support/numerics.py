@@ -61,7 +61,8 @@ def assert_within(actual: np.ndarray, expected: np.ndarray, bound: np.ndarray, w
     if outside.any():
         worst = np.unravel_index(np.argmax(np.where(outside, difference / np.maximum(bound, 1e-300), 0)), bound.shape)
         raise AssertionError(f"{what}: {outside.sum()} of {outside.size} values outside the bound; the worst, at "
-                             f"{tuple(int(i) for i in worst)}, is {difference[worst]:.3g} off, the bound {bound[worst]:.3g}")
+                             f"{tuple(int(i) for i in worst)}, is {difference[worst]:.3g} off, "
+                             f"the bound {bound[worst]:.3g}")
 
 
 def forward_rtol(*widths: int, dtype=np.float32) -> float:
