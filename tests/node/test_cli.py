@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.numerics import forward_rtol, near_ties
 
 import storage
 import node
@@ -50,15 +51,18 @@ def test_train_prints_the_evaluation_and_writes_the_plots(spark, tmp_path, capsy
                      "--output", str(tmp_path / "out.parquet")]) == 0
     predicted = pq.read_table(str(tmp_path / "out.parquet")).to_pandas()
     model = node.load_run_model(node.open_run("file://" + str(store), "cli"))  # the model the record names
-    expected = model.predict(np.stack(predicted["features"].to_numpy()).astype(np.float32))
-    np.testing.assert_array_equal(predicted["prediction"].to_numpy().astype(np.int64), expected)
+    features = np.stack(predicted["features"].to_numpy()).astype(np.float32)
+    expected, proba = model.predict(features), model.predict_proba(features)
+    # Alike but for a row whose two best classes are within float32 rounding of each other (dot products of
+    # 9, 128 and 64 terms): the executors' batches may round it the other way (measured: none of 450).
+    ties = near_ties(proba, forward_rtol(9, 128, 64))
+    assert not np.any((predicted["prediction"].to_numpy().astype(np.int64) != expected) & ~ties)
     # Spark reads the Vector columns back as Vectors: pyspark's evaluators take the output as it is.
     from pyspark.ml.evaluation import MulticlassClassificationEvaluator
 
     scored = spark.read.parquet(str(tmp_path / "out.parquet"))
     assert MulticlassClassificationEvaluator(metricName="accuracy").evaluate(scored) == pytest.approx(
-        float(np.mean(expected == y_test)))
-    proba = model.predict_proba(np.stack(predicted["features"].to_numpy()).astype(np.float32))
+        float(np.mean(expected == y_test)), rel=1e-9, abs=ties.mean())
     expected_log_loss = -np.mean(np.log(np.maximum(proba[np.arange(len(proba)), predicted["label"].astype(int)], 1e-15)))
     assert MulticlassClassificationEvaluator(metricName="logLoss").evaluate(scored) == pytest.approx(
         expected_log_loss, rel=1e-4)

@@ -67,6 +67,8 @@ def test_numpy_openblas_gemm_with_beta_matches_matmul_or_declines_cleanly():
 
 def test_in_place_sigmoid_matches_expit_and_its_negation():
     x = np.linspace(-60, 60, 1001)
+    # float64 results in [0, 1] by two formulas: numpy's tanh (within 3 ulp on any of its SIMD paths), a
+    # halving and an addition, against scipy's expit (within 2 ulp): at most about 7e-16 apart.
     np.testing.assert_allclose(_cd.sigmoid_(x.copy()), expit(x), atol=1e-15)
     np.testing.assert_allclose(_cd.sigmoid_(x.copy(), negate=True), -expit(x), atol=1e-15)
     x32 = x.astype(np.float32)
