@@ -28,20 +28,18 @@ from .._errors import NodeDeviceError
 from ..executor import GPU_RESOURCE, device_failure, probe_device_task
 from ._progress import SparkJob
 
-__all__ = ["TASK_GPU_AMOUNT", "requested_device", "gpu_spark_conf", "check_gpu_conf", "task_gpus",
+__all__ = ["TASK_GPU_AMOUNT", "DEVICES", "requested_device", "gpu_spark_conf", "check_gpu_conf", "task_gpus",
            "probe_nodes", "driver_spec", "driver_model", "hand_back"]
 
 logger = logging.getLogger(__name__)
 
 TASK_GPU_AMOUNT = f"spark.task.resource.{GPU_RESOURCE}.amount"
+DEVICES = ("cpu", "gpu", "auto")
 
 _HOW = ("start the session with spark.executor.resource.gpu.amount=<GPUs per executor>, "
         "spark.task.resource.gpu.amount=1 and a discovery script (sparkdbn train or sparkdbn-submit "
         "--gpus-per-executor N [--gpu-discovery-script PATH]; node.gpu_spark_conf(N) for "
         "get_spark_session(conf=...)), or use device='auto'")
-
-
-DEVICES = ("cpu", "gpu", "auto")
 
 
 def requested_device(spec: Mapping[str, Any]) -> str:
