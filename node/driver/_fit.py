@@ -43,6 +43,7 @@ from ..modes import max_learning_rate_factor, mode_named
 from ..run import (STALE_TEMPORARY_S, DriverLease, LeaseLostError, RunRecord, open_checked_store, remove_work_folders,
                    resolve_run_key, sweep_temporaries)
 from ..watch import ReachabilityWatch, RunWatch, ValidationSet
+from ._devices import check_gpu_conf, driver_model, driver_spec, hand_back, probe_nodes
 from ._fit_data import model_input, prepare_fit_data
 from ._fit_jobs import FitJobs
 from ._node_config import node_config
@@ -78,7 +79,7 @@ class Fit:
         self.spark = spark
         self.sc = spark.sparkContext
         self.store_url = store_url
-        self.model = model
+        self.given_model = model  # the caller's: it gets the result where it can hold it (node.driver._devices)
         self.data, self.y = data, y
         self.on_epoch = on_epoch
         self.run_id = settings.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -86,7 +87,8 @@ class Fit:
         self.group = f"sparkdbn-{self.run_id}-{self.fit_id[:6]}"
         self.history: list[dict[str, Any]] = []
         self.phases: list[str] = list(model.phases())
-        self.spec: dict = dict(model.to_spec())
+        self.spec: dict = dict(model.to_spec())  # what the nodes build, on their tasks' GPUs if it asks for one
+        self.model = driver_model(model, self.spec)  # the driver's copy, on its CPU: checks, phases, validation
         self._given_key = key
         self.key: bytes = b""  # the run key (resolved in run()); travels to the executors in the tasks only
         self.store: storage.Store | None = None
@@ -114,6 +116,7 @@ class Fit:
             raise TrainingError(f"stop_after_phase {settings.stop_after_phase!r} is not a phase of this model "
                                 f"({self.phases})")
         self._apply_batch_size()
+        check_gpu_conf(self.sc.master, dict(self.sc.getConf().getAll()), self.spec)  # before any work
         self.store = open_checked_store(self.store_url, settings.store_retry_timeout_s)
         self.key = self._resolve_key()
         self.runs = storage.RunStore(self.store, self.run_id, self.key)
@@ -124,9 +127,9 @@ class Fit:
             with self.lease:  # a second driver of the run is refused here, before any work
                 previous = self._earlier_record()
                 self.prepared, self.validation = prepare_fit_data(
-                    self.spark, settings, self.model, self.spec, self.data, self.y, nodes=self.nodes,
+                    self.spark, settings, self.model, self.driver_spec, self.data, self.y, nodes=self.nodes,
                     require_labels=any(not phase.startswith("rbm") for phase in self.phases))
-                return self._run_leased(previous)
+                return hand_back(self.given_model, self._run_leased(previous))
         finally:
             self._close()
 
@@ -161,6 +164,7 @@ class Fit:
             self.node_config = node_config(settings, prepared, self.spec, run=self.run_id, fit_id=self.fit_id,
                                            store_url=self.store_url, key=self.key, nodes=self.nodes, sc=self.sc,
                                            max_rate_factor=max_learning_rate_factor(model))
+            probe_nodes(self.sc, self.group, self.node_config, self.nodes)  # a node without its GPU ends the fit here
             self.jobs = FitJobs(self.sc, settings, self.nodes, prepared, self.node_config, self.record, self.phases,
                                 self.store)
             self.watch = RunWatch.start(self, self.validation, model_input(prepared.feature_shape))
@@ -194,6 +198,11 @@ class Fit:
         if "batch_size" not in self.spec:
             raise TrainingError(f"batch_size was set, but a {self.spec.get('kind')!r} model has no batch_size setting")
         self.spec["batch_size"] = int(self.settings.batch_size)
+
+    @property
+    def driver_spec(self) -> dict:
+        """The spec of the driver's CPU copy of the model (the checks, the validation tasks)."""
+        return driver_spec(self.spec)
 
     @property
     def nodes(self) -> int:
@@ -325,7 +334,8 @@ class Fit:
         self.record.mark_epoch(phase, epoch, summary["nodes"], scaling={
             "rule": self.settings.scale_rule, "warmup_partitions": self.node_config.warmup_partitions,
             "learning_rate_scale": summary["learning_rate_scale"], "nodes_merging": summary["nodes_merging"],
-            "node_batch_size": summary["node_batch_size"]})
+            "node_batch_size": summary["node_batch_size"]},
+            devices={record["node"]: record["device"] for record in summary["records"] if record.get("device")})
         if self.on_epoch is not None:
             self.on_epoch(summary)
         if stop:

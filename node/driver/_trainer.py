@@ -93,6 +93,11 @@ class Trainer:
     def fit(self, model: Any, data: Any, y: Any = None) -> Any:
         """Train ``model`` on ``data``; returns the same model with the consolidated weights.
 
+        The nodes build ``model``'s replicas where their tasks' GPUs are (``device="gpu"`` or
+        ``"auto"``); the driver works on a CPU copy.  A model that cannot hold the weights on the
+        driver (``device="gpu"`` where the driver has no GPU) is left as it was, and the fit
+        returns that CPU copy (``device="cpu"``) instead, saying so in the log.
+
         Parameters
         ----------
         model : rbm.RBM, rbm.DBN, rbm.ConvNet or any model with the trainable seam
@@ -109,6 +114,9 @@ class Trainer:
         TrainingError
             A Spark job failed, another driver holds the run, the run id names a run of a
             different model, or the run's key does not verify its record.
+        NodeDeviceError
+            ``device="gpu"`` where Spark hands tasks no GPU (before any job), or a node whose
+            task has no usable GPU (from a probe job, before any training): a TrainingError.
         RunKeyError
             A resumed run whose key is nowhere to be found.
         SparkConfError

@@ -17,13 +17,17 @@ name is what keeps a driver that lost the run from replacing a newer driver's re
 late it writes.
 
 Resuming redoes the first step not marked done from what is stored (see :mod:`node.driver._fit`).
+
+Beside the steps, ``devices`` names where each node of the run computed (its
+:class:`~node._contract.NodeDevice` as a dict: kind, GPU address, index, name, memory; or the CPU
+and its host), as the nodes reported it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -147,15 +151,19 @@ class RunRecord:
         self.lease.check_store()
         self.runs.write_record(self.data, generation=self.lease.generation)
 
-    def mark_epoch(self, phase: str, epoch: int, nodes: Sequence[str], scaling: dict | None = None) -> None:
+    def mark_epoch(self, phase: str, epoch: int, nodes: Sequence[str], scaling: dict | None = None,
+                   devices: Mapping[str, dict] | None = None) -> None:
         """Epoch ``epoch`` (0-based) of ``phase`` ran and ``nodes`` flushed their snapshots.
 
-        ``scaling`` (rule, mean learning-rate factor, nodes merging) is kept per epoch as ``scaling``.
+        ``scaling`` (rule, mean learning-rate factor, nodes merging) is kept per epoch as ``scaling``;
+        ``devices`` (node -> where it computed) join the run's ``devices``.
         """
         step = self.step(phase)
         step.update(epochs_done=epoch + 1, nodes=sorted(nodes))
         if scaling is not None:
             step.setdefault("scaling", {})[str(epoch)] = scaling
+        if devices:
+            self.data.setdefault("devices", {}).update(devices)
         self.write()
 
     def mark_phase(self, phase: str, digest: str, origin: str, stored: dict[str, Any]) -> None:

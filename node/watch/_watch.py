@@ -58,6 +58,7 @@ class WatchedFit(Protocol):
     settings: WatchSettings
     run_id: str
     spec: dict
+    driver_spec: dict  # the spec on the CPU: what the validation tasks build (node.driver._devices)
     phases: list[str]
     spark: Any
     record: RunRecord
@@ -99,7 +100,7 @@ class RunWatch:
                 raise InputDataError(f"{validation.source} has no labels, but phase(s) "
                                      f"{[phase for phase in fit.phases if is_supervised(phase)]} are validated on labels")
             prepared = fit.prepared
-            validator = Validator(fit.spark, validation, fit.spec, model_input, prepared.classes,
+            validator = Validator(fit.spark, validation, fit.driver_spec, model_input, prepared.classes,
                                   partitions=fit.spark.sparkContext.defaultParallelism)
             fit.record.data["validation"] = validation.describe()
         return cls(fit.settings, fit.run_id, fit.spec, fit.record, fit.weights,
