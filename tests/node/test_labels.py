@@ -73,4 +73,5 @@ def test_raw_pixels_for_a_bernoulli_model_fail_on_the_driver_without_a_failed_ta
             small_dbn(), raw, digits.y_train)
     assert failed_tasks(spark) == before
     store = storage.open_store(store_url)
-    assert store.list("runs/raw") == []  # no record, no weights, no metrics; the lease was released
+    assert store.list("runs/raw") == ["lease"]  # no record, no weights, no metrics: the lease's generations only
+    assert storage.LeaseFolder(store, "raw").view().released
