@@ -6,7 +6,8 @@ feed-forward net (sigmoid layers initialized from the RBMs' weights and hidden b
 plus a softmax output) and trains it by backpropagation (SGD with momentum, Adagrad or Adam;
 L2 and dropout).
 :meth:`DBN.fit` runs exactly the per-phase steps the distributed trainer calls through
-:meth:`DBN.train_partition`.
+:meth:`DBN.train_partition`, but for the anneal of the fine-tuning rate over its last epochs
+(``finetune_anneal_fraction``), which needs the number of planned epochs.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .._backend import NamespacePickling, array_module, check_dtype, make_rng, r
 from .._classes import check_length, check_targets, encode_labels, resolve_classes
 from .._model import register_model
 from .._params import check_integer, check_number
-from .._updaters import Updater, make_updater
+from .._updaters import Updater, anneal_factor, make_updater
 from .._validation import check_features, check_finite_parameters, output_dtype
 from ..datasets import train_test_indices
 from . import _cd, _finetune
@@ -55,7 +56,9 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
     The fine-tuning defaults (100 epochs of SGD with momentum at 0.1, decaying as
     ``1 / (1 + 0.1 t)``, dropout 0.3 on the hidden units) were tuned on a validation split
     of the digits (see the README): a 64-256-256 DBN then beats a plain
-    ``MLPClassifier((256, 256))``.
+    ``MLPClassifier((256, 256))``.  :meth:`fit` lowers the fine-tuning rate linearly to zero
+    over the last half of its updates, so that a fit of a few epochs on a large data set
+    (where the per-epoch decay has barely begun) ends as settled as one of many epochs.
 
     Parameters
     ----------
@@ -76,6 +79,13 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         The fine-tuning learning rate of pass ``t`` (counted from 0: epochs of :meth:`fit`,
         calls of :meth:`train_partition`, or the distributed trainer's epoch, which it sets
         with ``set_schedule_epoch``) is ``finetune_learning_rate / (1 + decay * t)``.
+    finetune_anneal_fraction : float in [0, 1]
+        :meth:`fit` (and :meth:`finetune`) multiply that rate by a factor that is 1 for the first
+        ``1 - finetune_anneal_fraction`` of the planned fine-tuning updates, then falls linearly
+        towards 0 (0: no anneal).  The decay above counts epochs, whatever their size: a few epochs
+        over many rows leave the rate near its start, and with dropout's noise the net ends
+        unsettled (see docs/quality.md).  :meth:`train_partition`, which does not know how many
+        passes follow, keeps the factor 1.
     finetune_dropout : float
         Fraction of hidden units dropped (inverted dropout) in each fine-tuning minibatch.
     finetune_updater : {"sgd", "adagrad", "adam"}
@@ -109,6 +119,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         finetune_momentum: float = 0.9,
         finetune_epochs: int = 100,
         finetune_lr_decay: float = 0.1,
+        finetune_anneal_fraction: float = 0.5,
         finetune_dropout: float = 0.3,
         finetune_updater: str = "sgd",
         l2: float = 1e-4,
@@ -130,6 +141,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         self.finetune_momentum = finetune_momentum
         self.finetune_epochs = finetune_epochs
         self.finetune_lr_decay = finetune_lr_decay
+        self.finetune_anneal_fraction = finetune_anneal_fraction
         self.finetune_dropout = finetune_dropout
         self.finetune_updater = finetune_updater
         self.l2 = l2
@@ -159,6 +171,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         check_number("validation_fraction", self.validation_fraction, 0.0, 1.0, low_open=True)
         check_number("finetune_momentum", self.finetune_momentum, 0.0, 1.0)
         check_number("finetune_lr_decay", self.finetune_lr_decay, 0.0)
+        check_number("finetune_anneal_fraction", self.finetune_anneal_fraction, 0.0, 1.0, high_open=False)
         check_number("finetune_dropout", self.finetune_dropout, 0.0, 1.0)
         check_number("l2", self.l2, 0.0)
         self._make_updater()  # validates finetune_updater
@@ -295,8 +308,13 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         params["out.W"], params["out.b"] = self._out_W, self._out_b
         return params
 
-    def _finetune_pass(self, data: Any, labels: Any, rng: np.random.Generator) -> float:
-        """One shuffled epoch of backprop on device arrays; returns the mean cross-entropy."""
+    def _finetune_pass(self, data: Any, labels: Any, rng: np.random.Generator,
+                       planned: tuple[int, int] | None = None) -> float:
+        """One shuffled epoch of backprop on device arrays; returns the mean cross-entropy.
+
+        ``planned = (done, total)`` when this is epoch ``done + 1`` of ``total`` planned ones
+        (:meth:`fit`): the rate is then annealed over the last ``finetune_anneal_fraction``.
+        """
         xp = self._xp
         n = int(data.shape[0])
         order = to_device(rng.permutation(n), xp)
@@ -307,10 +325,11 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         total = xp.zeros((), dtype=self._dtype)
         decay = 1.0 + self.finetune_lr_decay * self._schedule_passes(self._finetune_epochs_done)
         scale = getattr(self, "_learning_rate_scale", 1.0)  # set by the distributed trainer
-        self._updater.learning_rate = self.finetune_learning_rate / decay * scale
+        learning_rate = self.finetune_learning_rate / decay * scale
         dropout = float(self.finetune_dropout)
         generator = _cd.device_generator(rng, xp) if dropout else None
         for start in range(0, n, self.batch_size):
+            self._updater.learning_rate = learning_rate * anneal_factor(planned, start / n, self.finetune_anneal_fraction)
             rows = order[start : start + self.batch_size]
             inputs, activations = _finetune.forward(xp.take(data, rows, axis=0), weights, biases, dropout, generator)
             loss, grad_W, grad_b, grad_out_W, grad_out_b = _finetune.cross_entropy_backward(
@@ -378,7 +397,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         data, targets = to_device(X[train], self._xp), to_device(indices[train], self._xp)
         best_score, best_params, stale = -1.0, None, 0
         for epoch in range(self.finetune_epochs):
-            loss = self._finetune_pass(data, targets, self._rng)
+            loss = self._finetune_pass(data, targets, self._rng, planned=(epoch, self.finetune_epochs))
             if valid is None:
                 if self.verbose:
                     logger.info("DBN fine-tuning epoch %d: cross-entropy %.5f", epoch + 1, loss)

@@ -22,6 +22,7 @@ from sklearn.utils.validation import validate_data
 from .._backend import NamespacePickling, array_module, check_dtype, make_rng, resolve_device, to_device, to_host
 from .._model import register_model
 from .._params import check_integer, check_number
+from .._updaters import anneal_factor
 from .._validation import check_features, check_finite_parameters
 from . import _cd
 from ._rbm_inference import RBMInference
@@ -368,7 +369,7 @@ class RBM(RBMInference, RBMSeam, NamespacePickling, ClassNamePrefixFeaturesOutMi
         error, measured = 0.0, 0
         for index, (start, stop) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
             b = stop - start
-            rate = learning_rate * self._anneal_factor(passes, index / n_batches)
+            rate = learning_rate * anneal_factor(passes, index / n_batches, self.anneal_fraction)
             ws = self._workspace(b)
             _cd.gather_rows(data, order[start:stop], ws.V[:b])
             batch_error = _cd.cd_step(
@@ -395,15 +396,6 @@ class RBM(RBMInference, RBMSeam, NamespacePickling, ClassNamePrefixFeaturesOutMi
             logger.info("[%s] Iteration %d, reconstruction error = %.6f, time = %.2fs",
                         type(self).__name__, self._passes, mse, time.perf_counter() - started)
         return mse
-
-    def _anneal_factor(self, passes: tuple[int, int] | None, within_pass: float) -> float:
-        """Learning-rate factor: 1, then linear from 1 towards 0 over the last ``anneal_fraction``
-        of a :meth:`fit` (``within_pass`` in [0, 1) is how far into the current pass)."""
-        if passes is None or self.anneal_fraction == 0:
-            return 1.0
-        done, total = passes
-        left = 1.0 - (done + within_pass) / total  # fraction of the fit still to come, in (0, 1]
-        return min(1.0, left / self.anneal_fraction)
 
     def _current_momentum(self) -> float:
         """Momentum of the next pass: ``momentum`` for the first ``momentum_switch_iter`` passes."""
