@@ -12,8 +12,8 @@ L2 and dropout).
 
 from __future__ import annotations
 
-import logging
 import math
+import time
 from numbers import Integral
 from typing import Any
 
@@ -25,7 +25,7 @@ from sklearn.utils.validation import validate_data
 
 from .._backend import NamespacePickling, array_module, check_dtype, make_rng, resolve_device, to_device, to_host
 from .._classes import check_length, check_targets, encode_labels, resolve_classes
-from .._model import register_model
+from .._model import print_iteration, register_model
 from .._params import check_integer, check_number
 from .._updaters import Updater, anneal_factor, make_updater
 from .._validation import check_features, check_finite_parameters, output_dtype
@@ -35,8 +35,6 @@ from ._dbn_seam import DBNSeam
 from ._rbm import RBM, VISIBLE_UNITS
 
 __all__ = ["DBN"]
-
-logger = logging.getLogger(__name__)
 
 # Hyperparameters a per-layer override may set (the rest are fixed by the DBN).
 # (``anneal_fraction`` is not one: it shapes ``RBM.fit``, and the DBN runs the passes itself.)
@@ -96,8 +94,13 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         Hold out ``validation_fraction`` of the labelled rows (stratified) and stop
         fine-tuning after ``n_iter_no_change`` epochs without a better validation
         accuracy; the best weights are kept.
-    device, dtype, random_state, verbose
+    device, dtype, random_state
         As for :class:`~rbm.RBM`.
+    verbose : int
+        When > 0, :meth:`fit` (and :meth:`pretrain`, :meth:`finetune`) print a line per pass to
+        stdout: ``[DBN rbm0] Iteration 1, reconstruction error = 0.012345, time = 1.23s`` for each
+        layer's passes (named as :meth:`phases`), ``[DBN finetune] Iteration 1, loss = 0.123456,
+        time = 0.52s`` for fine-tuning (with ``, validation score = 0.9812`` under early stopping).
 
     Attributes
     ----------
@@ -326,10 +329,11 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         decay = 1.0 + self.finetune_lr_decay * self._schedule_passes(self._finetune_epochs_done)
         scale = getattr(self, "_learning_rate_scale", 1.0)  # set by the distributed trainer
         learning_rate = self.finetune_learning_rate / decay * scale
+        anneal = self.finetune_anneal_fraction
         dropout = float(self.finetune_dropout)
         generator = _cd.device_generator(rng, xp) if dropout else None
         for start in range(0, n, self.batch_size):
-            self._updater.learning_rate = learning_rate * anneal_factor(planned, start / n, self.finetune_anneal_fraction)
+            self._updater.learning_rate = learning_rate * anneal_factor(planned, start / n, anneal)
             rows = order[start : start + self.batch_size]
             inputs, activations = _finetune.forward(xp.take(data, rows, axis=0), weights, biases, dropout, generator)
             loss, grad_W, grad_b, grad_out_W, grad_out_b = _finetune.cross_entropy_backward(
@@ -363,10 +367,12 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
     def _pretrain(self, X: np.ndarray) -> None:
         data = to_device(X, self._xp)
         for k, layer in enumerate(self.layers_):
-            for _ in range(layer.n_iter):
+            for done in range(layer.n_iter):
+                started = time.perf_counter()
                 loss = layer._partition_pass(data, self._rng)  # as train_partition's rbmK phases
-            if self.verbose and layer.n_iter:
-                logger.info("DBN layer %d pretrained: reconstruction error %.6f", k, loss)
+                if self.verbose:
+                    print_iteration(f"DBN rbm{k}", done + 1, f"reconstruction error = {loss:.6f}",
+                                    time.perf_counter() - started)
             data = layer._mean_hiddens(data) if k + 1 < len(self.layers_) else None
 
     def fit(self, X: Any, y: Any) -> "DBN":
@@ -397,14 +403,17 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         data, targets = to_device(X[train], self._xp), to_device(indices[train], self._xp)
         best_score, best_params, stale = -1.0, None, 0
         for epoch in range(self.finetune_epochs):
+            started = time.perf_counter()
             loss = self._finetune_pass(data, targets, self._rng, planned=(epoch, self.finetune_epochs))
-            if valid is None:
-                if self.verbose:
-                    logger.info("DBN fine-tuning epoch %d: cross-entropy %.5f", epoch + 1, loss)
+            score = None
+            if valid is not None:
+                score = float(np.mean(self._predict_index(to_device(X[valid], self._xp)) == indices[valid]))
+            if self.verbose:  # the loss is the mean training cross-entropy, as in MLPClassifier's lines
+                validation = "" if score is None else f", validation score = {score:.4f}"
+                seconds = time.perf_counter() - started
+                print_iteration("DBN finetune", epoch + 1, f"loss = {loss:.6f}{validation}", seconds)
+            if score is None:
                 continue
-            score = float(np.mean(self._predict_index(to_device(X[valid], self._xp)) == indices[valid]))
-            if self.verbose:
-                logger.info("DBN fine-tuning epoch %d: cross-entropy %.5f, validation accuracy %.4f", epoch + 1, loss, score)
             if score > best_score:
                 best_score, best_params, stale = score, self.parameters("finetune"), 0
             else:

@@ -1,6 +1,7 @@
 """The DBN: accuracy on held-out digits, its phases, per-phase parameters, specs and configs."""
 
 import json
+import re
 import warnings
 
 import numpy as np
@@ -65,10 +66,11 @@ def test_fit_lowers_the_fine_tuning_rate_linearly_to_zero_over_the_last_half_of_
     model.set_minibatch_hook(lambda: rates.append(model._updater.learning_rate))  # the rate of the step just taken
     model.fit(X, y)
     # Fit progress 0, 1/8, ..., 7/8: the rate of epoch t is 0.1 / (1 + 0.5 t) * min(1, (1 - progress) / 0.5).
-    np.testing.assert_allclose(rates, [0.1] * 4 + [0.1 / 1.5 * factor for factor in (1.0, 0.75, 0.5, 0.25)], rtol=1e-12)
+    falling = (1.0, 0.75, 0.5, 0.25)
+    np.testing.assert_allclose(rates, [0.1] * 4 + [0.1 / 1.5 * factor for factor in falling], rtol=1e-12)
     rates.clear()
     model.finetune(X, y)  # finetune plans its own epochs: annealed alike, at the decay's epochs 2 and 3
-    np.testing.assert_allclose(rates, [0.05] * 4 + [0.1 / 2.5 * factor for factor in (1.0, 0.75, 0.5, 0.25)], rtol=1e-12)
+    np.testing.assert_allclose(rates, [0.05] * 4 + [0.1 / 2.5 * factor for factor in falling], rtol=1e-12)
     rates.clear()
     model.train_partition(X, y, "finetune", np.random.default_rng(0))  # how many passes follow is unknown
     np.testing.assert_allclose(rates, [0.1 / 3.0] * 4, rtol=1e-12)
@@ -86,9 +88,28 @@ def test_a_fit_of_few_epochs_over_many_rows_settles_over_six_seeds():
     # 0.9545); without it 0.9331 0.9499 0.9304 0.9331 0.9443 0.9499 (mean 0.9401).
     split = load_digits28(shifts=SHIFTS_3X3)
     with threadpool_limits(1):
-        scores = [DBN((64, 64), pretrain_epochs=1, finetune_epochs=1, random_state=seed).fit(split.X_train, split.y_train)
-                  .score(split.X_test, split.y_test) for seed in range(6)]
+        models = [DBN((64, 64), pretrain_epochs=1, finetune_epochs=1, random_state=seed) for seed in range(6)]
+        scores = [model.fit(split.X_train, split.y_train).score(split.X_test, split.y_test) for model in models]
     assert np.mean(scores) >= 0.948, scores
+
+
+def test_verbose_fit_prints_a_line_per_layer_pass_and_fine_tuning_epoch_and_nothing_without_it(digits, capsys):
+    X, y = digits.X_train[:200], digits.y_train[:200]
+    small_dbn().fit(X, y)
+    small_dbn(verbose=True).train_partition(X, None, "rbm0", np.random.default_rng(0))  # an executor's pass
+    assert capsys.readouterr().out == ""
+    model = small_dbn(verbose=1).fit(X, y)
+    lines = capsys.readouterr().out.splitlines()
+    number, time_s = r"\d+\.\d{6}", r"time = \d+\.\d\ds"
+    expected = [rf"\[DBN rbm{k}\] Iteration {i}, reconstruction error = {number}, {time_s}"
+                for k in (0, 1) for i in (1, 2)]
+    expected += [rf"\[DBN finetune\] Iteration {i}, loss = {number}, {time_s}" for i in (1, 2, 3)]
+    assert len(lines) == len(expected), lines
+    for line, pattern in zip(lines, expected):
+        assert re.fullmatch(pattern, line), (line, pattern)
+    model.set_params(early_stopping=True, finetune_epochs=1).finetune(X, y)
+    assert re.fullmatch(rf"\[DBN finetune\] Iteration 1, loss = {number}, validation score = \d\.\d{{4}}, {time_s}",
+                        capsys.readouterr().out.strip())
 
 
 def test_a_pretraining_phase_samples_from_the_partitions_generator_not_the_replicas_seed(digits):
