@@ -54,9 +54,11 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
     The fine-tuning defaults (100 epochs of SGD with momentum at 0.1, decaying as
     ``1 / (1 + 0.1 t)``, dropout 0.3 on the hidden units) were tuned on a validation split
     of the digits (see the README): a 64-256-256 DBN then beats a plain
-    ``MLPClassifier((256, 256))``.  :meth:`fit` lowers the fine-tuning rate linearly to zero
-    over the last half of its updates, so that a fit of a few epochs on a large data set
-    (where the per-epoch decay has barely begun) ends as settled as one of many epochs.
+    ``MLPClassifier((256, 256))``.  So that a fit of a few epochs over many rows (where the
+    per-epoch decay has barely begun) does as well, :meth:`fit` lowers the fine-tuning rate
+    linearly to zero over the last half of its updates, and dropout grows from 0 over the
+    first 10 epochs (see ``finetune_anneal_fraction``, ``finetune_dropout_ramp_epochs`` and
+    docs/quality.md).
 
     Parameters
     ----------
@@ -86,6 +88,12 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         passes follow, keeps the factor 1.
     finetune_dropout : float
         Fraction of hidden units dropped (inverted dropout) in each fine-tuning minibatch.
+    finetune_dropout_ramp_epochs : float
+        The fraction dropped grows linearly from 0 to ``finetune_dropout`` over this many
+        fine-tuning epochs (counted as the decay counts them; 0: ``finetune_dropout`` from the
+        start).  Dropout guards against overfitting, which comes with repeated passes over the
+        same rows; in the first passes it only slows the fit ("curriculum dropout", Morerio et
+        al., 2017).
     finetune_updater : {"sgd", "adagrad", "adam"}
         The fine-tuning updater.
     l2 : float
@@ -124,6 +132,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         finetune_lr_decay: float = 0.1,
         finetune_anneal_fraction: float = 0.5,
         finetune_dropout: float = 0.3,
+        finetune_dropout_ramp_epochs: float = 10.0,
         finetune_updater: str = "sgd",
         l2: float = 1e-4,
         early_stopping: bool = False,
@@ -146,6 +155,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         self.finetune_lr_decay = finetune_lr_decay
         self.finetune_anneal_fraction = finetune_anneal_fraction
         self.finetune_dropout = finetune_dropout
+        self.finetune_dropout_ramp_epochs = finetune_dropout_ramp_epochs
         self.finetune_updater = finetune_updater
         self.l2 = l2
         self.early_stopping = early_stopping
@@ -176,6 +186,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         check_number("finetune_lr_decay", self.finetune_lr_decay, 0.0)
         check_number("finetune_anneal_fraction", self.finetune_anneal_fraction, 0.0, 1.0, high_open=False)
         check_number("finetune_dropout", self.finetune_dropout, 0.0, 1.0)
+        check_number("finetune_dropout_ramp_epochs", self.finetune_dropout_ramp_epochs, 0.0)
         check_number("l2", self.l2, 0.0)
         self._make_updater()  # validates finetune_updater
         if self.visible not in VISIBLE_UNITS:
@@ -311,6 +322,11 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         params["out.W"], params["out.b"] = self._out_W, self._out_b
         return params
 
+    def _dropout(self, epoch: float) -> float:
+        """The dropout rate of fine-tuning epoch ``epoch`` (counted from 0, on the schedule's clock)."""
+        ramp = float(self.finetune_dropout_ramp_epochs)
+        return float(self.finetune_dropout) * (min(1.0, epoch / ramp) if ramp else 1.0)
+
     def _finetune_pass(self, data: Any, labels: Any, rng: np.random.Generator,
                        planned: tuple[int, int] | None = None) -> float:
         """One shuffled epoch of backprop on device arrays; returns the mean cross-entropy.
@@ -330,7 +346,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         scale = getattr(self, "_learning_rate_scale", 1.0)  # set by the distributed trainer
         learning_rate = self.finetune_learning_rate / decay * scale
         anneal = self.finetune_anneal_fraction
-        dropout = float(self.finetune_dropout)
+        dropout = self._dropout(self._schedule_passes(self._finetune_epochs_done))
         generator = _cd.device_generator(rng, xp) if dropout else None
         for start in range(0, n, self.batch_size):
             self._updater.learning_rate = learning_rate * anneal_factor(planned, start / n, anneal)
