@@ -6,8 +6,9 @@ feed-forward net (sigmoid layers initialized from the RBMs' weights and hidden b
 plus a softmax output) and trains it by backpropagation (SGD with momentum, Adagrad or Adam;
 L2 and dropout).
 :meth:`DBN.fit` runs exactly the per-phase steps the distributed trainer calls through
-:meth:`DBN.train_partition`, but for the anneal of the fine-tuning rate over its last epochs
-(``finetune_anneal_fraction``), which needs the number of planned epochs.
+:meth:`DBN.train_partition`, but for what belongs to a planned fit: the anneal of the fine-tuning
+rate over its last epochs and the dropout ramp over its first (``finetune_anneal_fraction``,
+``finetune_dropout_ramp_epochs``).
 """
 
 from __future__ import annotations
@@ -89,11 +90,13 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
     finetune_dropout : float
         Fraction of hidden units dropped (inverted dropout) in each fine-tuning minibatch.
     finetune_dropout_ramp_epochs : float
-        The fraction dropped grows linearly from 0 to ``finetune_dropout`` over this many
-        fine-tuning epochs (counted as the decay counts them; 0: ``finetune_dropout`` from the
-        start).  Dropout guards against overfitting, which comes with repeated passes over the
-        same rows; in the first passes it only slows the fit ("curriculum dropout", Morerio et
-        al., 2017).
+        In :meth:`fit` (and :meth:`finetune`) the fraction dropped grows linearly from 0 to
+        ``finetune_dropout`` over this many fine-tuning epochs (counted as the decay counts them;
+        0: ``finetune_dropout`` from the start).  Dropout guards against overfitting, which comes
+        with repeated passes over the same rows; in the first passes it only slows the fit
+        ("curriculum dropout", Morerio et al., 2017).  Like the anneal it belongs to a planned fit:
+        measured without the anneal it gains nothing, so :meth:`train_partition` (the distributed
+        trainer's steps, tuned on their own) drops ``finetune_dropout`` from the start.
     finetune_updater : {"sgd", "adagrad", "adam"}
         The fine-tuning updater.
     l2 : float
@@ -322,17 +325,21 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         params["out.W"], params["out.b"] = self._out_W, self._out_b
         return params
 
-    def _dropout(self, epoch: float) -> float:
-        """The dropout rate of fine-tuning epoch ``epoch`` (counted from 0, on the schedule's clock)."""
+    def _dropout(self, epoch: float | None) -> float:
+        """The dropout rate of fine-tuning epoch ``epoch`` of a fit (counted from 0, as the decay counts);
+        ``None`` (:meth:`train_partition`): ``finetune_dropout``."""
         ramp = float(self.finetune_dropout_ramp_epochs)
-        return float(self.finetune_dropout) * (min(1.0, epoch / ramp) if ramp else 1.0)
+        if epoch is None or ramp == 0:
+            return float(self.finetune_dropout)
+        return float(self.finetune_dropout) * min(1.0, epoch / ramp)
 
     def _finetune_pass(self, data: Any, labels: Any, rng: np.random.Generator,
                        planned: tuple[int, int] | None = None) -> float:
         """One shuffled epoch of backprop on device arrays; returns the mean cross-entropy.
 
         ``planned = (done, total)`` when this is epoch ``done + 1`` of ``total`` planned ones
-        (:meth:`fit`): the rate is then annealed over the last ``finetune_anneal_fraction``.
+        (:meth:`fit`): the rate is then annealed over the last ``finetune_anneal_fraction``, and
+        dropout ramped over the first ``finetune_dropout_ramp_epochs``.
         """
         xp = self._xp
         n = int(data.shape[0])
@@ -346,7 +353,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         scale = getattr(self, "_learning_rate_scale", 1.0)  # set by the distributed trainer
         learning_rate = self.finetune_learning_rate / decay * scale
         anneal = self.finetune_anneal_fraction
-        dropout = self._dropout(self._schedule_passes(self._finetune_epochs_done))
+        dropout = self._dropout(None if planned is None else self._schedule_passes(self._finetune_epochs_done))
         generator = _cd.device_generator(rng, xp) if dropout else None
         for start in range(0, n, self.batch_size):
             self._updater.learning_rate = learning_rate * anneal_factor(planned, start / n, anneal)

@@ -44,12 +44,13 @@ def test_dbn_with_default_settings_beats_a_plain_mlp_and_reaches_98_5_percent_on
     assert np.mean(ours) >= np.mean(mlp)
 
 
-def test_fit_runs_exactly_the_per_phase_steps_of_train_partition_but_for_the_anneal(digits):
-    # fit lowers the fine-tuning rate over its last epochs (it knows how many are planned; train_partition
-    # does not): without that anneal, the very same steps.
+def test_fit_runs_exactly_the_per_phase_steps_of_train_partition_but_for_its_anneal_and_dropout_ramp(digits):
+    # fit lowers the fine-tuning rate over its last epochs and ramps dropout up over its first (it plans its
+    # epochs; train_partition does not): without them, the very same steps.
     X, y = digits.X_train[:400], digits.y_train[:400]
-    fitted = small_dbn(finetune_anneal_fraction=0.0).fit(X, y)
-    stepped = small_dbn(finetune_anneal_fraction=0.0).initialize(64, classes=np.unique(y))
+    unplanned = dict(finetune_anneal_fraction=0.0, finetune_dropout_ramp_epochs=0.0)
+    fitted = small_dbn(**unplanned).fit(X, y)
+    stepped = small_dbn(**unplanned).initialize(64, classes=np.unique(y))
     for phase in stepped.phases():
         epochs = stepped.finetune_epochs if phase == "finetune" else stepped.pretrain_epochs
         for _ in range(epochs):
@@ -93,11 +94,19 @@ def test_a_fit_of_few_epochs_over_many_rows_keeps_its_accuracy_over_eight_seeds(
     assert np.mean(scores) >= 0.9695, scores
 
 
-def test_dropout_grows_linearly_over_its_ramp_epochs_on_the_schedules_clock():
+def test_a_fit_ramps_dropout_up_over_its_first_epochs_and_train_partition_drops_the_full_share(digits):
     model = small_dbn(finetune_dropout=0.4, finetune_dropout_ramp_epochs=4)
     assert [model._dropout(epoch) for epoch in (0, 1, 2, 4, 9)] == pytest.approx([0.0, 0.1, 0.2, 0.4, 0.4])
+    assert model._dropout(None) == 0.4  # train_partition's: the distributed steps keep the full share
     assert small_dbn(finetune_dropout=0.4, finetune_dropout_ramp_epochs=0)._dropout(0) == 0.4
-    # fit's and train_partition's epochs alike, or the trainer's clock (tests/rbm/test_model_contract.py)
+    # What fit does with it: its first epoch drops nothing, the very weights of a fit without dropout.
+    X, y = digits.X_train[:300], digits.y_train[:300]
+    first = {ramp: small_dbn(finetune_epochs=1, finetune_dropout_ramp_epochs=ramp).fit(X, y).parameters("finetune")
+             for ramp in (10, 0)}
+    plain = small_dbn(finetune_epochs=1, finetune_dropout=0.0).fit(X, y).parameters("finetune")
+    for name, value in plain.items():
+        np.testing.assert_array_equal(first[10][name], value, err_msg=name)
+    assert not np.array_equal(first[0]["out.W"], plain["out.W"])
 
 
 def test_verbose_fit_prints_a_line_per_layer_pass_and_fine_tuning_epoch_and_nothing_without_it(digits, capsys):

@@ -334,10 +334,8 @@ def test_learning_rate_scale_s_trains_exactly_as_a_learning_rate_times_s(kind, d
 SCHEDULES = {
     "rbm": ({"momentum": 0.5, "final_momentum": 0.9, "momentum_switch_iter": 1},
             lambda epoch: {"momentum": 0.5 if epoch < 1 else 0.9, "final_momentum": 0.5 if epoch < 1 else 0.9}),
-    # The fine-tuning decay and dropout ramp, and the RBMs' momentum: 0.5, then 0.9 after 5 passes.
-    "dbn": ({"finetune_lr_decay": 0.5, "finetune_dropout_ramp_epochs": 2},
+    "dbn": ({"finetune_lr_decay": 0.5},  # and its RBMs' momentum: 0.5, then 0.9 after 5 passes
             lambda epoch: {"finetune_lr_decay": 0.0, "finetune_learning_rate": 0.1 / (1 + 0.5 * epoch),
-                           "finetune_dropout_ramp_epochs": 0, "finetune_dropout": 0.3 * min(1, epoch / 2),
                            "layer_params": [{"final_momentum": 0.5}] * 2}),
     "convnet": ({"lr_decay": 0.5}, lambda epoch: {"lr_decay": 0.0, "learning_rate": 0.05 / (1 + 0.5 * epoch)}),
 }
