@@ -1,7 +1,8 @@
 """The typed, versioned contract between the driver and the executors.
 
-A Spark task receives one :class:`TaskSpec` (which carries the fit's :class:`NodeConfig`) and
-returns one :class:`PartitionReport` per partition it trained.  Both cross the process boundary
+A Spark task receives one :class:`TaskSpec` (which carries the fit's :class:`NodeConfig` and its
+training mode's options: :class:`AsyncOptions`, :class:`SyncOptions` or :class:`SharingOptions`)
+and returns one :class:`PartitionReport` per partition it trained.  Both cross the process boundary
 as msgpack bytes with an explicit :data:`CONTRACT_VERSION`, never as pickles or loose dicts:
 a driver and an executor from different sparkdbn versions fail with a :class:`ContractError`
 that says so, instead of a ``KeyError`` deep in a task.
@@ -24,11 +25,11 @@ import numpy as np
 
 from ._errors import NodeError
 
-__all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "TaskSpec", "PartitionReport", "encode", "decode",
-           "params_digest"]
+__all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "AsyncOptions", "SyncOptions", "SharingOptions",
+           "ModeOptions", "TaskSpec", "NodeDevice", "PartitionReport", "encode", "decode", "params_digest"]
 
 #: Bumped whenever a field of the contract changes meaning, appears or goes.
-CONTRACT_VERSION = 6
+CONTRACT_VERSION = 8
 
 T = TypeVar("T")
 
@@ -61,7 +62,7 @@ class NodeConfig:
     keep_versions : int
     anti_entropy_interval_s, peer_refresh_interval_s, flush_timeout_s : float
     scale_rule : str
-        The learning-rate scaling rule (see :mod:`node._scaling`).
+        The learning-rate scaling rule (see :mod:`node.modes._scaling`).
     warmup_partitions : int
     n_samples : int
         Training rows of the run (0: unknown); with the spec's ``batch_size``, the steps per node and epoch.
@@ -70,7 +71,7 @@ class NodeConfig:
         most this many count as merging, however many Python workers have been a node of the fit.
     node_batch_size : int
         The minibatch each node trains with, where it differs from the spec's ``batch_size`` (0: the
-        spec's; see :func:`node._scaling.node_batch_size`).
+        spec's; see :func:`node.modes._scaling.node_batch_size`).
     kill_worker_once_at : str or None
         Test hook ``"<phase>:<epoch>"`` (see :class:`~node.TrainingSettings`).
     straggler_factor : float
@@ -80,7 +81,10 @@ class NodeConfig:
     driver_host : str or None
         ``spark.driver.host``: a node on a cluster binds the interface that routes to it.
     bind_host, advertise_host, port_range : str or None
-        The network settings (see :class:`~node.TrainingSettings` and :mod:`node._network`).
+        The network settings (see :class:`~node.TrainingSettings` and :mod:`node.executor._network`).
+    gpu_data_budget_bytes : int
+        GPU memory a node on a GPU may fill with its partitions (0: half the GPU's free memory;
+        see :class:`~node.TrainingSettings`).
     """
 
     run: str
@@ -110,17 +114,45 @@ class NodeConfig:
     bind_host: str | None = None
     advertise_host: str | None = None
     port_range: str | None = None
+    gpu_data_budget_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class AsyncOptions:
+    """``mode="async"``: no options of its own (what it uses, fanout, merge_alpha and flush_timeout_s, the node has)."""
+
+
+@dataclass(frozen=True)
+class SyncOptions:
+    """``mode="sync"``: partitions between two averages, and how long a node waits at a barrier."""
+
+    averaging_frequency: int
+    barrier_timeout_s: float
+
+
+@dataclass(frozen=True)
+class SharingOptions:
+    """``mode="sharing"``: the first threshold of the sparse updates, and the share of entries they aim at."""
+
+    threshold: float
+    sparsity: float
+
+
+#: What a training mode's driver half tells its executor half: one frozen dataclass per mode.
+ModeOptions = AsyncOptions | SyncOptions | SharingOptions
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One epoch's task for every partition: which phase, which epoch, where the phase starts.
+    """One training job's task for every node: which phase and epochs, where the phase starts, the slots.
 
-    ``start_digest`` is the sha256 of the broadcast start parameters of ``phase``.  ``options``
-    holds what a training mode's driver half tells its executor half (msgpack-able values; each
-    mode's file says which), e.g. the averaging round of ``"sync"``.  ``start_nodes`` are the nodes
-    that trained the phase's last finished epoch: a node new to the phase starts from the mean of
-    their newest snapshots (none named: of every node's).
+    The job trains epochs ``epoch`` to ``end_epoch - 1`` of ``phase`` (:attr:`epochs`; one epoch
+    when ``end_epoch`` is not past ``epoch``).  ``start_digest`` is the sha256 of the broadcast
+    start parameters of ``phase``.  ``slots`` are every node's partitions, dealt once per fit: the
+    job's Spark partition ``i`` is the node that trains ``slots[i]`` (and takes a slower peer's
+    share when it is done, :mod:`node.modes._stealing`).  ``options`` are the mode's own.
+    ``start_nodes`` are the nodes that trained the phase's last finished epoch: a node new to the
+    phase starts from the mean of their newest snapshots (none named: of every node's).
     """
 
     node: NodeConfig
@@ -129,8 +161,61 @@ class TaskSpec:
     phase_index: int
     epoch: int
     start_digest: str
-    options: dict = field(default_factory=dict)
+    end_epoch: int = 0
+    slots: tuple[tuple[int, ...], ...] = ()
+    options: ModeOptions = AsyncOptions()
     start_nodes: tuple[str, ...] = ()
+
+    @property
+    def epochs(self) -> range:
+        """The epochs the job trains."""
+        return range(self.epoch, max(self.end_epoch, self.epoch + 1))
+
+
+@dataclass(frozen=True)
+class NodeDevice:
+    """Where a node computes, as the node saw it (see :mod:`node.executor._device`).
+
+    Attributes
+    ----------
+    kind : {"gpu", "cpu"}
+        Where the node's replica lives.
+    host : str
+    node : str
+        The node's name, ``<host>-<pid>`` (a probe's task names the process that ran it).
+    requested : str
+        The model's ``device``: ``"cpu"``, ``"gpu"`` or ``"auto"``.
+    spark_addresses : tuple of str
+        The GPU addresses Spark assigned to the task that started the node (empty: none).
+    address : str or None
+        The address the node uses (the first assigned), or None when Spark assigned none.
+    index : int or None
+        cupy's index of that GPU in the node's process (see ``CUDA_VISIBLE_DEVICES``); None on the CPU.
+    name : str
+        The GPU's name (``""`` on the CPU).
+    memory_bytes : int
+        The GPU's memory (0 on the CPU).
+    reason : str
+        Why the node computes there, in words.
+    problem : str or None
+        Why the node cannot compute where its model asks (``device="gpu"`` without a usable GPU,
+        or a replica that cannot be built there); None when it can.
+    warm_up_s : float
+        Seconds the node spent compiling (or loading) its GPU kernels before its first partition.
+    """
+
+    kind: str
+    host: str
+    node: str = ""
+    requested: str = "cpu"
+    spark_addresses: tuple[str, ...] = ()
+    address: str | None = None
+    index: int | None = None
+    name: str = ""
+    memory_bytes: int = 0
+    reason: str = ""
+    problem: str | None = None
+    warm_up_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -143,12 +228,14 @@ class PartitionReport:
     time a straggler node slept on purpose (``TrainingSettings.straggler_factor``); ``sent_bytes``
     and ``read_bytes`` count what the partition's mode wrote to and read from the store.
     ``learning_rate_scale`` is the factor the node trained the partition with, ``nodes_merging``
-    the count of nodes it followed (see :mod:`node._scaling`).  Of the ``merged`` peer versions,
+    the count of nodes it followed (see :mod:`node.modes._scaling`).  Of the ``merged`` peer versions,
     ``merged_announced`` were heard of by announcement and ``merged_listed`` only found by listing
     the store (the nodes cannot reach each other's ports when that is most; both 0 in the modes that
     exchange through the store by design, ``sync`` and ``sharing``); ``endpoint`` is the
     node's advertised endpoint.  ``stolen`` marks a partition the node took from a slower peer's
-    share (:mod:`node._stealing`), ``data_read_bytes`` the training data it read from the store for it.
+    share (:mod:`node.modes._stealing`), ``data_read_bytes`` the training data it read from the store for it.
+    ``device`` is where the node computes (:class:`NodeDevice`), ``device_data`` what its GPU data cache
+    holds and did (:meth:`rbm.DeviceDataCache.report`; empty on the CPU).
     """
 
     node: str
@@ -181,6 +268,8 @@ class PartitionReport:
     endpoint: str = ""
     stolen: bool = False
     data_read_bytes: int = 0
+    device: NodeDevice | None = None
+    device_data: dict = field(default_factory=dict)
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-able dict (the metrics record)."""
@@ -222,12 +311,30 @@ def decode(data: bytes, cls: type[T]) -> T:
 
 def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        hints = typing.get_type_hints(type(value))
+        return {f.name: _tagged(getattr(value, f.name), hints[f.name]) for f in dataclasses.fields(value)}
     if isinstance(value, (list, tuple)):
         return [_plain(item) for item in value]
     if isinstance(value, Mapping):
         return {str(key): _plain(item) for key, item in value.items()}
     return value
+
+
+def _tagged(value: Any, hint: Any) -> Any:
+    """``value`` as plain data; one of a union of contract dataclasses goes as ``{"type": name, "fields": ...}``."""
+    if _dataclass_union(hint):
+        return {"type": type(value).__name__, "fields": _plain(value)}
+    return _plain(value)
+
+
+def _dataclass_union(hint: Any) -> dict[str, type] | None:
+    """The members of a union of dataclasses (e.g. :data:`ModeOptions`) by name; else None."""
+    if typing.get_origin(hint) not in (typing.Union, types.UnionType):
+        return None
+    members = typing.get_args(hint)
+    if not all(dataclasses.is_dataclass(member) for member in members):
+        return None
+    return {member.__name__: member for member in members}
 
 
 def _build(cls: type[T], fields: Any, where: str) -> T:
@@ -246,6 +353,12 @@ def _build(cls: type[T], fields: Any, where: str) -> T:
 
 def _convert(value: Any, hint: Any, where: str) -> Any:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    members = _dataclass_union(hint)
+    if members is not None:
+        if not isinstance(value, dict) or value.get("type") not in members:
+            kind = value.get("type") if isinstance(value, dict) else type(value).__name__
+            raise ContractError(f"{where}: expected one of {sorted(members)}, got {kind!r}")
+        return _build(members[value["type"]], value.get("fields"), where)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None

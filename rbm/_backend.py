@@ -81,10 +81,17 @@ def array_module(device: str) -> ModuleType:
     return np
 
 
+_PINNED_UPLOAD_BYTES = 4 << 20  # larger host arrays go to the GPU through pinned staging buffers
+
+
 def to_device(array: Any, xp: ModuleType, dtype: Any = None) -> Any:
     """Copy ``array`` into the namespace ``xp`` (no copy when already there)."""
     if xp is np:
         return np.asarray(to_host(array), dtype=dtype)
+    if isinstance(array, np.ndarray) and array.nbytes >= _PINNED_UPLOAD_BYTES:
+        from ._gpu import upload  # pinned, chunked and asynchronous: several times a pageable copy's speed
+
+        return upload(array if dtype is None else array.astype(dtype, copy=False), xp)
     return xp.asarray(array, dtype=dtype)
 
 

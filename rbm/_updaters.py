@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ._gpu import fused_ops_for
+
 __all__ = ["Updater", "SGD", "Adagrad", "Adam", "make_updater", "UPDATERS", "anneal_factor"]
 
 
@@ -34,13 +36,25 @@ class Updater:
         self.state: dict[str, dict[str, Any]] = {}
 
     def step(self, params: Mapping[str, Any], grads: Mapping[str, Any], decay: tuple[str, ...] = ()) -> None:
-        """Apply one update. ``grads`` are gradients of the loss to *minimize*."""
+        """Apply one update. ``grads`` are gradients of the loss to *minimize*.
+
+        On the GPU branch each parameter's update (L2 term included) is one fused kernel.
+        """
         for name, grad in grads.items():
+            param = params[name]
+            ops = fused_ops_for(param)
+            if ops is not None:
+                self._fused_update(ops, name, param, grad, self.l2 if name in decay else 0.0)
+                continue
             if self.l2 and name in decay:
-                grad = grad + self.l2 * params[name]
-            self._update(name, params[name], grad)
+                grad = grad + self.l2 * param
+            self._update(name, param, grad)
 
     def _update(self, name: str, param: Any, grad: Any) -> None:
+        raise NotImplementedError
+
+    def _fused_update(self, ops: Any, name: str, param: Any, grad: Any, l2: float) -> None:
+        """The same update as :meth:`_update` (with ``grad + l2 * param``) in one fused kernel."""
         raise NotImplementedError
 
     def reset(self) -> None:
@@ -73,6 +87,12 @@ class SGD(Updater):
         else:
             param += velocity
 
+    def _fused_update(self, ops: Any, name: str, param: Any, grad: Any, l2: float) -> None:
+        state = self.state.setdefault(name, {})
+        if "v" not in state:
+            state["v"] = param * 0
+        ops.sgd_step_(param, state["v"], grad, self.momentum, self.learning_rate, l2, self.nesterov)
+
 
 class Adagrad(Updater):
     """Adagrad: ``h <- h + g^2; w <- w - lr * g / (sqrt(h) + eps)``."""
@@ -89,6 +109,12 @@ class Adagrad(Updater):
         history += grad * grad
         param -= self.learning_rate * grad / (history**0.5 + self.eps)
 
+    def _fused_update(self, ops: Any, name: str, param: Any, grad: Any, l2: float) -> None:
+        state = self.state.setdefault(name, {})
+        if "h" not in state:
+            state["h"] = param * 0
+        ops.adagrad_step_(param, state["h"], grad, self.learning_rate, self.eps, l2)
+
 
 class Adam(Updater):
     """Adam (Kingma & Ba, 2015) with bias correction."""
@@ -100,18 +126,26 @@ class Adam(Updater):
             raise ValueError(f"beta1 and beta2 must be in [0, 1), got {beta1}, {beta2}")
         self.beta1, self.beta2, self.eps = float(beta1), float(beta2), float(eps)
 
-    def _update(self, name: str, param: Any, grad: Any) -> None:
+    def _next_step(self, name: str, param: Any) -> tuple[Any, Any, float]:
+        """The moments of ``name`` and the bias-corrected step size of its next update."""
         state = self.state.setdefault(name, {})
         if "m" not in state:
             state["m"], state["v"], state["t"] = param * 0, param * 0, 0
         state["t"] += 1
-        m, v, t = state["m"], state["v"], state["t"]
+        t = state["t"]
+        return state["m"], state["v"], self.learning_rate * (1 - self.beta2**t) ** 0.5 / (1 - self.beta1**t)
+
+    def _update(self, name: str, param: Any, grad: Any) -> None:
+        m, v, step = self._next_step(name, param)
         m *= self.beta1
         m += (1 - self.beta1) * grad
         v *= self.beta2
         v += (1 - self.beta2) * grad * grad
-        step = self.learning_rate * (1 - self.beta2**t) ** 0.5 / (1 - self.beta1**t)
         param -= step * m / (v**0.5 + self.eps)
+
+    def _fused_update(self, ops: Any, name: str, param: Any, grad: Any, l2: float) -> None:
+        m, v, step = self._next_step(name, param)
+        ops.adam_step_(param, m, v, grad, self.beta1, self.beta2, step, self.eps, l2)
 
 
 UPDATERS = {"sgd": SGD, "adagrad": Adagrad, "adam": Adam}

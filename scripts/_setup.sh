@@ -2,11 +2,12 @@
 #   - a JRE for Spark (apt-get when `java` is missing),
 #   - a virtualenv in .venv (reused; pyspark is a 450 MB source package, so pip's cache
 #     is kept and an up-to-date venv is not reinstalled),
-#   - the project installed in editable mode with the extras named in $SPARKDBN_EXTRAS.
+#   - the project installed in editable mode with the extras named in $SPARKDBN_EXTRAS
+#     (default: test and docs, what scripts/test runs).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SPARKDBN_VENV:-$ROOT/.venv}"
-EXTRAS="${SPARKDBN_EXTRAS:-test}"
+EXTRAS="${SPARKDBN_EXTRAS:-test,docs}"
 
 if ! command -v java >/dev/null 2>&1; then
     echo "[setup] java not found: installing a headless JRE with apt-get" >&2

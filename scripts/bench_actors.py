@@ -19,10 +19,10 @@
 
 from __future__ import annotations
 
-import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
-_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
-import _venv  # noqa: E402
-_venv.ensure()
+if __name__ == "__main__":  # started as a program: where the project is not importable, inside its virtualenv
+    import _venv
+
+    _venv.ensure()
 
 
 import argparse
@@ -42,6 +42,9 @@ from threadpoolctl import threadpool_limits
 import actors
 import rbm
 import storage
+from rbm.datasets import load_digits28
+
+from _results import BenchRun, add_json_option
 
 SECRET = b"bench-secret-0123456789abcdef"
 PHASE = "rbm"
@@ -205,8 +208,6 @@ def start_webhdfs(root: str) -> tuple[subprocess.Popen, str]:
 
 def round_cost(store_url: str, partition: int, rounds: int) -> dict[str, float]:
     """Median seconds of training one partition, merge(3 peers), publish(), and the background write."""
-    from rbm.datasets import load_digits28
-
     X = load_digits28().X_train.reshape(-1, 784)[:partition]
     model = rbm.RBM(n_components=500, batch_size=100, learning_rate=0.05, random_state=0).initialize(784)
     train_rng = np.random.default_rng(0)
@@ -264,21 +265,24 @@ def main() -> None:
     parser.add_argument("--partition", type=int, default=1500, help="samples per partition (default 1500)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--receiver", help=argparse.SUPPRESS)
+    add_json_option(parser)
     args = parser.parse_args()
     if args.receiver:
         receiver(json.loads(args.receiver))
         return
+    run = BenchRun(__file__, args).start()
+    latencies = []
     count, rounds = (8, 2) if args.quick else (args.announcements, args.rounds)
     print(f"cores: {os.cpu_count()}; snapshot 784x500 float32 + biases ({(784 * 500 + 1284) * 4 / 1e6:.2f} MB)")
     with tempfile.TemporaryDirectory(prefix="bench-actors-") as root:
         local = os.path.join(root, "local")
-        latency = describe(announcement_latency(local, count), store_round_trip(local, count))
-        print(f"announcement latency, local store : {latency}")
+        latencies.append(("local", announcement_latency(local, count), store_round_trip(local, count)))
+        print(f"announcement latency, local store : {describe(*latencies[-1][1:])}")
         auth = {"local": authentication_cost(local, count)}
         server, url = start_webhdfs(os.path.join(root, "hdfs"))
         try:
-            latency = describe(announcement_latency(url, count), store_round_trip(url, count))
-            print(f"announcement latency, WebHDFS     : {latency}")
+            latencies.append(("WebHDFS", announcement_latency(url, count), store_round_trip(url, count)))
+            print(f"announcement latency, WebHDFS     : {describe(*latencies[-1][1:])}")
             auth["WebHDFS"] = authentication_cost(url, count)
         finally:
             server.terminate()
@@ -306,6 +310,28 @@ def main() -> None:
     per_round_s = (macs["snapshot_mac"] + 3 * macs["snapshot_verify"] + 4 * macs["announce_hmac_now"]) / 1e6
     print(f"  MAC work per round     {per_round_s * 1000:8.3f} ms   {per_round_s / cost['train']:.5f}   "
           "(1 put, 3 fetches, 1 announcement signed, 3 verified)")
+
+    run.table(f"Announcement latency: publish() to mergeable on a peer in another process ({count} announcements)",
+              ["store", "median ms", "p99 ms", "store write + read alone, ms", "latency / store alone"],
+              [[name, 1000 * float(np.median(values)), 1000 * float(np.percentile(values, 99)),
+                1000 * float(np.median(floor)), float(np.median(values) / np.median(floor))]
+               for name, values, floor in latencies])
+    run.table(f"What the trainer waits for per partition ({args.partition} samples, 784-500 RBM CD-1, batch 100, "
+              "1 BLAS thread, 3 fresh peers; medians)",
+              ["step", "ms", "of the partition's training"],
+              [["train the partition", 1000 * cost["train"], 1.0],
+               ["merge (3 peers)", 1000 * cost["merge"], cost["merge"] / cost["train"]],
+               ["publish (the trainer's side)", 1000 * cost["publish"], cost["publish"] / cost["train"]],
+               ["publish + merge", 1000 * blocking, blocking / cost["train"]],
+               ["background write + announce (overlaps training)", 1000 * write, write / cost["train"]],
+               ["MAC work (1 put, 3 fetches, 1 announcement signed, 3 verified)", 1000 * per_round_s,
+                per_round_s / cost["train"]]])
+    run.table(f"Authentication: medians of {count} alternating snapshot writes / reads",
+              ["store", "put, sha256 name (ms)", "put, sha256 + HMAC name (ms)", "ratio",
+               "get, sha256 name (ms)", "get, MAC checked first (ms)", "ratio"],
+              [[name, 1000 * c["put_plain"], 1000 * c["put_mac"], c["put_mac"] / c["put_plain"],
+                1000 * c["get_plain"], 1000 * c["get_mac"], c["get_mac"] / c["get_plain"]] for name, c in auth.items()])
+    run.finish()
 
 
 if __name__ == "__main__":

@@ -20,10 +20,10 @@ and prints each as a fraction of the epoch.
 
 from __future__ import annotations
 
-import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
-_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
-import _venv  # noqa: E402
-_venv.ensure()
+if __name__ == "__main__":  # started as a program: where the project is not importable, inside its virtualenv
+    import _venv
+
+    _venv.ensure()
 
 
 import argparse
@@ -36,24 +36,28 @@ import numpy as np
 
 import node
 import rbm
-from node._data import check_model_input, prepare_training_data, summarize_block
+from node.data._prepare import DataOptions, check_model_input, prepare_training_data, summarize_block
 from rbm.datasets import load_digits28
+
+from _results import BenchRun, add_json_option
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    add_json_option(parser)
     args = parser.parse_args()
+    run = BenchRun(__file__, args).start()
     split = load_digits28()
     X, y = split.X_train, split.y_train
     spark = node.get_spark_session("local[1]", app_name="bench-data-check")
-    spark.sparkContext.parallelize(range(2), 2).map(lambda _: __import__("node._executor") and os.getpid()).collect()
+    spark.sparkContext.parallelize(range(2), 2).map(lambda _: __import__("node.executor._node") and os.getpid()).collect()
 
     prepare_s, check_s = [], []
     for _ in range(args.repeats):
         started = time.perf_counter()
-        prepared = prepare_training_data(spark, X, y, partitions=args.partitions)
+        prepared = prepare_training_data(spark, X, y, DataOptions(partitions=args.partitions))
         prepare_s.append(time.perf_counter() - started)
         replica = rbm.DBN(hidden_layer_sizes=(500, 500)).initialize(X.shape[1], prepared.classes)
         started = time.perf_counter()
@@ -85,6 +89,10 @@ def main() -> None:
     for name, seconds in rows:
         print(f"{name:<40} {seconds:>9.3f} {seconds / epoch_s:>11.1%}")
     spark.stop()
+    run.table(f"The driver's data check on digits28 ({len(X)} rows x {X.shape[1]} features, {args.partitions} "
+              f"partitions, local[1], median of {args.repeats})", ["step", "seconds", "of an epoch"],
+              [[name, seconds, f"{seconds / epoch_s:.1%}"] for name, seconds in rows])
+    run.finish()
 
 
 if __name__ == "__main__":

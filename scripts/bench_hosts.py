@@ -34,6 +34,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from support.virtual_cluster import VirtualCluster, cluster_unavailable_reason  # noqa: E402
 
+from _results import BenchRun, add_json_option  # noqa: E402
+
 PEER_CODE = r'''
 import json, sys, time, threading
 from actors import WeightAnnouncement, decode_frames, encode_message
@@ -150,11 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--announcements", type=int, default=300)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--workers", type=int, nargs="*", default=[1, 2, 3])
+    add_json_option(parser)
     args = parser.parse_args(argv)
     reason = cluster_unavailable_reason()
     if reason:
         print(f"bench_hosts: {reason}", file=sys.stderr)
         return 2
+    run = BenchRun(__file__, args).start()
     work = Path(tempfile.mkdtemp(prefix="bench-hosts-"))
     print(f"machine: {os.cpu_count()} cores in all, shared by every host of the virtual cluster")
     with VirtualCluster(workers=max(args.workers), work_dir=work / "cluster") as cluster:
@@ -167,12 +171,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:>22}{1000 * statistics.median(values):>12.3f}{1000 * percentile(values, 0.99):>10.3f}")
         print(f"{'ratio across/loopback':>22}{statistics.median(across) / statistics.median(loop):>12.2f}"
               f"{percentile(across, 0.99) / percentile(loop, 0.99):>10.2f}")
+        run.table(f"Announcement latency on the virtual cluster ({args.announcements} announcements, 10 ms apart)",
+                  ["path", "median ms", "p99 ms"],
+                  [*([name, 1000 * statistics.median(values), 1000 * percentile(values, 0.99)]
+                     for name, values in rows.items()),
+                   ["ratio, across hosts / loopback", statistics.median(across) / statistics.median(loop),
+                    percentile(across, 0.99) / percentile(loop, 0.99)]])
         results = {workers: training(cluster, workers, args.epochs, work) for workers in args.workers}
     print(f"\n784-500-500 DBN on digits28, {args.epochs} epoch(s) per phase, 2 partitions per worker host, "
           "store hdfs:// on the namenode host")
     print(f"{'worker hosts':>13}{'samples/s':>11}{'per node and partition: rx MB':>32}{'tx MB':>8}"
           f"{'store-level MB (read+written)':>31}{'interface/store':>17}")
     base = None
+    table = []
     for workers, result in results.items():
         rate = result["samples"] / result["train_wall_s"]
         base = base or rate
@@ -182,9 +193,17 @@ def main(argv: list[str] | None = None) -> int:
         tx = sum(entry["tx"] for entry in hosts) / partitions / 1e6
         store = sum(entry["sent"] + entry["read"] for entry in hosts) / partitions / 1e6
         print(f"{workers:>13}{rate:>11.0f}{rx:>32.2f}{tx:>8.2f}{store:>31.2f}{(rx + tx) / store if store else float('nan'):>17.2f}")
+        table.append([workers, rate, rate / base, rx, tx, store, (rx + tx) / store if store else None])
     print("samples/s relative to 1 worker host: " + ", ".join(
         f"{workers}: {result['samples'] / result['train_wall_s'] / base:.2f}" for workers, result in results.items()))
     print(f"(work folder: {work})")
+    run.table(f"784-500-500 DBN on digits28, {args.epochs} epoch(s) per phase, 2 partitions per worker host, "
+              "store hdfs:// on the namenode host",
+              ["worker hosts", "samples/s", "samples/s / 1 host", "interface rx MB per node and partition", "tx MB",
+               "store-level MB (read + written)", "interface / store"], table,
+              "All hosts share the machine's cores: more worker hosts bring no more compute, so samples/s measures "
+              "the cost of coordination, not a speed-up.")
+    run.finish()
     return 0
 
 

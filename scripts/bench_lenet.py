@@ -12,10 +12,10 @@ for ours follows.
 
 from __future__ import annotations
 
-import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
-_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
-import _venv  # noqa: E402
-_venv.ensure()
+if __name__ == "__main__":  # started as a program: where the project is not importable, inside its virtualenv
+    import _venv
+
+    _venv.ensure()
 
 
 import argparse
@@ -28,6 +28,8 @@ from threadpoolctl import threadpool_limits
 import rbm
 from rbm import softmax_cross_entropy
 from rbm.datasets import load_digits28
+
+from _results import BenchRun, add_json_option
 
 BATCH = 64
 
@@ -100,7 +102,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short run (fewer batches and repeats)")
     parser.add_argument("--batches", type=int, default=60, help="training batches per timed pass")
     parser.add_argument("--repeats", type=int, default=3, help="alternating runs per library; the best is kept")
+    add_json_option(parser)
     args = parser.parse_args()
+    run = BenchRun(__file__, args).start()
     batches, repeats = (15, 2) if args.quick else (args.batches, args.repeats)
 
     import torch
@@ -113,6 +117,7 @@ def main() -> None:
     print("samples/s: per wall-clock second (best of the alternating runs); per CPU second in brackets,")
     print("which a busy machine disturbs less (with several threads it also counts their spinning)")
     print(f"{'threads':>8} {'ours samples/s':>22} {'torch samples/s':>22} {'ours/torch':>18}")
+    throughput = []
     for threads in (1, default_threads):
         torch.set_num_threads(threads)
         ours, theirs = [], []
@@ -123,6 +128,7 @@ def main() -> None:
         (wall, cpu), (wall_torch, cpu_torch) = np.max(ours, axis=0), np.max(theirs, axis=0)
         print(f"{threads:>8} {wall:>10.0f} [{cpu:>7.0f} cpu] {wall_torch:>10.0f} [{cpu_torch:>7.0f} cpu] "
               f"{wall / wall_torch:>6.2f}x [{cpu / cpu_torch:.2f}x cpu]")
+        throughput.append([threads, wall, cpu, wall_torch, cpu_torch, wall / wall_torch, cpu / cpu_torch])
     torch.set_num_threads(default_threads)
 
     print("\nours, per layer, batch 64, 1 thread (median ms):")
@@ -132,6 +138,13 @@ def main() -> None:
     for name, kind, forward, backward in rows:
         print(f"{name:<10} {kind:<8} {forward:>8.2f} {backward:>9.2f}")
     print(f"{'total':<10} {'':<8} {sum(r[2] for r in rows):>8.2f} {sum(r[3] for r in rows):>9.2f}")
+    run.table(f"LeNet training, batch {BATCH}, float32, SGD with momentum, {len(X)} samples per timed pass, "
+              f"best of {repeats} alternating runs (torch {torch.__version__})",
+              ["threads", "ours samples/s", "ours per CPU second", "torch samples/s", "torch per CPU second",
+               "ours / torch", "ours / torch, CPU"], throughput)
+    run.table("Ours, per layer, batch 64, 1 thread (median ms)", ["layer", "type", "forward", "backward"],
+              [*map(list, rows), ["total", "", sum(r[2] for r in rows), sum(r[3] for r in rows)]])
+    run.finish()
 
 
 if __name__ == "__main__":

@@ -16,10 +16,10 @@ record notes them) as a share of the fit.
 
 from __future__ import annotations
 
-import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
-_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
-import _venv  # noqa: E402
-_venv.ensure()
+if __name__ == "__main__":  # started as a program: where the project is not importable, inside its virtualenv
+    import _venv
+
+    _venv.ensure()
 
 
 import argparse
@@ -32,6 +32,9 @@ import numpy as np
 import node
 import rbm
 from rbm.datasets import load_digits28
+from node.watch._live import LiveLog
+
+from _results import BenchRun, add_json_option
 
 
 CONFIGURATIONS = ("off", "log", "log + validation")
@@ -55,8 +58,6 @@ def one_fit(spark, folder: str, run: str, X, y, validation, epochs: int, partiti
 
 def live_log_write_s(folder: str, history: list[dict], repeats: int = 50) -> float:
     """Seconds one epoch's TensorBoard writes take on the driver (median over the run's epochs, repeated)."""
-    from node._live import LiveLog
-
     log = LiveLog(f"{folder}/timing")
     times = []
     for _ in range(repeats):
@@ -73,7 +74,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=2, help="epochs per phase")
     parser.add_argument("--partitions", type=int, default=4)
+    add_json_option(parser)
     args = parser.parse_args()
+    run = BenchRun(__file__, args).start()
     split = load_digits28()
     order = np.random.default_rng(0).permutation(len(split.X_train))
     held = len(order) // 10
@@ -106,6 +109,15 @@ def main() -> None:
     print(f"TensorBoard writes per epoch (driver, timed alone): {write_s * 1e3:.2f} ms = {write_s / epochs_s:.3%} "
           f"of a median epoch ({epochs_s:.2f} s)")
     spark.stop()
+    run.table(f"Watching a run: digits28 DBN 784-256-256, {len(X)} training rows, {held} validation rows, "
+              f"{args.epochs} epoch(s) per phase, {args.partitions} partitions, local[2], median of {args.repeats}",
+              ["watching", "fit (s)", "fit / off", "training jobs (s)", "validation (s)", "validation, of the fit"],
+              [[watch, median(watch, "fit_s"), median(watch, "fit_s") / median("off", "fit_s"),
+                median(watch, "epochs_s"), median(watch, "validation_s"),
+                f"{median(watch, 'validation_s') / median(watch, 'fit_s'):.1%}"] for watch in CONFIGURATIONS],
+              f"TensorBoard writes per epoch (the driver's, timed alone): {write_s * 1e3:.2f} ms, "
+              f"{write_s / epochs_s:.3%} of a median epoch ({epochs_s:.2f} s).")
+    run.finish()
 
 
 if __name__ == "__main__":

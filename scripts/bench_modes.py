@@ -50,10 +50,13 @@ import numpy as np
 from sklearn.model_selection import train_test_split
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _results, imported as well (tests)
 
 import node  # noqa: E402
 import rbm  # noqa: E402
 from rbm.datasets import load_digits01, load_digits28  # noqa: E402
+
+from _results import BenchRun, add_json_option  # noqa: E402
 
 
 #: What each ``--model`` trains by default: its phases' epochs, the data it takes and the target.
@@ -86,6 +89,7 @@ def make_parser(description: str = __doc__.split("\n")[0]) -> argparse.ArgumentP
     parser.add_argument("--hidden", nargs=2, type=int, default=[100, 100], help="the DBN's hidden layers")
     parser.add_argument("--target", type=float, default=None,
                         help="validation accuracy to time (default 0.95 for dbn, 0.98 for lenet)")
+    add_json_option(parser)
     return parser
 
 
@@ -225,6 +229,23 @@ def straggler_figures(metrics: list[dict]) -> dict:
             "fast_idle_share": (between + at_ends) / phases_s if phases_s else None}
 
 
+def result_rows(results: list[dict]) -> list[list]:
+    """:func:`show`'s figures as table rows (``None``: not reached, or no straggler)."""
+    base = next((r for r in results if r["mode"] == "sync" and r["straggler"] == 1.0), results[0])
+    rows = []
+    for r in results:
+        rows.append([r["mode"], r["straggler"], r["wall_s"], r["wall_s"] / base["wall_s"], r["target_s"],
+                     None if r["target_s"] is None or not base["target_s"] else r["target_s"] / base["target_s"],
+                     r["accuracy"], r["sent_per_partition"] / 1e3, r["read_per_partition"] / 1e3, r["slowed_share"],
+                     r["fast_idle_s"]])
+    return rows
+
+
+RESULT_COLUMNS = ["mode", "straggler", "wall s", "wall (x sync)", "s to target", "to target (x sync)",
+                  "test accuracy", "store kB written per partition", "kB read per partition", "slow node's share",
+                  "fast node idle s"]
+
+
 def show(results: list[dict]) -> None:
     base = next((r for r in results if r["mode"] == "sync" and r["straggler"] == 1.0), results[0])
 
@@ -265,6 +286,7 @@ def describe(args: argparse.Namespace, train_rows: int) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    run = BenchRun(__file__, args).start()
     data = load(args.data, args.model, args.train_rows)
     spark = node.get_spark_session(f"local[{args.nodes}]", app_name="bench-modes", conf={"spark.ui.enabled": "false", "spark.driver.memory": "4g"})
     results = []
@@ -282,6 +304,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\n{args.data}, {describe(args, len(data[0]))}, epochs {args.epochs}, local[{args.nodes}], "
           f"{args.partitions} partitions, target validation accuracy {args.target}")
     show(results)
+    run.table(f"{args.data}, {describe(args, len(data[0]))}, epochs {args.epochs}, local[{args.nodes}], "
+              f"{args.partitions} partitions, target validation accuracy {args.target}", RESULT_COLUMNS,
+              result_rows(results), "Ratios against sync without a straggler, in this run. Straggler 3: one node "
+              "sleeps twice its compute time. Fast node idle: the gaps between its partitions and its wait at each "
+              "phase's end, summed.")
+    run.finish()
 
 
 if __name__ == "__main__":

@@ -30,10 +30,10 @@ Targets: ours >= 2x sklearn and >= 85% of the GEMM bound at 1 thread; PCD-1 with
 
 from __future__ import annotations
 
-import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
-_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
-import _venv  # noqa: E402
-_venv.ensure()
+if __name__ == "__main__":  # started as a program: where the project is not importable, inside its virtualenv
+    import _venv
+
+    _venv.ensure()
 
 
 import argparse
@@ -48,6 +48,8 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from rbm import RBM
 from rbm.boltzmann import _cd
 from rbm.datasets import load_digits28
+
+from _results import BenchRun, add_json_option
 
 N_VISIBLE, N_HIDDEN, BATCH = 784, 500, 100
 
@@ -158,7 +160,7 @@ def breakdown(X: np.ndarray, steps: int) -> dict[str, float]:
     return {name: value / steps for name, value in totals.items()}
 
 
-def persistent_cost(X: np.ndarray, repeats: int) -> None:
+def persistent_cost(X: np.ndarray, repeats: int, run: BenchRun) -> None:
     """PCD-1 against CD-1 throughput, alternating passes at one BLAS thread (see the module docstring)."""
     with threadpool_limits(1):
         rounds = [(time_ours(X, False, time.thread_time), time_ours(X, True, time.thread_time)) for _ in range(repeats)]
@@ -170,6 +172,12 @@ def persistent_cost(X: np.ndarray, repeats: int) -> None:
     print(f"  PCD-1/CD-1      {np.median(ratios):10.4f}    median of the rounds' ratios, quartiles "
           f"{np.percentile(ratios, 25):.4f} - {np.percentile(ratios, 75):.4f} (target >= 0.98)")
     print(f"  best rounds     {cd.min() / pcd.min():10.4f}    (best PCD-1 round over best CD-1 round)")
+    run.table(f"Persistent chains' cost: RBM {N_VISIBLE}-{N_HIDDEN}, batch {BATCH}, one BLAS thread, {repeats} "
+              f"alternating rounds of a {len(X)}-row pass, in CPU seconds of the training thread",
+              ["ours CD-1 (samples/CPU-s, best round)", "ours PCD-1 (samples/CPU-s, best round)",
+               "PCD-1 / CD-1 (median of rounds)", "first quartile", "third quartile", "best rounds' ratio"],
+              [[len(X) / cd.min(), len(X) / pcd.min(), np.median(ratios), np.percentile(ratios, 25),
+                np.percentile(ratios, 75), cd.min() / pcd.min()]], "Target: PCD-1 / CD-1 >= 0.98.")
 
 
 def main() -> None:
@@ -178,7 +186,9 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=None, help="samples per measurement")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved rounds; the best is kept")
     parser.add_argument("--persistent-cost", action="store_true", help="only PCD-1 against CD-1, one thread")
+    add_json_option(parser)
     args = parser.parse_args()
+    run = BenchRun(__file__, args).start()
     samples = args.samples or (3000 if args.quick else 12000)
     repeats = args.repeats or (15 if args.persistent_cost else 2 if args.quick else 5)
 
@@ -191,9 +201,11 @@ def main() -> None:
           + ", ".join(f"{e['internal_api']} {e.get('version')}" for e in blas))
     print(f"best of {repeats} interleaved rounds; shared machines make absolute numbers noisy, ratios less so\n")
     if args.persistent_cost:
-        persistent_cost(X, repeats)
+        persistent_cost(X, repeats, run)
+        run.finish()
         return
 
+    throughput = []
     for threads in sorted({1, default_threads}):
         with threadpool_limits(threads):
             best = dict.fromkeys(["cd", "pcd", "sklearn", "gemm", "gemm1"], np.inf)
@@ -214,6 +226,14 @@ def main() -> None:
             print(f"  PCD-1/CD-1      {rate['pcd'] / rate['cd']:10.1%}   (target >= 98%)")
             print(f"  CD-1/GEMM       {rate['cd'] / rate['gemm']:10.1%}   (target >= 85% at 1 thread)")
             print(f"  CD-1/GEMM 1W    {rate['cd'] / rate['gemm1']:10.1%}\n")
+            throughput.append([threads, rate["cd"], rate["pcd"], rate["sklearn"], rate["gemm"], rate["gemm1"],
+                               f"{rate['pcd'] / rate['sklearn']:.2f}x", f"{rate['cd'] / rate['gemm']:.1%}"])
+    run.table(f"RBM {N_VISIBLE}-{N_HIDDEN} training, batch {BATCH}, samples/s (best of {repeats} interleaved rounds, "
+              f"{len(X)} samples)",
+              ["BLAS threads", "ours CD-1", "ours PCD-1 (default)", "sklearn BernoulliRBM", "GEMM bound",
+               "GEMM, one W", "PCD / sklearn", "CD-1 / GEMM bound"], throughput,
+              "GEMM bound: only the five matrix products of a CD-1 step, in their fastest layouts; "
+              "\"one W\" reads W transposed for the reconstruction, as CD with one stored matrix must.")
 
     with threadpool_limits(1):
         steps = 40 if args.quick else 150
@@ -223,6 +243,10 @@ def main() -> None:
     print(f"breakdown of one CD-1 step at 1 thread ({steps} steps, {total * 1e3:.2f} ms/step):")
     for name, seconds in parts.items():
         print(f"  {name:13s} {seconds * 1e6:8.0f} us  {seconds / total:6.1%}")
+    run.table(f"One CD-1 step at 1 thread, by kind of work ({steps} steps, {total * 1e3:.2f} ms a step)",
+              ["work", "us a step", "share"],
+              [[name, seconds * 1e6, f"{seconds / total:.1%}"] for name, seconds in parts.items()])
+    run.finish()
 
 
 if __name__ == "__main__":

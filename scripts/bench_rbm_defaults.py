@@ -20,10 +20,10 @@ Run:  .venv/bin/python scripts/bench_rbm_defaults.py [--quick] [--seeds 0 1 2 3 
 
 from __future__ import annotations
 
-import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
-_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
-import _venv  # noqa: E402
-_venv.ensure()
+if __name__ == "__main__":  # started as a program: where the project is not importable, inside its virtualenv
+    import _venv
+
+    _venv.ensure()
 
 import argparse
 import time
@@ -37,6 +37,8 @@ from threadpoolctl import threadpool_limits
 from rbm import RBM
 from rbm.boltzmann import exact_log_likelihood
 from rbm.datasets import bars_and_stripes, load_nudged_digits
+
+from _results import BenchRun, add_json_option
 
 EXAMPLE = dict(n_components=100, learning_rate=0.06, n_iter=10)  # scikit-learn's RBM example's arguments
 PLAIN_CD1 = dict(persistent=False, momentum=0.0, final_momentum=0.0, anneal_fraction=0.0)
@@ -96,7 +98,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--quick", action="store_true", help="digits and 3x3 bars-and-stripes only")
+    add_json_option(parser)
     args = parser.parse_args()
+    run = BenchRun(__file__, args).start()
     problems = PROBLEMS[:1] if args.quick else PROBLEMS
     split = load_nudged_digits()
     columns = [f"{p.name} lr {lr} x{n}" for p in problems for lr, n in p.budgets]
@@ -108,13 +112,19 @@ def main() -> None:
         warnings.simplefilter("ignore")
         theirs = np.mean([digits_accuracy(BernoulliRBM(random_state=seed, **EXAMPLE), split) for seed in args.seeds])
         print(f"{'scikit-learn BernoulliRBM':58s} {theirs:7.4f}", flush=True)
+        rows = [["scikit-learn BernoulliRBM", theirs, *([None] * len(columns))]]
         for name, settings in SETTINGS.items():
             accuracy = np.mean([digits_accuracy(RBM(random_state=seed, **EXAMPLE, **settings), split)
                                 for seed in args.seeds])
             likelihoods = [np.mean([p.log_likelihood(settings, lr, n, seed) for seed in args.seeds])
                            for p in problems for lr, n in p.budgets]
             print(f"{name:58s} {accuracy:7.4f}  " + " ".join(f"{value:6.2f}" for value in likelihoods), flush=True)
+            rows.append([name, accuracy, *likelihoods])
     print(f"\n{time.perf_counter() - started:.0f} s")
+    run.table(f"RBM settings, mean over seeds {args.seeds}", ["setting", "digits accuracy", *columns], rows,
+              f"Digits: RBM features + logistic regression, {EXAMPLE}. The other columns: the exact mean "
+              "log-likelihood of the training patterns (batch 10) after fit at the learning rate x passes shown.")
+    run.finish()
 
 
 if __name__ == "__main__":

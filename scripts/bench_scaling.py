@@ -7,7 +7,7 @@ progress as the asynchronous nodes do when every peer's snapshot is fresh.  Stra
 
 * ``average``       -- average the replicas after every round (today's behaviour);
 * ``linear``/``sqrt`` -- the same, learning rates times ``n`` / ``sqrt(n)`` with the warm-up of
-  :mod:`node._scaling`; ``auto`` (the default rule) is linear capped by the steps per node and
+  :mod:`node.modes._scaling`; ``auto`` (the default rule) is linear capped by the steps per node and
   epoch; ``linear-nowarmup`` without the warm-up;
 * ``delta-D``        -- add the peers' progress since their last merged version, damped by D,
   instead of averaging whole models;
@@ -34,10 +34,10 @@ with the nodes' combined minibatch (``n`` times the model's) at ``K`` times its 
 
 from __future__ import annotations
 
-import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
-_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
-import _venv  # noqa: E402
-_venv.ensure()
+if __name__ == "__main__":  # started as a program: where the project is not importable, inside its virtualenv
+    import _venv
+
+    _venv.ensure()
 
 
 import argparse
@@ -50,11 +50,15 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import node  # noqa: E402
 import rbm  # noqa: E402
-from node._modes import mode_named  # noqa: E402
-from node._scaling import (default_warmup_partitions, learning_rate_scale, max_learning_rate_factor,  # noqa: E402
-                           resolve_rule, schedule_epoch)
-from node._settings import TrainingSettings  # noqa: E402
+from node import TrainingSettings  # noqa: E402
+from node.modes import mode_named  # noqa: E402
+from node.modes._scaling import (default_warmup_partitions, learning_rate_scale, max_learning_rate_factor,  # noqa: E402
+                                 resolve_rule, schedule_epoch)
+from rbm.datasets import load_digits01, load_digits28  # noqa: E402
+
+from _results import BenchRun, add_json_option  # noqa: E402
 
 STRATEGIES = ("average", "linear", "sqrt", "auto", "linear-nowarmup", "delta-1.0", "delta-0.5", "every-2", "every-4",
               "linear-every-2")
@@ -62,8 +66,6 @@ STRATEGIES = ("average", "linear", "sqrt", "auto", "linear-nowarmup", "delta-1.0
 
 # ----------------------------------------------------------------------------- models and data
 def load(data: str, kind: str = "dbn"):
-    from rbm.datasets import load_digits01, load_digits28
-
     if data == "digits":
         return load_digits01(test_fraction=0.25, random_state=0)
     return load_digits28(flatten=kind != "lenet")
@@ -104,7 +106,7 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
              warmup: int | None = None) -> float:
     """Train ``nodes`` replicas with ``strategy`` on ``per_node * nodes`` partitions per epoch
     (``"default"``: as many as an ``async`` fit takes by default,
-    :meth:`node._mode.TrainingMode.default_partitions`), warming up over each node's first epoch of a
+    :meth:`node.modes._base.TrainingMode.default_partitions`), warming up over each node's first epoch of a
     phase (the default warm-up; ``warmup``: over that many partitions); the score of their
     consolidation (the mean)."""
     import copy
@@ -142,7 +144,7 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
                 steps = len(X) / (nodes * batch_size) if rule == "auto" else None
                 scale = learning_rate_scale(resolved, nodes, done, warmup, steps, node_batch / batch_size)
                 replica.set_learning_rate_scale(scale)
-                replica.set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer (node._scaling)
+                replica.set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer (node.modes._scaling)
                 partition = half * nodes + i
                 rows = parts[partition]
                 replica.train_partition(X[rows], None if kind == "rbm" else y[rows], phase,
@@ -215,7 +217,7 @@ def large_batch_bound(kind: str, split, nodes: int, rate_factor: float, seed: in
                 done = epoch * len(parts) + index
                 scale = learning_rate_scale("linear", rate_factor, done, len(parts)) if rate_factor > 1 else 1.0
                 model.set_learning_rate_scale(scale)
-                model.set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer (node._scaling)
+                model.set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer (node.modes._scaling)
                 model.train_partition(X[rows], None if kind == "rbm" else y[rows], phase,
                                       np.random.default_rng([seed, phase_index, epoch, index]))
     model.set_learning_rate_scale(1.0)
@@ -249,8 +251,6 @@ def part_spark(args) -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-
-    import node
 
     split = load(args.data, args.kind)
     per_node = args.partitions_per_node[0]
@@ -310,11 +310,14 @@ def main() -> None:
                         help="--spark: also count the last phase's epochs until this test accuracy (classifiers)")
     parser.add_argument("--bound", type=float, nargs="+", default=None, metavar="K",
                         help="the large-batch bound instead: one process, minibatch n x the model's, rates x K")
+    add_json_option(parser)
     args = parser.parse_args()
+    run = BenchRun(__file__, args).start()  # its tables are printed text: the JSON keeps the printed report
     if args.bound:
         part_bound(args)
     else:
         part_spark(args) if args.spark else part_simulation(args)
+    run.finish()
 
 
 if __name__ == "__main__":

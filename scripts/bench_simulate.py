@@ -19,13 +19,13 @@ simulated.  A discrete-event clock orders the nodes' partitions:
   with :func:`actors.merge_snapshots` (``a = m / (m + 1)``);
 * ``sync``: every node trains one partition, then all nodes average (a barrier: the round ends
   with its slowest node, then each reads ``n - 1`` snapshots);
-* ``sharing``: the real mode's :class:`node._mode_sharing.ThresholdAccumulator` turns a node's
+* ``sharing``: the real mode's :class:`node.modes._sharing.ThresholdAccumulator` turns a node's
   change into a thresholded sparse update (with its residual); before a partition a node
   applies every visible peer update not applied yet, each once (summed with ``np.bincount``,
   equal to :meth:`SparseUpdate.apply_to` one after the other).
 
 Learning rates follow the project's default rule through the executor's own
-:class:`node._scaling.NodeScaling` (``"auto"``, warm-up 2): ``async`` counts the peers merged
+:class:`node.modes._scaling.NodeScaling` (``"auto"``, warm-up 2): ``async`` counts the peers merged
 in the last 4 partitions, ``sync`` the round's nodes, ``sharing`` none (as the real modes do).
 
 Output: held-out accuracy (the mean of the nodes' weights, as the phase consolidation takes it;
@@ -39,10 +39,10 @@ accuracy at equal samples and samples and time to a target; a PNG with one panel
 
 from __future__ import annotations
 
-import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
-_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
-import _venv  # noqa: E402
-_venv.ensure()
+if __name__ == "__main__":  # started as a program: where the project is not importable, inside its virtualenv
+    import _venv
+
+    _venv.ensure()
 
 
 import argparse
@@ -57,11 +57,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import rbm  # noqa: E402
 from actors import merge_snapshots  # noqa: E402
-from node._mode_sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
-from node._modes import mode_named  # noqa: E402
-from node._scaling import NodeScaling, max_learning_rate_factor, schedule_epoch  # noqa: E402
-from node._settings import TrainingSettings  # noqa: E402
+from node import TrainingSettings  # noqa: E402
+from node.modes import NodeScaling, max_learning_rate_factor, mode_named, schedule_epoch  # noqa: E402
+from node.modes._sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
+from rbm.datasets import load_digits28, shift_images  # noqa: E402
+
+from _results import BenchRun, add_json_option  # noqa: E402
 
 PHASE = "finetune"
 
@@ -108,8 +111,6 @@ class Curve:
 # ----------------------------------------------------------------------------- data and model
 def load_data(quick: bool):
     """digits28: training rows, and held-out test images shifted by up to one pixel (more test rows)."""
-    from rbm.datasets import load_digits28, shift_images
-
     split = load_digits28(shifts=[(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)] if quick else None)
     images = split.X_test.reshape(-1, 28, 28)
     shifts = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
@@ -119,8 +120,6 @@ def load_data(quick: bool):
 
 def pretrained_model(X: np.ndarray, y: np.ndarray, hidden: int, seed: int):
     """A DBN whose RBM layer is pretrained in one process: the start of every simulated node."""
-    import rbm
-
     model = rbm.DBN((hidden,), random_state=seed)
     model.initialize(X.shape[1], 10)
     for phase in model.phases()[:-1]:
@@ -169,7 +168,7 @@ def node_partitions(rows: int, nodes: int, partitions_per_node: int,
 
 def partitions_per_node(option: str, nodes: int, rows: int, batch_size: int, mode: str, fanout: int | None) -> int:
     """``--partitions-per-node`` for ``nodes`` nodes: the number given, or what a fit in ``mode`` takes by
-    default (:meth:`node._mode.TrainingMode.default_partitions`, scale rule auto)."""
+    default (:meth:`node.modes._base.TrainingMode.default_partitions`, scale rule auto)."""
     if option != "default":
         return int(option)
     settings = TrainingSettings(mode=mode, fanout=fanout, scale_rule="auto")
@@ -355,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=None, help="fine-tuning epochs (default 6, quick 2)")
     parser.add_argument("--partitions-per-node", default="default",
                         help="per epoch, or 'default': what a fit takes for these rows and nodes "
-                             "(node._scaling.default_partitions: 2, or 8 where the nodes take few steps)")
+                             "(node.modes._scaling.default_partitions: 2, or 8 where the nodes take few steps)")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--target", type=float, default=0.90)
     parser.add_argument("--straggler", type=float, default=1.0, help="node 0 this many times slower")
@@ -365,9 +364,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", default=str(Clock.rate),
                         help="samples/s of a node's fine-tuning, or 'measured' (this small model, one core)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures",
-                                                      "simulate.png"))
+    parser.add_argument("--png", default=None,
+                        help="the figure (default: beside the --json file, else scripts/figures/simulate.png)")
+    add_json_option(parser)
     args = parser.parse_args(argv)
+    run = BenchRun(__file__, args).start()
+    if args.png is None:
+        args.png = (os.path.splitext(run.path)[0] + ".png" if run.path else
+                    os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures", "simulate.png"))
     from threadpoolctl import threadpool_limits
 
     sizes = args.nodes or ([8, 32] if args.quick else [8, 64, 256])
@@ -409,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
           + f"{f'epochs to {args.target}':>15}{f'time to {args.target}':>14}{'sim time':>10}{'reads/part':>11}"
           f"{'age ms':>8}"
           f"{'best':>7}")
+    rows = []
     for n in sizes:
         for curve in curves[n]:
             reached = curve.first_reaching(args.target)
@@ -420,10 +425,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n:>5} {curve.label:<12}{parts:>6} " + "".join(f"{curve.at_samples(m):>11.3f}" for m in marks)
                   + f"{to_samples:>15}{to_time:>14}{curve.time_s[-1]:>9.2f}s{per_partition:>11.1f}{age_ms:>8}"
                   f"{max(curve.accuracy):>7.3f}")
+            rows.append([n, curve.label, parts, *(curve.at_samples(m) for m in marks), to_samples, to_time,
+                         curve.time_s[-1], per_partition, age_ms, max(curve.accuracy)])
     plot(curves, args.png, args.target)
+    run.table(f"DBN 784-{args.hidden}-10 fine-tuning on digits28, {len(X)} training rows, {epochs} epochs, simulated",
+              ["nodes", "mode", "partitions per node and epoch", *(f"accuracy at {m / len(X):g} epochs" for m in marks),
+               f"epochs to {args.target}", f"simulated time to {args.target}", "simulated time (s)",
+               "store reads per partition", "age of what is merged (ms)", "best accuracy"], rows,
+              f"Clock: {rate:.0f} samples/s per node, snapshot write / read {clock.write_s * 1e3:.1f} / "
+              f"{clock.read_s * 1e3:.1f} ms, announcement delay {clock.delay_s * 1e3:.1f} ms, straggler "
+              f"x{clock.straggler:g}. Each block of rows starts with the 1-node reference.")
+    run.figure(args.png, "accuracy against samples and simulated time, one panel per node count")
     print("parts: partitions per node and epoch; reads/part: store files read per node and partition; "
           "age ms: mean time since a merged snapshot or applied update was published (sync: none, it waits)")
     print(f"\nfigure: {args.png}; runtime {time.perf_counter() - started:.0f} s")
+    run.finish()
     return 0
 
 

@@ -23,10 +23,10 @@ as N grows far past this machine.
 
 from __future__ import annotations
 
-import os as _os, sys as _sys  # noqa: E402 -- first: run inside the project's virtualenv
-_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
-import _venv  # noqa: E402
-_venv.ensure()
+if __name__ == "__main__":  # started as a program: where the project is not importable, inside its virtualenv
+    import _venv
+
+    _venv.ensure()
 
 
 import argparse
@@ -42,11 +42,14 @@ import time
 
 import numpy as np
 
+import node
+import rbm
+from _results import BenchRun, add_json_option
+from rbm.datasets import load_digits28
+
 
 # ----------------------------------------------------------------------------- part 1: Spark
 def make_dbn(seed: int):
-    import rbm
-
     return rbm.DBN(hidden_layer_sizes=(500, 500), batch_size=32, random_state=seed)
 
 
@@ -80,14 +83,11 @@ def _in_process(X, y, X_test, y_test, epochs: dict[str, int], partitions: int, s
 
 def spark_run(nodes: int, X, y, X_test, y_test, epochs: dict[str, int], partitions: int, seed: int,
               target: float, store_root: str, mode: str = "async") -> dict:
-    import node
-    import storage
-
     spark = node.get_spark_session(f"local[{nodes}]", app_name=f"bench-{nodes}-nodes")
     try:
         # Start the Python workers and import the packages first: not part of training speed.
         spark.sparkContext.parallelize(range(2 * nodes), 2 * nodes).map(
-            lambda _: __import__("node._executor") and os.getpid()).collect()
+            lambda _: __import__("node.executor._node") and os.getpid()).collect()
         store_url = "file://" + os.path.join(store_root, f"store-{mode}-{nodes}")
         model = make_dbn(seed)
         checks: list[tuple[float, float]] = []
@@ -133,8 +133,6 @@ def spark_run(nodes: int, X, y, X_test, y_test, epochs: dict[str, int], partitio
 
 def part1_setup(quick: bool, seed: int) -> tuple:
     """The data, epochs, partitions and target of part 1."""
-    from rbm.datasets import load_digits28
-
     split = load_digits28(shifts=[(0, 0), (1, 0), (0, 1), (-1, 0), (0, -1)] if quick else None, random_state=seed)
     epochs = {"rbm0": 2, "rbm1": 2, "finetune": 4 if quick else 6}
     return split, epochs, 8, 0.90 if quick else 0.95
@@ -154,7 +152,7 @@ def reference_json(quick: bool, seed: int) -> None:
     print(json.dumps(in_process_reference(X, y, X_test, y_test, epochs, partitions, seed)["rates"]))
 
 
-def part1(quick: bool, seed: int, modes: list[str]) -> None:
+def part1(quick: bool, seed: int, modes: list[str], run: BenchRun) -> None:
     (X, y, X_test, y_test), epochs, partitions, target = part1_setup(quick, seed)
     print(f"== Part 1: 784-500-500 DBN on digits28 ({len(X)} training, {len(X_test)} test samples), "
           f"epochs {epochs}, {partitions} partitions per epoch, target accuracy {target:.2f}")
@@ -169,27 +167,49 @@ def part1(quick: bool, seed: int, modes: list[str]) -> None:
     for mode, runs in by_mode.items():
         print(f"-- mode {mode!r}")
         show_runs(reference, runs, epochs, target)
+        run.table(f"784-500-500 DBN on digits28, mode {mode!r}: {len(X)} training rows, epochs {epochs}, "
+                  f"{partitions} partitions per epoch (samples/s from each phase's second epoch on)",
+                  ["", *epochs], phase_rows(reference, runs, epochs),
+                  f"Final test accuracy: in-process {reference['accuracy']:.4f}, "
+                  + ", ".join(f"{n} node(s) {r['accuracy']:.4f}" for n, r in runs.items()) + ". Time to "
+                  f"{target:.2f}: " + ", ".join(f"{n} node(s) " + ("not reached" if r["time_to_target_s"] is None
+                                                                    else f"{r['time_to_target_s']:.1f} s")
+                                                 for n, r in runs.items()) + ".")
+
+
+def phase_rows(reference: dict, runs: dict[int, dict], epochs: dict[str, int]) -> list[list]:
+    """show_runs' figures as table rows, one column per phase."""
+    phases = list(epochs)
+    rows = [["samples/s, in-process (no Spark)", *(reference["rates"][p] for p in phases)]]
+    rows += [[f"samples/s, Spark {nodes} node(s)", *(run["rates"][p] for p in phases)] for nodes, run in runs.items()]
+    rows += [["speed-up, 2 nodes / 1 node", *(runs[2]["rates"][p] / runs[1]["rates"][p] for p in phases)],
+             ["two in-process trainings at once / one (the machine's ceiling)",
+              *(reference["pair_rates"][p] / reference["rates"][p] for p in phases)],
+             ["Spark 1 node / in-process", *(runs[1]["rates"][p] / reference["rates"][p] for p in phases)],
+             ["  its first epoch (starts the nodes, stores the data)",
+              *(runs[1]["first_rates"][p] / reference["rates"][p] for p in phases)]]
+    for nodes, run in runs.items():
+        rows += [[f"node time merging, {nodes} node(s)", *(f"{run['merge'][p]:.1%}" for p in phases)],
+                 [f"node time publishing, {nodes} node(s)", *(f"{run['publish'][p]:.1%}" for p in phases)],
+                 [f"merges, {nodes} node(s)", *(run["merges"][p] for p in phases)]]
+    return rows
+
+
+def _column(cell: float | int | str) -> str:
+    """One cell of show_runs' text table: counts as integers, rates without decimals, ratios with two."""
+    if isinstance(cell, str):
+        return f"{cell:>12s}"
+    if isinstance(cell, int):
+        return f"{cell:12d}"
+    return f"{cell:12.0f}" if cell >= 100 else f"{cell:12.2f}"
 
 
 def show_runs(reference: dict, runs: dict[int, dict], epochs: dict[str, int], target: float) -> None:
-    phases = list(epochs)
-    header = f"{'':34s}" + "".join(f"{phase:>12s}" for phase in phases)
-    print(header)
-    print(f"{'samples/s, in-process (no Spark)':34s}" + "".join(f"{reference['rates'][p]:12.0f}" for p in phases))
-    for nodes, run in runs.items():
-        print(f"{f'samples/s, Spark {nodes} node(s)':34s}" + "".join(f"{run['rates'][p]:12.0f}" for p in phases))
-    print(f"{'speed-up 2 nodes / 1 node':34s}" + "".join(f"{runs[2]['rates'][p] / runs[1]['rates'][p]:12.2f}"
-                                                          for p in phases))
-    print(f"{'  2 in-process at once / 1':34s}" + "".join(
-        f"{reference['pair_rates'][p] / reference['rates'][p]:12.2f}" for p in phases))
-    print(f"{'Spark 1 node / in-process':34s}" + "".join(f"{runs[1]['rates'][p] / reference['rates'][p]:12.2f}"
-                                                          for p in phases))
-    print(f"{'  first epoch (stores the data)':34s}" + "".join(
-        f"{runs[1]['first_rates'][p] / reference['rates'][p]:12.2f}" for p in phases))
-    for nodes, run in runs.items():
-        print(f"{f'node time merging, {nodes} node(s)':34s}" + "".join(f"{run['merge'][p]:12.1%}" for p in phases))
-        print(f"{f'node time publishing, {nodes} node(s)':34s}" + "".join(f"{run['publish'][p]:12.1%}" for p in phases))
-        print(f"{f'merges, {nodes} node(s)':34s}" + "".join(f"{run['merges'][p]:12d}" for p in phases))
+    rows = phase_rows(reference, runs, epochs)
+    width = max(len(row[0]) for row in rows)
+    print(" " * width + "".join(f"{phase:>12s}" for phase in epochs))
+    for label, *cells in rows:
+        print(f"{label:{width}s}" + "".join(_column(cell) for cell in cells))
     print(f"final accuracy: in-process {reference['accuracy']:.4f}, "
           + ", ".join(f"{n} node(s) {r['accuracy']:.4f}" for n, r in runs.items()))
     for nodes, run in runs.items():
@@ -273,12 +293,13 @@ def simulate(n_nodes: int, fanout: int | None, *, partitions_per_node: int = 30,
     }
 
 
-def part2(quick: bool, seed: int) -> None:
+def part2(quick: bool, seed: int, run: BenchRun) -> None:
     sizes = [2, 8, 32, 128] if quick else [2, 8, 32, 128, 512]
     print("\n== Part 2: simulation (no Spark) of N nodes, snapshot 2.6 MB (the 784-500-500 DBN's fine-tuning "
           "weights), 30 partitions per node")
     print(f"{'nodes':>6s} {'fanout':>7s} {'write MB':>9s} {'read MB':>8s} {'announce kB':>12s} {'merged':>7s} "
           f"{'stale(v)':>9s} {'stale(t)':>9s} {'spread':>8s} {'error':>7s}")
+    rows = []
     for n in sizes:
         for fanout in (None, 4):
             if fanout is not None and fanout >= n - 1:
@@ -287,10 +308,18 @@ def part2(quick: bool, seed: int) -> None:
             print(f"{r['nodes']:6d} {str(r['fanout'] or 'all'):>7s} {r['written_mb']:9.2f} {r['read_mb']:8.2f} "
                   f"{r['announce_kb']:12.1f} {r['merged']:7.2f} {r['stale_versions']:9.2f} {r['stale_time']:9.2f} "
                   f"{r['spread']:8.3f} {r['error']:7.3f}")
+            rows.append([r["nodes"], str(r["fanout"] or "all"), r["written_mb"], r["read_mb"], r["announce_kb"],
+                         r["merged"], r["stale_versions"], r["stale_time"], r["spread"], r["error"]])
     print("write/read MB and announce kB are per node per partition; merged = peers merged per partition; "
           "stale(v) = versions the merged snapshot was behind its author; stale(t) = its age in partition times; "
           "spread = mean distance of a node's weights from the nodes' mean; error = distance of that mean from "
           f"the optimum (one node alone: noise floor about {simulate(2, None, seed=seed)['single_node_noise_floor']:.2f}).")
+    run.table("Simulation (no Spark) of N nodes: 2.6 MB snapshots (the 784-500-500 DBN's fine-tuning weights), "
+              "30 partitions per node",
+              ["nodes", "fan-out", "written MB", "read MB", "announced kB", "peers merged", "staleness (versions)",
+               "staleness (partition times)", "spread", "error"], rows,
+              "Per node and partition. Spread: mean distance of a node's weights from the nodes' mean; error: "
+              "distance of that mean from the optimum of the noisy quadratic the nodes train.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,17 +330,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-json", action="store_true", help=argparse.SUPPRESS)  # two_references_at_once
     parser.add_argument("--modes", nargs="+", default=["async"], choices=("async", "sync", "sharing"),
                         help="training modes of the Spark runs (default async)")
+    add_json_option(parser)
     args = parser.parse_args(argv)
     if args.reference_json:
         reference_json(args.quick, args.seed)
         return 0
+    run = BenchRun(__file__, args).start()
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     print("(machine shared with other jobs: absolute numbers are noisy; compare the ratios)")
     if not args.skip_spark:
-        part1(args.quick, args.seed, args.modes)
-    part2(args.quick, args.seed)
+        part1(args.quick, args.seed, args.modes, run)
+    part2(args.quick, args.seed, run)
+    run.finish()
     return 0
 
 

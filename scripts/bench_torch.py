@@ -63,6 +63,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_modes  # noqa: E402
 import node  # noqa: E402
 
+from _results import BenchRun  # noqa: E402
+
 #: sparkdbn's fine-tuning settings in bench_modes.one_run and rbm.DBN's defaults, for the torch side.
 FINETUNE = {"learning_rate": 0.2, "momentum": 0.9, "lr_decay": 0.1, "l2": 1e-4, "batch_size": 10}
 #: The torch runs each --model allows (the first is the default too): LeNet has nothing to pretrain.
@@ -349,6 +351,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="skip the untimed 1-epoch fit that starts Spark's Python workers first")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch threads per process (default 1)")
     args = check_args(parser, parser.parse_args(argv))
+    run = BenchRun(__file__, args).start()  # --json comes with bench_modes' options: the printed report is kept
     X, y, X_test, y_test = bench_modes.load(args.data, args.model, args.train_rows)
     # One validation split for everyone (bench_modes alone lets the trainer hold out its own fifth).
     X, X_val, y, y_val = train_test_split(X, y, test_size=0.2, stratify=y, random_state=0)
@@ -377,6 +380,7 @@ def main(argv: list[str] | None = None) -> None:
           f"local[{args.nodes}] / {args.nodes} DDP processes, {args.partitions} partitions, "
           f"{len(X)} training and {len(X_val)} validation rows, target validation accuracy {args.target}")
     show(results)
+    run.finish()
 
 
 if __name__ == "__main__":

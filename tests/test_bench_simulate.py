@@ -13,7 +13,7 @@ import pytest
 from support.scripts import script_module
 
 import rbm
-from node._mode_sharing import ThresholdAccumulator
+from node.modes._sharing import ThresholdAccumulator
 
 NODES, PARTITIONS_PER_NODE, SEED = 4, 2, 3
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from node import cli
-from node._cli_options import load_config
+from node.cli import _commands as cli
+from node.cli._options import load_config
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
 

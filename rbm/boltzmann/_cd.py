@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .. import _blas
+from .. import _blas, _gpu
+from . import _cd_fused
 
 __all__ = [
     "sigmoid_",
@@ -45,6 +46,7 @@ __all__ = [
     "cd_step",
     "stacked_statistics",
     "free_energy",
+    "error_measured",
 ]
 
 def sigmoid_(x: Any, negate: bool = False) -> Any:
@@ -75,30 +77,31 @@ def _namespace(array: Any) -> ModuleType:
 def device_generator(host_rng: np.random.Generator, xp: ModuleType) -> Any:
     """A sampling generator for ``xp`` seeded from the model's host generator.
 
-    On the CPU: numpy's SFC64 (about twice as fast as PCG64 for float32 uniforms).
-    On the GPU: ``cupy.random.default_rng``.  Both offer ``random(out=..., dtype=...)``.
+    On the CPU branch: numpy's SFC64 (about twice as fast as PCG64 for float32 uniforms).
+    On the GPU branch: the counter-based :class:`rbm._gpu.PhiloxStream`, whose draws fused
+    kernels make themselves and the CPU can repeat exactly.  Both offer
+    ``random(size, dtype, out)`` and ``standard_normal(size, dtype, out)``.
     """
     seed = int(host_rng.integers(0, 2**63 - 1))
-    if xp is np:
-        return np.random.Generator(np.random.SFC64(seed))
-    return xp.random.default_rng(seed)
+    if _gpu.uses_philox(xp):
+        return _gpu.PhiloxStream(seed)
+    return np.random.Generator(np.random.SFC64(seed))
 
 
 def uniform_(generator: Any, out: Any) -> Any:
-    """Fill ``out`` with uniforms in [0, 1) of its own dtype, without allocating."""
-    try:
-        generator.random(out=out, dtype=out.dtype)
-    except TypeError:  # an older cupy Generator without ``out=``
-        out[...] = generator.random(out.shape, dtype=out.dtype)
+    """Fill ``out`` with uniforms in [0, 1) of its own dtype, one draw per element.
+
+    ``size`` is passed with ``out``: cupy 14's ``Generator.random(out=a)`` without it draws a
+    single number and broadcasts it into all of ``a`` (cupy/random/_generator_api.pyx), which
+    made every hidden unit of a GPU minibatch share one threshold.
+    """
+    generator.random(out.shape, dtype=out.dtype, out=out)
     return out
 
 
 def normal_(generator: Any, out: Any) -> Any:
-    """Fill ``out`` with standard normal draws of its own dtype, without allocating."""
-    try:
-        generator.standard_normal(out=out, dtype=out.dtype)
-    except TypeError:
-        out[...] = generator.standard_normal(out.shape, dtype=out.dtype)
+    """Fill ``out`` with standard normal draws of its own dtype, one per element."""
+    generator.standard_normal(out.shape, dtype=out.dtype, out=out)
     return out
 
 
@@ -245,7 +248,10 @@ class Workspace:
         self.sign = xp.concatenate([xp.ones(batch, dtype=dtype), xp.full(negatives, -batch / negatives, dtype=dtype)])
         self.grad_hbias = xp.empty(n_hidden, dtype=dtype)
         self.grad_vbias = xp.empty(n_visible, dtype=dtype)
-        self.grad_W = xp.empty((n_visible, n_hidden), dtype=dtype) if xp is np else None
+        # The GPU branch's fused kernels (None on the CPU branch; see rbm._gpu.fused_ops).
+        self.fused = _gpu.fused_ops(xp)
+        self.precision = "float32"  # of the GPU branch's GEMMs (set by the model)
+        self.grad_W = xp.empty((n_visible, n_hidden), dtype=dtype) if self.fused is None else None
         self._like: Any = None
 
     def buffer_like(self, array: Any) -> Any:
@@ -308,8 +314,12 @@ def cd_step(
     Returns
     -------
     float
-        Summed squared reconstruction error of the minibatch (``nan`` when not measured).
+        Summed squared reconstruction error of the minibatch (``nan`` when not measured; the
+        GPU branch returns a measured error as a 0-d device array: see :func:`error_measured`).
     """
+    if ws.fused is not None:  # the GPU branch: the same algorithm in fused kernels
+        return _cd_fused.cd_step(ws.fused, ws, b, W, hbias, vbias, velocity, generator, settings, learning_rate,
+                                 momentum, chain, sparsity_state, measure_error, ws.precision)
     xp = _namespace(W)
     c = ws.negatives  # b for CD-k
     v0, vk = ws.V[:b], ws.V[b:]
@@ -386,6 +396,12 @@ def cd_step(
     hbias += vel_h
     vbias += vel_v
     return error
+
+
+def error_measured(error: Any) -> bool:
+    """Whether :func:`cd_step` measured the error it returned: a float NaN means it did not; a
+    device scalar always holds a measurement (testing it for NaN would wait for the GPU)."""
+    return not (isinstance(error, float) and error != error)
 
 
 def _add_sparsity_(ws: Workspace, b: int, running_mean: Any, settings: CDSettings) -> None:

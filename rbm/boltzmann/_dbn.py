@@ -26,6 +26,7 @@ from sklearn.utils.validation import validate_data
 
 from .._backend import NamespacePickling, array_module, check_dtype, make_rng, resolve_device, to_device, to_host
 from .._classes import check_length, check_targets, encode_labels, resolve_classes
+from .._gpu import check_precision, effective_precision
 from .._model import print_iteration, register_model
 from .._params import check_integer, check_number
 from .._updaters import Updater, anneal_factor, make_updater
@@ -39,8 +40,8 @@ __all__ = ["DBN"]
 
 # Hyperparameters a per-layer override may set (the rest are fixed by the DBN).
 # (``anneal_fraction`` is not one: it shapes ``RBM.fit``, and the DBN runs the passes itself.)
-LAYER_OVERRIDES = frozenset(RBM._get_param_names()) - {"n_components", "device", "dtype", "random_state",
-                                                       "anneal_fraction"}
+LAYER_OVERRIDES = frozenset(RBM._get_param_names()) - {"n_components", "device", "dtype", "precision",
+                                                       "random_state", "anneal_fraction"}
 # How the DBN pretrains its RBMs unless ``layer_params`` says otherwise: CD-1 with a momentum
 # schedule, which pretrained better for fine-tuning here than the RBM's own defaults (persistent
 # CD without momentum, the best for RBM features alone; see the README), from BernoulliRBM's
@@ -105,8 +106,8 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         Hold out ``validation_fraction`` of the labelled rows (stratified) and stop
         fine-tuning after ``n_iter_no_change`` epochs without a better validation
         accuracy; the best weights are kept.
-    device, dtype, random_state
-        As for :class:`~rbm.RBM`.
+    device, dtype, precision, random_state
+        As for :class:`~rbm.RBM` (``precision`` applies to pretraining and fine-tuning alike).
     verbose : int
         When > 0, :meth:`fit` (and :meth:`pretrain`, :meth:`finetune`) print a line per pass to
         stdout: ``[DBN rbm0] Iteration 1, reconstruction error = 0.012345, time = 1.23s`` for each
@@ -143,6 +144,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         n_iter_no_change: int = 5,
         device: str = "cpu",
         dtype: Any = np.float32,
+        precision: str = "float32",
         random_state: Any = None,
         verbose: int = 0,
     ) -> None:
@@ -166,6 +168,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         self.n_iter_no_change = n_iter_no_change
         self.device = device
         self.dtype = dtype
+        self.precision = precision
         self.random_state = random_state
         self.verbose = verbose
 
@@ -205,6 +208,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
                 if unknown:
                     raise ValueError(f"layer_params[{k}] has unknown keys {unknown}; allowed: {sorted(LAYER_OVERRIDES)}")
         check_dtype(self.dtype)
+        check_precision(self.precision, self.device, self.dtype, type(self).__name__)
         resolve_device(self.device)
 
     def _make_updater(self) -> Updater:
@@ -267,6 +271,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
     def _allocate_layers(self, n_features: int, rng: np.random.Generator) -> None:
         self._dtype = check_dtype(self.dtype)
         self._xp = array_module(self.device)
+        self._precision = effective_precision(self.precision, resolve_device(self.device), type(self).__name__)
         self._rng = rng
         self.n_features_in_ = n_features
         seeds = rng.integers(0, 2**31 - 1, size=len(self._sizes())).tolist()
@@ -278,7 +283,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
                 size, learning_rate=self.pretrain_learning_rate, batch_size=self.batch_size,
                 n_iter=self.pretrain_epochs, verbose=self.verbose, random_state=int(seed),
                 visible=self.visible if k == 0 else "bernoulli", device=self.device, dtype=self.dtype,
-                **PRETRAIN_LAYER_DEFAULTS,
+                precision=self.precision, **PRETRAIN_LAYER_DEFAULTS,
             )
             layer.set_params(**(extra or {}))
             layer.set_learning_rate_scale(getattr(self, "_learning_rate_scale", 1.0))
@@ -358,7 +363,8 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         for start in range(0, n, self.batch_size):
             self._updater.learning_rate = learning_rate * anneal_factor(planned, start / n, anneal)
             rows = order[start : start + self.batch_size]
-            inputs, activations = _finetune.forward(xp.take(data, rows, axis=0), weights, biases, dropout, generator)
+            inputs, activations = _finetune.forward(xp.take(data, rows, axis=0), weights, biases, dropout, generator,
+                                                    getattr(self, "_precision", "float32"))
             loss, grad_W, grad_b, grad_out_W, grad_out_b = _finetune.cross_entropy_backward(
                 inputs, activations, weights, self._out_W, self._out_b, xp.take(labels, rows)
             )

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .._backend import to_device, to_host
+from .._gpu import download_all
 from .._model import MinibatchHook, ScheduleClock, copy_parameters, empty_partition_metrics, is_empty, save_model
 from .._params import SpecConstructors, check_learning_rate_scale, spec_from_params
 from .._validation import check_labels
@@ -102,7 +103,7 @@ class DBNSeam(SpecConstructors, MinibatchHook, ScheduleClock):
             raise ValueError(f"unknown phase {phase!r}; phases are {self.phases()}")
         if phase == "finetune":
             self._require(classes=True)
-            return {name: to_host(value).copy() for name, value in self._finetune_params().items()}
+            return download_all(self._finetune_params())  # one copy from a GPU
         chosen = range(len(self.layers_)) if phase is None else [self._layer_index(phase)]
         params = {f"rbm{k}.{name}": value for k in chosen for name, value in self.layers_[k].parameters().items()}
         if phase is None and self._out_W is not None:

@@ -20,6 +20,7 @@ from sklearn.utils import Tags, check_random_state
 from sklearn.utils.validation import validate_data
 
 from .._backend import NamespacePickling, array_module, check_dtype, make_rng, resolve_device, to_device, to_host
+from .._gpu import check_precision, effective_precision
 from .._model import print_iteration, register_model
 from .._params import check_integer, check_number
 from .._updaters import anneal_factor
@@ -121,6 +122,10 @@ class RBM(RBMInference, RBMSeam, NamespacePickling, ClassNamePrefixFeaturesOutMi
     dtype : float32 or float64
         Precision of parameters and arithmetic.  Outputs follow scikit-learn's rule for the
         input (float32 stays float32; float64 and integers give float64).
+    precision : {"float32", "tf32", "bfloat16"}
+        Of the GEMMs on a GPU (see ``docs/gpu.md``): ``"tf32"`` and ``"bfloat16"`` use the tensor
+        cores (float32 models only).  Refused with ``device="cpu"``; ignored (float32) when
+        ``device="auto"`` lands on the CPU.
 
     Attributes
     ----------
@@ -161,6 +166,7 @@ class RBM(RBMInference, RBMSeam, NamespacePickling, ClassNamePrefixFeaturesOutMi
         sparsity_cost: float = 0.1,
         device: str = "cpu",
         dtype: Any = np.float32,
+        precision: str = "float32",
     ) -> None:
         self.n_components = n_components
         self.learning_rate = learning_rate
@@ -182,6 +188,7 @@ class RBM(RBMInference, RBMSeam, NamespacePickling, ClassNamePrefixFeaturesOutMi
         self.sparsity_cost = sparsity_cost
         self.device = device
         self.dtype = dtype
+        self.precision = precision
 
     # ------------------------------------------------------------------ validation
     def _check_params(self) -> None:
@@ -202,6 +209,7 @@ class RBM(RBMInference, RBMSeam, NamespacePickling, ClassNamePrefixFeaturesOutMi
         if self.visible not in VISIBLE_UNITS:
             raise ValueError(f"visible must be one of {VISIBLE_UNITS}, got {self.visible!r}")
         check_dtype(self.dtype)
+        check_precision(self.precision, self.device, self.dtype, type(self).__name__)
         resolve_device(self.device)
 
     def _settings(self) -> _cd.CDSettings:
@@ -257,6 +265,7 @@ class RBM(RBMInference, RBMSeam, NamespacePickling, ClassNamePrefixFeaturesOutMi
     def _allocate(self, n_features: int, rng: np.random.Generator) -> None:
         self._dtype = check_dtype(self.dtype)
         self._device = resolve_device(self.device)
+        self._precision = effective_precision(self.precision, self._device, type(self).__name__)
         self._xp = xp = array_module(self._device)
         self._rng = rng
         self.n_features_in_ = n_features
@@ -284,6 +293,7 @@ class RBM(RBMInference, RBMSeam, NamespacePickling, ClassNamePrefixFeaturesOutMi
             negatives = len(self._chain) if self._chain is not None else None
             ws = workspaces[b] = _cd.Workspace(self._xp, b, self.n_features_in_, self.n_components, self._dtype,
                                                negatives)
+            ws.precision = getattr(self, "_precision", "float32")
         return ws
 
     @property
@@ -409,7 +419,7 @@ class RBM(RBMInference, RBMSeam, NamespacePickling, ClassNamePrefixFeaturesOutMi
                 sparsity_state=self._sparsity_mean,
                 measure_error=stop > measured_from if settings.persistent else index % _ERROR_EVERY == 0,
             )
-            if batch_error == batch_error:  # not NaN: it was measured
+            if _cd.error_measured(batch_error):  # on the GPU a device scalar: summed there, read once a pass
                 error += batch_error
                 measured += b
             self._after_minibatch()
@@ -418,7 +428,8 @@ class RBM(RBMInference, RBMSeam, NamespacePickling, ClassNamePrefixFeaturesOutMi
         check_finite_parameters(
             {"W": self._W, "hbias": self._hbias, "vbias": self._vbias}, where=f"RBM pass {self._passes}"
         )
-        mse = error / (measured * self.n_features_in_)  # the first (CD) or last (PCD) minibatch is always measured
+        # The first (CD) or last (PCD) minibatch is always measured; on the GPU error is a device scalar.
+        mse = float(error) / (measured * self.n_features_in_)
         logger.debug("RBM pass %d: reconstruction error %.6f, %.2f s", self._passes, mse, time.perf_counter() - started)
         return mse
 

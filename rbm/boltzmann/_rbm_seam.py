@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .._backend import to_host
+from .._gpu import download_all
 from .._model import MinibatchHook, ScheduleClock, copy_parameters, empty_partition_metrics, is_empty, save_model
 from .._params import SpecConstructors, check_learning_rate_scale, spec_from_params
 from . import _cd
@@ -74,7 +74,7 @@ class RBMSeam(SpecConstructors, MinibatchHook, ScheduleClock):
         if phase not in (None, "rbm"):
             raise ValueError(f"unknown phase {phase!r} for an RBM; phases are ['rbm']")
         self._require_fitted()
-        return {name: to_host(getattr(self, "_" + name)).copy() for name in PARAMETER_NAMES}
+        return download_all({name: getattr(self, "_" + name) for name in PARAMETER_NAMES})  # one copy from a GPU
 
     def set_parameters(self, params: Mapping[str, np.ndarray]) -> None:
         """Copy the given named arrays into the model (in place, on its device)."""

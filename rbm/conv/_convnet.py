@@ -23,8 +23,9 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import validate_data
 
-from .._backend import NamespacePickling, array_module, check_dtype, make_rng, to_device, to_host
+from .._backend import NamespacePickling, array_module, check_dtype, make_rng, resolve_device, to_device, to_host
 from .._classes import check_length, check_targets, encode_labels, resolve_classes
+from .._gpu import check_precision, effective_precision
 from .._model import print_iteration, register_model
 from .._params import check_integer, check_number
 from .._updaters import Updater, make_updater
@@ -72,6 +73,9 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
     batch_size, epochs : int
     device : {"cpu", "gpu", "auto"}
     dtype : {"float32", "float64"}
+    precision : {"float32", "tf32", "bfloat16"}
+        Of the GEMMs and convolutions on a GPU (tensor cores; float32 nets only).  Refused with
+        ``device="cpu"``; ignored (float32) when ``device="auto"`` lands on the CPU.
     random_state : int, Generator or None
         Seeds initialization, shuffling and dropout: the same seed gives the same net.
     verbose : bool
@@ -89,11 +93,13 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
         Mean training cross-entropy of each pass.
     """
 
+    _TRANSIENT = ("_resident_data",)  # the GPU copy of the training data: not pickled
+
     def __init__(self, layers: Sequence[dict] | None = None, input_shape: Sequence[int] | None = (1, 28, 28),
                  n_classes: int = 10, updater: str = "sgd", learning_rate: float = 0.01, momentum: float = 0.9,
                  nesterov: bool = False, l2: float = 0.0, lr_decay: float = 0.0, batch_size: int = 64,
-                 epochs: int = 10, device: str = "cpu", dtype: Any = "float32", random_state: Any = None,
-                 verbose: bool = False) -> None:
+                 epochs: int = 10, device: str = "cpu", dtype: Any = "float32", precision: str = "float32",
+                 random_state: Any = None, verbose: bool = False) -> None:
         self.layers = layers
         self.input_shape = input_shape
         self.n_classes = n_classes
@@ -107,6 +113,7 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
         self.epochs = epochs
         self.device = device
         self.dtype = dtype
+        self.precision = precision
         self.random_state = random_state
         self.verbose = verbose
 
@@ -121,6 +128,7 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
         check_integer("epochs", self.epochs, 0)
         check_number("lr_decay", self.lr_decay, 0.0)
         check_dtype(self.dtype)
+        check_precision(self.precision, self.device, self.dtype, "ConvNet")
         self._make_updater()  # validates the updater's name and settings
 
     def _make_updater(self) -> Updater:
@@ -184,6 +192,9 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
             return self
         self._xp = array_module(self.device)
         self.layers_ = self._build(self._xp, shape, len(labels))
+        precision = effective_precision(self.precision, resolve_device(self.device), "ConvNet")
+        for layer in self.layers_:
+            layer.precision = precision
         self.input_shape_, self.classes_ = shape, labels
         self.n_features_in_ = int(np.prod(shape))
         self._rng = rng if rng is not None else make_rng(self.random_state)
@@ -306,6 +317,17 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
                 break
         return loss, {f"{layer.name}.{key}": value for layer in self.layers_ for key, value in layer.grads.items()}
 
+    def _resident(self, X: np.ndarray, y: np.ndarray, order: np.ndarray) -> tuple[Any, Any, Any]:
+        """On the GPU: ``X``, ``y`` and the pass's order as device arrays, copied once (one pinned upload)
+        and kept while the same ``X`` comes back (the passes of a fit); minibatches are then gathered
+        on the GPU.  On the CPU: as given."""
+        if self._xp is np:
+            return X, y, order
+        kept = self.__dict__.get("_resident_data")
+        if kept is None or kept[0] is not X or kept[1] is not y:
+            kept = self.__dict__["_resident_data"] = (X, y, to_device(X, self._xp), to_device(y, self._xp))
+        return kept[2], kept[3], to_device(order, self._xp)
+
     def _epoch(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> float:
         """One shuffled pass of minibatch updates on class indices ``y``; returns the mean training cross-entropy."""
         for layer in self.layers_:
@@ -315,9 +337,10 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
         decay = 1.0 + float(self.lr_decay) * self._schedule_passes(len(self.loss_curve_))
         self._optimizer.learning_rate = float(self.learning_rate) / decay * getattr(self, "_learning_rate_scale", 1.0)
         order = rng.permutation(len(X))
+        X, y, rows = self._resident(X, y, order)
         total = 0.0
         for start in range(0, len(X), self.batch_size):
-            batch = order[start : start + self.batch_size]
+            batch = rows[start : start + self.batch_size]
             loss, grads = self._loss_and_gradients(X[batch], y[batch])
             self._optimizer.step(self._refs, grads, decay=self._decay)
             total = total + loss * len(batch)  # stays on the device until the end of the pass

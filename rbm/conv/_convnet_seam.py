@@ -10,24 +10,24 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 import numpy as np
 
-from .._backend import to_host
+from .._gpu import download_all
 from .._model import (MinibatchHook, ScheduleClock, copy_parameters, empty_partition_metrics, is_empty, read_model_file,
                       save_model)
 from .._params import SpecConstructors, check_learning_rate_scale, spec_from_params
 from .._validation import check_labels
 from ._spec import plain
 
-if TYPE_CHECKING:  # the mixin is part of ConvNet, which imports this module
-    from ._convnet import ConvNet
-
 __all__ = ["ConvNetSeam", "PHASE"]
 
 PHASE = "train"
 CLASSES_KEY, INPUT_SHAPE_KEY = "meta.classes", "meta.input_shape"
+
+#: The net a seam method returns: the class it was called on (ConvNet, which this module does not import).
+_Net = TypeVar("_Net", bound="ConvNetSeam")
 
 
 class ConvNetSeam(SpecConstructors, MinibatchHook, ScheduleClock):
@@ -48,7 +48,7 @@ class ConvNetSeam(SpecConstructors, MinibatchHook, ScheduleClock):
         if phase not in (None, PHASE):
             raise ValueError(f"unknown phase {phase!r}; a ConvNet has {self.phases()}")
         self._require_initialized()
-        return {name: np.array(to_host(value), copy=True) for name, value in self._refs.items()}
+        return download_all(self._refs)  # one device-to-host copy for the whole snapshot
 
     def set_parameters(self, params: Mapping[str, np.ndarray]) -> None:
         """Copy the given named arrays into the net (in place, on its device), all or nothing."""
@@ -102,7 +102,7 @@ class ConvNetSeam(SpecConstructors, MinibatchHook, ScheduleClock):
         save_model(path, self.to_spec(), arrays)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "ConvNet":
+    def load(cls: type[_Net], path: str | os.PathLike) -> _Net:
         """A net saved with :meth:`save`: exact weights, same spec and classes."""
         spec, arrays = read_model_file(path)
         model = cls.from_spec(spec)

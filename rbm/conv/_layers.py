@@ -19,6 +19,8 @@ import numpy as np
 
 from . import _im2col as k
 from .._backend import NamespacePickling, to_device
+from .._gpu import PhiloxStream, fused_ops, uses_philox
+from ._cudnn import CudnnConvolution, cudnn_available
 from ._ops import ACTIVATIONS, INITS, activate, activation_grad, initial_weights
 
 __all__ = ["Layer", "build_layer", "LAYER_TYPES", "ACTIVATIONS", "INITS"]
@@ -39,7 +41,9 @@ class Layer(NamespacePickling):
     """Base layer: no parameters, shape preserved."""
 
     # What a forward/backward pass leaves behind: not pickled, rebuilt by the next pass.
-    _TRANSIENT = ("_buffers", "_w_matrix", "_cols", "_y", "_x_padded_shape", "_out", "_x_padded", "_x_shape", "_x", "_mask")
+    _TRANSIENT = ("_buffers", "_w_matrix", "_cols", "_y", "_x_padded_shape", "_out", "_x_padded", "_x_shape", "_x", "_mask",
+                  "_convolutions")
+    precision = "float32"  # of the GEMMs and convolutions on a GPU: set by the net (see rbm._gpu._precision)
     keys: tuple[str, ...] = ()
     defaults: dict[str, Any] = {}
 
@@ -81,7 +85,8 @@ class Layer(NamespacePickling):
 
 
 class Conv2D(Layer):
-    """2-D convolution, weights ``W`` (F, C, KH, KW) and bias ``b`` (F,), via im2col + GEMM."""
+    """2-D convolution, weights ``W`` (F, C, KH, KW) and bias ``b`` (F,): im2col + GEMM on the CPU,
+    cuDNN on cupy arrays (:mod:`._cudnn`); on the GPU branch bias and activation are one fused kernel."""
 
     keys = ("filters", "kernel", "stride", "padding", "activation", "init")
     defaults = {"stride": 1, "padding": 0, "activation": "identity", "init": None}
@@ -121,8 +126,26 @@ class Conv2D(Layer):
             buffers[n] = (padded, cols)
         return buffers[n]
 
+    def _convolution(self, n: int) -> CudnnConvolution | None:
+        """cuDNN's graphs for batches of ``n`` (built once per size), or None off cupy / without the frontend."""
+        if self.xp is np or not cudnn_available():
+            return None
+        convolutions = self.__dict__.setdefault("_convolutions", {})
+        if n not in convolutions:
+            if len(convolutions) >= 2:  # training size plus one prediction chunk size
+                convolutions.clear()
+            convolutions[n] = CudnnConvolution(self.input_shape, self.filters, self.kernel, self.stride, self.padding,
+                                               n, self.dtype, self.precision)
+        return convolutions[n]
+
     def forward(self, x: Array, train: bool) -> Array:
         n = x.shape[3]
+        convolution, ops = self._convolution(n), fused_ops(self.xp)
+        if convolution is not None:
+            self._x = x
+            y = convolution.forward(x, self.params["W"])
+            self._y = ops.bias_activation_(y.reshape(self.filters, -1), self.params["b"], self.activation)
+            return y
         padded, cols = self._scratch(n)
         x_padded = k.pad_spatial(x, self.padding, 0.0, self.xp, out=padded)
         k.im2col_chwn(x_padded, self.kernel, self.stride, cols)
@@ -130,14 +153,22 @@ class Conv2D(Layer):
         self._w_matrix = self.params["W"].transpose(0, 2, 3, 1).reshape(f, kh * kw * c)  # columns (ky, kx, c)
         self._cols = cols.reshape(kh * kw * c, -1)
         z = self._w_matrix @ self._cols  # (F, OH*OW*N)
-        z += self.params["b"][:, None]
-        self._y = activate(self.activation, z, self.xp)
+        if ops is not None:
+            self._y = ops.bias_activation_(z, self.params["b"], self.activation)
+        else:
+            z += self.params["b"][:, None]
+            self._y = activate(self.activation, z, self.xp)
         self._x_padded_shape = x_padded.shape
         return self._y.reshape(f, *self.out_hw, n)
 
     def backward(self, dy: Array) -> Array:
         (kh, kw), c, f = self.kernel, self.input_shape[0], self.filters
         dz = activation_grad(self.activation, self._y, dy.reshape(f, -1), self.xp)
+        convolution = self._convolution(dy.shape[3])
+        if convolution is not None:
+            dz = self.xp.ascontiguousarray(dz).reshape(f, *self.out_hw, dy.shape[3])
+            self.grads = {"W": convolution.backward_filter(self._x, dz), "b": dz.reshape(f, -1).sum(axis=1)}
+            return convolution.backward_data(dz, self.params["W"]) if self.needs_input_grad else None
         dw_t = self._cols @ dz.T  # (KH*KW*C, F): this orientation runs ~20% faster in OpenBLAS than dz @ cols.T
         self.grads = {"W": dw_t.reshape(kh, kw, c, f).transpose(3, 2, 0, 1).copy(), "b": dz.sum(axis=1)}
         if not self.needs_input_grad:
@@ -167,10 +198,19 @@ class MaxPool2D(_Pool):
     """Max pooling; ties send the gradient to the first max in row-major window order."""
 
     def forward(self, x: Array, train: bool) -> Array:
+        ops = fused_ops(self.xp)
+        if ops is not None:  # the GPU branch: one kernel each way
+            self._x_padded = x
+            self._out = ops.maxpool_forward(x, self.kernel, self.stride, self.padding)
+            return self._out
         self._out, self._x_padded = k.maxpool_forward(x, self.kernel, self.stride, self.padding, self.xp)
         return self._out
 
     def backward(self, dy: Array) -> Array:
+        ops = fused_ops(self.xp)
+        if ops is not None:
+            return ops.maxpool_backward(self.xp.ascontiguousarray(dy), self._out, self._x_padded, self.kernel,
+                                        self.stride, self.padding)
         return k.maxpool_backward(dy, self._out, self._x_padded, self.kernel, self.stride, self.padding, self.xp)
 
 
@@ -225,8 +265,14 @@ class Dense(Layer):
 
     def forward(self, x: Array, train: bool) -> Array:
         self._x = x
-        z = x @ self.params["W"]
-        z += self.params["b"]
+        ops = fused_ops(self.xp)
+        if ops is not None:  # the GPU branch: the GEMM at the net's precision, one kernel for the bias
+            z = ops.matmul(self.xp.ascontiguousarray(x), self.params["W"],
+                           self.xp.empty((x.shape[0], self.units), dtype=x.dtype), precision=self.precision)
+            ops.bias_add_(z, self.params["b"])
+        else:
+            z = x @ self.params["W"]
+            z += self.params["b"]
         self._y = activate(self.activation, z, self.xp)
         return self._y
 
@@ -277,10 +323,10 @@ class Dropout(Layer):
 def _uniform(xp: ModuleType, rng: np.random.Generator | None, shape: tuple[int, ...], dtype: np.dtype) -> Array:
     if rng is None:
         raise RuntimeError("dropout needs a random generator: train through ConvNet, which provides one")
-    if xp is np:
+    if not uses_philox(xp):
         return rng.random(shape, dtype=dtype)
-    # On the GPU draw there, seeded from the host generator so runs stay reproducible.
-    return xp.random.default_rng(int(rng.integers(2**63 - 1))).random(shape, dtype=dtype)
+    # The GPU branch draws on the device, from a Philox stream seeded by the host generator (reproducible).
+    return PhiloxStream(int(rng.integers(2**63 - 1))).random(shape, dtype, out=xp.empty(shape, dtype=dtype))
 
 
 def _positive_int(value: Any, what: str, layer: str) -> int:

@@ -7,14 +7,16 @@ missed the peer's concurrent partition altogether.
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
 
 import rbm
 from actors import Snapshot
-from node._mode_async import AsyncMode
-from node._scaling import NodeScaling
+from node.modes._async import AsyncMode
+from node.modes._protocols import Trained
+from node.modes._scaling import NodeScaling
 
 PHASE = "train"
 
@@ -48,7 +50,7 @@ class FakeHandle:
 
 
 class FakeNode:
-    """What AsyncMode uses of an ExecutorNode: a real model and scaling, a fake actor handle."""
+    """What AsyncMode uses of a node (node.modes.ModeNode): a real model and scaling, a fake actor handle."""
 
     def __init__(self, model, handle) -> None:
         self.model, self.handle, self.samples_seen = model, handle, {PHASE: 0}
@@ -61,10 +63,13 @@ class FakeNode:
         metrics = self.model.train_partition(X, y, PHASE, np.random.default_rng(partition))
         self.samples_seen[PHASE] += metrics["samples"]
         self.scaling.trained()
-        return metrics
+        return Trained(partition, metrics, self.samples_seen[PHASE])
 
-    def report(self, task, partition, metrics, started, **fields):
-        return fields
+    def also_merged(self, peers):
+        self.scaling.also_merged(peers)
+
+    def report(self, task, work):
+        return dataclasses.asdict(work)
 
 
 def small_net():

@@ -77,7 +77,7 @@ def test_a_mistake_is_one_line_exit_2_and_spark_never_starts(case, tmp_path):
 
 
 def test_a_missing_predict_input_is_named_before_spark_starts(tmp_path, monkeypatch, capsys):
-    from node import cli
+    from node.cli import _commands as cli
 
     started = []
     monkeypatch.setattr(cli, "_session", lambda options: started.append(options) or pytest.fail("Spark started"))
@@ -90,7 +90,7 @@ def test_a_missing_predict_input_is_named_before_spark_starts(tmp_path, monkeypa
 
 def test_misspelled_keys_and_flags_are_one_line_naming_the_closest_and_spark_never_starts(tmp_path, monkeypatch,
                                                                                          capsys):
-    from node import cli
+    from node.cli import _commands as cli
 
     monkeypatch.setattr(cli, "_session", lambda options: pytest.fail("Spark started"))
     (tmp_path / "typo.yaml").write_text("model: dbn\nepoch: 3\n")

@@ -10,9 +10,12 @@ import pytest
 
 from node._contract import (
     CONTRACT_VERSION,
+    AsyncOptions,
     ContractError,
     NodeConfig,
     PartitionReport,
+    SharingOptions,
+    SyncOptions,
     TaskSpec,
     decode,
     encode,
@@ -79,3 +82,28 @@ def test_the_params_digest_changes_with_any_name_dtype_shape_or_value():
                {**params, "b": params["b"] + 1e-7}, {"W2": params["W"], "b": params["b"]}]
     assert all(params_digest(other) != digest for other in changed)
     assert dataclasses.is_dataclass(TaskSpec) and TaskSpec.__dataclass_params__.frozen
+
+
+@pytest.mark.parametrize("mode, options", [("async", AsyncOptions()),
+                                           ("sync", SyncOptions(averaging_frequency=2, barrier_timeout_s=30.0)),
+                                           ("sharing", SharingOptions(threshold=1e-3, sparsity=0.01))])
+def test_each_modes_options_cross_the_wire_as_their_own_type_with_the_jobs_slots_and_epochs(mode, options):
+    task = dataclasses.replace(a_task(), mode=mode, options=options, slots=((0, 2), (1,)), end_epoch=5)
+    back = decode(encode(task), TaskSpec)
+    assert back == task and type(back.options) is type(options)
+    assert back.epochs == range(3, 5) and back.slots == ((0, 2), (1,))
+    assert a_task().epochs == range(3, 4)  # no end_epoch: the job trains its one epoch
+
+
+def test_options_of_an_unknown_type_or_with_other_fields_are_refused_naming_what_differs():
+    payload = msgpack.unpackb(encode(dataclasses.replace(a_task(), options=SyncOptions(2, 30.0))), raw=False)
+    payload["fields"]["options"]["type"] = "GossipOptions"
+    with pytest.raises(ContractError, match=r"TaskSpec.options: expected one of \['AsyncOptions', 'SharingOptions', "
+                                            r"'SyncOptions'\], got 'GossipOptions'"):
+        decode(msgpack.packb(payload, use_bin_type=True), TaskSpec)
+    payload["fields"]["options"] = {"type": "SyncOptions", "fields": {"averaging_frequency": 2}}
+    with pytest.raises(ContractError, match=r"TaskSpec.options: fields differ.*missing \['barrier_timeout_s'\]"):
+        decode(msgpack.packb(payload, use_bin_type=True), TaskSpec)
+    payload["fields"]["options"] = {"averaging_frequency": 2, "barrier_timeout_s": 30.0}  # untagged, as before v7
+    with pytest.raises(ContractError, match="TaskSpec.options: expected one of"):
+        decode(msgpack.packb(payload, use_bin_type=True), TaskSpec)

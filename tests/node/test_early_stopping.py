@@ -7,7 +7,7 @@ import math
 import pytest
 
 from node import TrainingSettings
-from node._early_stopping import EarlyStopping
+from node.watch._early_stopping import EarlyStopping
 
 
 def run_rule(rule: EarlyStopping, values: list[float]) -> dict:

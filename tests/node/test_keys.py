@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import storage
-from node._keys import RunKeyError, derive_run_key, resolve_run_key, stored_key_path
+from node.run._keys import RunKeyError, derive_run_key, resolve_run_key, stored_key_path
 
 MASTER = b"a master secret of 32 bytes long"
 STORE = "/data/sparkdbn-store"
@@ -145,7 +145,7 @@ def test_resuming_with_another_key_stops_at_the_run_record_saying_the_key_is_wro
 
 
 def test_the_key_module_does_not_import_pyspark():
-    source = Path(__file__).parents[2].joinpath("node", "_keys.py").read_text()
+    source = Path(__file__).parents[2].joinpath("node", "run", "_keys.py").read_text()
     imported = set()
     for statement in ast.walk(ast.parse(source)):
         if isinstance(statement, ast.Import):

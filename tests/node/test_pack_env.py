@@ -190,7 +190,7 @@ def test_a_job_submitted_with_a_packed_environment_runs_its_executors_on_the_pac
     assert run.record["status"] == "done"
     peers = run.runs.list_peers()
     # One node per one-core executor, each started by its task (one may have trained both partitions:
-    # a node that is done takes the partitions its slower peer has not started, node._stealing).
+    # a node that is done takes the partitions its slower peer has not started, node.modes._stealing).
     assert len(peers) == 2, peers
     assert {m["node"] for m in run.runs.read_metrics()} <= set(peers)
     for name in peers:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tqdm import tqdm
 
-from node._progress import BAR_FORMAT, partitions_done, progress_postfix
+from node.driver._progress import BAR_FORMAT, partitions_done, progress_postfix
 
 
 def test_the_postfix_gives_samples_per_second_and_the_time_the_partitions_left_will_take():

@@ -9,7 +9,7 @@ import pytest
 
 import node
 import rbm
-from node._progress import summary_line
+from node.driver._progress import summary_line
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""A fit's training partitions (node._resident): stored once per fit, taken from memory or the store."""
+"""A fit's training partitions (node.executor._resident): stored once per fit, taken from memory or the store."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import pytest
 
 import storage
 from node._contract import NodeConfig
-from node._data import encode_block, summarize_block
+from node.data._prepare import encode_block, summarize_block
 from node._errors import TrainingError
-from node._mode import one_task_per_node
-from node._resident import NodeData, blocks_folder, write_partition
+from node.driver._fit_jobs import FitJobs
+from node.executor._resident import NodeData, write_partition
+from node.run._work_folders import blocks_folder
 
 KEY = b"k" * 32
 
@@ -90,22 +91,16 @@ def test_the_fits_first_job_stores_every_partition_and_every_job_carries_only_th
                                                                                                  store_url):
     elements = [(index, summarize_block(index, *partition(index), max_classes=10), encode_block(*partition(index)))
                 for index in range(5)]
-    used: set[str] = set()
-
-    def first_use(name: str) -> bool:
-        first = name not in used
-        used.add(name)
-        return first
-
     jobs, cached = [], spark.sparkContext.parallelize(elements, 5).cache()
-    fit = SimpleNamespace(prepared=SimpleNamespace(rows_per_partition=[3] * 5, blocks=cached,
-                                                   unpersist=cached.unpersist),
-                          nodes=2, sc=spark.sparkContext, run_id="r1", node_config=config_for(store_url),
-                          first_use=first_use, run_job=lambda rdd, description: jobs.append(rdd.collect()))
+    fit = FitJobs.__new__(FitJobs)  # the slots and the stored partitions only: no training job starts
+    fit.sc, fit._nodes, fit.run_id, fit._slots = spark.sparkContext, 2, "r1", None
+    fit.node_config = config_for(store_url)
+    fit.prepared = SimpleNamespace(rows_per_partition=[3] * 5, blocks=cached, unpersist=cached.unpersist)
+    fit._progress = SimpleNamespace(run_job=lambda rdd, description, partitions: jobs.append(rdd.collect()))
     for _job in range(3):
-        slots, rdd = one_task_per_node(fit)
-        assert slots == [[0, 2, 4], [1, 3]]
-        assert rdd.glom().collect() == [[0], [1]]  # the slot's number, not its data
+        slots = fit._dealt()
+        assert slots == ((0, 2, 4), (1, 3))
+        assert fit._slot_numbers.glom().collect() == [[0], [1]]  # the slot's number, not its data
     assert len(jobs) == 1  # stored once per fit ...
     assert not cached.is_cached  # ... and Spark's copy dropped
     blocks = NodeData(store, config_for(store_url), "node-a").slot([0, 2, 4])

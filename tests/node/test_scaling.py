@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 import rbm
-from node._contract import NodeConfig, TaskSpec
-from node._executor import ExecutorNode
-from node._progress import small_partition_warning, summary_line
-from node._modes import mode_named
-from node._node_config import _node_batch_size
-from node._scaling import (MAX_RATE_FACTOR, STEP_LIMITED_STEPS, NodeScaling, default_partitions,
+from node._contract import NodeConfig, SyncOptions, TaskSpec
+from node.executor._node import ExecutorNode
+from node.driver._progress import small_partition_warning, summary_line
+from node.modes._registry import mode_named
+from node.driver._node_config import _node_batch_size
+from node.modes._scaling import (MAX_RATE_FACTOR, STEP_LIMITED_STEPS, NodeScaling, default_partitions,
                            default_warmup_partitions, learning_rate_scale, max_learning_rate_factor, node_batch_size,
                            resolve_rule, scale_target, schedule_epoch)
-from node._settings import TrainingSettings
+from node.driver._settings import TrainingSettings
 
 
 def test_after_the_warm_up_the_linear_rule_multiplies_by_the_nodes_and_sqrt_by_their_root():
@@ -180,7 +180,7 @@ def test_a_started_node_trains_its_replica_in_the_fits_node_minibatch(tmp_path):
 @pytest.mark.parametrize("rule, factor", [("auto", 8.0), ("none", 1.0)])
 def test_the_executor_sets_the_models_schedules_to_the_epoch_times_the_factor(rule, factor):
     # Counted per partition, the schedules would stand at 4 partitions x 3 epochs here; they stand at
-    # epoch 3 on one node, 3 x 8 on 8 (node._scaling.schedule_epoch).
+    # epoch 3 on one node, 3 x 8 on 8 (node.modes._scaling.schedule_epoch).
     config = _config(scale_rule=rule, warmup_partitions=0)
     node = ExecutorNode(config)
     node.model = rbm.model_from_spec(config.spec).initialize(6)
@@ -229,7 +229,7 @@ def test_by_default_nodes_merge_eight_times_an_epoch_where_their_rates_are_scale
                                                     ("sharing", None, 16)])
 def test_a_fit_merges_more_often_by_default_only_where_a_merge_averages_every_node_with_a_scaled_rate(
         mode, fanout, expected):
-    from node._fit_data import fit_partitions
+    from node.driver._fit_data import fit_partitions
 
     # 1,347 digits on 8 nodes: async with no fan-out and sync average all nodes (factor 8); a fan-out
     # of 2 gossips; sharing adds its peers' updates and never scales its rates.
@@ -238,7 +238,7 @@ def test_a_fit_merges_more_often_by_default_only_where_a_merge_averages_every_no
 
 
 def test_the_default_partitions_count_the_rows_of_every_kind_of_training_data(spark):
-    from node._data import count_rows
+    from node.data._prepare import count_rows
 
     X = np.zeros((37, 3), dtype=np.float32)
     frame = spark.createDataFrame([(row.tolist(), 0.0) for row in X], ["features", "label"])
@@ -275,7 +275,7 @@ def test_the_epoch_summary_warns_when_nodes_take_too_few_steps_per_epoch_and_say
 
 
 def test_the_command_line_and_a_config_file_set_the_rule(tmp_path):
-    from node import cli
+    from node.cli import _commands as cli
 
     model = rbm.RBM(4)
     parsed = vars(cli.build_parser().parse_args(["train", "--scale-rule", "none"]))
@@ -289,16 +289,16 @@ def test_the_command_line_and_a_config_file_set_the_rule(tmp_path):
 
 
 def test_sync_rounds_scale_the_learning_rates_by_the_slots_they_average(monkeypatch):
-    from node._mode_sync import SyncMode
+    from node.modes._sync import SyncMode
 
     config = _config(scale_rule="linear", warmup_partitions=1)
     node = ExecutorNode(config)  # not started: the rounds' store traffic is replaced below
     node.model = rbm.model_from_spec(config.spec).initialize(6)
     node.scaling.enter_phase("rbm")
-    node.report = lambda task, index, metrics, started, **fields: node.learning_rate_scale
+    node.report = lambda task, work: node.learning_rate_scale
     monkeypatch.setattr(SyncMode, "_average", lambda self, *args: (0, [], 0))
     X = np.random.default_rng(0).random((20, 6)).astype(np.float32)
-    task = TaskSpec(node=config, mode="sync", phase="rbm", phase_index=0, epoch=0, start_digest="digest",
-                    options={"slots": [[0, 3], [1, 4], [2, 5]], "averaging_frequency": 1, "epochs": 1})
+    task = TaskSpec(node=config, mode="sync", phase="rbm", phase_index=0, epoch=0, start_digest="digest", end_epoch=1,
+                    slots=((0, 3), (1, 4), (2, 5)), options=SyncOptions(averaging_frequency=1, barrier_timeout_s=300.0))
     factors = list(SyncMode().train_task(node, task, 0, [(0, X, None), (3, X, None)]))
     assert factors == [2.0, 3.0]  # every round averages the 3 slots: 1 + 2/2 while warming up, then 3

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from node._session import session_settings
+from node.driver._session import session_settings
 
 RUN_TIMEOUT_S = 300
 

@@ -1,4 +1,4 @@
-"""Work stealing (node._stealing): each rule, on a real local store, without Spark."""
+"""Work stealing (node.modes._stealing): each rule, on a real local store, without Spark."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import storage
-from node._data import encode_block
-from node._resident import NodeData, write_partition
-from node._stealing import PartitionQueue, claimed_partitions, remove_work_folders, stop_epoch
+from node.data._prepare import encode_block
+from node.executor._resident import NodeData, write_partition
+from node.modes._stealing import PartitionQueue, claimed_partitions, stop_epoch
+from node.run._work_folders import remove_work_folders
 
 KEY = b"k" * 32
 SLOTS = [[0, 2, 4, 6], [1, 3, 5, 7]]  # deal_partitions(8 partitions, 2 nodes)
@@ -23,13 +24,13 @@ def blocks_of(partitions: list[int]) -> list[tuple[int, np.ndarray, np.ndarray]]
 def make_queue(store: storage.Store, name: str, slot: int, slots=SLOTS, phase: str = "finetune",
                fit_id: str = "f" * 32, first_epoch: int = 0) -> PartitionQueue:
     config = SimpleNamespace(run="r1", fit_id=fit_id, key=KEY)
-    node = SimpleNamespace(node=name, store=store, data=NodeData(store, config, name))
-    task = SimpleNamespace(node=config, phase=phase, epoch=first_epoch)  # the job's first epoch
-    return PartitionQueue(node, task, slot, slots, blocks_of(slots[slot]))
+    node = SimpleNamespace(name=name, store=store, data=NodeData(store, config, name))
+    task = SimpleNamespace(node=config, phase=phase, epoch=first_epoch, slots=slots)  # the job's first epoch
+    return PartitionQueue(node, task, slot, blocks_of(slots[slot]))
 
 
 def store_own(*queues: PartitionQueue) -> None:
-    """Store the nodes' partitions, as the fit's first job does (node._resident)."""
+    """Store the nodes' partitions, as the fit's first job does (node.executor._resident)."""
     for queue in queues:
         for index, X, y in queue.own:
             write_partition(queue.node.store, queue.task.node, index, X, y)

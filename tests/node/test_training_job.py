@@ -1,5 +1,5 @@
-"""``async`` queues each epoch's job behind the running one (node._mode_async, Fit.queue_job): the driver
-half's order of starts and waits, on a Fit whose Spark jobs are stand-ins (no Spark)."""
+"""``async`` queues each epoch's job behind the running one (node.modes._async, FitJobs.queue_job): the driver
+half's order of starts and waits, on a fit's jobs whose Spark jobs are stand-ins (no Spark)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-import node._mode_async
-from node._fit import Fit
-from node._mode_async import AsyncMode
+from node import TrainingSettings
+from node._contract import AsyncOptions
+from node.driver._fit_jobs import FitJobs
+from node.modes._async import AsyncMode
 
 
 class StandInJob:
@@ -28,18 +29,16 @@ class StandInJob:
 
 
 @pytest.fixture
-def fit(monkeypatch) -> Fit:
-    monkeypatch.setattr(node._mode_async, "one_task_per_node", lambda fit: ([[0, 2], [1, 3]], "the slots' rdd"))
-    fit = Fit.__new__(Fit)  # its queue of jobs only: starting a job is stood in for
-    fit._queued, fit.log = None, []
-    fit.task = lambda phase, epoch, mode, options: SimpleNamespace(phase=phase, epoch=epoch, options=options)
+def fit() -> FitJobs:
+    fit = FitJobs.__new__(FitJobs)  # its queue of jobs only: starting a job is stood in for
+    fit._queued, fit._settings, fit.log = None, TrainingSettings(), []
 
-    def start_partitions(task, rdd):
-        assert rdd == "the slots' rdd" and task.options == {"slots": [[0, 2], [1, 3]]}
-        fit.log.append(("start", task.phase, task.epoch))
-        return StandInJob(task, fit.log)
+    def start_job(phase, epochs, options):
+        assert options == AsyncOptions() and len(epochs) == 1
+        fit.log.append(("start", phase, epochs.start))
+        return StandInJob(SimpleNamespace(phase=phase, epoch=epochs.start), fit.log)
 
-    fit.start_partitions = start_partitions
+    fit.start_job = start_job
     return fit
 
 

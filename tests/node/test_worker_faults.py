@@ -86,7 +86,7 @@ def test_a_run_sweeps_temporaries_left_by_killed_writers(tmp_path):
 
     import numpy as np
 
-    from node._run_store import sweep_temporaries
+    from node.run._run_store import sweep_temporaries
 
     store = storage.open_store(str(tmp_path))
     weights = storage.WeightStore(store, "r1", b"sweep-test-key-0123456789")

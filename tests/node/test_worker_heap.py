@@ -2,7 +2,7 @@
 
 PySpark's daemon runs a full ``gc.collect()`` after each task of a reused Python worker; with a
 node loaded that walk cost 60-90 ms per task (``scripts/bench_spark.py``: ``async`` 1 node 0.70
--> 0.78 of in-process speed in fine-tuning once it stopped).  See :mod:`node._worker_heap`.
+-> 0.78 of in-process speed in fine-tuning once it stopped).  See :mod:`node.executor._worker_heap`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 import node
 import rbm
-from node._worker_heap import settle_worker_heap
+from node.executor._worker_heap import settle_worker_heap
 
 
 class _Cycle:
@@ -67,7 +67,7 @@ def test_a_worker_that_ran_a_node_has_its_heap_frozen(spark, store_url, digits):
 
 
 def test_a_model_rebuilt_for_prediction_is_frozen_with_the_worker_heap(digits):
-    from node._inference import model_from_payload, model_payload
+    from node.serve._inference import model_from_payload, model_payload
 
     model = rbm.DBN(hidden_layer_sizes=(8,), pretrain_epochs=1, finetune_epochs=1, random_state=0)
     payload = model_payload(model.fit(digits.X_train[:50], digits.y_train[:50]))

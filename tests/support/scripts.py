@@ -18,7 +18,12 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 @contextlib.contextmanager
 def script_module(file_name: str) -> Iterator[types.ModuleType]:
     """``scripts/<file_name>`` imported as a module, registered in ``sys.modules`` while in use (dataclasses
-    and cloudpickle look a module up by its name), removed after."""
+    and cloudpickle look a module up by its name), removed after.  ``scripts/`` is on ``sys.path`` as when a
+    script runs as a program, so its sibling modules (``_results``, ``bench_modes``) import.  Importing a
+    script never replaces the process (scripts/_venv.py acts only when a script runs as a program; tested in
+    tests/test_scripts.py)."""
+    if str(SCRIPTS) not in sys.path:
+        sys.path.append(str(SCRIPTS))
     name = file_name.removesuffix(".py").replace("-", "_")
     loader = importlib.machinery.SourceFileLoader(name, str(SCRIPTS / file_name))
     module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))

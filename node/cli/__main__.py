@@ -1,0 +1,5 @@
+"""``python -m node.cli``: the ``sparkdbn`` command line."""
+
+from . import main
+
+raise SystemExit(main())

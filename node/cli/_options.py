@@ -1,0 +1,106 @@
+"""What the ``sparkdbn`` command line reads besides its flags: config files (with a schema), ``--conf``.
+
+* A config file (JSON or YAML) is a mapping of the command's own settings (the long flags'
+  names, ``-`` or ``_``), plus ``settings:`` (fields of :class:`node.TrainingSettings`) and
+  ``spark_conf:`` (Spark settings).  An unknown key is a :class:`UsageError` naming the closest
+  known one, never silently ignored.
+* ``--conf key=value`` (repeatable) are Spark settings, as spark-submit takes them.
+* :class:`OneLineParser` reports argparse's own mistakes (an unknown flag, a missing value) as
+  one line ``sparkdbn <command>: ...`` with exit status 2, like every other mistake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import sys
+from typing import Any, Iterable, NoReturn, Sequence
+
+from rbm import read_config
+
+from ..driver import TrainingSettings
+
+__all__ = ["UsageError", "OneLineParser", "load_config", "check_keys", "parse_spark_conf", "closest"]
+
+#: Keys of a config file that are not flags of the command.
+CONFIG_SECTIONS = ("settings", "spark_conf")
+
+
+class UsageError(Exception):
+    """A mistake in what the command was asked: reported as one line, exit status 2, before Spark starts."""
+
+
+def closest(name: str, known: Iterable[str]) -> str | None:
+    """The known name most like ``name`` (difflib), or None when none is close."""
+    found = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def check_keys(keys: Iterable[str], known: Iterable[str], where: str) -> None:
+    """Raise :class:`UsageError` for the first key not in ``known``, naming the closest known key."""
+    known = set(known)
+    for key in keys:
+        if key not in known:
+            guess = closest(key, known)
+            hint = f"; did you mean {guess!r}?" if guess else f"; known keys: {', '.join(sorted(known))}"
+            raise UsageError(f"{where}: unknown key {key!r}{hint}")
+
+
+def load_config(path: str | None, known: Iterable[str] | None = None) -> dict[str, Any]:
+    """A JSON (``.json``) or YAML (``.yaml``/``.yml``) mapping of settings, ``{}`` without a path.
+
+    ``known`` are the command's setting names (``_`` spelling); with it, every key is checked,
+    as are the keys of ``settings:`` (against :class:`node.TrainingSettings`) and the type of
+    ``spark_conf:``.
+    """
+    if not path:
+        return {}
+    try:
+        config = read_config(path)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--config {path}: {error}") from error
+    if not isinstance(config, dict):
+        raise UsageError(f"--config {path}: expected a mapping of settings, got {type(config).__name__}")
+    config = {str(key).replace("-", "_"): value for key, value in config.items()}
+    if known is not None:
+        check_keys(config, set(known) | set(CONFIG_SECTIONS), f"--config {path}")
+        settings = config.get("settings")
+        if settings is not None:
+            if not isinstance(settings, dict):
+                raise UsageError(f"--config {path}: 'settings' must be a mapping of training settings")
+            fields = {field.name for field in dataclasses.fields(TrainingSettings)}
+            check_keys(settings, fields, f"--config {path}: settings")
+        spark_conf = config.get("spark_conf")
+        if spark_conf is not None and not isinstance(spark_conf, dict):
+            raise UsageError(f"--config {path}: 'spark_conf' must be a mapping of Spark settings (key: value)")
+    return config
+
+
+def parse_spark_conf(items: Sequence[str] | None) -> dict[str, str]:
+    """``["spark.ui.port=4050", ...]`` -> ``{"spark.ui.port": "4050"}``; a malformed item is a UsageError."""
+    conf: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--conf {item!r}: expected key=value, e.g. --conf spark.ui.port=4050")
+        conf[key.strip()] = value
+    return conf
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with abbreviations off and its mistakes reported as one line (exit status 2)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False  # `--conf` must never be taken for `--config`, nor `--epoch` for `--epochs`
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments:"):
+            flags = [text for text in message.split(":", 1)[1].split() if text.startswith("--")]
+            known = [option for action in self._actions for option in action.option_strings]
+            guess = closest(flags[0].split("=")[0], known) if flags else None
+            if guess:
+                message += f" (did you mean {guess}?)"
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        raise SystemExit(2)

@@ -1,0 +1,101 @@
+"""Staging what only the Spark side knows: Spark DataFrames and the built-in dataset recipes.
+
+Both end in :func:`storage.stage_arrays` (Parquet shards + ``_meta.json``): ``storage`` knows
+files, runs, weights and datasets, not Spark and not the models, so the two are composed here.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rbm import datasets
+from storage import DatasetError, Store, check_stage_destination, open_store, stage_arrays
+
+from .._errors import InputDataError
+from ._frames import check_label_column, feature_column_kind, features_from_arrow, labels_from_arrow
+
+__all__ = ["RECIPES", "stage_dataframe", "stage_recipe"]
+
+logger = logging.getLogger(__name__)
+
+#: Built-in datasets ``stage_recipe`` knows.
+RECIPES = ("digits", "digits28")
+
+
+def stage_dataframe(
+    url: str | Store,
+    df: Any,
+    features_col: str = "features",
+    label_col: str | None = "label",
+    *,
+    dtype: str = "float32",
+    feature_shape: tuple[int, ...] | None = None,
+    **stage_options: Any,
+) -> dict:
+    """Stage a Spark DataFrame whose features column is an array or a ``pyspark.ml`` Vector.
+
+    The rows travel to the driver as Arrow record batches (``DataFrame.toArrow``) and are
+    converted column-wise (:mod:`node.data._frames`); nothing is done per row in Python.
+
+    Parameters
+    ----------
+    features_col, label_col : str
+        Column names (``label_col=None`` for unlabelled data).
+    dtype : str
+        Feature dtype to store (Spark vectors hold doubles).
+    feature_shape : tuple of int, optional
+        Reshape each sample, e.g. ``(1, 28, 28)``.
+    """
+    feature_column_kind(df, features_col)
+    if label_col is not None:
+        check_label_column(df, label_col)
+    selected = df.select(*[column for column in (features_col, label_col) if column is not None])
+    table = selected.toArrow()
+    if table.num_rows == 0:
+        raise InputDataError("empty input: the DataFrame has no rows")
+    X = features_from_arrow(table.column(0), name=features_col, dtype=dtype)
+    if feature_shape is not None:
+        X = X.reshape((len(X), *feature_shape))
+    y = labels_from_arrow(table.column(1), name=label_col) if label_col is not None else None
+    return stage_arrays(url, X, y, extra_meta={"source": "spark-dataframe"}, **stage_options)
+
+
+def stage_recipe(recipe: str, url: str | Store, *, shards: int | None = None, random_state: int = 0,
+                 **stage_options: Any) -> dict:
+    """Stage a built-in dataset: training split at ``url``, held-out split at ``url/test``.
+
+    Recipes: ``"digits"`` (scikit-learn's 8x8 digits, (n, 64) float32 in [0, 1]) and
+    ``"digits28"`` (the same digits upsampled to 28x28, training images augmented with
+    integer shifts, held-out images never augmented nor in training; (n, 784) float32).
+    Both are deterministic for a given ``random_state``.  The held-out split has one shard
+    per ``shards`` too when it is large enough, else fewer.
+
+    Returns
+    -------
+    dict
+        The meta of the training split; ``meta["splits"]["test"]`` is the relative path of
+        the held-out split (open it with ``open_dataset(url + "/test")``).
+    """
+    if recipe == "digits":
+        split = datasets.load_digits01(random_state=random_state)
+    elif recipe == "digits28":
+        split = datasets.load_digits28(random_state=random_state)
+    else:
+        raise DatasetError(f"unknown recipe {recipe!r}; known recipes: {', '.join(RECIPES)}")
+    store = open_store(url, user=stage_options.pop("user", None), retry_timeout_s=stage_options.pop("retry_timeout_s", 30.0))
+    name = stage_options.pop("name", recipe)
+    extra = {"source": f"recipe:{recipe}", "random_state": random_state}
+    overwrite = bool(stage_options.pop("overwrite", False))
+    check_stage_destination(store, overwrite=overwrite, keep=("test",))  # both checked before anything is written
+    check_stage_destination(store.child("test"), overwrite=overwrite)
+    test_shards = None if shards is None else min(shards, len(split.X_test))
+    test_meta = stage_arrays(store.child("test"), split.X_test, split.y_test, shards=test_shards,
+                             name=f"{name}-test", extra_meta={**extra, "split": "test"}, overwrite=overwrite,
+                             **stage_options)
+    meta = stage_arrays(store, split.X_train, split.y_train, shards=shards, name=name, overwrite=overwrite,
+                        keep=("test",), extra_meta={**extra, "split": "train", "splits": {"test": "test"}},
+                        **stage_options)
+    logger.info("recipe %s: %d training samples at %s, %d held out at %s/test", recipe, meta["n_samples"],
+                store.url, test_meta["n_samples"], store.url)
+    return meta

@@ -1,0 +1,79 @@
+"""What a fit trains on, settled on the driver before any work (see :class:`node.driver._fit.Fit`).
+
+:func:`prepare_fit_data` holds the validation rows out, cuts the rest into checked, cached
+partitions -- as many as the settings name, else as many as the training mode asks for these rows
+and nodes (:func:`fit_partitions`) -- and sizes the model for them, refusing here, with the data's
+own words, whatever an executor's replica would refuse later.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pyspark.sql import SparkSession
+
+import rbm
+
+from .._errors import InputDataError
+from ..data import DataOptions, PreparedData, check_model_input, count_rows, prepare_training_data
+from ..modes import mode_named
+from ..watch import ValidationSet, hold_out_validation
+from ._settings import TrainingSettings
+
+__all__ = ["fit_partitions", "model_input", "prepare_fit_data"]
+
+
+def model_input(shape: tuple[int, ...]) -> int | tuple[int, ...]:
+    """What ``initialize`` takes for a per-sample ``shape``: a width, or the shape of an image."""
+    return int(shape[0]) if len(shape) == 1 else tuple(int(d) for d in shape)
+
+
+def fit_partitions(settings: TrainingSettings, nodes: int, batch_size: int | None, data: Any) -> int:
+    """Partitions per epoch: the settings', else as many as let the nodes merge often enough for these rows."""
+    if settings.partitions:
+        return int(settings.partitions)
+    return mode_named(settings.mode).default_partitions(settings, nodes, count_rows(data), batch_size)
+
+
+def prepare_fit_data(spark: SparkSession, settings: TrainingSettings, model: Any, spec: dict, data: Any, y: Any, *,
+                     nodes: int, require_labels: bool) -> tuple[PreparedData, ValidationSet | None]:
+    """Checked, cached partitions and the validation set; ``model`` initialized for the data.
+
+    Raises
+    ------
+    InputDataError
+        Data the model or its replicas would refuse (nothing stays cached then).
+    """
+    fixed = getattr(model, "classes_", None)
+    data, y, validation = hold_out_validation(
+        spark, data, y, fraction=settings.validation_fraction, given=settings.validation_data,
+        seed=settings.seed, features_col=settings.features_col, label_col=settings.label_col)
+    prepared = prepare_training_data(spark, data, y, DataOptions(
+        partitions=fit_partitions(settings, nodes, spec.get("batch_size"), data), features_col=settings.features_col,
+        label_col=settings.label_col, classes=None if fixed is None else np.asarray(fixed),
+        require_labels=require_labels, shuffle_seed=settings.seed if settings.shuffle else None,
+        max_classes=settings.max_classes))
+    try:
+        width = getattr(model, "n_features_in_", None)
+        if width is not None and int(width) != int(np.prod(prepared.feature_shape)):
+            raise InputDataError(f"the training data ({prepared.source}) has {int(np.prod(prepared.feature_shape))} "
+                                 f"features per sample, the model was initialized for {int(width)}")
+        replica = _replica(spec, prepared)
+        model.initialize(model_input(prepared.feature_shape), prepared.classes)
+        check_model_input(prepared, int(np.prod(prepared.feature_shape)), replica.input_bounds())
+    except BaseException:
+        prepared.unpersist()
+        raise
+    return prepared, validation
+
+
+def _replica(spec: dict, prepared: PreparedData) -> Any:
+    """A replica sized from the spec for the data, as the executors build it: a mismatch fails here."""
+    try:
+        replica = rbm.model_from_spec(spec)
+        replica.initialize(model_input(prepared.feature_shape), prepared.classes)
+    except ValueError as error:
+        raise InputDataError(f"the model does not accept the training data ({prepared.source}, per-sample shape "
+                             f"{prepared.feature_shape}): {error}") from error
+    return replica

@@ -1,0 +1,176 @@
+"""The Spark side of one fit: its slots, its start broadcasts and the training jobs of each phase.
+
+:class:`FitJobs` is what a training mode's driver half works with (it has all that
+:class:`~node.modes.ModeDriver` asks for), and what :class:`~node.driver.Fit` asks to train a
+phase (:meth:`FitJobs.begin_phase`, :meth:`FitJobs.end_phase`) and to clean up (:meth:`close`).
+
+Every training job runs one Spark task per node.  The partitions that hold data are dealt to
+the nodes once per fit (:func:`deal_partitions`: each node's *slot*), and before the fit's first
+training job one job writes every partition to the store and Spark's cached copy is dropped
+(:mod:`node.executor._resident`): a job's RDD is then the slots' numbers only, and each node
+takes its slot's partitions from its memory or the store.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+
+import storage
+
+from .._contract import ModeOptions, NodeConfig, TaskSpec, encode, params_digest
+from .._errors import short_error
+from ..data import PreparedData, filled_partitions
+from ..executor import release_run_task, run_training_task, write_partitions_task
+from ..run import RunRecord
+from ._progress import EpochProgress
+from ._settings import TrainingSettings
+from ._training_job import TrainingJob
+
+if TYPE_CHECKING:
+    from pyspark import Broadcast, SparkContext
+
+__all__ = ["FitJobs", "deal_partitions"]
+
+logger = logging.getLogger(__name__)
+
+
+def deal_partitions(rows_per_partition: list[int], nodes: int) -> list[list[int]]:
+    """The partitions holding data, dealt round-robin to ``nodes`` slots (fewer when there are fewer)."""
+    filled = filled_partitions(rows_per_partition)
+    count = max(1, min(int(nodes), len(filled)))
+    return [filled[slot::count] for slot in range(count)]
+
+
+class FitJobs:
+    """The training jobs of one fit (see the module docstring); constructing it starts nothing.
+
+    Parameters
+    ----------
+    sc : SparkContext
+    settings : TrainingSettings
+    nodes : int
+        Tasks per training job.
+    prepared : PreparedData
+        The fit's checked, cached partitions.
+    node_config : NodeConfig
+        What every task of the fit carries.
+    record : RunRecord
+        The run's record (the nodes of each phase's last finished epoch).
+    phases : list of str
+    store : storage.Store
+    """
+
+    def __init__(self, sc: SparkContext, settings: TrainingSettings, nodes: int, prepared: PreparedData,
+                 node_config: NodeConfig, record: RunRecord, phases: list[str], store: storage.Store) -> None:
+        self.sc, self._settings, self._nodes = sc, settings, int(nodes)
+        self.prepared, self.node_config, self.record, self.phases, self.store = (prepared, node_config, record, phases,
+                                                                                 store)
+        self.run_id, self.fit_id = node_config.run, node_config.fit_id
+        self._slots: tuple[tuple[int, ...], ...] | None = None  # dealt, and the partitions stored, on first use
+        self._slot_numbers: Any = None  # the RDD of every job: the slots' numbers
+        self._broadcasts: list[Broadcast] = []
+        self._start: Broadcast | None = None
+        self._start_digest = ""
+        self._progress: EpochProgress | None = None
+        self._queued: TrainingJob | None = None  # a job started behind the running one (queue_job)
+        self._nodes_started = False
+        self._said: set[str] = set()
+
+    # ------------------------------------------------------------------ what a mode's driver half uses
+    @property
+    def settings(self) -> TrainingSettings:
+        return self._settings
+
+    @property
+    def nodes(self) -> int:
+        """Nodes training at once: ``averaging_nodes``, else Spark's default parallelism (a node per task slot)."""
+        return self._nodes
+
+    def start_job(self, phase: str, epochs: range, options: ModeOptions) -> TrainingJob:
+        """Start the job that trains ``epochs`` of ``phase``: one task per node, over the slots' numbers."""
+        slots = self._dealt()
+        self._nodes_started = True
+        task = TaskSpec(node=self.node_config, mode=self._settings.mode, phase=phase,
+                        phase_index=self.phases.index(phase), epoch=epochs.start, end_epoch=epochs.stop,
+                        start_digest=self._start_digest, slots=slots, options=options,
+                        start_nodes=tuple(self.record.nodes(phase)))
+        rdd = self._slot_numbers.mapPartitionsWithIndex(functools.partial(run_training_task, encode(task), self._start))
+        job = self._progress.start(rdd, f"{self.run_id} {phase} epoch {epochs.start + 1}")
+        return TrainingJob(self._progress, task, job, self.prepared, self.store, self.fit_id)
+
+    def queue_job(self, running: TrainingJob, phase: str, epochs: range, options: ModeOptions) -> None:
+        """Start the job of ``epochs`` behind ``running``: its tasks take the task slots as ``running``'s free them."""
+        running.job.submitted()  # each job counts its own tasks: the group's first after it (node.driver._progress)
+        self._queued = self.start_job(phase, epochs, options)
+        self._queued.job.submitted()
+
+    def take_queued_job(self, phase: str, epoch: int) -> TrainingJob | None:
+        """The job queued for ``epoch`` of ``phase`` (:meth:`queue_job`), else None (one queued for another stops)."""
+        job, self._queued = self._queued, None
+        if job is not None and (job.task.phase, job.task.epoch) != (phase, epoch):
+            job.stop()
+            return None
+        return job
+
+    def warn_once(self, message: str) -> None:
+        """Log ``message`` as a warning of the run, once per fit."""
+        if message not in self._said:
+            self._said.add(message)
+            logger.warning("run %s: %s", self.run_id, message)
+
+    # ------------------------------------------------------------------ what the fit uses
+    def begin_phase(self, phase: str, whole: Mapping[str, np.ndarray], progress: EpochProgress) -> None:
+        """Broadcast ``whole`` (the model, with the phase's start) for the jobs of ``phase``, shown on ``progress``."""
+        payload = storage.encode_params(dict(whole), f"start of phase {phase}")
+        self._start = self.sc.broadcast(payload)
+        self._broadcasts.append(self._start)
+        self._start_digest = params_digest(whole)
+        self._progress = progress
+
+    def stop_queued(self) -> None:
+        """End the job queued behind the running one without waiting for it (early stopping ended the phase)."""
+        if self._queued is not None:
+            self._queued.stop()
+        self._queued = None
+
+    def end_phase(self) -> None:
+        """The phase's jobs are over: a job left queued by an error is cancelled with the others when the fit ends."""
+        self._queued = None
+        self._progress = None
+
+    def close(self) -> None:
+        """Stop the fit's nodes (best effort) and drop its broadcasts; the caller cancels the fit's job group first."""
+        if self._nodes_started:
+            self._release_nodes()
+        for broadcast in self._broadcasts:
+            broadcast.destroy()
+
+    # ------------------------------------------------------------------ helpers
+    def _dealt(self) -> tuple[tuple[int, ...], ...]:
+        """The slots, dealt once per fit; the first call stores every partition (one Spark job)."""
+        if self._slots is None:
+            slots = deal_partitions(self.prepared.rows_per_partition, self._nodes)
+            self._store_partitions()
+            self._slots = tuple(tuple(slot) for slot in slots)
+            self._slot_numbers = self.sc.parallelize(range(len(slots)), len(slots))
+        return self._slots
+
+    def _store_partitions(self) -> None:
+        """Write every cached training partition to the store (one Spark job), then drop Spark's cached copy."""
+        job = self.prepared.blocks.mapPartitions(functools.partial(write_partitions_task, encode(self.node_config)))
+        self._progress.run_job(job, f"{self.run_id} store the training partitions", 0)
+        self.prepared.unpersist()
+
+    def _release_nodes(self) -> None:
+        """Best effort: ask the Python workers to stop this run's nodes (a later fit stops them anyway)."""
+        slots = max(2, 2 * self.sc.defaultParallelism)
+        try:
+            released = self.sc.parallelize(range(slots), slots).mapPartitionsWithIndex(
+                functools.partial(release_run_task, self.run_id)).collect()
+            logger.info("released nodes %s of run %s", sorted(set(released)), self.run_id)
+        except Exception as error:  # noqa: BLE001 - cleanup must not hide the real outcome
+            logger.warning("could not release the nodes of run %s: %s", self.run_id, short_error(error))

@@ -1,0 +1,18 @@
+"""The executor side: the node of a fit inside a Spark Python worker, its data and its address.
+
+* :mod:`._tasks` -- what Spark runs there: the training task, the process's nodes, the device probe;
+* :mod:`._node` -- :class:`ExecutorNode`, what a training mode's executor half trains on;
+* :mod:`._device` -- where a node computes: the GPU Spark assigned to its task, or the CPU;
+* :mod:`._resident` -- the fit's partitions, written once to the store, kept in memory (:class:`NodeData`);
+* :mod:`._network` -- the address a node binds and advertises; :mod:`._worker_heap` -- the garbage collector.
+"""
+
+from ._device import GPU_RESOURCE, device_failure
+from ._network import check_host_settings, is_local_master
+from ._node import ExecutorNode
+from ._resident import NodeData, write_partitions_task
+from ._tasks import probe_device_task, release_run_task, run_training_task
+from ._worker_heap import settle_worker_heap
+
+__all__ = ["GPU_RESOURCE", "device_failure", "check_host_settings", "is_local_master", "ExecutorNode", "NodeData",
+           "write_partitions_task", "probe_device_task", "release_run_task", "run_training_task", "settle_worker_heap"]

@@ -1,0 +1,125 @@
+"""What Spark runs in an executor's Python worker: the process's nodes, and the training task.
+
+A task (:func:`run_training_task`) decodes its :class:`~node._contract.TaskSpec`, finds or starts
+the process's node of the fit, takes its slot's partitions (from the node's memory or the store,
+:mod:`node.executor._resident`) and hands them to the training mode named in the task
+(:mod:`node.modes`); it returns one encoded :class:`~node._contract.PartitionReport` per partition
+trained.  :func:`release_run_task` stops a run's node when the driver's fit ends;
+:func:`probe_device_task` tells the driver, before a fit on GPUs trains, where its nodes would compute.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import logging
+import threading
+from typing import Any, Iterator
+
+import numpy as np
+from pyspark import Broadcast
+
+from .._contract import ContractError, NodeConfig, TaskSpec, decode, encode
+from ..modes import mode_named
+from ._device import build_replica, see_device
+from ._node import ExecutorNode, node_id, replica_spec
+from ._worker_heap import settle_worker_heap
+
+__all__ = ["probe_device_task", "release_run_task", "run_training_task"]
+
+logger = logging.getLogger(__name__)
+
+_registry_lock = threading.Lock()
+_nodes: dict[str, ExecutorNode] = {}  # run -> the node of this process
+
+
+def _stop_all() -> None:
+    with _registry_lock:
+        nodes = list(_nodes.values())
+        _nodes.clear()
+    for node in nodes:
+        node.stop()
+
+
+# Spark's daemon ends workers with os._exit, which skips both hooks; a worker run without the
+# daemon ends normally, and then pykka's non-daemon threads would block the exit unless the
+# actors stop first: threading's own exit hook runs *before* non-daemon threads are joined.
+atexit.register(_stop_all)
+_register_thread_exit = getattr(threading, "_register_atexit", None)
+if _register_thread_exit is not None:
+    _register_thread_exit(_stop_all)
+
+
+def _node_for(config: NodeConfig) -> ExecutorNode:
+    """The process-wide node of this fit, started on first use; nodes of other fits are stopped."""
+    with _registry_lock:
+        node = _nodes.get(config.run)
+        if node is not None and node.config.fit_id == config.fit_id:
+            return node
+        stale = list(_nodes.values())
+        _nodes.clear()
+    for old in stale:  # another run (or an earlier fit of this run) used this worker before
+        old.stop()
+    node = ExecutorNode(config).start()
+    with _registry_lock:
+        _nodes[config.run] = node
+    settle_worker_heap()  # the stopped nodes collected, this one out of Spark's per-task collection
+    return node
+
+
+def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
+                      elements: Iterator[int]) -> Iterator[bytes]:
+    """``mapPartitionsWithIndex`` body of a training job: one encoded PartitionReport per partition trained.
+
+    Parameters
+    ----------
+    encoded_task : bytes
+        :func:`~node._contract.encode` of the :class:`TaskSpec`.
+    start : pyspark.Broadcast
+        ``.value`` is the phase's start parameters as ``.npz`` bytes.
+    partition : int
+        Spark's partition index (never the node's identity; a mode may group several data
+        partitions in one Spark partition -- a slot, ``task.slots[partition]`` --
+        and each block's own index seeds its minibatch order).
+    elements : iterator
+        The slot's number only: the node takes the slot's partitions from its memory or the
+        store (:mod:`node.executor._resident`).
+    """
+    task = decode(encoded_task, TaskSpec)
+    mode = mode_named(task.mode)
+    if not isinstance(task.options, mode.options_type):
+        raise ContractError(f"a {task.mode!r} task carries {type(task.options).__name__}, "
+                            f"not {mode.options_type.__name__}")
+    list(elements)  # the slot's number (read to the end, or PySpark does not reuse the worker)
+    node = _node_for(task.node)
+    node.use_device()
+    blocks = node.data.slot(list(task.slots[partition]))
+    node.enter_phase(task.phase, task.start_digest, lambda: start.value, task.start_nodes)
+    for report in mode.train_task(node, task, partition, blocks):
+        yield encode(report)
+
+
+def release_run_task(run: str, _partition: int, _elements: Iterator[Any]) -> Iterator[str]:
+    """Stop this process's node of ``run`` if it has one (the driver's best-effort cleanup)."""
+    with _registry_lock:
+        node = _nodes.pop(run, None)
+    if node is not None:
+        node.stop()
+        yield node.name
+
+
+def probe_device_task(encoded_config: bytes, _partition: int, elements: Iterator[Any]) -> Iterator[bytes]:
+    """Where a node of the fit would compute in this task, and whether its replica builds there: one encoded
+    :class:`~node._contract.NodeDevice` whose ``problem`` says what stands in the way (never raised: Spark
+    would retry it, and the same task fails the same way)."""
+    list(elements)
+    config = decode(encoded_config, NodeConfig)
+    device = see_device(str(config.spec.get("device", "cpu")), node_id())
+    if device.problem is None:
+        try:  # what the node would refuse at its start (a precision its dtype does not take, ...)
+            build_replica(replica_spec(config), config.feature_shape,
+                          None if config.classes is None else np.asarray(config.classes), device)
+        except ValueError as error:
+            device = dataclasses.replace(device, problem=f"the model cannot be built on its {device.kind}: {error}")
+    logger.info("device probe: %s", device)
+    yield encode(device)

@@ -1,0 +1,21 @@
+"""Training modes: how the nodes combine their progress (async, sync, sharing), and work stealing.
+
+* :mod:`._registry` -- the modes by name (:func:`mode_named`, :data:`MODE_NAMES`, :func:`check_mode`);
+* :mod:`._base` -- :class:`TrainingMode`, a driver half and an executor half;
+* :mod:`._protocols` -- what the modes use of the driver (:class:`ModeDriver`) and of a node
+  (:class:`ModeNode`), and the value a node reports a partition from (:class:`PartitionWork`);
+* :mod:`._async`, :mod:`._sync`, :mod:`._sharing` -- the three modes; :mod:`._stealing` -- work stealing;
+* :mod:`._scaling` -- how learning rates follow the number of nodes merging.
+"""
+
+from ._base import TrainingMode
+from ._protocols import ModeDriver, ModeNode, ModeSettings, NodePartitions, PartitionWork, StartedJob, Trained
+from ._registry import MODE_NAMES, check_mode, mode_named
+from ._scaling import (SCALE_RULES, NodeScaling, default_warmup_partitions, max_learning_rate_factor, scaling_warning,
+                       schedule_epoch)
+from ._stealing import claimed_partitions, stop_epoch
+
+__all__ = ["TrainingMode", "ModeDriver", "ModeNode", "ModeSettings", "NodePartitions", "PartitionWork", "StartedJob",
+           "Trained", "MODE_NAMES", "check_mode", "mode_named", "SCALE_RULES", "NodeScaling",
+           "default_warmup_partitions", "max_learning_rate_factor", "scaling_warning", "schedule_epoch",
+           "claimed_partitions", "stop_epoch"]

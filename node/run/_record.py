@@ -1,0 +1,204 @@
+"""The run record (``runs/<run>/record/``, see :class:`storage.RunStore`) as a sequence of steps.
+
+A step is marked done only after everything it produced is stored and verifies, so a driver
+stopped at any instant leaves a record that says exactly what is safe to reuse:
+
+* ``steps[phase].epochs_done = k`` with ``nodes``: k epochs ran, and every node that trained
+  the k-th one had flushed its snapshot before its task returned (the record names those nodes,
+  so resuming consolidates *their* newest snapshots, never initial weights);
+* ``steps[phase].result``: the phase result (the consolidation) is stored and verifies; the
+  result names its file (``file``, ``file_sha256``, ``size_bytes``: a file named by its content);
+* ``status == "done"`` with ``model``: the final model is stored and verifies.
+
+Every write is fenced by the fit's lease (:mod:`node.run._lease`): it first lists the lease folder
+(a newer generation stops the fit with :class:`~node.LeaseLostError`), then creates a new
+record file of the fit's generation.  The check is for stopping early; the generation in the
+name is what keeps a driver that lost the run from replacing a newer driver's record, however
+late it writes.
+
+Resuming redoes the first step not marked done from what is stored (see :mod:`node.driver._fit`).
+
+Beside the steps, ``devices`` names where each node of the run computed (its
+:class:`~node._contract.NodeDevice` as a dict: kind, GPU address, index, name, memory; or the CPU
+and its host), as the nodes reported it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+import storage
+
+from .._errors import TrainingError
+from ._lease import DriverLease
+
+__all__ = ["RECORD_VERSION", "RunRecord"]
+
+logger = logging.getLogger(__name__)
+
+RECORD_VERSION = 2
+
+
+class RunRecord:
+    """The steps of one run, written through ``runs.write_record`` at each change, fenced by ``lease``.
+
+    Parameters
+    ----------
+    runs : storage.RunStore
+    data : dict
+        The record's JSON content.
+    lease : DriverLease
+        The fit's lease: its generation names every record written, and each write checks it first.
+    """
+
+    def __init__(self, runs: storage.RunStore, data: dict[str, Any], lease: DriverLease) -> None:
+        self.runs = runs
+        self.data = data
+        self.lease = lease
+
+    # ------------------------------------------------------------------ create / resume
+    @classmethod
+    def start(cls, runs: storage.RunStore, lease: DriverLease, previous: dict | None, *, spec: dict,
+              phases: Sequence[str], epochs: dict[str, int], settings: dict, store_url: str, data_facts: dict,
+              classes: np.ndarray | None) -> tuple["RunRecord", bool]:
+        """Write a new record, or pick up this run's earlier one, ``previous`` (``resumed`` is then True).
+
+        Raises
+        ------
+        TrainingError
+            The earlier run trained a different model or on data of another shape or class set.
+        """
+        now = time.time()
+        if previous:
+            record = cls(runs, _migrate(previous), lease)
+            record._check_same_run(spec, phases, data_facts, classes)
+            record.data.update(status="running", resumed=now, attempts=int(record.data.get("attempts", 1)) + 1,
+                               settings=settings)
+        else:
+            record = cls(runs, {
+                "version": RECORD_VERSION, "run": runs.run, "status": "running", "created": now, "attempts": 1,
+                "spec": spec, "phases": list(phases), "settings": settings, "store_url": store_url,
+                "data": data_facts, "classes": None if classes is None else classes.tolist(),
+                "steps": {phase: {"epochs_done": 0, "nodes": [], "result": None, "restarts": []} for phase in phases},
+            }, lease)
+        for phase in phases:
+            record.data["steps"][phase]["epochs"] = int(epochs[phase])
+        record.write()
+        return record, bool(previous)
+
+    def _check_same_run(self, spec: dict, phases: Sequence[str], data_facts: dict, classes: np.ndarray | None) -> None:
+        run = self.runs.run
+        if self.data.get("spec", {}).get("kind") != spec.get("kind") or self.data.get("phases") != list(phases):
+            raise TrainingError(f"run {run!r} trained a different model ({self.data.get('spec', {}).get('kind')}, "
+                                f"phases {self.data.get('phases')}); pick another run id")
+        recorded_shape = self.data.get("data", {}).get("feature_shape")
+        if recorded_shape is not None and list(recorded_shape) != list(data_facts["feature_shape"]):
+            raise TrainingError(f"run {run!r} trained on samples of shape {recorded_shape}, this data has "
+                                f"{data_facts['feature_shape']}; pick another run id")
+        recorded = self.data.get("classes")
+        if recorded is not None and classes is not None and list(recorded) != classes.tolist():
+            raise TrainingError(f"run {run!r} trained on classes {recorded[:12]}, this data has "
+                                f"{classes.tolist()[:12]}; pick another run id")
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def status(self) -> str:
+        return str(self.data.get("status"))
+
+    def classes(self) -> np.ndarray | None:
+        """The run's class labels, as recorded (None: no supervised phase)."""
+        recorded = self.data.get("classes")
+        return None if recorded is None else np.asarray(recorded)
+
+    def step(self, phase: str) -> dict[str, Any]:
+        return self.data["steps"][phase]
+
+    def epochs_done(self, phase: str) -> int:
+        return int(self.step(phase)["epochs_done"])
+
+    def epochs_planned(self, phase: str) -> int:
+        return int(self.step(phase)["epochs"])
+
+    def nodes(self, phase: str) -> list[str]:
+        """The nodes that trained the phase's last recorded epoch."""
+        return list(self.step(phase)["nodes"])
+
+    def phase_done(self, phase: str) -> bool:
+        return self.step(phase)["result"] is not None
+
+    def result_file(self, phase: str) -> dict[str, Any] | None:
+        """What names the stored phase result's file (:meth:`storage.WeightStore.put_phase_result`); None: not
+        done, or a result stored by sparkdbn up to 0.2 (found through its signed pointer)."""
+        result = self.step(phase)["result"]
+        return result if isinstance(result, dict) and "file" in result else None
+
+    def result_digest(self, phase: str) -> str | None:
+        """:func:`~node._contract.params_digest` of the stored phase result (None: not done, or unknown)."""
+        result = self.step(phase)["result"]
+        return None if result is None or result.get("sha256") is None else str(result["sha256"])
+
+    def model_digest(self) -> str | None:
+        model = self.data.get("model")
+        return None if self.status != "done" or not isinstance(model, dict) else str(model["sha256"])
+
+    # ------------------------------------------------------------------ steps
+    def write(self) -> None:
+        """Check the lease, then create the next record file of the fit's generation."""
+        self.lease.check_store()
+        self.runs.write_record(self.data, generation=self.lease.generation)
+
+    def mark_epoch(self, phase: str, epoch: int, nodes: Sequence[str], scaling: dict | None = None,
+                   devices: Mapping[str, dict] | None = None) -> None:
+        """Epoch ``epoch`` (0-based) of ``phase`` ran and ``nodes`` flushed their snapshots.
+
+        ``scaling`` (rule, mean learning-rate factor, nodes merging) is kept per epoch as ``scaling``;
+        ``devices`` (node -> where it computed) join the run's ``devices``.
+        """
+        step = self.step(phase)
+        step.update(epochs_done=epoch + 1, nodes=sorted(nodes))
+        if scaling is not None:
+            step.setdefault("scaling", {})[str(epoch)] = scaling
+        if devices:
+            self.data.setdefault("devices", {}).update(devices)
+        self.write()
+
+    def mark_phase(self, phase: str, digest: str, origin: str, stored: dict[str, Any]) -> None:
+        """The phase result is stored (:func:`~node._contract.params_digest` ``digest``, its file ``stored`` as
+        :meth:`storage.WeightStore.put_phase_result` returned it); ``origin`` says how it was made."""
+        self.step(phase)["result"] = {"sha256": digest, "origin": origin, "time": time.time(), **stored}
+        self.write()
+
+    def restart_phase(self, phase: str, reason: str) -> None:
+        """Nothing usable is left of the phase's training: it trains again from its start."""
+        step = self.step(phase)
+        step["restarts"].append({"time": time.time(), "reason": reason, "epochs_done_before": step["epochs_done"]})
+        step.update(epochs_done=0, nodes=[], result=None)
+        self.write()
+        logger.warning("run %s: phase %s trains again from its start: %s", self.runs.run, phase, reason)
+
+    def mark(self, status: str, **fields: Any) -> None:
+        self.data.update(status=status, **fields)
+        self.write()
+
+    def forget_bests(self) -> None:
+        """Stop naming the early-stopping best of every phase (as the run is marked done: see ``Fit._save_model``)."""
+        for step in self.data["steps"].values():
+            if isinstance(step.get("early_stopping"), dict):
+                step["early_stopping"].pop("best_file", None)
+
+
+def _migrate(record: dict[str, Any]) -> dict[str, Any]:
+    """Records of sparkdbn 0.1 (``phases_done``/``epochs_done``) in today's shape."""
+    if int(record.get("version", 1)) >= RECORD_VERSION:
+        return dict(record)
+    done, epochs = set(record.get("phases_done", [])), record.get("epochs_done", {})
+    steps = {phase: {"epochs_done": int(epochs.get(phase, 0)), "nodes": [], "restarts": [],
+                     "result": {"sha256": None, "origin": "sparkdbn 0.1"} if phase in done else None}
+             for phase in record.get("phases", [])}
+    migrated = {key: value for key, value in record.items() if key not in ("phases_done", "epochs_done", "epochs")}
+    migrated.update(version=RECORD_VERSION, steps=steps, classes=None)
+    return migrated

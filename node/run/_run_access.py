@@ -1,0 +1,105 @@
+"""Reading a run after (or while) it trains: its record, metrics, phase results and final model.
+
+Everything in a run's folder is authenticated under the run key, so reading a run needs it too:
+:func:`open_run` finds the key where the fit kept it (see :func:`node.resolve_run_key`; never
+creating one) and :func:`load_run_model` returns the final model only when the record says the
+run is done and the stored file has the sha256 the record names.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+import rbm
+import storage
+
+from .._errors import InputDataError, StoreAccessError, TrainingError
+from ._keys import resolve_run_key
+
+__all__ = ["RunView", "open_run", "load_run_model", "run_model_arrays"]
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One run's store handles and its record (``record`` is None for a run without one yet)."""
+
+    run: str
+    store_url: str
+    store: storage.Store
+    runs: storage.RunStore
+    weights: storage.WeightStore
+    record: dict | None
+
+
+def open_run(store_url: str, run: str, *, key: bytes | None = None, key_file: str | None = None,
+             spark_conf: Mapping[str, str] | None = None, retry_timeout_s: float = 30.0) -> RunView:
+    """Open ``run`` in the store at ``store_url`` for reading.
+
+    Raises
+    ------
+    StoreAccessError
+        The store cannot be read.
+    RunKeyError
+        No key for the run was found (it says where it looked).
+    TrainingError
+        The run's record does not verify under the key found (a wrong key, or a forged record).
+    """
+    try:
+        store = storage.open_store(store_url, retry_timeout_s=retry_timeout_s)
+        exists = store.exists(f"runs/{run}")
+    except storage.StoreError as error:
+        raise StoreAccessError(f"cannot read run {run!r} from the store {store_url!r}: {error}") from error
+    if not exists:
+        raise InputDataError(f"there is no run {run!r} in the store {store_url!r}: check the run id and the store URL")
+    run_key = resolve_run_key(run, store_url, key=key, key_file=key_file, spark_conf=spark_conf, create=False).key
+    runs, weights = storage.RunStore(store, run, run_key), storage.WeightStore(store, run, run_key)
+    try:
+        record = runs.read_record()
+    except storage.AuthenticationError as error:
+        raise TrainingError(f"run {run!r} cannot be read with this key: {error}") from error
+    except storage.StoreError as error:
+        raise StoreAccessError(f"cannot read run {run!r} from the store {store_url!r}: {error}") from error
+    return RunView(run, store_url, store, runs, weights, record)
+
+
+def load_run_model(view: RunView) -> Any:
+    """The run's final model, once the record says done and the file has the sha256 it names.
+
+    Raises
+    ------
+    TrainingError
+        The run is not done, or its model file is missing or not the one the record names.
+    """
+    with tempfile.TemporaryDirectory(prefix="sparkdbn-model-") as folder:
+        path = os.path.join(folder, "model.npz")
+        with open(path, "wb") as handle:
+            handle.write(_verified_model_bytes(view))
+        return rbm.load_model(path)
+
+
+def run_model_arrays(view: RunView) -> dict[str, np.ndarray]:
+    """The named arrays of the run's verified final model file, without building the model."""
+    with np.load(io.BytesIO(_verified_model_bytes(view)), allow_pickle=False) as data:
+        return {name: data[name] for name in data.files if not name.startswith("__")}
+
+
+def _verified_model_bytes(view: RunView) -> bytes:
+    record = view.record or {}
+    model = record.get("model") if isinstance(record.get("model"), dict) else None
+    if record.get("status") != "done" or model is None:
+        raise TrainingError(f"run {view.run!r} has no finished model in {view.store_url} (status "
+                            f"{record.get('status', 'unknown')!r}); finish it by fitting again with the same run id")
+    try:
+        payload = view.store.read_bytes(model["path"])
+    except storage.StoreError as error:
+        raise TrainingError(f"run {view.run!r}: its model {model['path']} cannot be read: {error}") from error
+    if storage.sha256_hex(payload) != model["sha256"]:
+        raise TrainingError(f"run {view.run!r}: the model file {model['path']} is not the one its record names "
+                            "(sha256 differs): it was changed after the run finished")
+    return payload

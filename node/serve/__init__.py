@@ -1,0 +1,11 @@
+"""Serving a trained model: distributed evaluation and inference, the Spark ML estimator.
+
+* :mod:`._evaluation` -- :func:`evaluate`, a :class:`ClassificationReport` computed with Spark;
+* :mod:`._inference` -- :func:`predict_dataframe`; :mod:`._ml` -- :class:`DBNClassifier` and its model.
+"""
+
+from ._evaluation import ClassificationReport, evaluate
+from ._inference import predict_dataframe
+from ._ml import DBNClassificationModel, DBNClassifier
+
+__all__ = ["ClassificationReport", "evaluate", "predict_dataframe", "DBNClassificationModel", "DBNClassifier"]

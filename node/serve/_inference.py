@@ -1,0 +1,288 @@
+"""Distributed inference: ship a trained model to Spark's Python workers and predict per partition.
+
+The model object is never pickled.  The driver turns it into *payload bytes* -- the model file
+written by ``model.save`` (an ``.npz`` of named arrays plus the JSON spec, see
+:func:`rbm.save_model`) -- and broadcasts those bytes.  Each Python worker rebuilds the
+model once with :func:`rbm.load_model` (``allow_pickle=False``) and keeps it in a small
+process-wide cache keyed by the payload's sha256, so a reused worker does not rebuild it for
+every task.  Features move through Arrow (``mapInArrow``), a whole record batch at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+import threading
+from collections import OrderedDict
+from typing import Any, Iterator, Literal
+
+import numpy as np
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.ml.linalg import VectorUDT
+from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
+
+import rbm
+import storage
+
+from .._errors import InputDataError
+from ..data import feature_column_kind, features_from_arrow
+from ..executor import settle_worker_heap
+
+__all__ = ["predict_dataframe", "model_payload", "model_from_payload", "predict_proba_batched", "raw_predictions"]
+
+log = logging.getLogger(__name__)
+
+#: Models kept per Python worker; a worker rarely serves more than one or two at a time.
+_CACHE_SIZE = 4
+_cache: "OrderedDict[str, Any]" = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+# --------------------------------------------------------------------------- the model on the wire
+
+
+def model_payload(model: Any) -> bytes:
+    """The model's file as bytes: exactly what ``model.save(path)`` writes (npz + JSON spec).
+
+    Raises
+    ------
+    InputDataError (a ValueError)
+        The model cannot be saved (not trained, or not a sparkdbn model).
+    """
+    if not hasattr(model, "save") or not hasattr(model, "predict_proba"):
+        raise InputDataError(
+            f"{type(model).__name__} is not a sparkdbn classifier: it needs save() and predict_proba() "
+            "(use rbm.DBN, rbm.ConvNet or a model from rbm.load_model)"
+        )
+    with tempfile.TemporaryDirectory(prefix="sparkdbn-payload-") as directory:
+        path = os.path.join(directory, "model.npz")
+        try:
+            model.save(path)
+        except (RuntimeError, ValueError, AttributeError) as error:  # an untrained model has nothing to save
+            raise InputDataError(f"cannot ship the {type(model).__name__} to the executors: {error}; is it trained?") from error
+        with open(path, "rb") as handle:
+            return handle.read()
+
+
+def model_from_payload(payload: bytes) -> Any:
+    """Rebuild a model from :func:`model_payload` bytes, once per process (cached by sha256)."""
+    key = storage.sha256_hex(payload)
+    with _cache_lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    # load_model reads a path; a private temporary file keeps the one reader that never unpickles.
+    with tempfile.TemporaryDirectory(prefix="sparkdbn-model-") as directory:
+        path = os.path.join(directory, "model.npz")
+        with open(path, "wb") as handle:
+            handle.write(payload)
+        model = rbm.load_model(path)
+    with _cache_lock:
+        _cache[key] = model
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    settle_worker_heap()  # the evicted model collected, this one out of Spark's per-task collection
+    return model
+
+
+def model_classes(model: Any) -> np.ndarray:
+    """The model's class labels (index k <-> probability column k), shape (n_classes,).
+
+    ``classes_`` when the model has it (scikit-learn style), else ``0 .. n_classes - 1``
+    (models such as :class:`rbm.ConvNet` that take labels as class indices).
+    """
+    classes = getattr(model, "classes_", None)
+    if classes is not None:
+        return np.asarray(classes)
+    n_classes = getattr(model, "n_classes", None)
+    if n_classes is None:
+        raise InputDataError(f"{type(model).__name__} has neither classes_ nor n_classes: is it a trained classifier?")
+    return np.arange(int(n_classes))
+
+
+def predict_proba_batched(model: Any, X: np.ndarray, batch_size: int) -> np.ndarray:
+    """``model.predict_proba`` in slices of ``batch_size`` rows (bounded memory per worker).
+
+    A refusal by the model (wrong width, NaN ...) becomes :class:`InputDataError` naming the
+    Spark partition (when running in a task) and the row within it.
+
+    Returns
+    -------
+    ndarray of shape (n_samples, n_classes), float64
+    """
+    if len(X) == 0:
+        return np.zeros((0, len(model_classes(model))), dtype=np.float64)
+    parts = []
+    for start in range(0, len(X), batch_size):
+        try:
+            parts.append(np.asarray(model.predict_proba(X[start : start + batch_size])))
+        except ValueError as error:
+            raise InputDataError(f"{task_location()}rows {start}..{min(len(X), start + batch_size) - 1} of a batch: {error}") from error
+    return np.concatenate(parts).astype(np.float64, copy=False)
+
+
+def task_location() -> str:
+    """``"partition N, "`` inside a Spark task, ``""`` elsewhere (prefix for error messages)."""
+    context = TaskContext.get()
+    return f"partition {context.partitionId()}, " if context is not None else ""
+
+
+_INPUT_ERROR = re.compile(r"InputDataError: (.+)")
+
+
+def raise_input_errors_from(error: BaseException, what: str) -> None:
+    """Re-raise a failed Spark job caused by bad input on an executor as a short InputDataError.
+
+    Spark wraps the executor's exception in a long Java/Python trace; the user needs its last
+    ``InputDataError: ...`` line.  Returns (so the caller re-raises ``error``) when there is none.
+    """
+    found = _INPUT_ERROR.findall(str(error))
+    if found:
+        raise InputDataError(f"{what}: {found[-1].strip()}") from error
+
+
+#: Floor of a probability before its logarithm, so that a 0 gives a finite raw prediction.
+_TINY_PROBABILITY = 1e-300
+
+
+def raw_predictions(proba: np.ndarray) -> np.ndarray:
+    """The raw prediction of each class: ``log p`` (natural log, floored at ``log 1e-300``).
+
+    What pyspark.ml's ``rawPrediction`` is for: a per-class confidence whose order is the
+    probabilities' order (argmax is the prediction; for two classes, ``[1]`` ranks rows for
+    ``BinaryClassificationEvaluator``).  The log-softmax equals the output layer's logits minus a
+    per-row constant.
+    """
+    return np.log(np.maximum(proba, _TINY_PROBABILITY))
+
+
+def _arrow_probability(proba: np.ndarray, as_vector: bool) -> Any:
+    """Probabilities as Arrow ``list<double>`` or as the dense-VectorUDT struct."""
+    n_rows, n_classes = proba.shape
+    offsets = pa.array(np.arange(0, (n_rows + 1) * n_classes, n_classes, dtype=np.int32))
+    values = pa.ListArray.from_arrays(offsets, pa.array(proba.reshape(-1), type=pa.float64()))
+    if not as_vector:
+        return values
+    return pa.StructArray.from_arrays(
+        [
+            pa.array(np.ones(n_rows, dtype=np.int8), type=pa.int8()),  # 1 = dense
+            pa.nulls(n_rows, type=pa.int32()),
+            pa.nulls(n_rows, type=pa.list_(pa.int32())),
+            values,
+        ],
+        names=["type", "size", "indices", "values"],
+    )
+
+
+# --------------------------------------------------------------------------- DataFrame checks
+
+
+def check_first_row(model: Any, df: Any, features_col: str) -> None:
+    """Validate one row on the driver with the model itself (width, NaN), before the Spark job."""
+    first = df.select(features_col).limit(1).collect()
+    if not first:
+        return
+    value = first[0][0]
+    row = np.asarray(value.toArray() if hasattr(value, "toArray") else value, dtype=np.float32)[None, :]
+    try:
+        model.predict_proba(row)
+    except (ValueError, RuntimeError) as error:  # the model's own input checks
+        raise InputDataError(f"features column {features_col!r} does not fit the model: {error}") from error
+
+
+# --------------------------------------------------------------------------- predict_dataframe
+
+
+def predict_dataframe(
+    model: Any,
+    df: Any,
+    *,
+    features_col: str = "features",
+    prediction_col: str = "prediction",
+    probability_col: str | None = "probability",
+    raw_prediction_col: str | None = "rawPrediction",
+    batch_size: int = 1024,
+    probability_type: Literal["array", "vector"] = "vector",
+) -> Any:
+    """Add pyspark.ml's classifier columns to a DataFrame, computed on the executors.
+
+    The columns are those of pyspark's own probabilistic classifiers (``LogisticRegression``,
+    ``RandomForestClassificationModel``): ``rawPrediction`` and ``probability`` as dense
+    ``pyspark.ml.linalg`` Vectors and ``prediction`` as a double, so pyspark's
+    ``MulticlassClassificationEvaluator``, ``BinaryClassificationEvaluator``, ``CrossValidator``
+    and ``TrainValidationSplit`` take the result unchanged.
+
+    Parameters
+    ----------
+    model : trained rbm.DBN / rbm.ConvNet (anything with ``save``, ``predict_proba``, ``classes_``)
+    df : pyspark.sql.DataFrame
+        Holds ``features_col``: ``array<float|double>`` of the model's width, or a
+        ``pyspark.ml.linalg`` Vector.  All other columns pass through unchanged.
+    features_col, prediction_col, probability_col, raw_prediction_col : str
+        Column names; ``probability_col=None`` / ``raw_prediction_col=None`` leave that column out.
+    batch_size : int
+        Rows per ``predict_proba`` call on an executor.
+    probability_type : {"vector", "array"}
+        A dense ``pyspark.ml.linalg`` Vector (default: what Spark ML evaluators use), or
+        ``array<double>``; for both the probability and the raw prediction column.
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        ``df``'s columns plus ``raw_prediction_col`` (n_classes values: ``log`` of the
+        probabilities, see :func:`raw_predictions`), ``probability_col`` (n_classes values in
+        ``model.classes_`` order) and ``prediction_col`` (double: the predicted class label, as
+        Spark ML does; class indices when the labels were ``0 .. k-1``).
+
+    Raises
+    ------
+    InputDataError (a ValueError)
+        Missing or mistyped features column, an output column that already exists, or
+        features the model refuses (checked on one row on the driver before the job runs).
+    """
+    feature_column_kind(df, features_col)
+    for column in (prediction_col, probability_col, raw_prediction_col):
+        if column is not None and column in df.columns:
+            raise InputDataError(f"output column {column!r} already exists in the DataFrame; choose another name")
+    if batch_size < 1:
+        raise InputDataError(f"batch_size must be >= 1, got {batch_size}")
+    classes = model_classes(model).astype(np.float64)
+    check_first_row(model, df, features_col)
+
+    if probability_type not in ("vector", "array"):
+        raise InputDataError(f"probability_type must be 'vector' or 'array', got {probability_type!r}")
+    vector_type = VectorUDT() if probability_type == "vector" else ArrayType(DoubleType(), False)
+    fields = list(df.schema.fields)
+    if raw_prediction_col is not None:
+        fields.append(StructField(raw_prediction_col, vector_type, False))
+    if probability_col is not None:
+        fields.append(StructField(probability_col, vector_type, False))
+    fields.append(StructField(prediction_col, DoubleType(), False))
+    schema = StructType(fields)
+
+    broadcast = df.sparkSession.sparkContext.broadcast(model_payload(model))
+    # Plain values only in the closure (not the model, not self): they are what the workers get.
+    as_vector = probability_type == "vector"
+
+    def predict_batches(batches: Iterator[Any]) -> Iterator[Any]:
+        replica = model_from_payload(broadcast.value)
+        for batch in batches:
+            X = features_from_arrow(batch.column(features_col), name=features_col)
+            proba = predict_proba_batched(replica, X, batch_size)
+            prediction = classes[np.argmax(proba, axis=1)] if len(X) else np.zeros(0)
+            columns, names = list(batch.columns), list(batch.schema.names)
+            if raw_prediction_col is not None:
+                columns.append(_arrow_probability(raw_predictions(proba), as_vector))
+                names.append(raw_prediction_col)
+            if probability_col is not None:
+                columns.append(_arrow_probability(proba, as_vector))
+                names.append(probability_col)
+            columns.append(pa.array(prediction, type=pa.float64()))
+            names.append(prediction_col)
+            yield pa.RecordBatch.from_arrays(columns, names=names)
+
+    log.debug("predicting %s -> %s/%s with a %d-byte model broadcast", features_col, prediction_col, probability_col, len(broadcast.value))
+    return df.mapInArrow(predict_batches, schema)

@@ -1,0 +1,341 @@
+"""A Spark ML Estimator/Model pair for DBN classifiers: ``DBNClassifier`` -> ``DBNClassificationModel``.
+
+``DBNClassifier.fit(df)`` trains an :class:`rbm.DBN` with the decentralized trainer
+(:class:`node.Trainer`: one node per executor Python worker, weights through the store) and
+returns a :class:`DBNClassificationModel`, whose ``transform`` adds pyspark.ml's classifier columns
+(``rawPrediction``, ``probability``, ``prediction``) on the executors (:func:`node.predict_dataframe`).
+Without a ``storeUrl`` a fit's run lives in a temporary store removed when the fit ends (tuning
+with ``CrossValidator`` leaves nothing behind); with one, every fit's run is kept there.  Both work inside a
+``pyspark.ml.Pipeline`` and save/load like any Spark ML stage:
+
+* the estimator's params are Spark's usual JSON metadata (``<path>/metadata``);
+* the model adds ``<path>/model.npz``, the file ``model.save`` writes (named arrays plus the JSON
+  spec, read back with ``allow_pickle=False``) -- nothing is pickled.
+
+The model file is written and read through :func:`storage.open_store`, so ``<path>`` may be a
+local path, ``file://`` or ``hdfs://`` (WebHDFS) URL; Spark writes the metadata through Hadoop,
+so for HDFS use a URL both understand (or save locally and stage the directory).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from pyspark import keyword_only
+from pyspark.ml import Estimator, Model
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import (
+    HasFeaturesCol,
+    HasLabelCol,
+    HasPredictionCol,
+    HasProbabilityCol,
+    HasRawPredictionCol,
+    HasSeed,
+)
+from pyspark.ml.util import (
+    DefaultParamsReadable,
+    DefaultParamsReader,
+    DefaultParamsWritable,
+    DefaultParamsWriter,
+    MLReadable,
+    MLReader,
+    MLWritable,
+    MLWriter,
+)
+
+import rbm
+import storage
+
+from .._errors import InputDataError
+from ..driver import Trainer
+from ..modes import MODE_NAMES
+from ._inference import model_payload, predict_dataframe
+
+__all__ = ["DBNClassifier", "DBNClassificationModel"]
+
+log = logging.getLogger(__name__)
+
+MODEL_FILE = "model.npz"
+
+
+class _DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProbabilityCol, HasRawPredictionCol,
+                           HasSeed):
+    """Params shared by the estimator and the model (the model keeps the estimator's values)."""
+
+    hiddenLayerSizes: Param[list[int]] = Param(
+        Params._dummy(), "hiddenLayerSizes", "units of each hidden RBM layer, bottom first",
+        typeConverter=TypeConverters.toListInt)
+    pretrainEpochs: Param[int] = Param(
+        Params._dummy(), "pretrainEpochs", "epochs of contrastive-divergence pre-training per RBM layer (>= 0)",
+        typeConverter=TypeConverters.toInt)
+    finetuneEpochs: Param[int] = Param(
+        Params._dummy(), "finetuneEpochs", "epochs of supervised fine-tuning (>= 0)", typeConverter=TypeConverters.toInt)
+    batchSize: Param[int] = Param(Params._dummy(), "batchSize", "minibatch size (>= 1)", typeConverter=TypeConverters.toInt)
+    learningRate: Param[float] = Param(
+        Params._dummy(), "learningRate", "learning rate of RBM pre-training", typeConverter=TypeConverters.toFloat)
+    finetuneLearningRate: Param[float] = Param(
+        Params._dummy(), "finetuneLearningRate", "learning rate of fine-tuning", typeConverter=TypeConverters.toFloat)
+    storeUrl: Param[str] = Param(
+        Params._dummy(), "storeUrl", "store that keeps each fit's run: weights, metrics and the model (path, "
+        "file:// or hdfs:// URL); empty (default): a temporary store removed when the fit ends, so tuning "
+        "(CrossValidator, TrainValidationSplit) leaves nothing behind", typeConverter=TypeConverters.toString)
+    numPartitions: Param[int] = Param(
+        Params._dummy(), "numPartitions", "RDD partitions per epoch; 0: twice Spark's default parallelism",
+        typeConverter=TypeConverters.toInt)
+    fanout: Param[int] = Param(
+        Params._dummy(), "fanout", "peers merged at most per partition; 0: every fresh peer",
+        typeConverter=TypeConverters.toInt)
+    runId: Param[str] = Param(
+        Params._dummy(), "runId", "run id in the store (reusing one resumes it); empty: a new id",
+        typeConverter=TypeConverters.toString)
+    progress: Param[bool] = Param(
+        Params._dummy(), "progress", "show the driver's progress bar and per-epoch summaries",
+        typeConverter=TypeConverters.toBoolean)
+    trainingMode: Param[str] = Param(
+        Params._dummy(), "trainingMode", f"how nodes combine their progress: {', '.join(MODE_NAMES)}",
+        typeConverter=TypeConverters.toString)
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._setDefault(
+            featuresCol="features", labelCol="label", predictionCol="prediction", probabilityCol="probability",
+            rawPredictionCol="rawPrediction", hiddenLayerSizes=[256, 256], pretrainEpochs=5, finetuneEpochs=10,
+            batchSize=32, learningRate=0.05, finetuneLearningRate=0.1, storeUrl="", numPartitions=0, fanout=0,
+            runId="", progress=True, seed=0, trainingMode="async")
+
+    def getHiddenLayerSizes(self) -> list[int]:
+        return self.getOrDefault(self.hiddenLayerSizes)
+
+    def getPretrainEpochs(self) -> int:
+        return self.getOrDefault(self.pretrainEpochs)
+
+    def getFinetuneEpochs(self) -> int:
+        return self.getOrDefault(self.finetuneEpochs)
+
+    def getBatchSize(self) -> int:
+        return self.getOrDefault(self.batchSize)
+
+    def getLearningRate(self) -> float:
+        return self.getOrDefault(self.learningRate)
+
+    def getFinetuneLearningRate(self) -> float:
+        return self.getOrDefault(self.finetuneLearningRate)
+
+    def getStoreUrl(self) -> str:
+        return self.getOrDefault(self.storeUrl)
+
+    def getNumPartitions(self) -> int:
+        return self.getOrDefault(self.numPartitions)
+
+    def getFanout(self) -> int:
+        return self.getOrDefault(self.fanout)
+
+    def getRunId(self) -> str:
+        return self.getOrDefault(self.runId)
+
+    def getProgress(self) -> bool:
+        return self.getOrDefault(self.progress)
+
+
+class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, DefaultParamsWritable):
+    """Spark ML estimator: a deep belief net classifier trained by decentralized nodes on Spark.
+
+    Features are ``array<float|double>`` or ``pyspark.ml.linalg`` Vectors in [0, 1] (Bernoulli
+    visible units); labels are class numbers ``0 .. k-1`` (integers or whole doubles, as Spark
+    ML's indexers produce).
+
+    Examples
+    --------
+    >>> classifier = DBNClassifier(hiddenLayerSizes=[128, 64], pretrainEpochs=3, finetuneEpochs=5)
+    >>> model = Pipeline(stages=[assembler, classifier]).fit(train_df)   # doctest: +SKIP
+    >>> model.transform(test_df).select("prediction", "probability")     # doctest: +SKIP
+    """
+
+    @keyword_only
+    def __init__(self, *, featuresCol: str = "features", labelCol: str = "label", predictionCol: str = "prediction",
+                 probabilityCol: str = "probability", rawPredictionCol: str = "rawPrediction",
+                 hiddenLayerSizes: list[int] | None = None,
+                 pretrainEpochs: int = 5, finetuneEpochs: int = 10, batchSize: int = 32, learningRate: float = 0.05,
+                 finetuneLearningRate: float = 0.1, storeUrl: str = "", numPartitions: int = 0, fanout: int = 0,
+                 runId: str = "", progress: bool = True, seed: int = 0, trainingMode: str = "async") -> None:
+        super().__init__()
+        kwargs = {key: value for key, value in self._input_kwargs.items() if value is not None}
+        self._set(**kwargs)
+
+    @keyword_only
+    def setParams(self, *, featuresCol: str = "features", labelCol: str = "label", predictionCol: str = "prediction",
+                  probabilityCol: str = "probability", rawPredictionCol: str = "rawPrediction",
+                  hiddenLayerSizes: list[int] | None = None,
+                  pretrainEpochs: int = 5, finetuneEpochs: int = 10, batchSize: int = 32, learningRate: float = 0.05,
+                  finetuneLearningRate: float = 0.1, storeUrl: str = "", numPartitions: int = 0, fanout: int = 0,
+                  runId: str = "", progress: bool = True, seed: int = 0,
+                  trainingMode: str = "async") -> "DBNClassifier":
+        """Set any of the constructor's params; returns self."""
+        kwargs = {key: value for key, value in self._input_kwargs.items() if value is not None}
+        return self._set(**kwargs)
+
+    def setFeaturesCol(self, value: str) -> "DBNClassifier":
+        return self._set(featuresCol=value)
+
+    def setLabelCol(self, value: str) -> "DBNClassifier":
+        return self._set(labelCol=value)
+
+    def setPredictionCol(self, value: str) -> "DBNClassifier":
+        return self._set(predictionCol=value)
+
+    def setProbabilityCol(self, value: str) -> "DBNClassifier":
+        return self._set(probabilityCol=value)
+
+    def setRawPredictionCol(self, value: str) -> "DBNClassifier":
+        return self._set(rawPredictionCol=value)
+
+    def build_model(self) -> Any:
+        """The untrained :class:`rbm.DBN` these params describe."""
+        sizes = self.getHiddenLayerSizes()
+        if not sizes or min(sizes) < 1:
+            raise InputDataError(f"hiddenLayerSizes must be a non-empty list of positive ints, got {sizes}")
+        return rbm.DBN(
+            hidden_layer_sizes=list(sizes),
+            pretrain_learning_rate=self.getLearningRate(),
+            finetune_learning_rate=self.getFinetuneLearningRate(),
+            batch_size=self.getBatchSize(),
+            random_state=self.getOrDefault(self.seed),
+        )
+
+    def _fit(self, dataset: Any) -> "DBNClassificationModel":
+        if self.getStoreUrl():
+            return self._fit_in(dataset, self.getStoreUrl(), key=None, log_dir="sparkdbn-logs")
+        # No store asked for: the run lives in a temporary folder for the fit only, with a key that is
+        # never kept (nothing under ~/.config either) and no TensorBoard files; the model stays in memory
+        # and is written where the user saves it.
+        folder = tempfile.mkdtemp(prefix="sparkdbn-fit-")
+        try:
+            fitted = self._fit_in(dataset, "file://" + folder, key=os.urandom(32), log_dir=None)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)  # only the folder this fit made
+        fitted._set(runId="", storeUrl="")
+        return fitted
+
+    def _fit_in(self, dataset: Any, store_url: str, key: bytes | None, log_dir: str | None) -> "DBNClassificationModel":
+        model = self.build_model()
+        epochs = {phase: (self.getFinetuneEpochs() if phase == "finetune" else self.getPretrainEpochs())
+                  for phase in model.phases()}
+        trainer = Trainer(
+            spark=dataset.sparkSession,
+            store_url=store_url,
+            key=key,
+            log_dir=log_dir,
+            epochs=epochs,
+            partitions=self.getNumPartitions() or None,
+            fanout=self.getFanout() or None,
+            run_id=self.getRunId() or None,
+            seed=int(self.getOrDefault(self.seed)) % (2**31),
+            progress=self.getProgress(),
+            mode=self.getOrDefault(self.trainingMode),
+            features_col=self.getFeaturesCol(),
+            label_col=self.getLabelCol(),
+        )
+        trained = trainer.fit(model, dataset)
+        log.info("DBNClassifier trained run %s in %s", trainer.run_id_, trainer.store_url)
+        result = DBNClassificationModel(trained)
+        # The model carries the estimator's params (columns, settings) and the run it came from.
+        result = self._copyValues(result)
+        result._set(runId=trainer.run_id_ or "", storeUrl=trainer.store_url)
+        return result
+
+
+class DBNClassificationModel(Model, _DBNClassifierParams, MLReadable, MLWritable):
+    """A trained DBN (or any sparkdbn classifier) as a Spark ML transformer.
+
+    ``transform(df)`` adds pyspark.ml's classifier columns: ``rawPredictionCol`` (a dense Vector,
+    ``log`` of the probabilities), ``probabilityCol`` (a dense Vector of class probabilities) --
+    each left out when its param is set to ``""`` -- and ``predictionCol`` (double: the class
+    number), computed per partition through Arrow on the executors.
+
+    Parameters
+    ----------
+    model : trained rbm.DBN / rbm.ConvNet, optional
+        What ``fit`` produced, or a model trained elsewhere (``rbm.load_model(path)``).
+    """
+
+    def __init__(self, model: Any = None) -> None:
+        super().__init__()
+        self._model = model
+
+    @property
+    def model(self) -> Any:
+        """The trained single-machine model (``predict``, ``score``, ``save`` ...)."""
+        if self._model is None:
+            raise InputDataError("this DBNClassificationModel holds no trained model; fit a DBNClassifier or load one")
+        return self._model
+
+    def setFeaturesCol(self, value: str) -> "DBNClassificationModel":
+        return self._set(featuresCol=value)
+
+    def setPredictionCol(self, value: str) -> "DBNClassificationModel":
+        return self._set(predictionCol=value)
+
+    def setProbabilityCol(self, value: str) -> "DBNClassificationModel":
+        return self._set(probabilityCol=value)
+
+    def setRawPredictionCol(self, value: str) -> "DBNClassificationModel":
+        return self._set(rawPredictionCol=value)
+
+    def _transform(self, dataset: Any) -> Any:
+        return predict_dataframe(
+            self.model,
+            dataset,
+            features_col=self.getFeaturesCol(),
+            prediction_col=self.getPredictionCol(),
+            probability_col=self.getProbabilityCol() or None,
+            raw_prediction_col=self.getRawPredictionCol() or None,
+            batch_size=max(1024, int(self.getBatchSize())),
+            probability_type="vector",
+        )
+
+    def write(self) -> MLWriter:
+        return _ModelWriter(self)
+
+    @classmethod
+    def read(cls) -> MLReader:
+        return _ModelReader(cls)
+
+
+class _ModelWriter(MLWriter):
+    """Spark's JSON param metadata plus ``model.npz`` (the model's own file format)."""
+
+    def __init__(self, instance: DBNClassificationModel) -> None:
+        super().__init__()
+        self.instance = instance
+
+    def saveImpl(self, path: str) -> None:
+        payload = model_payload(self.instance.model)
+        DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession,
+                                         extraMetadata={"modelFile": MODEL_FILE, "modelBytes": len(payload)})
+        storage.open_store(path).write_bytes(MODEL_FILE, payload)
+
+
+class _ModelReader(MLReader):
+    def __init__(self, cls: type) -> None:
+        super().__init__()
+        self.cls = cls
+
+    def load(self, path: str) -> DBNClassificationModel:
+        metadata = DefaultParamsReader.loadMetadata(path, self.sparkSession)
+        store = storage.open_store(path)
+        name = metadata.get("modelFile", MODEL_FILE)
+        if not store.exists(name):
+            raise InputDataError(f"{path!r} holds no {name}: it was not saved by DBNClassificationModel.save")
+        with tempfile.TemporaryDirectory(prefix="sparkdbn-load-") as directory:
+            local = os.path.join(directory, MODEL_FILE)
+            with open(local, "wb") as handle:
+                handle.write(store.read_bytes(name))
+            model = rbm.load_model(local)  # allow_pickle=False inside
+        instance = self.cls(model)
+        instance._resetUid(metadata["uid"])
+        DefaultParamsReader.getAndSetParams(instance, metadata)
+        return instance

@@ -1,0 +1,107 @@
+"""``sparkdbn status --run ID``: where a run stands, in one screen, from what the store holds.
+
+Reads the signed run record (phases, epochs done, validation figures, early stopping, status,
+where each node computed) and the peer registry (nodes, when each was last seen); nothing is written.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..run import open_run
+
+__all__ = ["run_status", "format_status", "device_text", "device_label"]
+
+
+def run_status(store_url: str, run: str, *, key: bytes | None = None) -> str:
+    """The status screen of ``run`` (see :func:`format_status`).
+
+    Raises
+    ------
+    InputDataError
+        There is no such run in the store.
+    StoreAccessError, RunKeyError, TrainingError
+        As :func:`node.open_run`.
+    """
+    view = open_run(store_url, run, key=key)
+    return format_status(run, view.record or {}, view.runs.list_peers(), now=time.time())
+
+
+def format_status(run: str, record: dict[str, Any], peers: dict[str, dict], *, now: float) -> str:
+    """Lines: the run and its status, one per phase, the validation set, one per node."""
+    status = record.get("status", "no record yet")
+    lines = [f"run {run}: {status}" + _ages(record, now)]
+    if record.get("error"):
+        lines.append(f"  error: {str(record['error'])[:300]}")
+    steps = record.get("steps") or {}
+    lines.append("phases:")
+    for phase in record.get("phases") or []:
+        lines.append("  " + _phase_line(phase, steps.get(phase) or {}))
+    validation = record.get("validation")
+    if validation:
+        lines.append(f"validation: {validation.get('source')}")
+    devices = record.get("devices") or {}
+    nodes = sorted(set(peers) | set(devices))
+    lines.append(f"nodes ({len(nodes)}):")
+    for node in nodes:
+        entry = peers.get(node) or {}
+        seen = entry.get("last_seen")
+        when = "never" if seen is None else f"{_age(now - float(seen))} ago"
+        lines.append(f"  {node}  {entry.get('status', '?'):<5}  last seen {when}  host {entry.get('host', '?')}"
+                     f"  pid {entry.get('pid', '?')}" + (f"  python {entry['python']}" if entry.get("python") else ""))
+        if node in devices:
+            lines.append(f"    device: {device_text(devices[node])}")
+    return "\n".join(lines)
+
+
+def device_text(device: dict[str, Any]) -> str:
+    """Where a node computed, in words, from its record (a :class:`~node._contract.NodeDevice` as a dict)."""
+    if device.get("kind") == "gpu":
+        index = device.get("index")
+        cupy = f", cupy index {index}" if str(index) != str(device.get("address")) else ""
+        memory = float(device.get("memory_bytes") or 0) / 2**30
+        warm = f", kernels warmed up in {float(device['warm_up_s']):.1f}s" if device.get("warm_up_s") else ""
+        return f"GPU {device.get('address')} ({device.get('name')}, {memory:.1f} GiB{cupy}){warm}"
+    why = f"; {device['reason']}" if device.get("reason") else ""
+    return f"the CPU of {device.get('host', '?')}{why}"
+
+
+def device_label(device: dict[str, Any] | None) -> str:
+    """A node's device in two words (a plot's legend): ``GPU 0``, ``CPU``."""
+    if not device:
+        return ""
+    return f"GPU {device.get('address')}" if device.get("kind") == "gpu" else "CPU"
+
+
+def _phase_line(phase: str, step: dict[str, Any]) -> str:
+    done, planned = int(step.get("epochs_done", 0)), int(step.get("epochs", 0))
+    state = "done" if step.get("result") else ("training" if done else "waiting")
+    text = f"{phase:<10} {state:<8} epochs {done}/{planned}"
+    validation = step.get("validation") or []
+    if validation:
+        newest = validation[-1]
+        figures = ", ".join(f"{name} {float(value):.4f}" for name, value in newest.items() if name.startswith("val_"))
+        text += f"  epoch {int(newest['epoch']) + 1}: {figures}"
+    stopping = step.get("early_stopping")
+    if stopping and stopping.get("best") is not None:
+        text += (f"  best {stopping['metric']} {float(stopping['best']):.4f} at epoch {int(stopping['best_epoch']) + 1}"
+                 f"{', stopped early' if stopping.get('stopped') else ''} (waited {stopping.get('wait', 0)})")
+    return text
+
+
+def _ages(record: dict[str, Any], now: float) -> str:
+    parts = []
+    for name in ("created", "resumed", "finished"):
+        if record.get(name):
+            parts.append(f"{name} {_age(now - float(record[name]))} ago")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}min"
+    return f"{seconds / 3600:.1f}h"

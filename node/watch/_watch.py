@@ -1,0 +1,240 @@
+"""What a person watching a run sees, fed by the driver at each epoch's and phase's end.
+
+:class:`RunWatch` holds the per-epoch validation (:mod:`node.watch._validation`), early stopping
+(:mod:`node.watch._early_stopping`), the live TensorBoard log (:mod:`node.watch._live`) and the optional
+MLflow run (:mod:`node.watch._mlflow_log`) of one fit.  :class:`~node.driver._fit.Fit` calls it at three
+points: :meth:`end_epoch` (before the epoch is marked in the record, so the figures and the
+early-stopping state are written with it), :meth:`end_phase` and :meth:`finish`.
+
+Validation figures live in the run record, ``steps[phase].validation`` (one entry per epoch),
+next to ``steps[phase].early_stopping``; ``sparkdbn report`` and ``sparkdbn status`` read them
+from there.  A live log or an MLflow run that fails is logged and switched off: watching never
+fails a training run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Mapping, Protocol
+
+import numpy as np
+
+import storage
+
+from .._contract import params_digest
+from .._errors import InputDataError, TrainingError
+from ..run import RunRecord
+from ._early_stopping import EarlyStopping, best_result_name
+from ._live import LiveLog
+from ._mlflow_log import DEFAULT_TRACKING_URI, MlflowLog
+from ._validation import ValidationSet, Validator, is_supervised
+
+__all__ = ["DEFAULT_LOG_DIR", "RunWatch", "WatchSettings", "learning_rate_of"]
+
+#: Where the live TensorBoard logs go unless the settings say otherwise (``<log_dir>/<run>``).
+DEFAULT_LOG_DIR = "sparkdbn-logs"
+
+
+class WatchSettings(Protocol):
+    """The training settings the watch reads (:class:`node.TrainingSettings` has them all)."""
+
+    @property
+    def early_stopping(self) -> dict[str, Any] | bool | None: ...
+
+    @property
+    def log_dir(self) -> str | None: ...
+
+    @property
+    def mlflow_tracking_uri(self) -> str | bool | None: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class WatchedFit(Protocol):
+    """What :meth:`RunWatch.start` reads of the fit it watches (:class:`node.driver.Fit`), its record written."""
+
+    settings: WatchSettings
+    run_id: str
+    spec: dict
+    driver_spec: dict  # the spec on the CPU: what the validation tasks build (node.driver._devices)
+    phases: list[str]
+    spark: Any
+    record: RunRecord
+    weights: storage.WeightStore
+    prepared: Any  # node.data.PreparedData: feature_shape, classes
+
+logger = logging.getLogger(__name__)
+
+
+def learning_rate_of(spec: Mapping[str, Any], phase: str) -> float | None:
+    """The learning rate the spec gives ``phase`` (None when it names none)."""
+    keys = ("finetune_learning_rate",) if phase == "finetune" else ("pretrain_learning_rate",)
+    for key in keys + ("learning_rate",):
+        value = spec.get(key)
+        if isinstance(value, (int, float)):
+            return float(value)
+    return None
+
+
+class RunWatch:
+    """Validation, early stopping, TensorBoard and MLflow of one fit (see the module docstring)."""
+
+    def __init__(self, settings: WatchSettings, run: str, spec: dict, record: RunRecord,
+                 weights: storage.WeightStore, feature_shape: tuple[int, ...], validator: Validator | None) -> None:
+        self.settings, self.run, self.spec = settings, run, spec
+        self.record, self.weights = record, weights
+        self.feature_shape = feature_shape
+        self.validator = validator
+        self.early_stopping = EarlyStopping.from_setting(settings.early_stopping)
+        self.live = self._open_live()
+        self.mlflow = self._open_mlflow()
+
+    @classmethod
+    def start(cls, fit: WatchedFit, validation: ValidationSet | None, model_input: Any) -> "RunWatch":
+        """The watch of ``fit`` (a :class:`~node.driver._fit.Fit` whose record and data are ready)."""
+        validator = None
+        if validation is not None:
+            if validation.y is None and any(is_supervised(phase) for phase in fit.phases):
+                raise InputDataError(f"{validation.source} has no labels, but phase(s) "
+                                     f"{[phase for phase in fit.phases if is_supervised(phase)]} are validated on labels")
+            prepared = fit.prepared
+            validator = Validator(fit.spark, validation, fit.driver_spec, model_input, prepared.classes,
+                                  partitions=fit.spark.sparkContext.defaultParallelism)
+            fit.record.data["validation"] = validation.describe()
+        return cls(fit.settings, fit.run_id, fit.spec, fit.record, fit.weights,
+                   tuple(int(d) for d in fit.prepared.feature_shape), validator)
+
+    # ------------------------------------------------------------------ epochs
+    def end_epoch(self, phase: str, epoch: int, summary: dict, model: Any, validate: bool = True) -> bool:
+        """Validate the epoch's consolidation, update early stopping, log; True when the phase should stop.
+
+        Adds ``validation`` (a dict of metrics, or absent) to ``summary``; the record's step is
+        updated in memory, and written by the caller with the epoch.  ``validate=False``: the store
+        no longer holds the epoch's own weights (an epoch before the last of a job that trained
+        several: ``sync``, ``sharing``), so nothing is validated rather than a later epoch's weights.
+        """
+        step = self.record.step(phase)
+        stop = False
+        if self.validator is not None and validate:
+            started = time.perf_counter()
+            phase_params = self.weights.consolidate(phase, summary["nodes"]).params
+            metrics = self.validator.evaluate(phase, {**model.parameters(), **phase_params})
+            summary["validation"] = metrics
+            step.setdefault("validation", [])
+            step["validation"] = [entry for entry in step["validation"] if entry["epoch"] < epoch]
+            step["validation"].append({"epoch": epoch, "time": time.time(),
+                                       "seconds": time.perf_counter() - started,
+                                       "evaluated_on": self.validator.evaluated_on[phase], **metrics})
+            stop = self._early_stop(phase, epoch, metrics, phase_params)
+        if self.live is not None:
+            base = learning_rate_of(self.spec, phase)  # times the scaling rule's mean factor of the epoch
+            rate = None if base is None else base * float(summary.get("learning_rate_scale") or 1.0)
+            self._safely("TensorBoard log", lambda: self.live.epoch(summary, summary.get("validation"), rate))
+        if self.mlflow is not None:
+            figures = {"loss": summary["loss"], "samples_per_s": summary["samples_per_s"],
+                       "merge_share": summary["merge_fraction"], **(summary.get("validation") or {})}
+            self._safely("MLflow", lambda: self.mlflow.epoch(phase, epoch, figures))
+        return stop
+
+    def _early_stop(self, phase: str, epoch: int, metrics: Mapping[str, float],
+                    phase_params: dict[str, np.ndarray]) -> bool:
+        rule = self.early_stopping
+        if rule is None or not rule.applies_to(phase):
+            return False
+        step = self.record.step(phase)
+        earlier = step.get("early_stopping") if epoch > 0 else None  # a phase trained again starts afresh
+        state = rule.update(earlier, epoch, float(metrics[rule.metric]))
+        if state.pop("improved"):  # a new file: the best the record names now stays until the record names this one
+            stored = self.weights.put_phase_result(best_result_name(phase), phase_params)
+            state.update(best_sha256=params_digest(phase_params), best_file=stored)
+        step["early_stopping"] = state
+        if state["stopped"]:
+            logger.info("run %s phase %s: early stopping after epoch %d: %s has not improved for %d epoch(s); "
+                        "best %.4f at epoch %d", self.run, phase, epoch + 1, rule.metric, state["wait"],
+                        state["best"], state["best_epoch"] + 1)
+        return bool(state["stopped"])
+
+    # ------------------------------------------------------------------ phases
+    def stopped(self, phase: str) -> bool:
+        """True when early stopping ended ``phase`` (a resumed run trains it no further)."""
+        return bool((self.record.step(phase).get("early_stopping") or {}).get("stopped"))
+
+    def best_result(self, phase: str) -> tuple[dict[str, np.ndarray], str] | None:
+        """The best epoch's consolidation kept by early stopping, and where it comes from; None without one."""
+        rule, state = self.early_stopping, self.record.step(phase).get("early_stopping") or {}
+        if rule is None or not rule.applies_to(phase) or state.get("best_sha256") is None:
+            return None
+        try:
+            best = self.weights.get_phase_result(best_result_name(phase), state.get("best_file"))
+        except storage.StoreError as error:
+            best = None
+            logger.warning("run %s: the best weights of phase %s are unusable: %s", self.run, phase, error)
+        if best is None or params_digest(best) != state["best_sha256"]:
+            logger.warning("run %s: the best weights of phase %s are missing or not the ones the record names; "
+                           "the phase ends with its last consolidation", self.run, phase)
+            return None
+        how = "stopped early" if state.get("stopped") else "all epochs ran"
+        return best, (f"early stopping ({how}): the best epoch, {state['best_epoch'] + 1}, "
+                      f"{rule.metric} {state['best']:.4f}")
+
+    def end_phase(self, phase: str, result: Mapping[str, np.ndarray]) -> None:
+        if self.live is not None:
+            epochs = self.record.epochs_done(phase)
+            self._safely("TensorBoard log", lambda: self.live.phase_end(phase, result, epochs, self.feature_shape))
+
+    def finish(self, status: str, model_path: str | None = None) -> None:
+        """The fit ended with ``status``: the model artifact to MLflow (when given), writers closed."""
+        if self.mlflow is not None:
+            if model_path is not None:
+                self._safely("MLflow", lambda: self.mlflow.model(model_path))
+            self._safely("MLflow", lambda: self.mlflow.finish(status))
+            self.mlflow = None
+
+    def close(self) -> None:
+        if self.validator is not None:
+            self.validator.close()
+        if self.mlflow is not None:
+            self.finish("failed")
+        if self.live is not None:
+            self.live.close()
+            self.live = None
+
+    # ------------------------------------------------------------------ writers
+    def _open_live(self) -> Any:
+        if not self.settings.log_dir:
+            return None
+        try:
+            return LiveLog(os.path.join(self.settings.log_dir, self.run))
+        except ImportError:
+            # Asked for by name: a warning; the default folder without the extra: a note only.
+            asked = self.settings.log_dir != DEFAULT_LOG_DIR
+            logger.log(logging.WARNING if asked else logging.INFO,
+                       "no live TensorBoard log for run %s: tensorboardX is not installed "
+                       "(pip install tensorboardX; log_dir=None turns the log off)", self.run)
+        except OSError as error:
+            logger.warning("no live TensorBoard log for run %s: %s", self.run, error)
+        return None
+
+    def _open_mlflow(self) -> Any:
+        if not self.settings.mlflow_tracking_uri:
+            return None
+        params = {**{f"settings.{k}": v for k, v in self.settings.to_dict().items()},
+                  **{f"model.{k}": v for k, v in self.spec.items()}}
+        try:
+            uri = self.settings.mlflow_tracking_uri
+            return MlflowLog(DEFAULT_TRACKING_URI if uri is True else str(uri), self.run, params)
+        except ImportError as error:
+            raise TrainingError("mlflow_tracking_uri is set, but MLflow is not installed: "
+                                "pip install 'sparkdbn[mlflow]'") from error
+
+    def _safely(self, what: str, action: Any) -> None:
+        try:
+            action()
+        except Exception as error:  # noqa: BLE001 - watching must never fail the training run
+            logger.warning("run %s: %s failed and is switched off: %s", self.run, what, error)
+            if what == "MLflow":
+                self.mlflow = None
+            else:
+                self.live = None

@@ -1,0 +1,165 @@
+"""The documentation's build hooks (docs/hooks/) and the benchmark results they render (scripts/_results.py).
+
+``mkdocs build --strict`` (run by scripts/test) builds the real site; these tests pin the rules the
+hooks add to it: a benchmark run is rendered from its JSON file with its stamp and tables, a data file
+that no page shows is an error, the README's links into docs/ work on the site, and a page still being
+written is left out of the nav until its file exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+import os
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from mkdocs.exceptions import PluginError
+from support.scripts import script_module
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def hook(name: str) -> types.ModuleType:
+    path = ROOT / "docs" / "hooks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"docs_hook_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def results():
+    with script_module("_results.py") as module:
+        yield module
+
+
+def recorded_run(results, tmp_path: Path) -> dict:
+    """A run written by BenchRun as a bench script writes it: a table, a figure, the printed report."""
+    path = tmp_path / "bench_example.json"
+    run = results.BenchRun("/somewhere/bench_example.py", argparse.Namespace(quick=True, json=str(path))).start()
+    print("a line the script printed")
+    run.table("Throughput", ["threads", "samples/s", "ratio"], [[1, 18734.2, 1.4321], [2, float("nan"), "2.08x"]])
+    (tmp_path / "bench_example.png").write_bytes(b"png")
+    run.figure(str(tmp_path / "bench_example.png"), "a figure")
+    assert run.finish() == str(path)
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_a_recorded_run_holds_its_stamp_settings_tables_figures_and_printed_report(results, tmp_path, capsys):
+    run = recorded_run(results, tmp_path)
+    assert run["script"] == "bench_example.py" and run["settings"] == {"quick": True}
+    assert run["machine"]["cores"] == os.cpu_count() and run["machine"]["python"] == ".".join(
+        map(str, sys.version_info[:3]))
+    assert run["started"] <= run["finished"] and run["finished"].endswith("+00:00")
+    assert run["tables"] == [{"title": "Throughput", "columns": ["threads", "samples/s", "ratio"],
+                              "rows": [[1, 18734.2, 1.4321], [2, None, "2.08x"]], "note": ""}]
+    assert run["figures"] == [{"path": "bench_example.png", "caption": "a figure"}]
+    assert run["output"] == "a line the script printed\n"
+    assert "a line the script printed" in capsys.readouterr().out  # still printed, not only kept
+
+
+def test_without_json_a_run_writes_nothing_and_leaves_stdout_alone(results, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    stdout = sys.stdout
+    run = results.BenchRun("bench_example.py", argparse.Namespace(json=None)).start()
+    assert sys.stdout is stdout
+    run.table("t", ["a"], [[1]])
+    assert run.finish() is None and list(tmp_path.iterdir()) == []
+
+
+def test_json_without_a_path_writes_where_the_docs_read(results):
+    args = results.argparse.ArgumentParser()
+    results.add_json_option(args)
+    run = results.BenchRun("/x/scripts/bench_rbm.py", args.parse_args(["--json"]))
+    assert run.path == str(ROOT / "docs" / "benchmarks" / "data" / "bench_rbm.json")
+    assert results.BenchRun("bench_rbm.py", args.parse_args([])).path is None
+
+
+def test_a_row_of_the_wrong_width_is_refused_naming_the_table(results):
+    run = results.BenchRun("bench_example.py")
+    with pytest.raises(ValueError, match="table 'Throughput': a row has 1 cells for 2 columns"):
+        run.table("Throughput", ["a", "b"], [[1]])
+
+
+def test_the_benchmark_page_shows_the_runs_stamp_tables_figure_and_output(results, tmp_path):
+    benchmarks = hook("benchmarks")
+    run = recorded_run(results, tmp_path)
+    benchmarks.DATA_DIR = tmp_path
+    markdown = benchmarks.on_page_markdown(
+        "# Page\n\n<!-- bench-results: bench_example -->\n",
+        types.SimpleNamespace(file=types.SimpleNamespace(src_uri="benchmarks/page.md")),
+        {"docs_dir": str(tmp_path.parent)}, None)
+    assert "bench-results" not in markdown
+    assert f'!!! info "Recorded {run["finished"].replace("T", " ").replace("+00:00", " UTC")}' in markdown
+    assert "`scripts/bench_example.py " in markdown and f"{os.cpu_count()} cores" in markdown
+    assert "| threads | samples/s | ratio |" in markdown
+    assert "| 1 | 18,734 | 1.432 |" in markdown and "| 2 |  | 2.08x |" in markdown
+    figure = os.path.relpath(tmp_path / "bench_example.png", tmp_path.parent / "benchmarks")
+    assert f"![a figure]({figure})" in markdown
+    assert "    a line the script printed" in markdown
+
+
+def test_a_run_never_recorded_renders_as_a_note_saying_how_to_record_it(tmp_path):
+    benchmarks = hook("benchmarks")
+    benchmarks.DATA_DIR = tmp_path
+    markdown = benchmarks.render_marker("bench_modes-lenet")
+    assert "No recorded run of bench_modes-lenet yet" in markdown
+    assert "scripts/bench_modes.py --json docs/benchmarks/data/bench_modes-lenet.json" in markdown
+
+
+def test_a_data_file_that_no_page_shows_is_a_warning_and_so_fails_a_strict_build(tmp_path, caplog):
+    benchmarks = hook("benchmarks")
+    benchmarks.DATA_DIR = tmp_path / "docs" / "benchmarks" / "data"
+    benchmarks.DATA_DIR.mkdir(parents=True)
+    (benchmarks.DATA_DIR / "bench_shown.json").write_text("{}")
+    (benchmarks.DATA_DIR / "bench_orphan.json").write_text("{}")
+    benchmarks.on_pre_build({})
+    benchmarks._shown.add("bench_shown")
+    with caplog.at_level(logging.WARNING, logger="mkdocs.hooks.benchmarks"):
+        benchmarks.on_post_build({})
+    assert [record.getMessage() for record in caplog.records] == [
+        "benchmark data benchmarks/data/bench_orphan.json is shown on no page: add "
+        "<!-- bench-results: bench_orphan --> to one"]
+
+
+def test_a_data_file_that_cannot_be_rendered_fails_the_build_naming_it(tmp_path):
+    benchmarks = hook("benchmarks")
+    benchmarks.DATA_DIR = tmp_path
+    (tmp_path / "bench_broken.json").write_text(json.dumps({"finished": "2026-11-27T00:00:00+00:00"}))
+    page = types.SimpleNamespace(file=types.SimpleNamespace(src_uri="benchmarks/page.md"))
+    with pytest.raises(PluginError, match=r"^benchmarks/page.md: .*/bench_broken.json: a recorded run lacks or mistypes 'command'$"):
+        benchmarks.on_page_markdown("<!-- bench-results: bench_broken -->\n", page, {"docs_dir": str(tmp_path)},
+                                    None)
+
+
+def test_the_readmes_links_into_docs_become_links_within_the_site():
+    readme = hook("readme")
+    text = "See [How it works](docs/how-it-works.md#phases) and [x](https://example.org/docs/a.md)."
+    assert readme.front_page_markdown(text) == (
+        "See [How it works](how-it-works.md#phases) and [x](https://example.org/docs/a.md).")
+
+
+def test_a_page_still_being_written_stays_out_of_the_nav_and_its_links_are_plain_text(tmp_path):
+    pending = hook("pending")
+    (tmp_path / "testing.md").write_text("# Testing\n")
+    nav = [{"Home": "index.md"}, {"Development": ["development.md", {"Testing": "testing.md"},
+                                                  {"Quality": "quality.md"}]}, {"Later": [{"GPUs": "gpu.md"}]}]
+    config = {"docs_dir": str(tmp_path), "nav": nav, "extra": {"pending_pages": ["testing.md", "quality.md", "gpu.md"]}}
+    pending.on_config(config)
+    assert config["nav"] == [{"Home": "index.md"}, {"Development": ["development.md", {"Testing": "testing.md"}]}]
+    markdown = pending.on_page_markdown("[Quality](quality.md#a) and [Testing](testing.md)", None, config, None)
+    assert markdown == "Quality (`docs/quality.md`, being written) and [Testing](testing.md)"
+
+
+def test_the_command_line_reference_is_what_each_installed_command_prints_for_help():
+    cli_help = hook("cli_help")
+    markdown = cli_help.on_page_markdown("### status\n\n<!-- cli-help: status -->\n", None, None, None)
+    assert markdown.startswith("### status\n\n```text\nusage: sparkdbn status [-h] [--store STORE] --run RUN")
+    assert markdown.endswith("\n```\n") and "--run RUN" in markdown
+    with pytest.raises(PluginError, match="'sparkdbn no-such-command --help' printed no usage"):
+        cli_help.command_help("no-such-command")
