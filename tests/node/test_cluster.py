@@ -3,7 +3,6 @@ job submitted through scripts/sparkdbn-submit, with the code shipped as --py-fil
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

@@ -83,11 +83,11 @@ def test_a_driver_paused_past_its_lease_and_continued_changes_nothing_the_newer_
     driver = start_paused_driver(store_url, "paused", paused_before)
     try:
         stopped_at = wait_until_paused(driver)
-        continue_paused = lambda summary: None  # noqa: E731
-        if continued == "while the newer driver trains":
-            def continue_paused(summary: dict) -> None:
-                if summary["phase"] == "finetune" and summary["epoch"] == 0:
-                    os.killpg(driver.pid, signal.SIGCONT)  # the old driver wakes up while this one trains
+        mid_takeover = continued == "while the newer driver trains"
+
+        def continue_paused(summary: dict) -> None:
+            if mid_takeover and summary["phase"] == "finetune" and summary["epoch"] == 0:
+                os.killpg(driver.pid, signal.SIGCONT)  # the old driver wakes up while this one trains
 
         model = harness_model()
         node.Trainer(spark, store_url, run_id="paused", on_epoch=continue_paused,

@@ -10,7 +10,6 @@ from py4j.java_gateway import JavaObject
 
 import node
 import rbm
-import storage
 
 pytestmark = pytest.mark.slow
 
