@@ -17,8 +17,9 @@ noticed; this prints the figures that show such a loss, every row measured in th
 Each row: per-seed scores, mean, standard deviation, and the difference of the means from the
 first row of its block (our defaults) in points.  Seconds per fit are printed for orientation only.
 
-Run:  .venv/bin/python scripts/bench_quality.py [--quick] [--seeds 0 1 2 3 4] [--parts dbn rbm]
-(``--quick``: seeds 0-2, the DBN against round 1's fine-tuning only; about 4 minutes on a quiet core.)
+Run:  .venv/bin/python scripts/bench_quality.py [--quick] [--seeds 0 1 2 3 4] [--parts dbn rbm] [--json [PATH]]
+(``--quick``: seeds 0-2, the DBN against round 1's fine-tuning only; about 4 minutes on a quiet core.
+``--json``: also write the tables, stamped with machine and date, for the docs: ``scripts/_results.py``.)
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from threadpoolctl import threadpool_limits
 
 from rbm import DBN, RBM
 from rbm.datasets import Split, load_digits28, load_nudged_digits
+
+from _results import BenchRun, add_json_option
 
 DBN_SIZES, PRETRAIN_EPOCHS, FINETUNE_EPOCHS = (128, 128), 2, 4
 ROUND_ONE_FINETUNING = dict(finetune_learning_rate=0.05, finetune_dropout=0.0, finetune_anneal_fraction=0.0)
@@ -85,20 +88,25 @@ def feature_accuracy(model: Any, split: Split) -> float:
     return float(classifier.score(model.transform(split.X_test), split.y_test))
 
 
-def run_block(title: str, rows: dict[str, Callable[[int], Any]], score: Callable[[Any, Split], float],
+def run_block(run: BenchRun, title: str, rows: dict[str, Callable[[int], Any]], score: Callable[[Any, Split], float],
               split: Split, seeds: list[int]) -> dict[str, list[float]]:
-    """Score every row on every seed; print a line per row as it completes."""
+    """Score every row on every seed; print a line per row as it completes; record the block as a table."""
     print(f"{title}\n  {'':58s} {'per seed':>{8 * len(seeds)}s}    mean   (std)   vs first   s/fit")
     results: dict[str, list[float]] = {}
+    table = []
     for name, build in rows.items():
         started = time.perf_counter()
         scores = [score(build(seed), split) for seed in seeds]
         results[name] = scores
         seconds = (time.perf_counter() - started) / len(seeds)
-        first = np.mean(next(iter(results.values())))
-        versus = "" if len(results) == 1 else f"{100 * (np.mean(scores) - first):+7.2f} pt"
+        difference = 100 * (np.mean(scores) - np.mean(next(iter(results.values()))))
+        versus = "" if len(results) == 1 else f"{difference:+7.2f} pt"
         print(f"  {name:58s} " + " ".join(f"{value:7.4f}" for value in scores)
               + f"  {np.mean(scores):7.4f} ({np.std(scores):.4f}) {versus:>9s} {seconds:7.1f}", flush=True)
+        table.append([name, *scores, np.mean(scores), np.std(scores), None if len(results) == 1 else difference,
+                      seconds])
+    run.table(title, ["", *(f"seed {seed}" for seed in seeds), "mean", "std", "vs first row (points)", "s a fit"],
+              table, "Held-out accuracy; one BLAS thread; seconds a fit are for orientation only.")
     return results
 
 
@@ -107,22 +115,27 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default 0-4 (--quick: 0-2)")
     parser.add_argument("--quick", action="store_true", help="3 seeds; the DBN against round 1's fine-tuning only")
     parser.add_argument("--parts", nargs="+", choices=["dbn", "rbm"], default=["dbn", "rbm"])
+    add_json_option(parser)
     args = parser.parse_args()
+    run = BenchRun(__file__, args).start()
     seeds = args.seeds if args.seeds is not None else ([0, 1, 2] if args.quick else [0, 1, 2, 3, 4])
     started = time.perf_counter()
     with threadpool_limits(1), warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # the MLP's epochs are the budget, on purpose
         if "dbn" in args.parts:
             split = load_digits28()
-            run_block(f"DBN{DBN_SIZES} on digits28 ({len(split.X_train)} training rows, {len(split.X_test)} held out), "
-                      f"{PRETRAIN_EPOCHS} pretraining + {FINETUNE_EPOCHS} fine-tuning epochs: held-out accuracy, "
-                      f"seeds {seeds}", dbn_rows(full=not args.quick), classifier_accuracy, split, seeds)
+            title = (f"DBN{DBN_SIZES} on digits28 ({len(split.X_train)} training rows, {len(split.X_test)} held out), "
+                     f"{PRETRAIN_EPOCHS} pretraining + {FINETUNE_EPOCHS} fine-tuning epochs: held-out accuracy, "
+                     f"seeds {seeds}")
+            run_block(run, title, dbn_rows(full=not args.quick), classifier_accuracy, split, seeds)
         if "rbm" in args.parts:
             split = load_nudged_digits()
             print()
-            run_block(f"RBM features + logistic regression on nudged digits ({len(split.X_train)} training rows), "
-                      f"{RBM_EXAMPLE}: held-out accuracy, seeds {seeds}", rbm_rows(), feature_accuracy, split, seeds)
+            title = (f"RBM features + logistic regression on nudged digits ({len(split.X_train)} training rows), "
+                     f"{RBM_EXAMPLE}: held-out accuracy, seeds {seeds}")
+            run_block(run, title, rbm_rows(), feature_accuracy, split, seeds)
     print(f"\n{time.perf_counter() - started:.0f} s in all, one BLAS thread")
+    run.finish()
 
 
 if __name__ == "__main__":
