@@ -58,6 +58,7 @@ __all__ = [
     "is_empty",
     "MinibatchHook",
     "ScheduleClock",
+    "print_iteration",
 ]
 
 SPEC_KEY = "__spec__"
@@ -139,6 +140,17 @@ class ScheduleClock:
     def _schedule_passes(self, own: int) -> float:
         """The passes the schedules count: the set epoch, else ``own`` (the model's own count)."""
         return own if self._schedule_epoch is None else self._schedule_epoch
+
+
+def print_iteration(name: str, iteration: int, metrics: str, seconds: float) -> None:
+    """Print a model's ``verbose`` progress line to stdout, as scikit-learn's estimators do.
+
+    ``[name] Iteration 3, pseudo-likelihood = -25.39, time = 0.14s``: ``BernoulliRBM``'s line,
+    which scripts and scikit-learn's own tests parse.  Only ``fit``-style loops of a model with
+    ``verbose`` set call this (never ``train_partition`` on an executor); the library's own
+    messages go through :mod:`logging`.  Flushed, so that a pipe shows each line as it comes.
+    """
+    print(f"[{name}] Iteration {iteration}, {metrics}, time = {seconds:.2f}s", flush=True)
 
 
 def is_empty(X: Any) -> bool:

@@ -16,9 +16,16 @@ at one BLAS thread and at the default thread count.  Measurements are interleave
 the best of ``--repeats`` rounds is kept, so a noisy shared machine hurts less.  Then a
 breakdown of one CD-1 step (GEMMs, sigmoid, sampling, updates, batch gather).
 
-Run:  .venv/bin/python scripts/bench_rbm.py [--quick]
-(How well RBM settings learn, the table behind the defaults: ``scripts/bench_rbm_defaults.py``.)
-Targets: ours >= 2x sklearn and >= 85% of the GEMM bound at 1 thread.
+With ``--persistent-cost`` only the cost of persistent chains: CD-1 and the default PCD-1 passes
+alternate for ``--repeats`` rounds (default 15) at one BLAS thread, timed in the CPU time of the
+thread that runs them (with one BLAS thread, all the work; time spent waiting for a core on a
+shared machine does not count): the median of the rounds' own PCD-1/CD-1 throughput ratios, their
+quartiles, and the ratio of the best rounds.
+
+Run:  .venv/bin/python scripts/bench_rbm.py [--quick] [--persistent-cost]
+(How well RBM settings learn, the table behind the defaults: ``scripts/bench_rbm_defaults.py``;
+how well the models learn in short runs against references: ``scripts/bench_quality.py``.)
+Targets: ours >= 2x sklearn and >= 85% of the GEMM bound at 1 thread; PCD-1 within 2% of CD-1.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ if __name__ == "__main__":  # started as a program: where the project is not imp
 import argparse
 import time
 import warnings
+from typing import Callable
 
 import numpy as np
 from sklearn.neural_network import BernoulliRBM
@@ -47,13 +55,13 @@ from _results import BenchRun, add_json_option
 N_VISIBLE, N_HIDDEN, BATCH = 784, 500, 100
 
 
-def time_ours(X: np.ndarray, persistent: bool) -> float:
+def time_ours(X: np.ndarray, persistent: bool, clock: Callable[[], float] = time.perf_counter) -> float:
     model = RBM(N_HIDDEN, learning_rate=0.05, batch_size=BATCH, persistent=persistent, random_state=0)
     model.initialize(N_VISIBLE)
     model.train_partition(X[: 5 * BATCH], None, "rbm", np.random.default_rng(0))  # warm-up: buffers, caches
-    started = time.perf_counter()
+    started = clock()
     model.train_partition(X, None, "rbm", np.random.default_rng(1))
-    return time.perf_counter() - started
+    return clock() - started
 
 
 def time_sklearn(X: np.ndarray) -> float:
@@ -153,16 +161,37 @@ def breakdown(X: np.ndarray, steps: int) -> dict[str, float]:
     return {name: value / steps for name, value in totals.items()}
 
 
+def persistent_cost(X: np.ndarray, repeats: int, run: BenchRun) -> None:
+    """PCD-1 against CD-1 throughput, alternating passes at one BLAS thread (see the module docstring)."""
+    with threadpool_limits(1):
+        rounds = [(time_ours(X, False, time.thread_time), time_ours(X, True, time.thread_time)) for _ in range(repeats)]
+    cd, pcd = (np.array(times) for times in zip(*rounds))
+    ratios = cd / pcd  # PCD's throughput over CD-1's, round by round
+    print(f"threads=1, {repeats} alternating rounds of one pass each, in CPU seconds of the training thread")
+    print(f"  ours CD-1       {len(X) / cd.min():10.0f} samples/CPU-s   (best round)")
+    print(f"  ours PCD-1      {len(X) / pcd.min():10.0f} samples/CPU-s   (best round; the default)")
+    print(f"  PCD-1/CD-1      {np.median(ratios):10.4f}    median of the rounds' ratios, quartiles "
+          f"{np.percentile(ratios, 25):.4f} - {np.percentile(ratios, 75):.4f} (target >= 0.98)")
+    print(f"  best rounds     {cd.min() / pcd.min():10.4f}    (best PCD-1 round over best CD-1 round)")
+    run.table(f"Persistent chains' cost: RBM {N_VISIBLE}-{N_HIDDEN}, batch {BATCH}, one BLAS thread, {repeats} "
+              f"alternating rounds of a {len(X)}-row pass, in CPU seconds of the training thread",
+              ["ours CD-1 (samples/CPU-s, best round)", "ours PCD-1 (samples/CPU-s, best round)",
+               "PCD-1 / CD-1 (median of rounds)", "first quartile", "third quartile", "best rounds' ratio"],
+              [[len(X) / cd.min(), len(X) / pcd.min(), np.median(ratios), np.percentile(ratios, 25),
+                np.percentile(ratios, 75), cd.min() / pcd.min()]], "Target: PCD-1 / CD-1 >= 0.98.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short run (fewer samples and rounds)")
     parser.add_argument("--samples", type=int, default=None, help="samples per measurement")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved rounds; the best is kept")
+    parser.add_argument("--persistent-cost", action="store_true", help="only PCD-1 against CD-1, one thread")
     add_json_option(parser)
     args = parser.parse_args()
     run = BenchRun(__file__, args).start()
     samples = args.samples or (3000 if args.quick else 12000)
-    repeats = args.repeats or (2 if args.quick else 5)
+    repeats = args.repeats or (15 if args.persistent_cost else 2 if args.quick else 5)
 
     X_all = load_digits28().X_train
     X = np.ascontiguousarray(X_all[:samples])
@@ -172,6 +201,10 @@ def main() -> None:
     print(f"RBM {N_VISIBLE}-{N_HIDDEN}, batch {BATCH}; BLAS: "
           + ", ".join(f"{e['internal_api']} {e.get('version')}" for e in blas))
     print(f"best of {repeats} interleaved rounds; shared machines make absolute numbers noisy, ratios less so\n")
+    if args.persistent_cost:
+        persistent_cost(X, repeats, run)
+        run.finish()
+        return
 
     throughput = []
     for threads in sorted({1, default_threads}):
@@ -191,6 +224,7 @@ def main() -> None:
             print(f"  GEMM bound      {rate['gemm']:10.0f} samples/s   (fastest layouts)")
             print(f"  GEMM, one W     {rate['gemm1']:10.0f} samples/s   (the reconstruction reads W transposed)")
             print(f"  PCD/sklearn     {rate['pcd'] / rate['sklearn']:10.2f}x   (target >= 2)")
+            print(f"  PCD-1/CD-1      {rate['pcd'] / rate['cd']:10.1%}   (target >= 98%)")
             print(f"  CD-1/GEMM       {rate['cd'] / rate['gemm']:10.1%}   (target >= 85% at 1 thread)")
             print(f"  CD-1/GEMM 1W    {rate['cd'] / rate['gemm1']:10.1%}\n")
             throughput.append([threads, rate["cd"], rate["pcd"], rate["sklearn"], rate["gemm"], rate["gemm1"],

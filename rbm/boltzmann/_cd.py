@@ -40,6 +40,7 @@ __all__ = [
     "uniform_",
     "normal_",
     "sample_bernoulli_",
+    "sample_sigmoid_",
     "gather_rows",
     "Workspace",
     "CDSettings",
@@ -108,24 +109,62 @@ def normal_(generator: Any, out: Any) -> Any:
 _SAMPLE_SCALE = 65536.0  # 16-bit uniforms on the CPU
 
 
-def sample_bernoulli_(generator: Any, probabilities: Any, out: Any) -> Any:
+def _raw_uniforms16(generator: Any, out: Any) -> Any:
+    """16-bit uniforms ``k`` (``k / 65536`` in [0, 1)) shaped like host array ``out``, cut from the raw
+    64-bit output of ``generator``'s bit generator (four per draw); None where that is unavailable."""
+    bits = getattr(generator, "bit_generator", None)
+    if not isinstance(out, np.ndarray) or bits is None or not hasattr(bits, "random_raw"):
+        return None
+    size = out.size
+    return bits.random_raw(-(-size // 4)).view(np.uint16)[:size].reshape(out.shape)
+
+
+def sample_bernoulli_(generator: Any, probabilities: Any, out: Any, negated: bool = False) -> Any:
     """``out <- (u < probabilities)`` as 0/1 floats with ``u`` uniform in [0, 1).
 
-    ``out`` may not alias ``probabilities``.  On the CPU the uniforms are 16-bit integers
-    ``k / 65536`` cut from the raw 64-bit output of the bit generator (four per draw) and
-    compared with ``65536 * p``: a third of the cost of float32 uniforms, and every sample
-    is exact for probabilities on the 2**-16 grid (elsewhere off by less than 1.6e-5).
+    ``negated``: ``probabilities`` holds ``-p`` (as the negative rows of the stacked ``H`` do),
+    which saves negating it twice.  ``out`` may not alias ``probabilities``.  On the CPU the
+    uniforms are 16-bit integers ``k / 65536`` cut from the raw 64-bit output of the bit
+    generator (four per draw) and compared with ``65536 * p``: a third of the cost of float32
+    uniforms, and every sample is exact for probabilities on the 2**-16 grid (elsewhere off by
+    less than 1.6e-5).
     """
-    bits = getattr(generator, "bit_generator", None)
-    if isinstance(out, np.ndarray) and bits is not None and hasattr(bits, "random_raw"):
-        size = out.size
-        raw = bits.random_raw(-(-size // 4)).view(np.uint16)[:size].reshape(out.shape)
-        np.multiply(probabilities, _SAMPLE_SCALE, out=out)
+    raw = _raw_uniforms16(generator, out)
+    if raw is not None:
+        np.multiply(probabilities, -_SAMPLE_SCALE if negated else _SAMPLE_SCALE, out=out)
         np.less(raw, out, out=out)  # elementwise, so writing in place is safe
         return out
     uniform_(generator, out)
-    _namespace(out).less(out, probabilities, out=out)
+    xp = _namespace(out)
+    if negated:  # u < p  <=>  u + (-p) < 0
+        out += probabilities
+        xp.less(out, 0, out=out)
+    else:
+        xp.less(out, probabilities, out=out)
     return out
+
+
+def sample_sigmoid_(generator: Any, x: Any, scratch: Any) -> Any:
+    """``x <- (u < sigmoid(x))`` in place: 0/1 samples of units whose total input is ``x``.
+
+    On the CPU the probabilities are never formed: ``65536 * sigmoid(x)`` is
+    ``32768 tanh(x / 2) + 32768``, as many in-place passes as :func:`sigmoid_`, then compared with
+    the 16-bit uniforms of :func:`sample_bernoulli_` -- the same samples bit for bit (scaling by a
+    power of two commutes with rounding), two passes fewer and no copy.  Elsewhere the uniforms
+    are drawn into ``scratch`` (shaped like ``x``).
+    """
+    raw = _raw_uniforms16(generator, x)
+    if raw is None:
+        sigmoid_(x)
+        uniform_(generator, scratch)
+        _namespace(x).less(scratch, x, out=x)
+        return x
+    x *= 0.5
+    np.tanh(x, out=x)
+    x *= 0.5 * _SAMPLE_SCALE
+    x += 0.5 * _SAMPLE_SCALE
+    np.less(raw, x, out=x)
+    return x
 
 
 def gather_rows(data: Any, rows: Any, out: Any) -> Any:
@@ -234,6 +273,8 @@ def cd_step(
     velocity : momentum buffers shaped like (W, hbias, vbias), updated in place.
     chain : (ws.negatives, n_hidden) persistent hidden states (PCD only), updated in place; every
         chain takes one step per update, whatever the minibatch's rows.
+    measure_error : measure the reconstruction error of the minibatch: for CD-k from the first
+        Gibbs step (free), for PCD the mean-field reconstruction (one more matrix product).
     sparsity_state : (n_hidden,) running mean of hidden activations, updated in place.
 
     Returns
@@ -254,24 +295,35 @@ def cd_step(
     xp.matmul(v0, W, out=h0)
     h0 += hbias
     sigmoid_(h0)
+    error = float("nan")
     if settings.persistent:
-        hs[...] = chain
+        hidden = chain  # the chains' hidden states, read in place: overwritten only at the end
+        if measure_error:  # a PCD step reconstructs no data: the mean-field reconstruction, one more product
+            reconstruction = ws.scratch[:b]
+            _visible_from_hidden(h0, W, vbias, reconstruction, settings.gaussian)
+            reconstruction -= v0
+            error = float(xp.vdot(reconstruction.ravel(), reconstruction.ravel()))
     else:
         sample_bernoulli_(generator, h0, hs)
-    error = float("nan")
+        hidden = hs
     for step in range(settings.cd_k):
-        _visible_from_hidden(hs, W, vbias, vk, settings.gaussian)
-        if step == 0 and measure_error and not settings.persistent:
-            # vk is the one-step reconstruction of the data here: measure it before sampling.
-            xp.subtract(v0, vk, out=noise)
-            error = float(xp.vdot(noise.ravel(), noise.ravel()))
         last = step == settings.cd_k - 1
+        measure = step == 0 and measure_error and not settings.persistent
         # Intermediate steps (and persistent chains) sample the visibles; the last CD step
         # keeps probabilities, which lowers the variance of the negative statistics.
-        if not last or settings.persistent:
-            if settings.gaussian:
+        sample = not last or settings.persistent
+        if sample and not settings.gaussian and not measure:
+            xp.matmul(hidden, W.T, out=vk)
+            vk += vbias
+            sample_sigmoid_(generator, vk, noise)
+        else:
+            _visible_from_hidden(hidden, W, vbias, vk, settings.gaussian)
+            if measure:  # vk is the one-step reconstruction of the data here: measure it before sampling.
+                xp.subtract(v0, vk, out=noise)
+                error = float(xp.vdot(noise.ravel(), noise.ravel()))
+            if sample and settings.gaussian:
                 vk += normal_(generator, noise)
-            else:
+            elif sample:
                 sample_bernoulli_(generator, vk, noise)
                 vk[...] = noise
         xp.matmul(vk, W, out=hk)
@@ -279,12 +331,10 @@ def cd_step(
         if not last:
             sigmoid_(hk)
             sample_bernoulli_(generator, hk, hs)
+            hidden = hs
+    sigmoid_(hk, negate=True)  # the negative rows of H carry their minus sign
     if settings.persistent:
-        sigmoid_(hk)
-        sample_bernoulli_(generator, hk, chain)  # the chains continue from here
-        hk *= -1
-    else:
-        sigmoid_(hk, negate=True)
+        sample_bernoulli_(generator, hk, chain, negated=True)  # the chains continue from here
     if settings.sparsity_target is not None:
         add_sparsity_(ws.H[:b], sparsity_state, settings.sparsity_target, settings.sparsity_cost,
                       settings.sparsity_decay)

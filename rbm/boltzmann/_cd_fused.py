@@ -10,7 +10,8 @@ of the CPU branch, so both give the same parameters from the same Philox stream:
 
 Launches of a CD-1 step: three GEMMs with a fused bias + sigmoid (+ Bernoulli sample)
 after each, the stacked gradient GEMM, two bias-gradient reductions, three parameter updates
-(and two for the reconstruction error on every 4th minibatch).
+(and two for the reconstruction error on every 4th minibatch of CD; persistent CD measures the
+mean-field reconstruction, one more GEMM, on the last minibatches of a pass only).
 """
 
 from __future__ import annotations
@@ -42,13 +43,25 @@ def cd_step(ops: Any, ws: Any, b: int, W: Any, hbias: Any, vbias: Any, velocity:
     fold = settings.sparsity_target is None
     scale_positive, scale_negative = learning_rate / b, learning_rate / c
     ops.matmul(v0, W, h0, precision=precision)
+    error: Any = float("nan")
     if settings.persistent:
-        ops.bias_sigmoid_(h0, hbias, scale_positive if fold else 1.0)
-        hidden = chain  # the chains' states feed the first GEMM directly (the CPU branch copies them)
+        hidden = chain  # the chains' states feed the first GEMM directly, as in the CPU branch
+        if measure_error:  # the mean-field reconstruction, from the unscaled p(h | v0), as the CPU branch
+            ops.bias_sigmoid_(h0, hbias)
+            reconstruction = ws.scratch[:b]
+            ops.matmul(h0, W, reconstruction, trans_b=True, precision=precision)
+            if settings.gaussian:
+                ops.bias_add_(reconstruction, vbias)
+            else:
+                ops.bias_sigmoid_(reconstruction, vbias)
+            error = _squared_error(xp, v0, reconstruction, reconstruction)
+            if fold:
+                h0 *= scale_positive
+        else:
+            ops.bias_sigmoid_(h0, hbias, scale_positive if fold else 1.0)
     else:
         ops.bias_sigmoid_sample_(h0, hbias, generator, hs, scale_positive if fold else 1.0)
         hidden = hs
-    error: Any = float("nan")
     for step in range(settings.cd_k):
         last = step == settings.cd_k - 1
         sample_visibles = not last or settings.persistent

@@ -6,13 +6,15 @@ feed-forward net (sigmoid layers initialized from the RBMs' weights and hidden b
 plus a softmax output) and trains it by backpropagation (SGD with momentum, Adagrad or Adam;
 L2 and dropout).
 :meth:`DBN.fit` runs exactly the per-phase steps the distributed trainer calls through
-:meth:`DBN.train_partition`.
+:meth:`DBN.train_partition`, but for what belongs to a planned fit: the anneal of the fine-tuning
+rate over its last epochs and the dropout ramp over its first (``finetune_anneal_fraction``,
+``finetune_dropout_ramp_epochs``).
 """
 
 from __future__ import annotations
 
-import logging
 import math
+import time
 from numbers import Integral
 from typing import Any
 
@@ -25,9 +27,9 @@ from sklearn.utils.validation import validate_data
 from .._backend import NamespacePickling, array_module, check_dtype, make_rng, resolve_device, to_device, to_host
 from .._classes import check_length, check_targets, encode_labels, resolve_classes
 from .._gpu import check_precision, effective_precision
-from .._model import register_model
+from .._model import print_iteration, register_model
 from .._params import check_integer, check_number
-from .._updaters import Updater, make_updater
+from .._updaters import Updater, anneal_factor, make_updater
 from .._validation import check_features, check_finite_parameters, output_dtype
 from ..datasets import train_test_indices
 from . import _cd, _finetune
@@ -35,8 +37,6 @@ from ._dbn_seam import DBNSeam
 from ._rbm import RBM, VISIBLE_UNITS
 
 __all__ = ["DBN"]
-
-logger = logging.getLogger(__name__)
 
 # Hyperparameters a per-layer override may set (the rest are fixed by the DBN).
 # (``anneal_fraction`` is not one: it shapes ``RBM.fit``, and the DBN runs the passes itself.)
@@ -56,7 +56,11 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
     The fine-tuning defaults (100 epochs of SGD with momentum at 0.1, decaying as
     ``1 / (1 + 0.1 t)``, dropout 0.3 on the hidden units) were tuned on a validation split
     of the digits (see the README): a 64-256-256 DBN then beats a plain
-    ``MLPClassifier((256, 256))``.
+    ``MLPClassifier((256, 256))``.  So that a fit of a few epochs over many rows (where the
+    per-epoch decay has barely begun) does as well, :meth:`fit` lowers the fine-tuning rate
+    linearly to zero over the last half of its updates, and dropout grows from 0 over the
+    first 10 epochs (see ``finetune_anneal_fraction``, ``finetune_dropout_ramp_epochs`` and
+    docs/quality.md).
 
     Parameters
     ----------
@@ -77,8 +81,23 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         The fine-tuning learning rate of pass ``t`` (counted from 0: epochs of :meth:`fit`,
         calls of :meth:`train_partition`, or the distributed trainer's epoch, which it sets
         with ``set_schedule_epoch``) is ``finetune_learning_rate / (1 + decay * t)``.
+    finetune_anneal_fraction : float in [0, 1]
+        :meth:`fit` (and :meth:`finetune`) multiply that rate by a factor that is 1 for the first
+        ``1 - finetune_anneal_fraction`` of the planned fine-tuning updates, then falls linearly
+        towards 0 (0: no anneal).  The decay above counts epochs, whatever their size: a few epochs
+        over many rows leave the rate near its start, and with dropout's noise the net ends
+        unsettled (see docs/quality.md).  :meth:`train_partition`, which does not know how many
+        passes follow, keeps the factor 1.
     finetune_dropout : float
         Fraction of hidden units dropped (inverted dropout) in each fine-tuning minibatch.
+    finetune_dropout_ramp_epochs : float
+        In :meth:`fit` (and :meth:`finetune`) the fraction dropped grows linearly from 0 to
+        ``finetune_dropout`` over this many fine-tuning epochs (counted as the decay counts them;
+        0: ``finetune_dropout`` from the start).  Dropout guards against overfitting, which comes
+        with repeated passes over the same rows; in the first passes it only slows the fit
+        ("curriculum dropout", Morerio et al., 2017).  Like the anneal it belongs to a planned fit:
+        measured without the anneal it gains nothing, so :meth:`train_partition` (the distributed
+        trainer's steps, tuned on their own) drops ``finetune_dropout`` from the start.
     finetune_updater : {"sgd", "adagrad", "adam"}
         The fine-tuning updater.
     l2 : float
@@ -87,8 +106,13 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         Hold out ``validation_fraction`` of the labelled rows (stratified) and stop
         fine-tuning after ``n_iter_no_change`` epochs without a better validation
         accuracy; the best weights are kept.
-    device, dtype, precision, random_state, verbose
+    device, dtype, precision, random_state
         As for :class:`~rbm.RBM` (``precision`` applies to pretraining and fine-tuning alike).
+    verbose : int
+        When > 0, :meth:`fit` (and :meth:`pretrain`, :meth:`finetune`) print a line per pass to
+        stdout: ``[DBN rbm0] Iteration 1, reconstruction error = 0.012345, time = 1.23s`` for each
+        layer's passes (named as :meth:`phases`), ``[DBN finetune] Iteration 1, loss = 0.123456,
+        time = 0.52s`` for fine-tuning (with ``, validation score = 0.9812`` under early stopping).
 
     Attributes
     ----------
@@ -110,7 +134,9 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         finetune_momentum: float = 0.9,
         finetune_epochs: int = 100,
         finetune_lr_decay: float = 0.1,
+        finetune_anneal_fraction: float = 0.5,
         finetune_dropout: float = 0.3,
+        finetune_dropout_ramp_epochs: float = 10.0,
         finetune_updater: str = "sgd",
         l2: float = 1e-4,
         early_stopping: bool = False,
@@ -132,7 +158,9 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         self.finetune_momentum = finetune_momentum
         self.finetune_epochs = finetune_epochs
         self.finetune_lr_decay = finetune_lr_decay
+        self.finetune_anneal_fraction = finetune_anneal_fraction
         self.finetune_dropout = finetune_dropout
+        self.finetune_dropout_ramp_epochs = finetune_dropout_ramp_epochs
         self.finetune_updater = finetune_updater
         self.l2 = l2
         self.early_stopping = early_stopping
@@ -162,7 +190,9 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         check_number("validation_fraction", self.validation_fraction, 0.0, 1.0, low_open=True)
         check_number("finetune_momentum", self.finetune_momentum, 0.0, 1.0)
         check_number("finetune_lr_decay", self.finetune_lr_decay, 0.0)
+        check_number("finetune_anneal_fraction", self.finetune_anneal_fraction, 0.0, 1.0, high_open=False)
         check_number("finetune_dropout", self.finetune_dropout, 0.0, 1.0)
+        check_number("finetune_dropout_ramp_epochs", self.finetune_dropout_ramp_epochs, 0.0)
         check_number("l2", self.l2, 0.0)
         self._make_updater()  # validates finetune_updater
         if self.visible not in VISIBLE_UNITS:
@@ -300,8 +330,22 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         params["out.W"], params["out.b"] = self._out_W, self._out_b
         return params
 
-    def _finetune_pass(self, data: Any, labels: Any, rng: np.random.Generator) -> float:
-        """One shuffled epoch of backprop on device arrays; returns the mean cross-entropy."""
+    def _dropout(self, epoch: float | None) -> float:
+        """The dropout rate of fine-tuning epoch ``epoch`` of a fit (counted from 0, as the decay counts);
+        ``None`` (:meth:`train_partition`): ``finetune_dropout``."""
+        ramp = float(self.finetune_dropout_ramp_epochs)
+        if epoch is None or ramp == 0:
+            return float(self.finetune_dropout)
+        return float(self.finetune_dropout) * min(1.0, epoch / ramp)
+
+    def _finetune_pass(self, data: Any, labels: Any, rng: np.random.Generator,
+                       planned: tuple[int, int] | None = None) -> float:
+        """One shuffled epoch of backprop on device arrays; returns the mean cross-entropy.
+
+        ``planned = (done, total)`` when this is epoch ``done + 1`` of ``total`` planned ones
+        (:meth:`fit`): the rate is then annealed over the last ``finetune_anneal_fraction``, and
+        dropout ramped over the first ``finetune_dropout_ramp_epochs``.
+        """
         xp = self._xp
         n = int(data.shape[0])
         order = to_device(rng.permutation(n), xp)
@@ -312,10 +356,12 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         total = xp.zeros((), dtype=self._dtype)
         decay = 1.0 + self.finetune_lr_decay * self._schedule_passes(self._finetune_epochs_done)
         scale = getattr(self, "_learning_rate_scale", 1.0)  # set by the distributed trainer
-        self._updater.learning_rate = self.finetune_learning_rate / decay * scale
-        dropout = float(self.finetune_dropout)
+        learning_rate = self.finetune_learning_rate / decay * scale
+        anneal = self.finetune_anneal_fraction
+        dropout = self._dropout(None if planned is None else self._schedule_passes(self._finetune_epochs_done))
         generator = _cd.device_generator(rng, xp) if dropout else None
         for start in range(0, n, self.batch_size):
+            self._updater.learning_rate = learning_rate * anneal_factor(planned, start / n, anneal)
             rows = order[start : start + self.batch_size]
             inputs, activations = _finetune.forward(xp.take(data, rows, axis=0), weights, biases, dropout, generator,
                                                     getattr(self, "_precision", "float32"))
@@ -350,10 +396,12 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
     def _pretrain(self, X: np.ndarray) -> None:
         data = to_device(X, self._xp)
         for k, layer in enumerate(self.layers_):
-            for _ in range(layer.n_iter):
+            for done in range(layer.n_iter):
+                started = time.perf_counter()
                 loss = layer._partition_pass(data, self._rng)  # as train_partition's rbmK phases
-            if self.verbose and layer.n_iter:
-                logger.info("DBN layer %d pretrained: reconstruction error %.6f", k, loss)
+                if self.verbose:
+                    print_iteration(f"DBN rbm{k}", done + 1, f"reconstruction error = {loss:.6f}",
+                                    time.perf_counter() - started)
             data = layer._mean_hiddens(data) if k + 1 < len(self.layers_) else None
 
     def fit(self, X: Any, y: Any) -> "DBN":
@@ -384,14 +432,17 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         data, targets = to_device(X[train], self._xp), to_device(indices[train], self._xp)
         best_score, best_params, stale = -1.0, None, 0
         for epoch in range(self.finetune_epochs):
-            loss = self._finetune_pass(data, targets, self._rng)
-            if valid is None:
-                if self.verbose:
-                    logger.info("DBN fine-tuning epoch %d: cross-entropy %.5f", epoch + 1, loss)
+            started = time.perf_counter()
+            loss = self._finetune_pass(data, targets, self._rng, planned=(epoch, self.finetune_epochs))
+            score = None
+            if valid is not None:
+                score = float(np.mean(self._predict_index(to_device(X[valid], self._xp)) == indices[valid]))
+            if self.verbose:  # the loss is the mean training cross-entropy, as in MLPClassifier's lines
+                validation = "" if score is None else f", validation score = {score:.4f}"
+                seconds = time.perf_counter() - started
+                print_iteration("DBN finetune", epoch + 1, f"loss = {loss:.6f}{validation}", seconds)
+            if score is None:
                 continue
-            score = float(np.mean(self._predict_index(to_device(X[valid], self._xp)) == indices[valid]))
-            if self.verbose:
-                logger.info("DBN fine-tuning epoch %d: cross-entropy %.5f, validation accuracy %.4f", epoch + 1, loss, score)
             if score > best_score:
                 best_score, best_params, stale = score, self.parameters("finetune"), 0
             else:

@@ -119,22 +119,23 @@ class RBMInference:
         if self.visible == "gaussian":
             return -self.free_energy(X)
         data, out_dtype = self._inputs(X)
-        n_features = data.shape[1]
-        columns = self._flip_columns(data.shape[0], n_features)
+        columns = self._flip_columns(data.shape[0], data.shape[1])
+        return self._map_rows(data, lambda v, rows: self._pseudo_likelihood(v, columns[rows]), out_dtype)
 
-        def pseudo_likelihood(v: Any, rows: slice) -> Any:
-            xp = self._xp
-            flip = to_device(columns[rows], xp)
-            picked = v[xp.arange(v.shape[0]), flip]
-            delta = 1.0 - 2.0 * picked  # how much v_j changes when flipped
-            total = v @ self._W
-            total += self._hbias
-            flipped = total + delta[:, None] * xp.take(self._W, flip, axis=0)
-            # F(v') - F(v) without forming either free energy (no cancellation of large terms).
-            gap = -delta * xp.take(self._vbias, flip) - (xp.logaddexp(0, flipped) - xp.logaddexp(0, total)).sum(axis=1)
-            return -n_features * xp.logaddexp(0, -gap)
-
-        return self._map_rows(data, pseudo_likelihood, out_dtype)
+    def _pseudo_likelihood(self, v: Any, columns: np.ndarray) -> Any:
+        """``n_features * log sigmoid(F(v') - F(v))`` per row of device rows ``v`` (n, n_features),
+        ``v'`` being ``v`` with unit ``columns[i]`` of row ``i`` flipped; shape (n,)."""
+        xp = self._xp
+        n_features = v.shape[1]
+        flip = to_device(columns, xp)
+        picked = v[xp.arange(v.shape[0]), flip]
+        delta = 1.0 - 2.0 * picked  # how much v_j changes when flipped
+        total = v @ self._W
+        total += self._hbias
+        flipped = total + delta[:, None] * xp.take(self._W, flip, axis=0)
+        # F(v') - F(v) without forming either free energy (no cancellation of large terms).
+        gap = -delta * xp.take(self._vbias, flip) - (xp.logaddexp(0, flipped) - xp.logaddexp(0, total)).sum(axis=1)
+        return -n_features * xp.logaddexp(0, -gap)
 
     def _flip_columns(self, n_samples: int, n_features: int) -> np.ndarray:
         """The unit flipped in each row by :meth:`score_samples`, shape (n_samples,)."""

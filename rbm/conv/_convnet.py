@@ -14,6 +14,7 @@ never exchanged.
 from __future__ import annotations
 
 import logging
+import time
 from types import ModuleType
 from typing import Any, Sequence
 
@@ -25,7 +26,7 @@ from sklearn.utils.validation import validate_data
 from .._backend import NamespacePickling, array_module, check_dtype, make_rng, resolve_device, to_device, to_host
 from .._classes import check_length, check_targets, encode_labels, resolve_classes
 from .._gpu import check_precision, effective_precision
-from .._model import register_model
+from .._model import print_iteration, register_model
 from .._params import check_integer, check_number
 from .._updaters import Updater, make_updater
 from .._validation import DivergenceError, check_features, check_finite_parameters
@@ -78,7 +79,8 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
     random_state : int, Generator or None
         Seeds initialization, shuffling and dropout: the same seed gives the same net.
     verbose : bool
-        Log the loss of every epoch at INFO level.
+        :meth:`fit` prints a line per epoch to stdout, ``[ConvNet] Iteration 1, loss = 0.123456,
+        time = 3.21s`` (the mean training cross-entropy, as scikit-learn's ``MLPClassifier``).
 
     Attributes
     ----------
@@ -250,8 +252,11 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
         check_length(labels, len(X))
         X = self._initialize_from(X, resolve_classes(labels))
         indices = encode_labels(labels, self.classes_, len(X))
-        for _ in range(self.epochs):
-            self._epoch(X, indices, self._rng)
+        for epoch in range(self.epochs):
+            started = time.perf_counter()
+            loss = self._epoch(X, indices, self._rng)
+            if self.verbose:
+                print_iteration("ConvNet", epoch + 1, f"loss = {loss:.6f}", time.perf_counter() - started)
         return self
 
     def partial_fit(self, X: Any, y: Any, classes: Any = None) -> "ConvNet":
@@ -345,7 +350,7 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
         if not np.isfinite(mean_loss):
             raise DivergenceError("ConvNet training loss became NaN or Inf; lower the learning rate or check the input scaling")
         self.loss_curve_.append(mean_loss)
-        logger.log(logging.INFO if self.verbose else logging.DEBUG, "epoch %d: loss %.4f", len(self.loss_curve_), mean_loss)
+        logger.debug("epoch %d: loss %.4f", len(self.loss_curve_), mean_loss)
         return mean_loss
 
 

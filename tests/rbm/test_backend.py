@@ -85,6 +85,30 @@ def test_bernoulli_sampling_into_a_buffer_has_the_requested_frequencies():
     np.testing.assert_allclose(out.mean(axis=0), [0.0, 0.1, 0.5, 0.9, 1.0], atol=0.01)
 
 
+class UniformsOnly:
+    """A generator offering only ``random(out=, dtype=)``, as cupy's does: the samplers' other path."""
+
+    def __init__(self, seed: int) -> None:
+        self._generator = np.random.default_rng(seed)
+
+    def random(self, size=None, dtype=np.float64, out=None):
+        return self._generator.random(size, dtype=dtype, out=out)
+
+
+@pytest.mark.parametrize("make_generator", [lambda: np.random.Generator(np.random.SFC64(4)), lambda: UniformsOnly(4)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sampling_from_total_inputs_or_negated_probabilities_gives_the_very_samples_of_their_sigmoid(
+        make_generator, dtype):
+    # The PCD step's shortcuts: x -> samples of sigmoid(x) in place, and samples of p from the -p it keeps.
+    x = np.random.default_rng(0).normal(0, 4, (1000, 1001)).astype(dtype)  # enough to tell 65536 from 65535
+    reference = _cd.sample_bernoulli_(make_generator(), _cd.sigmoid_(x.copy()), np.empty_like(x))
+    assert 0.3 < reference.mean() < 0.7
+    fused = _cd.sample_sigmoid_(make_generator(), x.copy(), np.empty_like(x))
+    np.testing.assert_array_equal(fused, reference)
+    minus_p = _cd.sigmoid_(x.copy(), negate=True)
+    np.testing.assert_array_equal(_cd.sample_bernoulli_(make_generator(), minus_p, np.empty_like(x), negated=True), reference)
+
+
 def test_sampling_generators_are_seeded_from_the_model_generator():
     first = _cd.device_generator(np.random.default_rng(3), np).random(5)
     second = _cd.device_generator(np.random.default_rng(3), np).random(5)

@@ -4,6 +4,7 @@ reproducibility, input forms, updaters and the errors users meet."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -192,6 +193,17 @@ def test_partial_fit_returns_self_and_keeps_training_the_same_weights(digits8):
     assert net.partial_fit(X[200:400], y[200:400]) is net
     assert len(net.loss_curve_) == 2
     assert not np.array_equal(net.parameters()["dense0.W"], weights)
+
+
+def test_verbose_fit_prints_a_line_per_epoch_with_its_loss_and_nothing_without_it(digits8, capsys):
+    X, y, _, _ = digits8
+    small_net().fit(X[:200], y[:200])
+    assert capsys.readouterr().out == ""
+    net = small_net(verbose=True).fit(X[:200], y[:200])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2, lines
+    for epoch, (line, loss) in enumerate(zip(lines, net.loss_curve_), start=1):
+        assert re.fullmatch(rf"\[ConvNet\] Iteration {epoch}, loss = {loss:.6f}, time = \d+\.\d\ds", line), line
 
 
 def test_the_seam_builds_replicas_exchanges_parameters_and_trains_partitions(digits8):

@@ -88,6 +88,20 @@ def test_the_gpu_branch_learns_the_same_rbm_as_the_cpu_branch_from_the_same_draw
     assert np.abs(cpu["W"]).max() > 0.1  # it learned something
 
 
+@pytest.mark.parametrize("settings", [{"persistent": False}, {"persistent": True},
+                                      {"persistent": True, "visible": "gaussian", "learning_rate": 0.01}],
+                         ids=["cd1", "pcd", "gaussian-pcd"])
+def test_the_gpu_branch_reports_the_same_reconstruction_error_as_the_cpu_branch(settings, digits):
+    # Persistent CD measures the mean-field reconstruction of the pass's last rows inside its step.
+    losses = []
+    for fused in (False, True):
+        with stand_in(fused=fused):
+            model = RBM(n_components=16, random_state=0, dtype=np.float64, **settings)
+            losses.append(model.train_partition(digits.X_train[:300], None, "rbm", np.random.default_rng(1))["loss"])
+    assert losses[0] > 0
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-12)
+
+
 @pytest.mark.parametrize("updater", ["sgd", "adam", "adagrad"])
 def test_the_gpu_branch_fine_tunes_the_same_dbn_as_the_cpu_branch(updater, digits):
     results = []
@@ -121,7 +135,9 @@ def test_the_stand_in_really_takes_the_fused_operations(monkeypatch, digits):
         monkeypatch.setattr(_reference.ReferenceOps, name,
                             lambda self, *a, _f=original, _n=name, **k: calls.append(_n) or _f(self, *a, **k))
     with stand_in():
-        DBN((8,), pretrain_epochs=1, finetune_epochs=1, random_state=0).fit(digits.X_train[:50], digits.y_train[:50])
+        # (no dropout ramp: the fit's one epoch drops the full share)
+        DBN((8,), pretrain_epochs=1, finetune_epochs=1, finetune_dropout_ramp_epochs=0, random_state=0).fit(
+            digits.X_train[:50], digits.y_train[:50])
     assert {"bias_sigmoid_sample_", "sigmoid_backward_", "sgd_step_", "dropout"} <= set(calls)
 
 

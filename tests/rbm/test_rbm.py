@@ -1,6 +1,5 @@
 """The RBM learns: against scikit-learn's BernoulliRBM on digits, and each training option does its job."""
 
-import logging
 import re
 
 import numpy as np
@@ -226,9 +225,47 @@ def test_replicas_of_one_spec_draw_their_gibbs_samples_from_each_partitions_gene
     assert not np.array_equal(first.h_samples_, other.h_samples_)
 
 
-def test_verbose_logs_each_pass_through_logging_also_for_sparse_input(caplog):
-    with caplog.at_level(logging.INFO, logger="rbm"):
-        RBM(n_components=2, batch_size=2, n_iter=2, verbose=True, random_state=0).fit(sp.csc_matrix([[0.0], [1.0]]))
-    lines = [record.getMessage() for record in caplog.records]
+VERBOSE_LINE = re.compile(r"\[BernoulliRBM\] Iteration (\d+), pseudo-likelihood = (-?\d+\.\d\d), time = \d+\.\d\ds")
+
+
+def test_verbose_fit_prints_bernoulli_rbms_line_per_pass_with_the_mean_pseudo_likelihood(capsys):
+    # The line scikit-learn's BernoulliRBM prints (its own test runs in test_sklearn_rbm_suite.py); on data of
+    # at most 2048 rows the number is score_samples(X).mean(), the same flipped units for an int random_state.
+    X = load_digits01().X_train[:300]
+    model = RBM(n_components=16, n_iter=3, verbose=1, random_state=0).fit(X)
+    lines = capsys.readouterr().out.splitlines()
+    assert [VERBOSE_LINE.fullmatch(line) is not None for line in lines] == [True] * 3, lines
+    assert [int(VERBOSE_LINE.fullmatch(line).group(1)) for line in lines] == [1, 2, 3]
+    assert float(VERBOSE_LINE.fullmatch(lines[-1]).group(2)) == pytest.approx(model.score_samples(X).mean(), abs=0.006)
+    once = RBM(n_components=16, n_iter=1, verbose=1, random_state=0).fit(X)
+    first = float(VERBOSE_LINE.fullmatch(capsys.readouterr().out.strip()).group(2))
+    assert first == pytest.approx(once.score_samples(X).mean(), abs=0.006)
+
+
+def test_verbose_output_leaves_what_the_fit_learns_unchanged_even_for_a_generator_seed(capsys):
+    X = load_digits01().X_train[:3000]  # more rows than the line's score uses
+    quiet = RBM(n_components=8, n_iter=2, random_state=np.random.default_rng(5)).fit(X)
+    assert capsys.readouterr().out == ""
+    loud = RBM(n_components=8, n_iter=2, verbose=True, random_state=np.random.default_rng(5)).fit(X)
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    np.testing.assert_array_equal(loud.components_, quiet.components_)
+
+
+def test_nothing_is_printed_without_verbose_nor_by_partial_fit_or_train_partition(capsys):
+    X = load_digits01().X_train[:100]
+    RBM(n_components=4, n_iter=2, random_state=0).fit(X)
+    loud = RBM(n_components=4, n_iter=2, verbose=True, random_state=0)
+    loud.partial_fit(X)  # as BernoulliRBM: only fit prints
+    loud.train_partition(X, None, "rbm", np.random.default_rng(0))  # an executor's pass: no stdout
+    assert capsys.readouterr().out == ""
+
+
+def test_verbose_with_gaussian_units_prints_the_reconstruction_error_and_sparse_input_its_score(capsys):
+    X = np.random.default_rng(0).normal(size=(50, 6))
+    RBM(n_components=3, n_iter=2, visible="gaussian", verbose=True, random_state=0).fit(X)
+    lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
-    assert re.fullmatch(r"\[RBM\] Iteration 2, reconstruction error = \d\.\d+, time = \d+\.\d\ds", lines[1])
+    assert re.fullmatch(r"\[GaussianBernoulliRBM\] Iteration 2, reconstruction error = \d+\.\d{6}, time = \d+\.\d\ds",
+                        lines[1])
+    RBM(n_components=2, batch_size=2, n_iter=1, verbose=True, random_state=0).fit(sp.csc_matrix([[0.0], [1.0]]))
+    assert VERBOSE_LINE.fullmatch(capsys.readouterr().out.strip())

@@ -153,6 +153,34 @@ def test_persistent_cd_step_averages_the_model_statistics_over_every_chain_whate
     assert np.all(chain[hk > 1 - 1e-9] == 1) and np.all(chain[hk < 1e-9] == 0)
 
 
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_measured_cd_step_returns_the_minibatchs_squared_reconstruction_error(persistent):
+    # CD-1: the one-step reconstruction from the sampled hiddens, which the step computes anyway; PCD, whose
+    # step reconstructs no data: the mean-field one, E[v | p(h | v0)], with the parameters before the update.
+    W, hbias, vbias = tiny_parameters(n_visible=6, n_hidden=4)
+    b = 5
+    rng = np.random.default_rng(3)
+    data = (rng.random((b, 6)) < 0.5).astype(np.float64)
+    errors = []
+    for measure_error in (True, False):
+        ws = _cd.Workspace(np, b, 6, 4, np.float64)
+        ws.V[:b] = data
+        chain = np.zeros((b, 4)) if persistent else None
+        velocity = tuple(np.zeros_like(a) for a in (W, hbias, vbias))
+        generator = np.random.Generator(np.random.SFC64(5))
+        parameters = (W.copy(), hbias.copy(), vbias.copy())  # updated in place by the step
+        errors.append(_cd.cd_step(ws, b, *parameters, velocity, generator, _cd.CDSettings(persistent=persistent),
+                                  0.1, 0.0, chain=chain, measure_error=measure_error))
+    h0 = 1 / (1 + np.exp(-(data @ W + hbias)))
+    if persistent:
+        hidden = h0
+    else:
+        hidden = _cd.sample_bernoulli_(np.random.Generator(np.random.SFC64(5)), h0, np.empty_like(h0))
+    reconstruction = 1 / (1 + np.exp(-(hidden @ W.T + vbias)))
+    assert errors[0] == pytest.approx(((data - reconstruction) ** 2).sum(), rel=1e-12)
+    assert np.isnan(errors[1])
+
+
 def test_gibbs_chains_sample_the_exact_model_distribution():
     W, hbias, vbias = tiny_parameters(n_visible=4, n_hidden=3, scale=1.0, seed=7)
     model = tiny_rbm(W, hbias, vbias)
