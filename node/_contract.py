@@ -29,7 +29,7 @@ __all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "AsyncOptions", "S
            "ModeOptions", "TaskSpec", "PartitionReport", "encode", "decode", "params_digest"]
 
 #: Bumped whenever a field of the contract changes meaning, appears or goes.
-CONTRACT_VERSION = 7
+CONTRACT_VERSION = 8
 
 T = TypeVar("T")
 
@@ -184,6 +184,10 @@ class PartitionReport:
     exchange through the store by design, ``sync`` and ``sharing``); ``endpoint`` is the
     node's advertised endpoint.  ``stolen`` marks a partition the node took from a slower peer's
     share (:mod:`node.modes._stealing`), ``data_read_bytes`` the training data it read from the store for it.
+    ``setup_s`` is what the node's task spent before the first partition it trained (starting the
+    node, taking the slot's partitions from memory or the store, entering the phase), of which
+    ``data_load_s`` taking the partitions; both 0 on the task's later reports (what the driver's
+    timings show: :mod:`node.driver._timings`).
     """
 
     node: str
@@ -216,6 +220,8 @@ class PartitionReport:
     endpoint: str = ""
     stolen: bool = False
     data_read_bytes: int = 0
+    setup_s: float = 0.0
+    data_load_s: float = 0.0
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-able dict (the metrics record)."""

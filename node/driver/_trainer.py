@@ -68,6 +68,9 @@ class Trainer:
         The last run's id.
     history_ : list of dict
         One summary per epoch of the last fit.
+    timings_ : dict
+        Where the last fit's time went: ``{"total_s": ..., "steps": [...]}``, the driver's steps in
+        order with their seconds, an epoch's with its nodes' share (see :mod:`node.driver._timings`).
     """
 
     def __init__(self, spark: SparkSession | None = None, store_url: str | None = None,
@@ -83,6 +86,7 @@ class Trainer:
         self._key = key
         self.run_id_: str | None = None
         self.history_: list[dict[str, Any]] = []
+        self.timings_: dict[str, Any] = {}
 
     @property
     def spark(self) -> SparkSession:
@@ -122,6 +126,7 @@ class Trainer:
         try:
             return fit.run()
         finally:
+            self.timings_ = fit.timings.to_dict()
             # py4j ties every Java object to the methods called on it in a reference cycle, so the
             # fit's RDDs -- its training data among them -- stayed in the driver's JVM until Python's
             # cyclic collector ran, which a numpy-heavy driver puts off: each fit of digits28 left

@@ -8,6 +8,7 @@ through, write N calls ``on_crash`` (raise, or SIGKILL the process) before anyth
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 import rbm
@@ -59,10 +60,13 @@ class CrashingStore(storage.Store):
         self.crash_at = crash_at
         self.on_crash = on_crash
         self.writes: list[str] = []
+        self._counting = threading.Lock()  # the driver writes a fit's training partitions from several threads
 
     def _before_write(self, path: str) -> None:
-        self.writes.append(path)
-        if self.crash_at is not None and len(self.writes) == self.crash_at:
+        with self._counting:
+            self.writes.append(path)
+            crash = self.crash_at is not None and len(self.writes) == self.crash_at
+        if crash:
             self.on_crash(path)
 
     def write_bytes(self, path: str, data: bytes) -> None:

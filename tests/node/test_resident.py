@@ -12,6 +12,7 @@ from node._contract import NodeConfig
 from node.data._prepare import encode_block, summarize_block
 from node._errors import TrainingError
 from node.driver._fit_jobs import FitJobs
+from node.driver._timings import FitTimings
 from node.executor._resident import NodeData, write_partition
 from node.run._work_folders import blocks_folder
 
@@ -87,17 +88,25 @@ def test_a_stored_partition_whose_content_was_replaced_fails_the_task_naming_the
         NodeData(store, config_for(store_url), "node-a").slot([0])
 
 
+def fit_jobs(spark, store_url: str, prepared) -> FitJobs:
+    """A FitJobs of the slots and the stored partitions only: no training job starts."""
+    fit = FitJobs.__new__(FitJobs)
+    fit.sc, fit._nodes, fit.run_id, fit._slots, fit._stored = spark.sparkContext, 2, "r1", None, False
+    fit.node_config, fit.store, fit.prepared, fit._timings = config_for(store_url), storage.open_store(store_url), \
+        prepared, FitTimings()
+    return fit
+
+
 def test_the_fits_first_job_stores_every_partition_and_every_job_carries_only_the_slots_numbers(spark, store,
                                                                                                  store_url):
     elements = [(index, summarize_block(index, *partition(index), max_classes=10), encode_block(*partition(index)))
                 for index in range(5)]
     jobs, cached = [], spark.sparkContext.parallelize(elements, 5).cache()
-    fit = FitJobs.__new__(FitJobs)  # the slots and the stored partitions only: no training job starts
-    fit.sc, fit._nodes, fit.run_id, fit._slots = spark.sparkContext, 2, "r1", None
-    fit.node_config = config_for(store_url)
-    fit.prepared = SimpleNamespace(rows_per_partition=[3] * 5, blocks=cached, unpersist=cached.unpersist)
+    fit = fit_jobs(spark, store_url, SimpleNamespace(rows_per_partition=[3] * 5, blocks=cached, held=None,
+                                                     unpersist=cached.unpersist))
     fit._progress = SimpleNamespace(run_job=lambda rdd, description, partitions: jobs.append(rdd.collect()))
     for _job in range(3):
+        fit.store_partitions()
         slots = fit._dealt()
         assert slots == ((0, 2, 4), (1, 3))
         assert fit._slot_numbers.glom().collect() == [[0], [1]]  # the slot's number, not its data
@@ -105,3 +114,34 @@ def test_the_fits_first_job_stores_every_partition_and_every_job_carries_only_th
     assert not cached.is_cached  # ... and Spark's copy dropped
     blocks = NodeData(store, config_for(store_url), "node-a").slot([0, 2, 4])
     assert [(index, X[0, 0]) for index, X, _y in blocks] == [(0, 0), (2, 2), (4, 4)]
+
+
+def test_partitions_the_driver_holds_are_stored_by_the_driver_as_the_spark_job_stores_them(spark, tmp_path):
+    by_spark, by_driver = ("file://" + str(tmp_path / name) for name in ("by-spark", "by-driver"))
+    elements = [(index, summarize_block(index, *partition(index), max_classes=10), encode_block(*partition(index)))
+                for index in range(3)]
+    cached = spark.sparkContext.parallelize(elements, 3).cache()
+    spark_fit = fit_jobs(spark, by_spark, SimpleNamespace(rows_per_partition=[3] * 3, blocks=cached, held=None,
+                                                          unpersist=cached.unpersist))
+    spark_fit._progress = SimpleNamespace(run_job=lambda rdd, description, partitions: rdd.collect())
+    spark_fit.store_partitions()
+
+    dropped = []
+    held = [(index, *partition(index)) for index in range(3)]
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("driver-stores", "partitions the driver holds")
+    try:
+        driver_fit = fit_jobs(spark, by_driver, SimpleNamespace(rows_per_partition=[3] * 3, blocks=None, held=held,
+                                                                unpersist=lambda: dropped.append(True)))
+        driver_fit.store_partitions()
+        driver_fit.store_partitions()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert tracker.getJobIdsForGroup("driver-stores") == []  # no Spark job: the driver wrote them
+    assert dropped == [True]  # once, and the driver's copy dropped
+    folder = blocks_folder("r1", "f" * 32)
+    names = sorted(storage.open_store(by_driver).list(folder))
+    assert names == sorted(storage.open_store(by_spark).list(folder)) and len(names) == 3  # same signed names
+    for index, X, y in NodeData(storage.open_store(by_driver), config_for(by_driver), "node-a").slot([2, 0, 1]):
+        assert np.array_equal(X, partition(index)[0]) and np.array_equal(y, partition(index)[1])
+    assert [step.name for step in driver_fit._timings.steps] == ["store the training partitions"]
