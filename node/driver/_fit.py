@@ -1,10 +1,11 @@
 """One fit: the run, its store, record, lease, prepared data (:mod:`node.driver._fit_data`), key and Spark handles.
 
 :class:`Fit` is what :meth:`node.Trainer.fit` does, as an object: constructing it starts
-nothing; :meth:`Fit.run` checks the data on the driver, takes the run's lease, writes or resumes
-the run record, completes every phase in order (its training mode runs the epochs), saves the
-model and marks the run done -- and in ``finally`` cancels its Spark jobs, stops its nodes and
-drops its broadcasts and cached data.
+nothing; :meth:`Fit.run` starts Spark's Python workers, takes the run's lease, checks the data on
+the driver, writes or resumes the run record, stores the training partitions, completes every
+phase in order (its training mode runs the epochs), saves the model and marks the run done -- and
+in ``finally`` cancels its Spark jobs, stops its nodes and drops its broadcasts, the data it held
+and the partitions it stored.  Each step is timed (:mod:`node.driver._timings`).
 
 Crash consistency (see :mod:`node.run._record`): a phase is completed from what is stored, in one
 idempotent step.  A phase whose result is stored and verifies is loaded; one whose epochs all
@@ -31,7 +32,7 @@ import storage
 from .._contract import NodeConfig, PartitionReport, params_digest
 from .._errors import TrainingError, short_error
 from ..data import PreparedData, filled_partitions
-from ..executor import start_worker_task
+from ..executor import block_sink, start_worker_task
 from ..modes import max_learning_rate_factor, mode_named
 from ..run import (STALE_TEMPORARY_S, DriverLease, RunRecord, open_checked_store, remove_work_folders, resolve_run_key,
                    sweep_temporaries)
@@ -94,6 +95,7 @@ class Fit:
         self.reachability = ReachabilityWatch()
         self.timings = FitTimings()  # where the fit's time goes (node.driver._timings)
         self._workers: SparkJob | None = None  # the job that starts Spark's Python workers (_start_workers)
+        self._stores_data = False  # this fit may have stored training partitions (removed when it ends)
 
     # ------------------------------------------------------------------ the whole fit
     def run(self) -> Any:
@@ -120,9 +122,12 @@ class Fit:
                 # Earlier fits' claims and stored partitions (node.run._work_folders), before this fit stores its own.
                 remove_work_folders(self.store, self.run_id)
                 self.timings.add("store and lease", began, self.timings.now_s() - began)
+                self._stores_data = True
                 self.prepared, self.validation = prepare_fit_data(
                     self.spark, settings, self.model, self.spec, self.data, self.y, nodes=self.nodes,
-                    require_labels=any(not phase.startswith("rbm") for phase in self.phases), timings=self.timings)
+                    require_labels=any(not phase.startswith("rbm") for phase in self.phases), timings=self.timings,
+                    sink=block_sink(self.store_url, settings.store_retry_timeout_s, self.key, self.run_id,
+                                    self.fit_id))
                 return self._run_leased(previous)
         finally:
             with self.timings.step("cleanup"):
@@ -388,7 +393,7 @@ class Fit:
             logger.error("could not mark run %s failed in the store: %s", self.run_id, store_error)
 
     def _close(self) -> None:
-        """Cancel this fit's Spark jobs, stop its nodes, drop its broadcasts and cached data."""
+        """Cancel this fit's Spark jobs, stop its nodes, drop its broadcasts, held data and stored partitions."""
         workers = self._workers
         if workers is not None and workers.seconds is not None:
             self.timings.add("start the Python workers", workers.started - self.timings.origin, workers.seconds,
@@ -398,7 +403,7 @@ class Fit:
             self.watch.close()
         if self.jobs is not None:
             self.jobs.close()
-        if self.record is not None:  # this fit's claims and partitions, when it got as far as writing any
+        if self._stores_data:  # this fit's claims and partitions, when it got as far as writing any
             self._remove_work_folders()
         if self.prepared is not None:
             self.prepared.unpersist()

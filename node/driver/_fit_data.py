@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 import rbm
 
 from .._errors import InputDataError
-from ..data import DataOptions, PreparedData, check_model_input, count_rows, prepare_training_data
+from ..data import BlockSink, DataOptions, PreparedData, check_model_input, count_rows, prepare_training_data
 from ..modes import mode_named
 from ..watch import ValidationSet, hold_out_validation
 from ._settings import TrainingSettings
@@ -38,11 +38,13 @@ def fit_partitions(settings: TrainingSettings, nodes: int, batch_size: int | Non
 
 
 def prepare_fit_data(spark: SparkSession, settings: TrainingSettings, model: Any, spec: dict, data: Any, y: Any, *,
-                     nodes: int, require_labels: bool,
-                     timings: FitTimings | None = None) -> tuple[PreparedData, ValidationSet | None]:
+                     nodes: int, require_labels: bool, timings: FitTimings | None = None,
+                     sink: BlockSink | None = None) -> tuple[PreparedData, ValidationSet | None]:
     """Checked partitions and the validation set; ``model`` initialized for the data.
 
     ``timings``: the fit's, given the steps ``validation hold-out``, ``data check`` and ``model check``.
+    ``sink``: where data Spark reads is stored for the fit's nodes, by the job that checks it
+    (numpy rows stay on the driver: :meth:`node.driver.FitJobs.store_partitions`).
 
     Raises
     ------
@@ -60,7 +62,7 @@ def prepare_fit_data(spark: SparkSession, settings: TrainingSettings, model: Any
             partitions=fit_partitions(settings, nodes, spec.get("batch_size"), data),
             features_col=settings.features_col, label_col=settings.label_col,
             classes=None if fixed is None else np.asarray(fixed), require_labels=require_labels,
-            shuffle_seed=settings.seed if settings.shuffle else None, max_classes=settings.max_classes))
+            shuffle_seed=settings.seed if settings.shuffle else None, max_classes=settings.max_classes, sink=sink))
     try:
         with timings.step("model check"):
             _check_model(model, spec, prepared)

@@ -6,10 +6,10 @@ phase (:meth:`FitJobs.begin_phase`, :meth:`FitJobs.end_phase`) and to clean up (
 
 Every training job runs one Spark task per node.  The partitions that hold data are dealt to
 the nodes once per fit (:func:`deal_partitions`: each node's *slot*), and before the fit's first
-training job every partition is written to the store (:meth:`FitJobs.store_partitions`,
-:mod:`node.executor._resident`): by the driver when it holds them (numpy arrays), else by one
-Spark job over Spark's cached copy, which is dropped then.  A job's RDD is the slots' numbers
-only, and each node takes its slot's partitions from its memory or the store.
+training job every partition is in the store (:mod:`node.executor._resident`): the driver writes
+the numpy rows it holds (:meth:`FitJobs.store_partitions`); other data was stored by the job that
+read and checked it.  A job's RDD is the slots' numbers only, and each node takes its slot's
+partitions from its memory or the store.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import numpy as np
 import storage
 
 from .._contract import ModeOptions, NodeConfig, TaskSpec, encode, params_digest
-from .._errors import short_error
+from .._errors import TrainingError, short_error
 from ..data import PreparedData, filled_partitions
-from ..executor import release_run_task, run_training_task, write_partition, write_partitions_task
+from ..executor import release_run_task, run_training_task, write_partition
 from ..run import RunRecord
 from ._progress import EpochProgress
 from ._settings import TrainingSettings
@@ -61,7 +61,7 @@ class FitJobs:
     nodes : int
         Tasks per training job.
     prepared : PreparedData
-        The fit's checked, cached partitions.
+        The fit's checked partitions (held on the driver, or stored by the job that read them).
     node_config : NodeConfig
         What every task of the fit carries.
     record : RunRecord
@@ -167,23 +167,27 @@ class FitJobs:
             broadcast.destroy()
 
     def store_partitions(self) -> None:
-        """Write every training partition to the store under its signed name, once per fit, and drop the
-        prepared copy: the driver writes the partitions it holds (numpy arrays) itself, the rest is
-        written by one Spark job over Spark's cached copy (the phase's progress bar shows it)."""
+        """Have every training partition in the store under its signed name, once per fit: the driver writes
+        the numpy rows it holds, and drops them; other data was stored by the job that read it.
+
+        Raises
+        ------
+        TrainingError
+            The prepared data is neither held nor stored (prepared without the fit's block sink).
+        """
         if self._stored:
             return
-        with self._timings.step("store the training partitions"):
-            if self.prepared.held is not None:
+        if self.prepared.held is not None:
+            with self._timings.step("store the training partitions"):
                 with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="sparkdbn-store-partition") as pool:
                     written = sum(pool.map(lambda block: write_partition(self.store, self.node_config, *block),
                                            self.prepared.held))
                 logger.info("run %s: the driver stored %d training partitions (%.1f MB)", self.run_id,
                             len(self.prepared.held), written / 1e6)
-            else:
-                job = self.prepared.blocks.mapPartitions(
-                    functools.partial(write_partitions_task, encode(self.node_config)))
-                self._progress.run_job(job, f"{self.run_id} store the training partitions", 0)
-            self.prepared.unpersist()
+                self.prepared.unpersist()
+        elif not self.prepared.stored:
+            raise TrainingError(f"run {self.run_id}: the training data ({self.prepared.source}) was prepared "
+                                "without the fit's block sink: its partitions are neither held nor stored")
         self._stored = True
 
     # ------------------------------------------------------------------ helpers

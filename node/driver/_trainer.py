@@ -3,8 +3,9 @@
 :class:`Trainer` trains any model with the trainable seam (see :class:`rbm.TrainableModel`) on
 Spark with one decentralized node per executor Python worker:
 
-1. checks the store is reachable and the data fits the model, on the driver, with one Spark
-   aggregation (widths, NaN/Inf, the visible units' input range, the class set);
+1. checks the store is reachable and the data fits the model, on the driver (numpy arrays) or with
+   one Spark job that also stores the partitions for the nodes (widths, NaN/Inf, the visible
+   units' input range, the class set);
 2. takes the run's lease (one driver per run) and writes ``runs/<run>/run.json``, or resumes it;
 3. completes every phase in order: its training mode runs the epochs as Spark jobs, then the
    newest snapshots of the nodes of the last epoch are consolidated into the phase result that

@@ -8,9 +8,9 @@
 
 from ._network import check_host_settings, is_local_master
 from ._node import ExecutorNode
-from ._resident import NodeData, write_partition, write_partitions_task
+from ._resident import NodeData, block_sink, write_partition
 from ._tasks import release_run_task, run_training_task, start_worker_task
 from ._worker_heap import settle_worker_heap
 
-__all__ = ["check_host_settings", "is_local_master", "ExecutorNode", "NodeData", "write_partition", "write_partitions_task",
+__all__ = ["check_host_settings", "is_local_master", "ExecutorNode", "NodeData", "block_sink", "write_partition",
            "release_run_task", "run_training_task", "settle_worker_heap", "start_worker_task"]

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import node
-from node.data._prepare import DataOptions, check_model_input, prepare_training_data
+import storage
+from node.data import DataOptions, check_model_input, filled_partitions, prepare_training_data
+from node.executor._resident import NodeData, block_sink
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +40,7 @@ def test_numpy_rows_are_split_and_summarized_on_the_driver_without_a_spark_job(s
     prepared, jobs = no_jobs_in(spark, "numpy-on-the-driver", lambda: prepare_training_data(
         spark, X, y, DataOptions(partitions=4, shuffle_seed=3)))
     assert jobs == []
-    assert prepared.blocks is None and [index for index, *_ in prepared.held] == [0, 1, 2, 3]
+    assert not prepared.stored and [index for index, *_ in prepared.held] == [0, 1, 2, 3]
     ids = np.concatenate([X_part[:, 0] for _index, X_part, _y in prepared.held]) * len(X)
     assert sorted(np.rint(ids).astype(int)) == list(range(len(X)))  # every row once, shuffled
     assert not np.array_equal(np.rint(ids).astype(int), np.arange(len(X)))
@@ -81,3 +84,22 @@ def test_numpy_rows_with_nan_or_too_many_labels_are_refused_naming_where(spark):
         prepare_training_data(spark, X, y, DataOptions(partitions=2))
     with pytest.raises(node.InputDataError, match=r"partition 0 alone has 20 distinct labels, more than max_classes=5"):
         prepare_training_data(spark, numbered_rows(rows=40)[0], np.arange(40), DataOptions(partitions=2, max_classes=5))
+
+
+def test_a_dataframes_partitions_are_read_checked_and_stored_by_one_job_through_arrow(spark, tmp_path):
+    X, y = numbered_rows(rows=60)
+    rows = [(row.tolist(), int(label)) for row, label in zip(X, y)]
+    frame = spark.sparkContext.parallelize(rows, 3).toDF(["features", "label"])  # 3 partitions: no shuffle
+    store_url = "file://" + str(tmp_path / "store")
+    sink = block_sink(store_url, 5.0, b"k" * 32, "r1", "f" * 32)
+    prepared, jobs = no_jobs_in(spark, "dataframe-in-one-job", lambda: prepare_training_data(
+        spark, frame, options=DataOptions(partitions=3, sink=sink)))
+    assert len(jobs) == 1 and prepared.stored and prepared.held is None
+    assert sum(prepared.rows_per_partition) == len(X) and list(prepared.classes) == [0, 1, 2]
+    config = SimpleNamespace(store_url=store_url, store_retry_timeout_s=5.0, key=b"k" * 32, run="r1",
+                             fit_id="f" * 32)
+    blocks = NodeData(storage.open_store(store_url), config, "node-a").slot(filled_partitions(
+        prepared.rows_per_partition))
+    ids = np.rint(np.concatenate([X_part[:, 0] for _index, X_part, _y in blocks]) * len(X)).astype(int)
+    assert sorted(ids) == list(range(len(X)))  # every row stored once, with its own label
+    assert np.array_equal(np.concatenate([y_part for *_rest, y_part in blocks]), y[ids])
