@@ -8,15 +8,17 @@
 * :func:`render_report` -- PNG plots of a run from the metrics in the store;
 * :func:`open_run` / :func:`load_run_model` -- read a run (record, metrics, results, model) with its key;
 * :func:`get_spark_session` -- a local SparkSession with embedded defaults (or spark-submit's);
+  :func:`gpu_spark_conf` -- its Spark settings for one node per GPU;
 * :func:`stage_dataframe` / :func:`stage_recipe` -- stage a DataFrame or a built-in dataset in the store.
 """
 
 import logging
 
 from ._contract import ContractError
-from ._errors import InputDataError, NodeError, StoreAccessError, TrainingError
+from ._errors import InputDataError, NodeDeviceError, NodeError, StoreAccessError, TrainingError
 from .data import RECIPES, stage_dataframe, stage_recipe
-from .driver import SparkConfError, Trainer, TrainingSettings, default_store_url, get_spark_session, train
+from .driver import (SparkConfError, Trainer, TrainingSettings, default_store_url, get_spark_session, gpu_spark_conf,
+                     train)
 from .modes import MODE_NAMES
 from .run import (LeaseHeldError, LeaseLostError, RunKey, RunKeyError, RunView, load_run_model, open_run,
                   resolve_run_key, stored_key_path)
@@ -30,6 +32,7 @@ __all__ = [
     "train",
     "default_store_url",
     "get_spark_session",
+    "gpu_spark_conf",
     "evaluate",
     "ClassificationReport",
     "predict_dataframe",
@@ -46,6 +49,7 @@ __all__ = [
     "InputDataError",
     "StoreAccessError",
     "TrainingError",
+    "NodeDeviceError",
     "ContractError",
     "SparkConfError",
     "LeaseHeldError",

@@ -26,10 +26,10 @@ import numpy as np
 from ._errors import NodeError
 
 __all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "AsyncOptions", "SyncOptions", "SharingOptions",
-           "ModeOptions", "TaskSpec", "PartitionReport", "encode", "decode", "params_digest"]
+           "ModeOptions", "TaskSpec", "NodeDevice", "PartitionReport", "encode", "decode", "params_digest"]
 
 #: Bumped whenever a field of the contract changes meaning, appears or goes.
-CONTRACT_VERSION = 8
+CONTRACT_VERSION = 9
 
 T = TypeVar("T")
 
@@ -82,6 +82,9 @@ class NodeConfig:
         ``spark.driver.host``: a node on a cluster binds the interface that routes to it.
     bind_host, advertise_host, port_range : str or None
         The network settings (see :class:`~node.TrainingSettings` and :mod:`node.executor._network`).
+    gpu_data_budget_bytes : int
+        GPU memory a node on a GPU may fill with its partitions (0: half the GPU's free memory;
+        see :class:`~node.TrainingSettings`).
     """
 
     run: str
@@ -111,6 +114,7 @@ class NodeConfig:
     bind_host: str | None = None
     advertise_host: str | None = None
     port_range: str | None = None
+    gpu_data_budget_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,52 @@ class TaskSpec:
 
 
 @dataclass(frozen=True)
+class NodeDevice:
+    """Where a node computes, as the node saw it (see :mod:`node.executor._device`).
+
+    Attributes
+    ----------
+    kind : {"gpu", "cpu"}
+        Where the node's replica lives.
+    host : str
+    node : str
+        The node's name, ``<host>-<pid>`` (a probe's task names the process that ran it).
+    requested : str
+        The model's ``device``: ``"cpu"``, ``"gpu"`` or ``"auto"``.
+    spark_addresses : tuple of str
+        The GPU addresses Spark assigned to the task that started the node (empty: none).
+    address : str or None
+        The address the node uses (the first assigned), or None when Spark assigned none.
+    index : int or None
+        cupy's index of that GPU in the node's process (see ``CUDA_VISIBLE_DEVICES``); None on the CPU.
+    name : str
+        The GPU's name (``""`` on the CPU).
+    memory_bytes : int
+        The GPU's memory (0 on the CPU).
+    reason : str
+        Why the node computes there, in words.
+    problem : str or None
+        Why the node cannot compute where its model asks (``device="gpu"`` without a usable GPU,
+        or a replica that cannot be built there); None when it can.
+    warm_up_s : float
+        Seconds the node spent compiling (or loading) its GPU kernels before its first partition.
+    """
+
+    kind: str
+    host: str
+    node: str = ""
+    requested: str = "cpu"
+    spark_addresses: tuple[str, ...] = ()
+    address: str | None = None
+    index: int | None = None
+    name: str = ""
+    memory_bytes: int = 0
+    reason: str = ""
+    problem: str | None = None
+    warm_up_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class PartitionReport:
     """What a node reports for one partition it trained (also its metrics record in the store).
 
@@ -184,10 +234,12 @@ class PartitionReport:
     exchange through the store by design, ``sync`` and ``sharing``); ``endpoint`` is the
     node's advertised endpoint.  ``stolen`` marks a partition the node took from a slower peer's
     share (:mod:`node.modes._stealing`), ``data_read_bytes`` the training data it read from the store for it.
-    ``setup_s`` is what the node's task spent before the first partition it trained (starting the
-    node, taking the slot's partitions from memory or the store, entering the phase), of which
-    ``data_load_s`` taking the partitions; both 0 on the task's later reports (what the driver's
-    timings show: :mod:`node.driver._timings`).
+    ``device`` is where the node computes (:class:`NodeDevice`), ``device_data`` what its GPU data cache
+    holds and did (:meth:`rbm.DeviceDataCache.report`; empty on the CPU).  ``setup_s`` is what the
+    node's task spent before the first partition it trained (starting the node, taking the slot's
+    partitions from memory or the store, entering the phase), of which ``data_load_s`` taking the
+    partitions; both 0 on the task's later reports (what the driver's timings show:
+    :mod:`node.driver._timings`).
     """
 
     node: str
@@ -220,6 +272,8 @@ class PartitionReport:
     endpoint: str = ""
     stolen: bool = False
     data_read_bytes: int = 0
+    device: NodeDevice | None = None
+    device_data: dict = field(default_factory=dict)
     setup_s: float = 0.0
     data_load_s: float = 0.0
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["NodeError", "InputDataError", "StoreAccessError", "TrainingError", "short_error"]
+__all__ = ["NodeError", "InputDataError", "StoreAccessError", "TrainingError", "NodeDeviceError", "short_error"]
 
 
 class NodeError(Exception):
@@ -23,6 +23,11 @@ class StoreAccessError(NodeError, OSError):
 
 class TrainingError(NodeError, RuntimeError):
     """A training run cannot start or continue (mismatched resume, failed Spark job, ...)."""
+
+
+class NodeDeviceError(TrainingError):
+    """A node cannot compute where its model asks: ``device="gpu"`` on a Spark that hands its tasks no
+    GPU, or a node whose task has no usable GPU (the message names the node, its host and GPU address)."""
 
 
 def short_error(error: BaseException, limit: int = 600) -> str:

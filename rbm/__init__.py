@@ -9,10 +9,11 @@ seam with save/load).  Nothing here knows about Spark, actors or the store.
 import logging
 
 from ._backend import array_module, gpu_available, resolve_device, to_host
-from ._gpu import PRECISIONS, DeviceDataCache, configure_kernel_cache, warm_up
+from ._gpu import PRECISIONS, DeviceDataCache, configure_kernel_cache
 from ._model import TrainableModel, load_model, model_from_spec, read_model_file, save_model, spec_for_batch_size
 from ._params import read_config
 from ._validation import DivergenceError, check_features, check_labels
+from ._warm_up import warm_up
 from .boltzmann import DBN, RBM
 from .conv import ConvNet, lenet, softmax_cross_entropy
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_info
 
-__all__ = ["gemm_tn"]
+__all__ = ["gemm_tn", "gemm_tn_accumulate"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,3 +94,40 @@ def gemm_tn(A: np.ndarray, B: np.ndarray, C: np.ndarray, alpha: float, beta: flo
         return False
     _call(function, A, B, C, alpha, beta)
     return True
+
+
+def gemm_tn_accumulate(A: Any, B: Any, C: Any, alpha: float, beta: float, scratch: Any = None) -> Any:
+    """``C <- alpha * A.T @ B + beta * C`` in place.
+
+    Parameters
+    ----------
+    A : array of shape (n, p), C-contiguous
+    B : array of shape (n, q), C-contiguous
+    C : array of shape (p, q), C-contiguous, updated in place
+    scratch : optional array shaped like C (numpy only), reused for the product
+
+    One BLAS call with ``beta``: cuBLAS on the GPU, numpy's own OpenBLAS on the CPU
+    (:func:`gemm_tn`; not scipy's, a second OpenBLAS whose thread pool would fight
+    numpy's).  Where that is unavailable: ``matmul`` plus two in-place passes.
+    """
+    if isinstance(C, np.ndarray):
+        xp = np
+        if gemm_tn(A, B, C, alpha, beta):
+            return C
+    else:
+        import cupy as xp  # optional dependency: only reached for cupy arrays
+
+        cublas = getattr(xp, "cublas", None)
+        if cublas is not None and hasattr(cublas, "gemm"):
+            cublas.gemm("T", "N", A, B, out=C, alpha=alpha, beta=beta)
+            return C
+    product = xp.matmul(A.T, B, out=scratch) if scratch is not None else A.T @ B
+    if alpha != 1.0:
+        product *= alpha
+    if beta == 0.0:
+        C[...] = product
+    else:
+        if beta != 1.0:
+            C *= beta
+        C += product
+    return C

@@ -5,7 +5,8 @@ training time is wasted on input that would fail or silently produce garbage.  T
 conversion itself is scikit-learn's ``check_array``, so empty, one-dimensional, complex,
 object and sparse input fail with the words scikit-learn users (and its estimator
 checks) know; NaN/Inf and the [0, 1] range of Bernoulli units are then checked here,
-naming the first bad row.
+naming the first bad row.  An array already on a GPU (a partition a Spark node keeps there
+across epochs, :class:`rbm.DeviceDataCache`) is checked where it is, with the same words.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def check_features(
     Parameters
     ----------
     X : array-like of shape (n_samples, n_features) or (n_samples, *input_shape)
-        Or a scipy sparse matrix when ``accept_sparse``.
+        Or a scipy sparse matrix when ``accept_sparse``, or a GPU array (checked, and returned, on
+        its GPU).
     n_features : int or tuple, optional
         Expected width (int) or per-sample shape (tuple); checked when given.
     dtype : numpy dtype
@@ -78,10 +80,13 @@ def check_features(
     TypeError
         Sparse input where it is not accepted; objects that are not numbers.
     """
-    array = check_array(
-        X, accept_sparse="csr" if accept_sparse else False, dtype=dtype, order="C",
-        ensure_all_finite=False, allow_nd=allow_nd, input_name=name,
-    )
+    if hasattr(X, "__cuda_array_interface__"):  # already on a GPU: numpy's check_array would copy it back
+        array = _device_array(X, dtype, allow_nd, name)
+    else:
+        array = check_array(
+            X, accept_sparse="csr" if accept_sparse else False, dtype=dtype, order="C",
+            ensure_all_finite=False, allow_nd=allow_nd, input_name=name,
+        )
     if isinstance(n_features, tuple):
         width = int(np.prod(n_features))
         if array.shape[1:] != tuple(n_features) and array.shape[1:] != (width,):
@@ -93,6 +98,19 @@ def check_features(
         raise ValueError(f"{name} has {array.shape[1]} features, but {model} is expecting {n_features} features as input")
     _check_values(array, bernoulli, name, model)
     return array
+
+
+def _device_array(X: Any, dtype: Any, allow_nd: bool, name: str) -> Any:
+    """A GPU array as a C-contiguous cupy array of ``dtype``, refused as ``check_array`` refuses host input."""
+    import cupy  # only reached for arrays that are on a GPU
+
+    if X.ndim < 2 or (X.ndim > 2 and not allow_nd):
+        raise ValueError(f"Expected a 2D array for {name}, got a {X.ndim}D GPU array of shape {X.shape}")
+    if len(X) == 0:
+        raise ValueError(f"Found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 is required.")
+    if cupy.dtype(X.dtype).kind not in "biuf":
+        raise ValueError(f"{name} holds {X.dtype} values, not numbers")
+    return cupy.ascontiguousarray(X, dtype=dtype)
 
 
 def _check_values(array: Any, bernoulli: bool, name: str, model: str) -> None:
@@ -137,7 +155,7 @@ def _check_values(array: Any, bernoulli: bool, name: str, model: str) -> None:
 
 def _row_range(array: Any, row: int) -> str:
     values = array[row].toarray() if sp.issparse(array) else array[row]
-    return f"values in [{values.min():g}, {values.max():g}]"
+    return f"values in [{float(values.min()):g}, {float(values.max()):g}]"
 
 
 def output_dtype(X: Any) -> np.dtype:

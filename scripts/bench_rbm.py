@@ -38,6 +38,7 @@ from sklearn.neural_network import BernoulliRBM
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from rbm import RBM
+from rbm import _blas
 from rbm.boltzmann import _cd
 from rbm.datasets import load_digits28
 
@@ -129,7 +130,7 @@ def breakdown(X: np.ndarray, steps: int) -> dict[str, float]:
         t12 = clock()
         ws.H *= 0.05 / BATCH
         t12b = clock()
-        _cd.gemm_tn_accumulate(ws.V, ws.H, vel_W, alpha=1.0, beta=0.5, scratch=ws.grad_W)  # momentum inside
+        _blas.gemm_tn_accumulate(ws.V, ws.H, vel_W, alpha=1.0, beta=0.5, scratch=ws.grad_W)  # momentum inside
         t13 = clock()
         np.sum(ws.H, axis=0, out=ws.grad_hbias)
         np.matmul(ws.sign, ws.V, out=ws.grad_vbias)

@@ -5,6 +5,8 @@
   sha256 and the HMAC of its name included) on a local directory and on WebHDFS (the ``hdfs`` client against the
   in-process test server), median ms over N runs, next to a plain ``np.save`` + ``os.replace``
   / ``np.load`` of the same array in the same directory.
+* a run record write, fenced (lease listing + exclusive create of the generation's next record + pruning),
+  next to one signed ``run.json`` replaced, as records were written before the fencing.
 * shard read throughput (MB/s of feature data) of ``Dataset.read_shard`` (sha256-verified
   Parquet -> numpy) against a plain ``np.load`` of the same arrays from local ``.npy`` files.
 
@@ -18,6 +20,7 @@ if __name__ == "__main__":  # started as a program: where the project is not imp
     _venv.ensure()
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -62,18 +65,29 @@ def _bench_snapshots(stores: dict, runs: int, tmp: str, run: BenchRun) -> None:
             os.fsync(handle.fileno())
         os.replace(path + ".tmp", path)
 
+    def plain_put_fsync_directory():  # what a local store put makes durable since #33: the rename too
+        plain_put_fsync()
+        descriptor = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
     fsync_put_ms = _median_ms(plain_put_fsync, runs)
+    directory_put_ms = _median_ms(plain_put_fsync_directory, runs)
     plain_put_ms = _median_ms(plain_put, runs)
     plain_get_ms = _median_ms(lambda: np.load(path, allow_pickle=False), runs)
-    print("\nstore put = npz encode + sha256 + HMAC name + atomic write (local: fsync; webhdfs: CREATE, datanode PUT, "
-          "RENAME);")
+    print("\nstore put = npz encode + sha256 + HMAC name + atomic write (local: fsync, rename, directory fsync; webhdfs: "
+          "CREATE, datanode PUT, RENAME);")
     print("store get = MAC check + size-bounded read + sha256 check + npz decode (allow_pickle=False)")
     print(f"snapshot 784x500 float32 ({size_mb:.2f} MB), median of {runs} runs")
     print(f"{'backend':<10} {'put ms':>8} {'get ms':>8}   {'put / np.save':>13} {'get / np.load':>13}")
     print(f"{'np.save/load':<10} {plain_put_ms:8.2f} {plain_get_ms:8.2f}   {1.0:13.1f} {1.0:13.1f}")
     print(f"{'  +fsync':<10} {fsync_put_ms:8.2f} {'':8}   {fsync_put_ms / plain_put_ms:13.1f}")
     rows = [["np.save + os.replace / np.load", plain_put_ms, plain_get_ms, 1.0, 1.0],
-            ["  the same with fsync", fsync_put_ms, None, fsync_put_ms / plain_put_ms, None]]
+            ["  the same with fsync", fsync_put_ms, None, fsync_put_ms / plain_put_ms, None],
+            ["  and the directory fsynced", directory_put_ms, None, directory_put_ms / plain_put_ms, None]]
+    print(f"{'  +dir fsync':<10} {directory_put_ms:8.2f} {'':8}   {directory_put_ms / plain_put_ms:13.1f}")
     for name, store in stores.items():
         weights = storage.WeightStore(store, "bench", b"bench-key-0123456789abcdef")
         version = iter(range(1, 10**6))
@@ -123,6 +137,34 @@ def _bench_shards(stores: dict, n_rows: int, shards: int, repeats: int, tmp: str
               ["source", "MB/s", "vs np.load"], rows)
 
 
+def _bench_records(stores: dict, runs: int, run: BenchRun) -> None:
+    """A run record write: fenced (list the lease folder, read the holder, create the generation's next record
+    file, prune this writer's third newest) against what it was before #33 (one signed run.json, replaced)."""
+    key = b"bench-key-0123456789abcdef"
+    record = {"status": "running", "steps": {f"phase{index}": {"epochs_done": index, "nodes": ["a", "b"]}
+                                             for index in range(4)}}
+    print(f"\nrun record write ({len(json.dumps(record))} bytes of JSON), median of {runs} runs")
+    print(f"{'backend':<10} {'replace ms':>10} {'fenced ms':>10} {'fenced / replace':>17}")
+    rows = []
+    for name, store in stores.items():
+        folder = storage.LeaseFolder(store, "records")
+        folder.take(1, {"token": "bench"})
+        runs_store = storage.RunStore(store, "records", key)
+
+        def fenced() -> None:
+            view = folder.view()  # DriverLease.check_store: a newer generation?
+            assert view.generation == 1 and folder.holder(1) is not None  # ... and is this one's entry still there
+            runs_store.write_record(record, generation=1)
+
+        replace_ms = _median_ms(lambda: store.write_bytes("runs/records/run.json", storage.sign_json(
+            key, record, "sparkdbn run record v1", "records")), runs)
+        fenced_ms = _median_ms(fenced, runs)
+        print(f"{name:<10} {replace_ms:10.2f} {fenced_ms:10.2f} {fenced_ms / replace_ms:17.1f}")
+        rows.append([name, replace_ms, fenced_ms, fenced_ms / replace_ms])
+    run.table(f"Run record write ({len(json.dumps(record))} bytes of JSON), median of {runs} runs",
+              ["store", "replace ms", "fenced ms", "fenced / replace"], rows)
+
+
 def _timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -143,6 +185,7 @@ def main() -> None:
         }
         print(f"storage benchmark ({'quick' if args.quick else 'full'}); WebHDFS test server at {server.url}")
         _bench_snapshots(stores, runs, tmp, run)
+        _bench_records(stores, runs, run)
         _bench_shards(stores, n_rows, 8, repeats, tmp, run)
     run.finish()
 

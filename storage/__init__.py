@@ -33,8 +33,9 @@ from ._errors import (
     StorePermissionError,
     StoreUnavailableError,
 )
+from ._lease import LeaseFolder, LeaseView
 from ._npz import decode_params, encode_params, snapshot_size_bound
-from ._runs import RunStore
+from ._runs import RunStore, has_run_record
 from ._signed_names import SignedName, SignedNames
 from ._sources import read_idx, stage_csv, stage_idx
 from ._store import Store, open_store, parse_store_url
@@ -48,6 +49,8 @@ __all__ = [
     "Dataset",
     "DatasetError",
     "FileTooLargeError",
+    "LeaseFolder",
+    "LeaseView",
     "MIN_KEY_BYTES",
     "NoUsableSnapshotError",
     "RunStore",
@@ -65,6 +68,7 @@ __all__ = [
     "check_stage_destination",
     "decode_params",
     "encode_params",
+    "has_run_record",
     "mac_hex",
     "open_dataset",
     "open_store",

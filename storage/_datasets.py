@@ -12,16 +12,34 @@ Layout of a dataset directory (its URL is the directory itself)::
 Shards hold consecutive rows in input order (shuffle before staging if order matters).
 ``_meta.json`` is written last, so a dataset becomes visible only once every shard is in
 place.  :meth:`Dataset.read_shard` verifies the shard's sha256 and converts Arrow buffers to
-numpy without any per-row Python work.  Restaging over a dataset that is being read is not
-safe: readers may see shards whose checksums no longer match their (old) meta.
+numpy without any per-row Python work.
+
+Staging over a dataset (``overwrite``) builds the new one beside the old and swaps::
+
+    v-<time_ns>-<random>/_staging.json     written first: this folder is staging's own
+    v-<time_ns>-<random>/part-NNNNN.parquet
+    v-<time_ns>-<random>/_meta.json        the new dataset, complete (shard names include the folder)
+    _meta.json                             then replaced by that meta: the swap
+                                           then the old shards and the marker are removed
+
+So a staging killed at any moment leaves the old dataset or the new one readable, and the same
+command run again completes: it recognizes what an interrupted staging left (the marker, shards
+a meta names or lists under ``replaces``) and removes that, and only that, once its own dataset
+is in place.  Where ``_meta.json`` cannot be replaced atomically (a WebHDFS gateway that deletes,
+then renames) a staging killed between the two leaves no ``_meta.json``: :func:`open_dataset`
+then opens the newest complete ``v-*`` folder.  A first staging into an empty folder writes the
+plain layout above, with ``_staging.json`` at the top while it runs.  A reader that opened the
+old dataset before the swap may find its shards gone afterwards.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
 import time
+import uuid
 from typing import Any
 
 import numpy as np
@@ -29,7 +47,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ._auth import sha256_hex
-from ._errors import ChecksumError, DatasetError, StoreNotFoundError
+from ._errors import ChecksumError, DatasetError, StoreError, StoreNotFoundError
+from ._paths import join
 from ._runs import read_json, write_json
 from ._store import Store, open_store
 
@@ -38,6 +57,8 @@ __all__ = ["Dataset", "open_dataset", "stage_arrays", "check_stage_destination"]
 logger = logging.getLogger(__name__)
 
 META_NAME = "_meta.json"
+#: In a folder while staging writes it: what is there is staging's own, even before a meta names it.
+STAGING_MARKER = "_staging.json"
 FEATURES_COLUMN = "features"
 LABEL_COLUMN = "label"
 FORMAT = "sparkdbn-dataset/1"
@@ -46,7 +67,9 @@ DEFAULT_SHARD_BYTES = 64 << 20
 # pass compression="zstd" for sparse data such as images with blank borders.
 DEFAULT_COMPRESSION = "none"
 _FEATURE_DTYPES = {"float32", "float64", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64"}
-_SHARD_NAME = re.compile(r"^part-\d{5,}\.parquet$")
+_FLAT_SHARD = re.compile(r"^part-\d{5,}\.parquet$")
+_VERSION_FOLDER = re.compile(r"^v-\d{20}-[0-9a-f]{8}$")
+_SHARD_NAME = re.compile(r"^(?:v-\d{20}-[0-9a-f]{8}/)?part-\d{5,}\.parquet$")
 
 
 def _check_features(X: Any) -> np.ndarray:
@@ -212,9 +235,10 @@ def stage_arrays(
     store = open_store(url, user=user, retry_timeout_s=retry_timeout_s)
     features = _check_features(X)
     labels = _check_labels(y, len(features)) if y is not None else None
-    previous = check_stage_destination(store, overwrite=overwrite, keep=keep)
-    if previous is not None:
-        store.delete(META_NAME)  # the earlier dataset reads as absent, not mixed, until the new meta is written
+    previous, leftovers = _check_destination(store, overwrite, keep)
+    # Over a dataset: the new one is built beside it, in a folder of its own, and swapped in by its meta.
+    folder = "" if previous is None else f"v-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+    store.write_bytes(join(folder, STAGING_MARKER), json.dumps({"format": FORMAT, "started": time.time()}).encode())
     n = len(features)
     bounds = _shard_bounds(n, features[0].nbytes, shards, shard_rows)
     shard_meta = []
@@ -222,7 +246,7 @@ def stage_arrays(
         for index, (start, stop) in enumerate(bounds):
             shard_labels = None if labels is None else labels[start:stop]
             data = _encode_shard(features[start:stop], shard_labels, compression, layout)
-            shard_name = f"part-{index:05d}.parquet"
+            shard_name = join(folder, f"part-{index:05d}.parquet")
             store.write_bytes(shard_name, data)
             shard_meta.append({"name": shard_name, "rows": stop - start, "sha256": sha256_hex(data), "size_bytes": len(data)})
             bar.update(stop - start)
@@ -242,11 +266,19 @@ def stage_arrays(
         "shards": shard_meta,
         **(extra_meta or {}),
     }
-    write_json(store, META_NAME, meta)  # last: the dataset is complete from here on
     written = {shard["name"] for shard in shard_meta}
-    for stale in _staged_names(previous) - written - {META_NAME}:
-        if store.exists(stale):
-            store.delete(stale)  # shards of the earlier staging this one replaced
+    own_marker = join(folder, STAGING_MARKER)
+    # What the earlier staging(s) left, removed once this dataset is in place; listed in the meta so that
+    # a rerun after a kill between the swap and the removal knows them for staging's own.
+    replaced = sorted(leftovers - written - {META_NAME, folder, own_marker})
+    if replaced:
+        meta["replaces"] = replaced
+    if folder:
+        write_json(store, join(folder, META_NAME), meta)  # complete beside the old dataset, before the swap
+    write_json(store, META_NAME, meta)  # last: the dataset is complete from here on
+    for name in replaced:
+        _remove_own(store, name)
+    store.delete(own_marker)
     logger.info("staged %d samples in %d shard(s) at %s", n, len(shard_meta), store.url)
     return meta
 
@@ -254,8 +286,9 @@ def stage_arrays(
 def check_stage_destination(url: "str | Store", *, overwrite: bool = False, keep: tuple[str, ...] = ()) -> dict | None:
     """Check that a dataset may be staged at ``url``; returns the meta of the dataset it replaces, if any.
 
-    A new or empty directory is fine.  One that holds anything (besides ``keep``) is refused unless
-    ``overwrite``, and even then only when it is a dataset staged before and holds nothing else.
+    A new or empty directory is fine, and so is one holding only what an interrupted staging left.
+    One that holds a dataset is refused unless ``overwrite``, and even then when it holds anything
+    staging did not write (besides ``keep``).
 
     Raises
     ------
@@ -263,22 +296,83 @@ def check_stage_destination(url: "str | Store", *, overwrite: bool = False, keep
         Naming the directory and the first entry in the way; nothing was written or deleted.
     """
     store = url if isinstance(url, Store) else open_store(url)
-    names = [name for name in store.list("") if name not in keep] if store.exists("") else []
+    return _check_destination(store, overwrite, keep)[0]
+
+
+def _check_destination(store: Store, overwrite: bool, keep: tuple[str, ...]) -> tuple[dict | None, set[str]]:
+    """The meta of the dataset at ``store`` (None: none) and the entries staging wrote there (see above)."""
+    names = sorted(set(store.list("")) - set(keep)) if store.exists("") else []
     if not names:
-        return None
+        return None, set()
+    versions = {name: _version_meta(store, name) for name in names if _VERSION_FOLDER.match(name)}
+    ours = {name for name, meta in versions.items() if meta is not _FOREIGN}
+    meta = _read_meta(store, META_NAME) if META_NAME in names else None
+    if meta is None:  # killed between deleting and renaming the meta: the newest complete version is the dataset
+        meta = next((versions[name] for name in sorted(ours, reverse=True) if isinstance(versions[name], dict)), None)
+    elif not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise DatasetError(f"overwrite refused: {store.url}/{META_NAME} was not written by staging; nothing was deleted"
+                           if overwrite else _already_holds(store, names))
+    if meta is not None:
+        ours |= {name.split("/", 1)[0] for name in _staged_names(meta)} | _replaced_names(meta) | {META_NAME}
+    if STAGING_MARKER in names and _is_marker(store, STAGING_MARKER):  # a first staging that did not finish
+        ours |= {STAGING_MARKER} | {name for name in names if _FLAT_SHARD.fullmatch(name)}
+    if meta is None and set(names) <= ours:
+        return None, ours  # only what an interrupted staging left: staged again from scratch
     if not overwrite:
-        raise DatasetError(f"{store.url} already holds {len(names)} entr{'y' if len(names) == 1 else 'ies'} "
-                           f"(e.g. {sorted(names)[0]!r}); nothing was written. Stage into a new folder, or pass "
-                           "overwrite=True (--overwrite) to replace a dataset staged there before")
-    previous = read_json(store, META_NAME) if META_NAME in names else None
-    if not isinstance(previous, dict) or previous.get("format") != FORMAT:
+        raise DatasetError(_already_holds(store, names))
+    if meta is None:
         raise DatasetError(f"overwrite refused: {store.url} is not a staged dataset (no _meta.json written by "
                            "staging); nothing was deleted")
-    foreign = sorted(set(names) - _staged_names(previous) - {META_NAME})
+    foreign = sorted(set(names) - ours)
     if foreign:
         raise DatasetError(f"overwrite refused: {store.url} holds {foreign[0]!r}, which staging did not write; "
                            "nothing was deleted")
-    return previous
+    return meta, ours
+
+
+def _already_holds(store: Store, names: list[str]) -> str:
+    return (f"{store.url} already holds {len(names)} entr{'y' if len(names) == 1 else 'ies'} (e.g. {names[0]!r}); "
+            "nothing was written. Stage into a new folder, or pass overwrite=True (--overwrite) to replace a dataset "
+            "staged there before")
+
+
+#: A ``v-*`` folder holding anything staging does not write there.
+_FOREIGN = object()
+
+
+def _version_meta(store: Store, folder: str) -> Any:
+    """A ``v-*`` folder's dataset meta when it is complete, None while it is being staged, else ``_FOREIGN``."""
+    names = set(store.list(folder))
+    if any(not (_FLAT_SHARD.fullmatch(name) or name in (META_NAME, STAGING_MARKER)) for name in names):
+        return _FOREIGN
+    meta = _read_meta(store, join(folder, META_NAME)) if META_NAME in names else None
+    if isinstance(meta, dict) and meta.get("format") == FORMAT:
+        return meta
+    return None if STAGING_MARKER in names and _is_marker(store, join(folder, STAGING_MARKER)) else _FOREIGN
+
+
+def _read_meta(store: Store, path: str) -> Any:
+    """The JSON at ``path`` (None when there is none); ``{}`` when it is not JSON: not staging's."""
+    try:
+        return read_json(store, path)
+    except StoreError:
+        return {}
+
+
+def _is_marker(store: Store, path: str) -> bool:
+    marker = _read_meta(store, path)
+    return isinstance(marker, dict) and marker.get("format") == FORMAT
+
+
+def _remove_own(store: Store, name: str) -> None:
+    """Remove an entry staging wrote: a file, or a ``v-*`` folder's files and then the (empty) folder."""
+    try:
+        if _VERSION_FOLDER.match(name):
+            for entry in store.list(name):
+                store.delete(join(name, entry))
+        store.delete(name)  # a folder only when empty: never what someone put there meanwhile
+    except StoreError as error:
+        logger.warning("staging at %s: could not remove %s, which an earlier staging wrote: %s", store.url, name, error)
 
 
 def _staged_names(meta: dict | None) -> set[str]:
@@ -286,6 +380,13 @@ def _staged_names(meta: dict | None) -> set[str]:
     shards = (meta or {}).get("shards") or []
     return {shard["name"] for shard in shards if isinstance(shard, dict) and isinstance(shard.get("name"), str)
             and _SHARD_NAME.fullmatch(shard["name"])}
+
+
+def _replaced_names(meta: dict) -> set[str]:
+    """What a meta lists under ``replaces``: the earlier staging's entries its staging removes after the swap."""
+    replaced = meta.get("replaces") or []
+    return {name for name in replaced if isinstance(name, str)
+            and (_FLAT_SHARD.fullmatch(name) or _VERSION_FOLDER.match(name))}
 
 
 class Dataset:
@@ -384,7 +485,20 @@ def open_dataset(url: "str | Store", *, user: str | None = None, retry_timeout_s
     store = open_store(url, user=user, retry_timeout_s=retry_timeout_s)
     meta = read_json(store, META_NAME)
     if meta is None:
+        meta = _newest_version(store)
+    if meta is None:
         raise StoreNotFoundError(f"no dataset at {store.url}: {META_NAME} is missing (stage it with scripts/stage-dataset)")
     if meta.get("format") != FORMAT:
         raise DatasetError(f"{store.url}/{META_NAME}: unknown dataset format {meta.get('format')!r}, expected {FORMAT!r}")
     return Dataset(store, meta)
+
+
+def _newest_version(store: Store) -> dict | None:
+    """The meta of the newest complete ``v-*`` folder: the dataset when a staging stopped while replacing the meta."""
+    for name in sorted((name for name in store.list("") if _VERSION_FOLDER.match(name)), reverse=True):
+        meta = _version_meta(store, name)
+        if isinstance(meta, dict):
+            logger.warning("%s has no %s (a staging stopped while replacing it); opening the newest complete "
+                           "version, %s", store.url, META_NAME, name)
+            return meta
+    return None

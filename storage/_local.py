@@ -4,6 +4,12 @@ Atomic writes: the data goes to ``<dir>/._tmp-<uuid>`` in the destination direct
 flushed and fsynced, then ``os.replace`` moves it over the final name.  A writer killed at any
 point leaves at most a hidden temporary file; readers see the old file or the new one, never
 a mix.  Temporary files are hidden from :meth:`LocalBackend.list`.
+
+Durability: a rename or a new name lives in its directory, which the file's own fsync does not
+write.  So after every rename, exclusive create and directory creation the directory is fsynced
+too (``os.open(dir, O_RDONLY)`` + ``os.fsync``): once a write returns, a power loss cannot take
+back a step the run record calls done.  File systems that cannot fsync a directory (some FUSE
+and NFS mounts answer EINVAL) are logged once and otherwise accepted: there the server decides.
 """
 
 from __future__ import annotations
@@ -27,6 +33,37 @@ logger = logging.getLogger(__name__)
 
 # Errors an NFS mount or a busy disk can produce and later recover from.
 _TRANSIENT_ERRNOS = {errno.ESTALE, errno.ETIMEDOUT, errno.EAGAIN, errno.EBUSY, errno.EINTR}
+# What a file system that cannot fsync a directory answers.
+_NO_DIRECTORY_FSYNC_ERRNOS = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF, errno.EISDIR}
+_said_no_directory_fsync: set[str] = set()
+
+
+def fsync_directory(folder: str) -> None:
+    """Write ``folder``'s entries (names created, renamed or removed in it) to stable storage."""
+    descriptor = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(descriptor)
+    except OSError as error:
+        if error.errno not in _NO_DIRECTORY_FSYNC_ERRNOS:
+            raise
+        if folder not in _said_no_directory_fsync:
+            _said_no_directory_fsync.add(folder)
+            logger.info("the file system of %s cannot fsync a directory (%s); renames there are as durable as it "
+                        "makes them", folder, error)
+    finally:
+        os.close(descriptor)
+
+
+def makedirs_durably(folder: str) -> None:
+    """``os.makedirs(folder, exist_ok=True)``, then fsync the parent of every directory it created."""
+    missing = []
+    path = folder
+    while not os.path.isdir(path) and os.path.dirname(path) != path:
+        missing.append(path)
+        path = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    for created in reversed(missing):
+        fsync_directory(os.path.dirname(created))
 
 
 @contextlib.contextmanager
@@ -59,7 +96,7 @@ class LocalBackend:
             raise StoreError("cannot write to the store root itself; give a file name")
         final = self._abs(path)
         with _translated("write", final):
-            os.makedirs(self._abs(parent), exist_ok=True)
+            makedirs_durably(self._abs(parent))
             tmp = os.path.join(self._abs(parent), f"{TMP_PREFIX}{uuid.uuid4().hex}")
             try:
                 with open(tmp, "xb") as handle:
@@ -68,6 +105,7 @@ class LocalBackend:
                     handle.flush()
                     os.fsync(handle.fileno())
                 os.replace(tmp, final)
+                fsync_directory(self._abs(parent))
             except BaseException:
                 # Never leave our own temporary file behind on an ordinary failure.
                 with contextlib.suppress(FileNotFoundError):
@@ -86,7 +124,7 @@ class LocalBackend:
             raise StoreError("cannot write to the store root itself; give a file name")
         final = self._abs(path)
         with _translated("create_exclusive", final):
-            os.makedirs(self._abs(parent), exist_ok=True)
+            makedirs_durably(self._abs(parent))
             tmp = os.path.join(self._abs(parent), f"{TMP_PREFIX}{uuid.uuid4().hex}")
             try:
                 with open(tmp, "xb") as handle:
@@ -97,10 +135,11 @@ class LocalBackend:
                     os.link(tmp, final)  # fails when the name exists: an atomic, exclusive publish
                 except FileExistsError:
                     return False
-                return True
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
+            fsync_directory(self._abs(parent))  # the new name (and the temporary's removal) on disk
+            return True
 
     def read_bytes(self, path: str, max_bytes: int | None = None) -> bytes:
         location = self._abs(path)
@@ -179,12 +218,15 @@ class LocalBackend:
     def makedirs(self, path: str) -> None:
         location = self._abs(path)
         with _translated("makedirs", location):
-            os.makedirs(location, exist_ok=True)
+            makedirs_durably(location)
 
     def rename(self, src: str, dst: str) -> None:
         source, target = self._abs(src), self._abs(dst)
         with _translated("rename", f"{source} -> {target}"):
             if not os.path.lexists(source):
                 raise FileNotFoundError(errno.ENOENT, "no such file", source)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
+            makedirs_durably(os.path.dirname(target))
             os.replace(source, target)
+            fsync_directory(os.path.dirname(target))
+            if os.path.dirname(source) != os.path.dirname(target):
+                fsync_directory(os.path.dirname(source))

@@ -2,16 +2,31 @@
 
 Layout under ``runs/<run>/``::
 
-    run.json                       the run record (config, model spec, phases, status)
-    peers/<node>.json              endpoint, host, pid, started, last_seen, status
-    metrics/<node>/<seq>.json      one small JSON file per metrics record (one per partition)
-    model/model.npz                the final model (its sha256 is in the signed run record)
+    record/<generation:08d>-<seq:08d>.json   the run record (config, model spec, phases, status),
+                                             one file per write, never replaced
+    run.json                                 the run record as sparkdbn up to 0.2 kept it (read when
+                                             ``record/`` holds none; never written any more)
+    peers/<node>.json                        endpoint, host, pid, started, last_seen, status
+    metrics/<node>/<seq>.json                one small JSON file per metrics record (one per partition)
+    model/<generation:08d>/model.npz         the final model of a lease generation (the signed record
+                                             names the one that counts, with its sha256)
 
 Every file is signed under the run's key (:func:`~storage._auth.sign_json`), its MAC bound to
 where it belongs (run, node, record name), so a file written, changed or moved by someone
-without the key does not verify.  A run record that does not verify raises
-:class:`AuthenticationError`; peer entries and metrics records that do not verify are skipped
-and counted (:meth:`RunStore.refusals`).
+without the key does not verify.
+
+The record is *fenced*: each write creates a new file named by the writer's lease generation
+(:mod:`storage._lease`) and a sequence number, exclusively; the record is the newest one that
+verifies (highest generation, then sequence).  A driver that lost its lease and writes on (it was
+paused, or cut off) creates files of an older generation, which no reader takes while a newer
+driver's record exists: it can never replace what a newer driver wrote, whatever it does and
+whenever it wakes up.  A writer prunes its own older records only, keeping the last two.  Nothing
+is replaced, so a store whose rename cannot overwrite leaves no moment without a record.
+
+A record that does not verify is skipped (counted as ``records``, logged); when records exist and
+none verifies, :meth:`RunStore.read_record` raises :class:`AuthenticationError` (a wrong key).
+Peer entries and metrics records that do not verify are skipped and counted
+(:meth:`RunStore.refusals`).
 
 Metrics are one file per record, not an appended ``.jsonl``: HDFS append is unreliable on
 small clusters (pipeline recovery needs spare datanodes, and a writer killed mid-append leaves
@@ -27,18 +42,19 @@ import itertools
 import json
 import logging
 import os
+import re
 import threading
 import time
 import uuid
 from typing import Any
 
-from ._auth import Refusals, check_key, sha256_hex, verify_json
+from ._auth import Refusals, check_key, sha256_hex, sign_json, verify_json
 from ._errors import AuthenticationError, FileTooLargeError, StoreError, StoreNotFoundError
 from ._paths import check_name, join
 from ._signed import read_signed_json, write_signed_json
 from ._store import Store
 
-__all__ = ["RunStore", "read_json", "write_json"]
+__all__ = ["RunStore", "has_run_record", "read_json", "write_json"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +63,13 @@ RECORD_MAX_BYTES = 16 << 20
 PEER_ENTRY_MAX_BYTES = 64 << 10
 METRICS_RECORD_MAX_BYTES = 1 << 20
 
-_RECORD_PURPOSE = "sparkdbn run record v1"
+_LEGACY_RECORD_PURPOSE = "sparkdbn run record v1"  # runs/<run>/run.json
+_RECORD_PURPOSE = "sparkdbn run record v2"  # runs/<run>/record/<generation>-<seq>.json
+_RECORD_NAME = re.compile(r"^(\d{8,})-(\d{8,})\.json$")
+#: The records a writer keeps of its own: the newest, and the one before should the newest be damaged.
+RECORDS_KEPT = 2
+#: How often a reader lists again when every record it listed was pruned before it could read it.
+_RECORD_READ_ATTEMPTS = 3
 _PEER_PURPOSE = "sparkdbn peer entry v1"
 _METRICS_PURPOSE = "sparkdbn metrics record v1"
 
@@ -97,38 +119,119 @@ class RunStore:
         self.prefix = join("runs", self.run)
         self._key = check_key(key, "the run key given to RunStore")
         self._refusals = Refusals(logger)
+        self._seq: dict[int, int] = {}  # the next record sequence number, per generation written here
+        self._written: dict[int, list[str]] = {}  # this writer's record files, oldest first, per generation
 
     def __repr__(self) -> str:
         return f"RunStore({self.store.url!r}, run={self.run!r})"
 
     def refusals(self) -> dict[str, int]:
-        """What readers of this object skipped, by kind: ``peer_entries``, ``metrics_records``."""
+        """What readers of this object skipped, by kind: ``records``, ``peer_entries``, ``metrics_records``."""
         return self._refusals.counts()
 
     # -- the run record -----------------------------------------------------------------------
-    def write_record(self, record: dict) -> None:
-        """Write (replace) ``runs/<run>/run.json``, signed."""
-        write_signed_json(self.store, self._key, join(self.prefix, "run.json"), record, _RECORD_PURPOSE, self.run)
+    def write_record(self, record: dict, *, generation: int = 0) -> str:
+        """Create the next record file of lease ``generation``, signed; returns its path.
+
+        ``generation`` 0 stands for writers outside any lease (tools, tests): every leased
+        driver's record wins over theirs.  After the write, this writer's own records of the
+        generation but the newest :data:`RECORDS_KEPT` are deleted.
+
+        Raises
+        ------
+        StoreError
+            The name is taken by different content: another writer of the same generation (two
+            writers never share one: a generation is created exclusively, see :class:`LeaseFolder`).
+        """
+        if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+            raise ValueError(f"a record's generation must be an int >= 0, got {generation!r}")
+        seq = self._next_seq(generation)
+        path = join(self.prefix, "record", f"{generation:08d}-{seq:08d}.json")
+        data = sign_json(self._key, record, _RECORD_PURPOSE, self.run, generation, seq)
+        if not self.store.create_exclusive(path, data) and self.store.read_bytes(path) != data:
+            raise StoreError(f"{self.store.url}/{path} was written by another writer of lease generation "
+                             f"{generation}; this one stops")
+        self._seq[generation] = seq + 1
+        written = self._written.setdefault(generation, [])
+        written.append(path)
+        while len(written) > RECORDS_KEPT:
+            try:
+                self.store.delete(written[0])
+            except StoreError as error:  # best effort: an extra old record misleads no reader
+                logger.warning("run %s: could not prune the old record %s: %s", self.run, written[0], error)
+                break
+            written.pop(0)
+        return path
+
+    def _next_seq(self, generation: int) -> int:
+        if generation not in self._seq:  # the first write of this generation here: continue after what is stored
+            taken = [seq for gen, seq, _ in self._record_names() if gen == generation]
+            self._seq[generation] = max(taken, default=-1) + 1
+        return self._seq[generation]
+
+    def _record_names(self) -> list[tuple[int, int, str]]:
+        """``(generation, seq, name)`` of every record file, newest first."""
+        names = []
+        for name in self.store.list(join(self.prefix, "record")):
+            match = _RECORD_NAME.match(name)
+            if match is not None:
+                names.append((int(match[1]), int(match[2]), name))
+        return sorted(names, reverse=True)
 
     def read_record(self) -> dict | None:
-        """The run record, or None when the run has none.
+        """The run record: the newest record file that verifies; None when the run has none.
+
+        Runs stored by sparkdbn up to 0.2 have ``run.json`` instead, read when ``record/`` holds
+        no record that verifies.
 
         Raises
         ------
         AuthenticationError
-            The record does not verify under the key given: the run was started with another
-            key (a wrong key on resume), or the file was written or changed without the key.
+            Records exist and none verifies under the key given: the run was started with another
+            key (a wrong key on resume), or the files were written or changed without the key.
         """
+        refused: list[str] = []
+        for _ in range(_RECORD_READ_ATTEMPTS):
+            names = self._record_names()
+            vanished = 0
+            for generation, seq, name in names:
+                path = join(self.prefix, "record", name)
+                try:
+                    record = read_signed_json(self.store, self._key, path, _RECORD_PURPOSE, self.run, generation, seq,
+                                              max_bytes=RECORD_MAX_BYTES)
+                except AuthenticationError as error:
+                    self._refusals.refuse("records", path, join(self.prefix, "record"), str(error))
+                    refused.append(str(error))
+                    continue
+                if record is None:
+                    vanished += 1  # pruned by its writer since the listing
+                    continue
+                return self._checked(record, path)
+            if not vanished:
+                break
+        legacy = self._read_legacy_record()
+        if legacy is None and refused:
+            raise AuthenticationError(
+                f"the record of run {self.run!r} ({self.store.url}/{self.prefix}/record, {len(refused)} file(s)) does "
+                f"not verify under the key given (wrong key? a run must be resumed with the key it was started with; "
+                f"or the files were written by someone without the key): {refused[0]}")
+        return legacy
+
+    def _read_legacy_record(self) -> dict | None:
         path = join(self.prefix, "run.json")
         try:
-            record = read_signed_json(self.store, self._key, path, _RECORD_PURPOSE, self.run, max_bytes=RECORD_MAX_BYTES)
+            record = read_signed_json(self.store, self._key, path, _LEGACY_RECORD_PURPOSE, self.run,
+                                      max_bytes=RECORD_MAX_BYTES)
         except AuthenticationError as error:
             raise AuthenticationError(
                 f"the record of run {self.run!r} ({self.store.url}/{path}) does not verify under the key given "
                 f"(wrong key? a run must be resumed with the key it was started with; or the file was written by "
                 f"someone without the key): {error}"
             ) from error
-        if record is not None and not isinstance(record, dict):
+        return None if record is None else self._checked(record, path)
+
+    def _checked(self, record: Any, path: str) -> dict:
+        if not isinstance(record, dict):
             raise StoreError(f"{self.store.url}/{path}: a run record must be a JSON object, got {type(record).__name__}")
         return record
 
@@ -224,10 +327,21 @@ class RunStore:
         keyed.sort(key=lambda item: item[0])  # names start with a nanosecond timestamp
         return [record for _, record in keyed]
 
-    def model_path(self) -> str:
-        """Store-relative path of the final model: ``runs/<run>/model/model.npz``.
+    def model_path(self, generation: int | None = None) -> str:
+        """Store-relative path of the final model of lease ``generation``: ``runs/<run>/model/<generation>/model.npz``.
 
-        The model file itself is not signed: the run record (signed) names its sha256, and a
-        reader compares the two before loading it.
+        Each generation has its own, so a driver that lost the run never replaces the model a newer one
+        stored.  ``None`` gives ``runs/<run>/model/model.npz``, where sparkdbn up to 0.2 kept it.  The
+        model file itself is not signed: the run record (signed) names its path and sha256, and a reader
+        compares the two before loading it.
         """
-        return join(self.prefix, "model", "model.npz")
+        if generation is None:
+            return join(self.prefix, "model", "model.npz")
+        return join(self.prefix, "model", f"{int(generation):08d}", "model.npz")
+
+
+def has_run_record(store: Store, run: str) -> bool:
+    """Whether ``run`` has a record in ``store`` (of either layout), without reading or verifying it."""
+    prefix = join("runs", check_name("run", run))
+    return any(_RECORD_NAME.match(name) for name in store.list(join(prefix, "record"))) or store.exists(
+        join(prefix, "run.json"))

@@ -2,16 +2,16 @@
 
 A *signed record* is a small JSON file in the envelope of :func:`~storage._auth.sign_json`.
 
-A *signed file* (a phase result) has a fixed name that callers ask for, but
-its MAC must also cover its content.  It is two files::
+A *signed file* is how sparkdbn up to 0.2 stored a phase result: a fixed name that callers ask
+for, whose MAC must also cover its content.  It is two files::
 
     <folder>/<stem>.json                 signed pointer {"file", "sha256", "size_bytes"}
     <folder>/<stem>-<sha256><suffix>     the content, named by its digest (a plain .npz stays
                                          readable by numpy)
 
-The content is written first, then the pointer replaces the old one atomically: a reader sees
-the old version or the new one, never a mix; the content the old pointer named is deleted
-afterwards (it was written by a key holder: the old pointer verified).
+Such files are still read (runs stored before); they are no longer written, because replacing the
+pointer lets a driver that lost its lease replace what a newer one stored.  Phase results are now
+named by the signed run record instead (see :mod:`storage._weights`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ._errors import AuthenticationError, ChecksumError, FileTooLargeError, Stor
 from ._paths import join
 from ._store import Store
 
-__all__ = ["POINTER_MAX_BYTES", "read_signed_file", "read_signed_json", "write_signed_file", "write_signed_json"]
+__all__ = ["POINTER_MAX_BYTES", "read_signed_file", "read_signed_json", "write_signed_json"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,23 +63,6 @@ def _pointer(store: Store, key: bytes, folder: str, stem: str, suffix: str, cont
     if not isinstance(sha256, str) or not isinstance(size, int) or value.get("file") != f"{stem}-{sha256}{suffix}":
         raise StoreError(f"{store.url}/{path}: a signed pointer without a valid file, sha256 and size_bytes: {value!r}")
     return value
-
-
-def write_signed_file(store: Store, key: bytes, folder: str, stem: str, suffix: str, data: bytes, *context: str) -> str:
-    """Store ``data`` as the signed file ``<folder>/<stem>`` (see the module notes); returns its content path."""
-    try:
-        previous = _pointer(store, key, folder, stem, suffix, context)
-    except StoreError as error:  # a damaged or forged pointer is simply replaced
-        logger.warning("replacing an unusable pointer: %s", error)
-        previous = None
-    digest = sha256_hex(data)
-    name = f"{stem}-{digest}{suffix}"
-    store.write_bytes(join(folder, name), data)
-    pointer = {"file": name, "sha256": digest, "size_bytes": len(data)}
-    write_signed_json(store, key, join(folder, stem + ".json"), pointer, *context)
-    if previous is not None and previous["file"] != name:
-        store.delete(join(folder, previous["file"]))
-    return join(folder, name)
 
 
 def read_signed_file(store: Store, key: bytes, folder: str, stem: str, suffix: str, *context: str) -> bytes | None:

@@ -3,11 +3,14 @@
 Atomic writes go to ``<dir>/._tmp-<uuid>`` (CREATE, streamed to the datanode), then RENAME
 over the final name with ``renameoptions=OVERWRITE``: Hadoop's ``rename2``, which replaces an
 existing file atomically in the namenode, so readers see the old file or the new one and never
-a gap.  Against a server that ignores the option (it answers ``{"boolean": false}`` when the
-destination exists) the backend falls back to delete-then-rename, which leaves a short window
-in which the file is missing; readers of such stores should treat "not found" on a file they
-just listed as transient.  A writer killed mid-upload leaves only a hidden temporary file
-(HDFS releases its lease later); temporary files never appear in listings.
+a gap.  Against a server that ignores the option (some WebHDFS gateways: it answers
+``{"boolean": false}`` when the destination exists) the backend falls back to delete-then-rename,
+which leaves a moment in which the file is missing (and, should the writer die there, no file);
+it says so once per process in the log.  sparkdbn never replaces what a run's correctness rests
+on (run records, leases, phase results and models are created under new names, see
+``docs/fenced-writes.md``); what it does replace (peer entries, a dataset's ``_meta.json``) is
+read so that a missing file costs nothing.  A writer killed mid-upload leaves only a hidden
+temporary file (HDFS releases its lease later); temporary files never appear in listings.
 
 Failures are translated: FileNotFoundException -> :class:`StoreNotFoundError`,
 AccessControlException -> :class:`StorePermissionError`; connection errors, timeouts, HTTP 5xx,
@@ -120,6 +123,7 @@ class WebHDFSBackend:
         self.namenodes = ";".join(namenodes)
         self.user = user or os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
         self.client = _Client(self.namenodes, user=self.user, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
+        self.replaces_atomically: bool | None = None  # None: not known until a rename over an existing file
 
     def _abs(self, path: str) -> str:
         return posixpath.join(self.root, path) if path else self.root
@@ -180,10 +184,18 @@ class WebHDFSBackend:
         response = self.client._rename(src, destination=dst, renameoptions="OVERWRITE")
         body = response.content.strip()
         if not body:
+            self.replaces_atomically = True
             return  # rename2 answers an empty 200 on success
         if json.loads(body).get("boolean", False):
             return
         # The server ignored renameoptions and refused because dst exists: delete, then rename.
+        if self.replaces_atomically is not False:
+            self.replaces_atomically = False
+            logger.warning("the WebHDFS server(s) %s ignore renameoptions=OVERWRITE (a gateway such as HttpFS or "
+                           "Knox?): replacing a file there deletes it, then renames, leaving a moment without it. "
+                           "Run records, leases, phase results and models are never replaced; peer entries and "
+                           "dataset metadata are read so that the moment costs nothing (docs/fenced-writes.md)",
+                           self.namenodes)
         logger.debug("namenode ignored renameoptions=OVERWRITE; deleting %s before rename", dst)
         self.client.delete(dst)
         self.client.rename(src, dst)

@@ -3,7 +3,9 @@
 Layout under ``runs/<run>/``::
 
     weights/<phase>/<node>/<version:08d>-<sha256>-<mac>.npz   one snapshot
-    phases/<phase>.json, phases/<phase>-<sha256>.npz           a phase result (a signed file)
+    phases/<phase>-<sha256>.npz                                a phase result, named by its content
+    phases/<phase>.json                                        (sparkdbn up to 0.2: a signed pointer to
+                                                               the phase's current result, replaced)
 
 ``mac`` is HMAC-SHA256 under the run's key of (run, phase, node, version, sha256).  So one
 listing of a node's folder tells a reader which versions exist and which of them a key holder
@@ -13,6 +15,11 @@ copied to another node, phase or version does not verify either.  The content is
 against the authenticated sha256 before it is decoded (``allow_pickle=False``), and its size is
 bounded before it is read whole.
 
+A phase result is created under a name of its own (its content's sha256) and never replaced;
+the signed run record names the one that counts (``steps.<phase>.result``: file, sha256, size),
+so a driver that lost the run's lease can store results of its own but never change which one
+the run's record names (see :mod:`storage._runs`).
+
 What a reader skips is counted per kind in :meth:`WeightStore.refusals` and logged once per
 source (a node's folder).
 """
@@ -20,8 +27,9 @@ source (a node's folder).
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -37,7 +45,8 @@ from ._errors import (
 )
 from ._npz import decode_params, encode_params
 from ._paths import check_name, join
-from ._signed import read_signed_file, write_signed_file
+from ._runs import RunStore
+from ._signed import read_signed_file
 from ._signed_names import SignedName, SignedNames
 from ._store import Store
 
@@ -46,7 +55,8 @@ __all__ = ["Consolidation", "DEFAULT_MAX_SNAPSHOT_BYTES", "SnapshotRef", "Weight
 logger = logging.getLogger(__name__)
 
 _SNAPSHOTS = SignedNames("sparkdbn snapshot v1", ".npz")
-_PHASE_RESULT_PURPOSE = "sparkdbn phase result v1"
+_PHASE_RESULT_PURPOSE = "sparkdbn phase result v1"  # the signed pointers of sparkdbn up to 0.2
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 #: Largest snapshot read when the caller names no tighter bound (its expected shapes).
 DEFAULT_MAX_SNAPSHOT_BYTES = 1 << 30
@@ -308,23 +318,87 @@ class WeightStore:
         return Consolidation(params=params, refs=tuple(used))
 
     # -- phase results ------------------------------------------------------------------------
-    def put_phase_result(self, phase: str, params: Mapping[str, np.ndarray]) -> None:
-        """Store the consolidated result of ``phase`` as a signed file under ``runs/<run>/phases/``."""
+    def put_phase_result(self, phase: str, params: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """Store ``params`` as a result of ``phase``, in a new file named by its content (never replacing one).
+
+        Returns
+        -------
+        dict
+            ``{"file", "file_sha256", "size_bytes"}``: what a run record keeps to name this result
+            (``steps.<phase>.result``); :meth:`get_phase_result` reads it back verified against it.
+        """
         data = encode_params(params, f"phase result {phase!r}")
-        write_signed_file(self.store, self._key, join("runs", self.run, "phases"), check_name("phase", phase), ".npz",
-                          data, _PHASE_RESULT_PURPOSE, self.run, phase)  # fmt: skip
+        digest = sha256_hex(data)
+        name = f"{check_name('phase', phase)}-{digest}.npz"
+        path = join("runs", self.run, "phases", name)
+        if not self.store.create_exclusive(path, data) and self._stored_digest(path, len(data)) != digest:
+            self.store.write_bytes(path, data)  # damaged content under this content's name: nobody can use it
+        return {"file": name, "file_sha256": digest, "size_bytes": len(data)}
 
-    def get_phase_result(self, phase: str) -> dict[str, np.ndarray] | None:
-        """The stored result of ``phase``, or None when there is none.
+    def _stored_digest(self, path: str, size_bytes: int) -> str | None:
+        try:
+            return sha256_hex(self.store.read_bytes(path, max_bytes=size_bytes))
+        except (FileTooLargeError, StoreNotFoundError):
+            return None
 
-        A result that does not verify under the run's key (forged, unsigned) is treated as
-        absent: counted as ``unauthenticated`` and logged.
+    def get_phase_result(self, phase: str, ref: Mapping[str, Any] | None = None) -> dict[str, np.ndarray] | None:
+        """A stored result of ``phase``: the one ``ref`` names, else the one the run's newest record names.
+
+        Parameters
+        ----------
+        ref : mapping, optional
+            ``{"file", "file_sha256", "size_bytes"}`` as :meth:`put_phase_result` returned it (e.g.
+            from a run record).  Without it the run's newest record that verifies names it; runs
+            stored by sparkdbn up to 0.2 name it in a signed pointer, ``phases/<phase>.json``.
+
+        Returns
+        -------
+        dict or None
+            None when there is none, its content is gone, or (old runs) its pointer does not verify
+            under the run's key (counted as ``unauthenticated`` and logged).
 
         Raises
         ------
         ChecksumError
-            The signed result's content is damaged or was replaced.
+            The content is not what the record (or pointer) names: damaged or replaced.
+        StoreError
+            ``ref`` does not name a result of ``phase``.
         """
+        if ref is None:
+            ref = self._recorded_result(phase)
+            if ref is None:
+                return self._legacy_phase_result(phase)
+        name, digest, size = ref.get("file"), ref.get("file_sha256"), ref.get("size_bytes")
+        if (not isinstance(digest, str) or not _SHA256.match(digest) or name != f"{phase}-{digest}.npz"
+                or isinstance(size, bool) or not isinstance(size, int) or size < 0):
+            raise StoreError(f"phase result {phase!r} of run {self.run!r}: {dict(ref)!r} names no result file of it")
+        path = join("runs", self.run, "phases", name)
+        where = f"{self.store.url}/{path}"
+        try:
+            data = self.store.read_bytes(path, max_bytes=size)
+        except StoreNotFoundError as error:
+            logger.warning("phase result %s of run %s: its content is gone (%s)", phase, self.run, error)
+            return None
+        except FileTooLargeError as error:
+            raise ChecksumError(f"{where} is larger than the {size} bytes the run record names") from error
+        if sha256_hex(data) != digest:
+            raise ChecksumError(f"{where}: sha256 {sha256_hex(data)[:12]}... of {len(data)} bytes does not match the "
+                                f"{digest[:12]}... the run record names; the file is damaged or was replaced")
+        return decode_params(data, where)
+
+    def _recorded_result(self, phase: str) -> Mapping[str, Any] | None:
+        """``steps.<phase>.result`` of the run's newest record when it names a result file."""
+        try:
+            record = RunStore(self.store, self.run, self._key).read_record() or {}
+        except AuthenticationError as error:
+            self._refusals.refuse("unauthenticated", join("runs", self.run, "record"), join("runs", self.run),
+                                  f"phase result {phase!r}: {error}")
+            return None
+        step = (record.get("steps") or {}).get(phase) if isinstance(record.get("steps"), dict) else None
+        result = step.get("result") if isinstance(step, dict) else None
+        return result if isinstance(result, dict) and "file" in result else None
+
+    def _legacy_phase_result(self, phase: str) -> dict[str, np.ndarray] | None:
         folder = join("runs", self.run, "phases")
         try:
             data = read_signed_file(self.store, self._key, folder, check_name("phase", phase), ".npz",

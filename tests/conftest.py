@@ -1,9 +1,13 @@
-"""Suite-wide settings and the one shared Spark session.
+"""Suite-wide settings, the one shared Spark session and the ``numerics`` fixture.
 
 Everything binds and talks to loopback only (Spark included), Spark's UI stays off, and
 the whole suite shares one ``local[2,4]`` session: two worker threads (so two Python
 workers, two nodes) and up to four attempts per task, so a killed Python worker is retried
 as on a cluster.  Starting a session costs 10-20 s, so no test file starts its own.
+
+A test that compares floating-point results of two code paths takes the ``numerics`` fixture:
+it runs once per :data:`support.numerics.NUMERICS_SETTINGS` (the process's BLAS threads and C
+order, then another thread count and Fortran order) and is marked ``numerics`` (docs/testing.md).
 """
 
 import os
@@ -11,6 +15,7 @@ import sys
 import tempfile
 
 import pytest
+from support.numerics import NUMERICS_SETTINGS, BlasSetting
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -32,3 +37,17 @@ def spark():
     session = get_spark_session("local[2,4]", app_name="sparkdbn-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(params=NUMERICS_SETTINGS, ids=lambda setting: setting.name)
+def numerics(request) -> BlasSetting:
+    """The BLAS setting this run of the test is under (applied for the test's duration); ``arrange``
+    puts the test's input arrays in its memory order."""
+    with request.param.applied() as setting:
+        yield setting
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:  # `-m numerics` selects every test that runs under each BLAS setting
+        if "numerics" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.numerics)

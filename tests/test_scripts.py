@@ -53,11 +53,14 @@ def test_a_bench_script_given_json_writes_its_tables_and_output_stamped_with_mac
     assert run["script"] == "bench_storage.py" and run["settings"] == {"quick": True}
     assert run["machine"]["cores"] == os.cpu_count() and run["machine"]["numpy"] and run["machine"]["blas"]
     assert run["started"] <= run["finished"]
-    snapshots, shards = run["tables"]
+    snapshots, records, shards = run["tables"]
     backends = {row[0]: row for row in snapshots["rows"]}
     for backend in ("WeightStore, local", "WeightStore, webhdfs"):
         put_ms, get_ms, put_ratio = backends[backend][1:4]
         assert put_ms > 0 and get_ms > 0 and put_ratio == pytest.approx(put_ms / backends[snapshots["rows"][0][0]][1])
+    assert [row[0] for row in records["rows"]] == ["local", "webhdfs"]
+    assert all(fenced_ms > 0 and ratio == pytest.approx(fenced_ms / replace_ms)
+               for _, replace_ms, fenced_ms, ratio in records["rows"])
     assert [row[0] for row in shards["rows"]][1:] == [f"{store} read_shard ({layout})" for store in ("local", "webhdfs")
                                                        for layout in ("binary", "list")]
     assert run["output"] == result.stdout  # what it printed, kept whole

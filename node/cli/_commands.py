@@ -2,6 +2,7 @@
 
     sparkdbn train                       # DBN on digits, 2 nodes on local Spark, ./sparkdbn-store
     sparkdbn train --config job.yaml     # settings from JSON/YAML; flags override them
+    sparkdbn train --master spark://h:7077 --gpus-per-executor 4 --device gpu   # a node per GPU
     sparkdbn evaluate --run RUN          # the run's saved model on the dataset's test split
     sparkdbn predict --run RUN --input in.parquet --output out.parquet
     sparkdbn stage --recipe digits --url file:///data/sparkdbn-store/datasets/digits --shards 4
@@ -20,6 +21,7 @@ import os
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -31,7 +33,7 @@ from rbm.datasets import load_digits01, load_digits28
 
 from .._errors import NodeError
 from ..data import stage_input, stage_recipe, write_parquet_safely
-from ..driver import Trainer, TrainingSettings, default_store_url, get_spark_session
+from ..driver import Trainer, TrainingSettings, default_store_url, driver_spec, get_spark_session, gpu_spark_conf
 from ..modes import MODE_NAMES
 from ..run import load_run_model, open_checked_store, open_run
 from ..serve import evaluate, predict_dataframe
@@ -63,6 +65,10 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "bind_host": None,
     "advertise_host": None,
     "port_range": None,
+    "device": None,
+    "precision": None,
+    "gpus_per_executor": None,
+    "gpu_discovery_script": None,
     "out": "sparkdbn-report",
     "report": True,
     "progress": True,
@@ -129,10 +135,41 @@ def _settings(options: dict[str, Any], model: Any) -> Any:
         raise UsageError(f"training settings: {error}") from error
 
 
+#: The GPU discovery script shipped with sparkdbn (in a source checkout; a cluster needs it on every host).
+DISCOVERY_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "sparkdbn-gpus"
+
+
+def _gpu_conf(options: dict[str, Any]) -> dict[str, str]:
+    """The Spark settings of ``--gpus-per-executor`` and ``--gpu-discovery-script`` (none without them)."""
+    gpus, script = options.get("gpus_per_executor"), options.get("gpu_discovery_script")
+    if gpus is None:
+        if script:
+            raise UsageError("--gpu-discovery-script goes with --gpus-per-executor N")
+        return {}
+    if script is None and DISCOVERY_SCRIPT.is_file():
+        script = str(DISCOVERY_SCRIPT)
+    try:
+        return gpu_spark_conf(int(gpus), script)
+    except ValueError as error:
+        raise UsageError(f"--gpus-per-executor: {error}") from error
+
+
 def _session(options: dict[str, Any]) -> Any:
-    conf = dict(options.get("spark_conf") or {})
+    conf = _gpu_conf(options)
+    conf.update(options.get("spark_conf") or {})  # Spark settings given by name win over the GPU flags
     conf.update(parse_spark_conf(options.get("conf")))  # --conf over the config file's spark_conf
     return get_spark_session(options.get("master"), conf=conf)
+
+
+def _on_device(model: Any, options: dict[str, Any]) -> Any:
+    """``model`` with the ``device`` and ``precision`` that ``--device``/``--precision`` (or the config) name."""
+    chosen = {name: options[name] for name in ("device", "precision") if options.get(name) is not None}
+    if not chosen:
+        return model
+    try:
+        return model.set_params(**chosen)
+    except ValueError as error:
+        raise UsageError(f"a {type(model).__name__} takes no {', '.join(chosen)}: {error}") from error
 
 
 def _store_url(options: dict[str, Any]) -> str:
@@ -151,6 +188,7 @@ def cmd_train(options: dict[str, Any]) -> int:
     else:
         n_features, n_classes = int(np.prod(X.shape[1:])), int(y.max()) + 1
     model = build_model(options["model"], options.get("layers"), n_features, n_classes, int(options["seed"]))
+    model = _on_device(model, options)
     _check_model_fits(model, X, y, n_features, n_classes, str(options["dataset"]))
     settings = _settings(options, model)
     if options.get("report"):
@@ -160,7 +198,7 @@ def cmd_train(options: dict[str, Any]) -> int:
     spark = _session(options)
     trainer = Trainer(spark, store_url, settings)
     started = time.perf_counter()
-    trainer.fit(model, X, y)
+    model = trainer.fit(model, X, y)  # a CPU copy where the driver cannot hold a GPU model
     print(f"run {trainer.run_id_}: trained in {time.perf_counter() - started:.1f} s; "
           f"model saved in {trainer.store_url} under runs/{trainer.run_id_}/model")
     if X_test is not None and _is_classifier(model):
@@ -186,7 +224,7 @@ def _is_classifier(model: Any) -> bool:
 def _check_model_fits(model: Any, X: Any, y: Any, n_features: int, n_classes: int, source: str) -> None:
     """What the driver would refuse after Spark started, refused before: hyperparameters, width, value range."""
     try:
-        replica = rbm.model_from_spec(model.to_spec())
+        replica = rbm.model_from_spec(driver_spec(model.to_spec()))  # the driver checks on its CPU
         shape = n_features if isinstance(X, str) or np.ndim(X) == 2 else tuple(np.shape(X)[1:])
         replica.initialize(shape, np.arange(n_classes) if _is_classifier(model) else None)
     except ValueError as error:
@@ -345,6 +383,17 @@ def build_parser() -> argparse.ArgumentParser:
                        "else SPARK_LOCAL_IP or the interface that reaches the driver; 0.0.0.0 needs --advertise-host)")
     train.add_argument("--advertise-host", help="host name or address peers connect to (default: the bind host)")
     train.add_argument("--port-range", help="ports the nodes bind, e.g. 40000-40100 (default: any free port)")
+    train.add_argument("--device", choices=("cpu", "gpu", "auto"),
+                       help="where the nodes compute: cpu, gpu (the GPU Spark assigns each task; fails without one) "
+                            "or auto (that GPU where cupy sees it, else the CPU); default: the model's (cpu)")
+    train.add_argument("--precision", choices=rbm.PRECISIONS,
+                       help="the GEMMs' and convolutions' precision on GPUs with tensor cores (default float32)")
+    train.add_argument("--gpus-per-executor", type=int, metavar="N",
+                       help="Spark hands each executor N GPUs and each task one: a node per GPU (sets "
+                            "spark.executor/task/worker.resource.gpu.*; before the session starts)")
+    train.add_argument("--gpu-discovery-script", metavar="PATH",
+                       help="with --gpus-per-executor: the script that lists a host's GPUs, a path on every "
+                            "executor host (default: scripts/sparkdbn-gpus of this checkout)")
     train.add_argument("--out", help="folder for the report plots (default ./sparkdbn-report)")
     train.add_argument("--no-report", dest="report", action="store_const", const=False, default=None)
     train.add_argument("--no-progress", dest="progress", action="store_const", const=False, default=None)

@@ -3,7 +3,8 @@
 Spark's ``overwrite`` mode empties the output folder first, whatever it holds -- including the
 input being read.  :func:`write_parquet_safely` refuses instead:
 
-* an output that is the input, lies inside it or contains it;
+* an output that is the input, lies inside it or contains it -- on the local file system with
+  symlinks resolved (``os.path.realpath``), so a link into the input is the input;
 * an output folder that holds anything, unless ``overwrite`` is asked *and* the folder is one this
   function wrote before (it holds the :data:`MARKER` file and nothing but Spark's own output files).
 
@@ -18,8 +19,10 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import os
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 from .._errors import InputDataError
 
@@ -45,11 +48,12 @@ def write_parquet_safely(frame: Any, output: str, *, inputs: tuple[str, ...] = (
     spark = frame.sparkSession
     jvm, conf = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()
     target = _qualified(jvm, conf, output)
+    resolved = _qualified(jvm, conf, _resolved(output))
     for source in inputs:
-        origin = _qualified(jvm, conf, source)
-        if _inside(target, origin) or _inside(origin, target):
-            raise InputDataError(f"--output {output} {'is' if target == origin else 'overlaps'} the input {source}; "
-                                 "choose an output folder outside the input")
+        origin = _qualified(jvm, conf, _resolved(source))
+        if _inside(resolved, origin) or _inside(origin, resolved):
+            raise InputDataError(f"--output {output} {'is' if resolved == origin else 'overlaps'} the input {source} "
+                                 "(symlinks followed); choose an output folder outside the input")
     Path = jvm.org.apache.hadoop.fs.Path
     path = Path(target)
     fs = path.getFileSystem(conf)
@@ -90,6 +94,16 @@ def write_parquet_safely(frame: Any, output: str, *, inputs: tuple[str, ...] = (
 def _rename(fs: Any, source: Any, target: Any) -> None:
     if not fs.rename(source, target):
         raise InputDataError(f"could not rename {source} to {target}; nothing was written at {target}")
+
+
+def _resolved(location: str) -> str:
+    """``location`` with its symlinks resolved (``os.path.realpath``) when it is on the local file system."""
+    parts = urlsplit(location)
+    if parts.scheme == "file":
+        return "file://" + os.path.realpath(parts.path)
+    if not parts.scheme:
+        return os.path.realpath(os.path.expanduser(location))
+    return location  # hdfs:// and others: the file system's own paths, checked as they are
 
 
 def _qualified(jvm: Any, conf: Any, location: str) -> str:

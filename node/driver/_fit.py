@@ -7,6 +7,13 @@ phase in order (its training mode runs the epochs), saves the model and marks th
 in ``finally`` cancels its Spark jobs, stops its nodes and drops its broadcasts, the data it held
 and the partitions it stored.  Each step is timed (:mod:`node.driver._timings`).
 
+Fencing (see :mod:`node.run._lease`): every store write of the driver is tied to its lease
+generation or named by its content -- records are new files of the generation, the model lives
+in the generation's own folder, phase results and early-stopping bests are files named by their
+sha256 -- and only the record says which are current.  A driver that lost the run (paused,
+cut off) and writes on can therefore only add files that no reader of the newer record looks at;
+it stops at its next renewal or record write, cancelling its Spark jobs, and says who took over.
+
 Crash consistency (see :mod:`node.run._record`): a phase is completed from what is stored, in one
 idempotent step.  A phase whose result is stored and verifies is loaded; one whose epochs all
 ran is consolidated from the newest snapshots of the nodes that trained its last epoch; one in
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import tempfile
 import time
 import uuid
@@ -34,9 +42,10 @@ from .._errors import TrainingError, short_error
 from ..data import PreparedData, filled_partitions
 from ..executor import block_sink, start_worker_task
 from ..modes import max_learning_rate_factor, mode_named
-from ..run import (STALE_TEMPORARY_S, DriverLease, RunRecord, open_checked_store, remove_work_folders, resolve_run_key,
-                   sweep_temporaries)
+from ..run import (STALE_TEMPORARY_S, DriverLease, LeaseLostError, RunRecord, open_checked_store, remove_work_folders,
+                   resolve_run_key, sweep_temporaries)
 from ..watch import ReachabilityWatch, RunWatch, ValidationSet
+from ._devices import check_gpu_conf, driver_model, driver_spec, hand_back, probe_nodes
 from ._fit_data import model_input, prepare_fit_data
 from ._fit_jobs import FitJobs
 from ._node_config import node_config
@@ -47,6 +56,9 @@ from ._timings import FitTimings, node_shares
 __all__ = ["Fit"]
 
 logger = logging.getLogger(__name__)
+
+#: An early-stopping best (``node.watch._early_stopping.best_result_name``), as the store names it by content.
+_BEST = re.compile(r"^[^/]+\.best-[0-9a-f]{64}\.npz$")
 
 
 class Fit:
@@ -70,7 +82,7 @@ class Fit:
         self.spark = spark
         self.sc = spark.sparkContext
         self.store_url = store_url
-        self.model = model
+        self.given_model = model  # the caller's: it gets the result where it can hold it (node.driver._devices)
         self.data, self.y = data, y
         self.on_epoch = on_epoch
         self.run_id = settings.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -78,7 +90,8 @@ class Fit:
         self.group = f"sparkdbn-{self.run_id}-{self.fit_id[:6]}"
         self.history: list[dict[str, Any]] = []
         self.phases: list[str] = list(model.phases())
-        self.spec: dict = dict(model.to_spec())
+        self.spec: dict = dict(model.to_spec())  # what the nodes build, on their tasks' GPUs if it asks for one
+        self.model = driver_model(model, self.spec)  # the driver's copy, on its CPU: checks, phases, validation
         self._given_key = key
         self.key: bytes = b""  # the run key (resolved in run()); travels to the executors in the tasks only
         self.store: storage.Store | None = None
@@ -109,13 +122,15 @@ class Fit:
             raise TrainingError(f"stop_after_phase {settings.stop_after_phase!r} is not a phase of this model "
                                 f"({self.phases})")
         self._apply_batch_size()
+        check_gpu_conf(self.sc.master, dict(self.sc.getConf().getAll()), self.spec)  # before any work
         self._start_workers()
         began = self.timings.now_s()
         self.store = open_checked_store(self.store_url, settings.store_retry_timeout_s)
         self.key = self._resolve_key()
         self.runs = storage.RunStore(self.store, self.run_id, self.key)
         self.weights = storage.WeightStore(self.store, self.run_id, self.key)
-        self.lease = DriverLease(self.store, self.run_id, settings.lease_timeout_s)
+        self.lease = DriverLease(self.store, self.run_id, settings.lease_timeout_s, fit_id=self.fit_id,
+                                 on_lost=self._lease_lost)
         try:
             with self.lease:  # a second driver of the run is refused here, before any work
                 previous = self._earlier_record()
@@ -124,11 +139,11 @@ class Fit:
                 self.timings.add("store and lease", began, self.timings.now_s() - began)
                 self._stores_data = True
                 self.prepared, self.validation = prepare_fit_data(
-                    self.spark, settings, self.model, self.spec, self.data, self.y, nodes=self.nodes,
+                    self.spark, settings, self.model, self.driver_spec, self.data, self.y, nodes=self.nodes,
                     require_labels=any(not phase.startswith("rbm") for phase in self.phases), timings=self.timings,
                     sink=block_sink(self.store_url, settings.store_retry_timeout_s, self.key, self.run_id,
                                     self.fit_id))
-                return self._run_leased(previous)
+                return hand_back(self.given_model, self._run_leased(previous))
         finally:
             with self.timings.step("cleanup"):
                 self._close()
@@ -145,9 +160,13 @@ class Fit:
         rdd = self.sc.parallelize(range(slots), slots).mapPartitions(start_worker_task)
         self._workers = SparkJob(self.sc, rdd, self.group, f"{self.run_id} start the Python workers")
 
+    def _lease_lost(self) -> None:
+        """Another driver took the run over (called from the lease's thread): stop this fit's Spark jobs now."""
+        self.sc.cancelJobGroup(self.group)
+
     def _resolve_key(self) -> bytes:
         """The run key: a resumed run must find the first fit's key, a new run may make one."""
-        resuming = self.store.exists(f"runs/{self.run_id}/run.json")
+        resuming = storage.has_run_record(self.store, self.run_id)
         return resolve_run_key(self.run_id, self.store_url, key=self._given_key, key_file=self.settings.key_file,
                                spark_conf=dict(self.sc.getConf().getAll()), create=not resuming).key
 
@@ -163,6 +182,9 @@ class Fit:
         try:
             with self.timings.step("run record"):
                 self._start_record(previous)
+            began = self.timings.now_s()
+            if probe_nodes(self.sc, self.group, self.node_config, self.nodes):  # a node without its GPU ends the fit
+                self.timings.add("device probe", began, self.timings.now_s() - began)  # no job on CPU nodes
             if settings.initialize_only:
                 with self.timings.step("model"):
                     self._save_model("initialized")
@@ -177,9 +199,14 @@ class Fit:
                     return model
             with self.timings.step("model"):
                 self._save_model("done")
-            logger.info("run %s done; model at %s/%s", self.run_id, self.store_url, self.runs.model_path())
+            logger.info("run %s done; model at %s/%s", self.run_id, self.store_url, self.record.data["model"]["path"])
             return model
         except BaseException as error:
+            if self.lease.lost and not isinstance(error, LeaseLostError):
+                try:
+                    self.lease.check()
+                except LeaseLostError as lost:  # the fit's jobs were cancelled because of it: say that, not "cancelled"
+                    raise lost from error
             self._mark_failed(error)
             raise
 
@@ -187,7 +214,7 @@ class Fit:
         """Write or resume the run record; make the nodes' config, the fit's jobs and its watch."""
         settings, prepared = self.settings, self.prepared
         self.record, resumed = RunRecord.start(
-            self.runs, previous, spec=self.spec, phases=self.phases,
+            self.runs, self.lease, previous, spec=self.spec, phases=self.phases,
             epochs={phase: settings.epochs_for(phase) for phase in self.phases}, settings=settings.to_dict(),
             store_url=self.store_url, data_facts=self._data_facts(), classes=prepared.classes)
         if resumed:
@@ -207,6 +234,11 @@ class Fit:
         if "batch_size" not in self.spec:
             raise TrainingError(f"batch_size was set, but a {self.spec.get('kind')!r} model has no batch_size setting")
         self.spec["batch_size"] = int(self.settings.batch_size)
+
+    @property
+    def driver_spec(self) -> dict:
+        """The spec of the driver's CPU copy of the model (the checks, the validation tasks)."""
+        return driver_spec(self.spec)
 
     @property
     def nodes(self) -> int:
@@ -245,8 +277,8 @@ class Fit:
                 consolidation = self.weights.consolidate(phase, record.nodes(phase))
                 result, origin = consolidation.params, f"consolidated from {len(consolidation.refs)} node(s)"
             result, origin = self.watch.best_result(phase) or (result, origin)
-            self.weights.put_phase_result(phase, result)
-            record.mark_phase(phase, params_digest(result), origin)
+            stored = self.weights.put_phase_result(phase, result)  # a new file named by its content
+            record.mark_phase(phase, params_digest(result), origin, stored)
             self._sweep_phase(phase)
             logger.info("run %s phase %s done: %s", self.run_id, phase, origin)
             self.watch.end_phase(phase, result)
@@ -288,7 +320,7 @@ class Fit:
 
     def _stored_result(self, phase: str) -> dict[str, np.ndarray] | None:
         try:
-            result = self.weights.get_phase_result(phase)
+            result = self.weights.get_phase_result(phase, self.record.result_file(phase))
         except storage.StoreError as error:
             logger.warning("run %s: the stored result of phase %s is unusable: %s", self.run_id, phase, error)
             return None
@@ -345,7 +377,8 @@ class Fit:
         self.record.mark_epoch(phase, epoch, summary["nodes"], scaling={
             "rule": self.settings.scale_rule, "warmup_partitions": self.node_config.warmup_partitions,
             "learning_rate_scale": summary["learning_rate_scale"], "nodes_merging": summary["nodes_merging"],
-            "node_batch_size": summary["node_batch_size"]})
+            "node_batch_size": summary["node_batch_size"]},
+            devices={record["node"]: record["device"] for record in summary["records"] if record.get("device")})
         if self.on_epoch is not None:
             self.on_epoch(summary)
         if stop:
@@ -369,27 +402,59 @@ class Fit:
 
     # ------------------------------------------------------------------ the end
     def _save_model(self, status: str) -> None:
-        """Store the model atomically, then mark the run ``status`` naming its sha256 ("done" = it verifies)."""
+        """Store the model in the generation's folder, then mark the run ``status`` naming its path and sha256.
+
+        "done" means the model is there and verifies.  Once the record says "done" it names no
+        early-stopping best and no earlier generation's model any more: those are removed then.
+        """
         with tempfile.TemporaryDirectory(prefix="sparkdbn-model-") as folder:
             path = os.path.join(folder, "model.npz")
             self.model.save(path)
             with open(path, "rb") as handle:
                 payload = handle.read()
             self.watch.finish(status, path)
-        self.store.write_bytes(self.runs.model_path(), payload)
-        digest = storage.sha256_hex(self.store.read_bytes(self.runs.model_path()))
+        model_path = self.runs.model_path(self.lease.generation)
+        self.store.write_bytes(model_path, payload)
+        digest = storage.sha256_hex(self.store.read_bytes(model_path))
         if digest != storage.sha256_hex(payload):
-            raise TrainingError(f"the model written to {self.store_url}/{self.runs.model_path()} does not read back "
+            raise TrainingError(f"the model written to {self.store_url}/{model_path} does not read back "
                                 "as written; the run is not marked done")
-        self.record.mark(status, finished=time.time(), model={"path": self.runs.model_path(), "sha256": digest},
+        if status == "done":
+            self.record.forget_bests()
+        self.record.mark(status, finished=time.time(), model={"path": model_path, "sha256": digest},
                          timings=self.timings.to_dict())
+        if status == "done":
+            self._remove_unnamed()
+
+    def _remove_unnamed(self) -> None:
+        """Remove the early-stopping bests and earlier generations' models, which the "done" record no longer names.
+
+        Only now: before "done" a driver that takes the run over may resume from a record naming any
+        best; every record written after this one (by a driver that took over after its lease check)
+        has every phase done, and names a model of its own, newer generation.
+        """
+        prefix = self.runs.prefix
+        unnamed = [f"{prefix}/phases/{name}" for name in self.store.list(f"{prefix}/phases") if _BEST.match(name)]
+        for name in self.store.list(f"{prefix}/model"):  # the model.npz of sparkdbn 0.2 stays
+            if name.isdigit() and int(name) < self.lease.generation:
+                unnamed += [f"{prefix}/model/{name}/model.npz", f"{prefix}/model/{name}"]  # the file, then its folder
+        for path in unnamed:
+            try:
+                self.store.delete(path)  # a folder only when empty
+            except storage.StoreError as error:  # harmless where it stays: nothing names it
+                logger.warning("run %s: could not remove %s, which the record no longer names: %s", self.run_id,
+                               path, error)
 
     def _mark_failed(self, error: BaseException) -> None:
         if self.record is None:
             return
+        if self.lease.lost:  # another driver holds the run: this one writes nothing more
+            logger.error("run %s failed after another driver took it over: %s: %s", self.run_id,
+                         type(error).__name__, str(error)[:300])
+            return
         try:
             self.record.mark("failed", error=f"{type(error).__name__}: {error}"[:2000], finished=time.time())
-        except storage.StoreError as store_error:
+        except (storage.StoreError, LeaseLostError) as store_error:
             logger.error("could not mark run %s failed in the store: %s", self.run_id, store_error)
 
     def _close(self) -> None:

@@ -35,7 +35,8 @@ def node_config(settings: TrainingSettings, prepared: PreparedData, spec: dict, 
         node_batch_size=_node_batch_size(settings, spec, nodes, prepared.n_samples, max_rate_factor),
         kill_worker_once_at=settings.kill_worker_once_at, straggler_factor=settings.straggler_factor,
         local_master=is_local_master(sc.master), driver_host=sc.getConf().get("spark.driver.host"),
-        bind_host=settings.bind_host, advertise_host=settings.advertise_host, port_range=settings.port_range)
+        bind_host=settings.bind_host, advertise_host=settings.advertise_host, port_range=settings.port_range,
+        gpu_data_budget_bytes=int(settings.gpu_data_budget_bytes or 0))
 
 
 def _warmup_partitions(settings: TrainingSettings, prepared: PreparedData, nodes: int) -> int:

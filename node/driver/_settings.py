@@ -88,8 +88,9 @@ class TrainingSettings:
     max_classes : int
         More distinct labels than this is an :class:`~node.InputDataError` naming the count.
     lease_timeout_s : float
-        A run's driver renews its lease every quarter of this; a lease not renewed for this long
-        belongs to a driver that is gone, and the next fit of the run takes it over.
+        A run's driver renews its lease every quarter of this; a lease whose renewal the next fit of the
+        run has watched stand still for this long, on that fit's own clock (never comparing two hosts'
+        clocks), belongs to a driver that is gone, and that fit takes it over (see docs/fenced-writes.md).
     anti_entropy_interval_s, peer_refresh_interval_s : float
         How often a node lists the store for missed versions and for new peers.
     store_retry_timeout_s : float
@@ -133,6 +134,10 @@ class TrainingSettings:
     port_range : str, optional
         ``"40000-40100"``: the nodes' endpoints bind a free port of this range (for firewalls);
         default: any free port.  A range with no free port fails the node's start naming it.
+    gpu_data_budget_bytes : int, optional
+        GPU memory a node on a GPU may fill with the partitions it keeps there across epochs
+        (:class:`rbm.DeviceDataCache`, least recently used out; default: half the GPU's free
+        memory when the node first uploads).  Each partition's metrics report what it holds.
     kill_worker_once_at : str, optional
         Test hook ``"<phase>:<epoch>"``: the first node to reach it trains half a partition
         and kills its Python worker with SIGKILL (once per run).
@@ -178,6 +183,7 @@ class TrainingSettings:
     bind_host: str | None = None
     advertise_host: str | None = None
     port_range: str | None = None
+    gpu_data_budget_bytes: int | None = None
     kill_worker_once_at: str | None = None
 
     def epochs_for(self, phase: str) -> int:
@@ -196,7 +202,7 @@ class TrainingSettings:
         counts = self.epochs.values() if isinstance(self.epochs, Mapping) else [self.epochs]
         if any(int(count) < 0 for count in counts) or self.default_epochs < 0:
             raise ValueError(f"epochs must be >= 0, got {self.epochs!r}")
-        for name in ("partitions", "batch_size", "fanout", "averaging_nodes"):
+        for name in ("partitions", "batch_size", "fanout", "averaging_nodes", "gpu_data_budget_bytes"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")

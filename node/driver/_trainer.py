@@ -6,7 +6,7 @@ Spark with one decentralized node per executor Python worker:
 1. checks the store is reachable and the data fits the model, on the driver (numpy arrays) or with
    one Spark job that also stores the partitions for the nodes (widths, NaN/Inf, the visible
    units' input range, the class set);
-2. takes the run's lease (one driver per run) and writes ``runs/<run>/run.json``, or resumes it;
+2. takes the run's lease (one driver per run) and writes the run record, or resumes it;
 3. completes every phase in order: its training mode runs the epochs as Spark jobs, then the
    newest snapshots of the nodes of the last epoch are consolidated into the phase result that
    seeds the next phase;
@@ -98,6 +98,11 @@ class Trainer:
     def fit(self, model: Any, data: Any, y: Any = None) -> Any:
         """Train ``model`` on ``data``; returns the same model with the consolidated weights.
 
+        The nodes build ``model``'s replicas where their tasks' GPUs are (``device="gpu"`` or
+        ``"auto"``); the driver works on a CPU copy.  A model that cannot hold the weights on the
+        driver (``device="gpu"`` where the driver has no GPU) is left as it was, and the fit
+        returns that CPU copy (``device="cpu"``) instead, saying so in the log.
+
         Parameters
         ----------
         model : rbm.RBM, rbm.DBN, rbm.ConvNet or any model with the trainable seam
@@ -114,6 +119,9 @@ class Trainer:
         TrainingError
             A Spark job failed, another driver holds the run, the run id names a run of a
             different model, or the run's key does not verify its record.
+        NodeDeviceError
+            ``device="gpu"`` where Spark hands tasks no GPU (before any job), or a node whose
+            task has no usable GPU (from a probe job, before any training): a TrainingError.
         RunKeyError
             A resumed run whose key is nowhere to be found.
         SparkConfError

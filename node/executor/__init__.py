@@ -1,16 +1,19 @@
 """The executor side: the node of a fit inside a Spark Python worker, its data and its address.
 
-* :mod:`._tasks` -- what Spark runs there: the training task, the process's nodes;
+* :mod:`._tasks` -- what Spark runs there: the training task, the process's nodes, the device probe;
 * :mod:`._node` -- :class:`ExecutorNode`, what a training mode's executor half trains on;
+* :mod:`._device` -- where a node computes: the GPU Spark assigned to its task, or the CPU;
 * :mod:`._resident` -- the fit's partitions, written once to the store, kept in memory (:class:`NodeData`);
 * :mod:`._network` -- the address a node binds and advertises; :mod:`._worker_heap` -- the garbage collector.
 """
 
+from ._device import GPU_RESOURCE, device_failure
 from ._network import check_host_settings, is_local_master
 from ._node import ExecutorNode
 from ._resident import NodeData, block_sink, write_partition
-from ._tasks import release_run_task, run_training_task, start_worker_task
+from ._tasks import probe_device_task, release_run_task, run_training_task, start_worker_task
 from ._worker_heap import settle_worker_heap
 
-__all__ = ["check_host_settings", "is_local_master", "ExecutorNode", "NodeData", "block_sink", "write_partition",
-           "release_run_task", "run_training_task", "settle_worker_heap", "start_worker_task"]
+__all__ = ["GPU_RESOURCE", "device_failure", "check_host_settings", "is_local_master", "ExecutorNode", "NodeData",
+           "block_sink", "write_partition", "probe_device_task", "release_run_task",
+           "run_training_task", "settle_worker_heap", "start_worker_task"]

@@ -13,6 +13,11 @@ else from the phase's start parameters the driver broadcast.
 reports it from one value (:meth:`ExecutorNode.report`) and keeps each mode's state between
 tasks (:meth:`ExecutorNode.mode_state`).  Node identity is ``<host>-<pid>``, never the partition
 index: the same partition lands on different workers from job to job.
+
+A node computes where its task's GPU is (:mod:`node.executor._device`): it builds its replica
+there, warms the kernels up once per process, and keeps the partitions it trains on the GPU
+(:class:`rbm.DeviceDataCache`, within ``NodeConfig.gpu_data_budget_bytes``); each report names
+the node's device and what the cache holds.
 """
 
 from __future__ import annotations
@@ -30,10 +35,11 @@ import actors
 import rbm
 import storage
 
-from .._contract import NodeConfig, PartitionReport, TaskSpec
-from .._errors import InputDataError
+from .._contract import NodeConfig, NodeDevice, PartitionReport, TaskSpec
+from .._errors import InputDataError, NodeDeviceError
 from ..data import encode_labels
 from ..modes import NodeScaling, PartitionWork, Trained, schedule_epoch
+from ._device import build_replica, device_failure, see_device, task_gpu_addresses, use_device, warm_up_once
 from ._network import choose_node_address
 from ._resident import NodeData
 
@@ -82,6 +88,10 @@ class ExecutorNode:
         self.runs: storage.RunStore | None = None
         self.handle: actors.NodeHandle | None = None
         self.model: Any = None
+        self.device: NodeDevice | None = None  # where the replica computes (set by start)
+        self.device_data: rbm.DeviceDataCache | None = None  # the partitions kept on the node's GPU
+        self._xp: Any = np
+        self._said_other_gpu = False
         self.scaling = NodeScaling(config.scale_rule, config.spec, config.warmup_partitions, config.fanout,
                                    n_samples=config.n_samples or None, fit_nodes=config.nodes or None,
                                    node_batch=config.node_batch_size or None)
@@ -89,14 +99,26 @@ class ExecutorNode:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "ExecutorNode":
+        """Open the store, build the replica where the task's GPU is (or on the CPU), start the node actor.
+
+        Raises
+        ------
+        NodeDeviceError
+            The model asks for ``device="gpu"`` and this task has no usable GPU.
+        """
         config = self.config
+        self.device = see_device(str(config.spec.get("device", "cpu")), self.name)
+        if self.device.problem:
+            raise NodeDeviceError(device_failure(self.device))
         self.store = storage.open_store(config.store_url, retry_timeout_s=config.store_retry_timeout_s)
         self.data = NodeData(self.store, config, self.name)
         self.weights = storage.WeightStore(self.store, config.run, config.key)
         self.runs = storage.RunStore(self.store, config.run, config.key)
-        self.model = rbm.model_from_spec(replica_spec(config))
-        shape = config.feature_shape
-        self.model.initialize(shape if len(shape) > 1 else int(shape[0]), self.classes)
+        self.model = build_replica(replica_spec(config), config.feature_shape, self.classes, self.device)
+        self.device = warm_up_once(self.model, self.device)
+        if self.device.kind == "gpu":
+            self.device_data = rbm.DeviceDataCache(config.gpu_data_budget_bytes or None)
+            self._xp = rbm.array_module("gpu")
         address = choose_node_address(local_master=config.local_master, driver_host=config.driver_host,
                                       bind_host=config.bind_host, advertise_host=config.advertise_host)
         self.handle = actors.start_node(
@@ -106,9 +128,26 @@ class ExecutorNode:
             expected_peers=max(0, (config.nodes or 0) - 1),
             bind_host=address.bind_host, advertise_host=address.advertise_host,
             port_range=actors.parse_port_range(config.port_range))
-        logger.info("node %s started for run %s on %s (bound on %s: %s)", self.name, config.run,
-                    self.handle.endpoint, address.bind_host, address.reason)
+        logger.info("node %s started for run %s on %s (bound on %s: %s), computing on %s (%s)", self.name,
+                    config.run, self.handle.endpoint, address.bind_host, address.reason,
+                    f"GPU {self.device.address} ({self.device.name})" if self.device.kind == "gpu" else "the CPU",
+                    self.device.reason)
         return self
+
+    def use_device(self) -> None:
+        """Before each task: the node's GPU is this thread's current one (a task Spark assigned another is said once).
+
+        The replica stays where the node started: Spark may hand this Python worker a task holding
+        another address, while the tasks running at once still hold distinct ones.
+        """
+        if self.device is None or self.device.kind != "gpu":
+            return
+        use_device(self.device)
+        addresses = task_gpu_addresses()
+        if addresses and self.device.address not in addresses and not self._said_other_gpu:
+            self._said_other_gpu = True
+            logger.info("node %s keeps its replica on GPU %s in a task Spark assigned GPU %s", self.name,
+                        self.device.address, ",".join(addresses))
 
     def stop(self) -> None:
         """Stop the actor and close the transport (idempotent)."""
@@ -202,6 +241,8 @@ class ExecutorNode:
         if set_schedule_epoch is not None:  # schedules run on the fit's epochs, not on this node's partitions
             set_schedule_epoch(schedule_epoch(task.epoch, self.learning_rate_scale))
         self._maybe_fault(task, X, indices, rng)
+        if self.device_data is not None:  # the partition's rows stay on the GPU for the next epochs
+            X = self.device_data.get((self.config.run, self.config.fit_id, partition), X, self._xp)
         try:
             metrics = self.model.train_partition(X, indices, task.phase, rng)
         except ValueError as error:  # the model's own input checks, or divergence: the same on every retry
@@ -261,7 +302,8 @@ class ExecutorNode:
             sent_bytes=int(work.sent_bytes), read_bytes=int(work.read_bytes),
             learning_rate_scale=self.learning_rate_scale, nodes_merging=self.scaling.nodes(),
             merged_announced=announced, merged_listed=listed, endpoint=self.handle.endpoint or "",
-            stolen=bool(work.stolen), data_read_bytes=int(work.data_read_bytes))
+            stolen=bool(work.stolen), data_read_bytes=int(work.data_read_bytes), device=self.device,
+            device_data=self.device_data.report() if self.device_data is not None else {})
         self.runs.append_metrics(self.name, report.to_record())
         return report
 
@@ -271,7 +313,7 @@ class ExecutorNode:
                                partition=partition, samples=0, loss=float("nan"), train_s=0.0, merge_s=0.0,
                                publish_s=0.0, task_s=0.0, merged=0, merged_from=(), staleness_s=None,
                                samples_seen=self.samples_seen.get(task.phase, 0), time=time.time(), pid=os.getpid(),
-                               error=f"partition {partition}: {error}")
+                               error=f"partition {partition}: {error}", device=self.device)
 
     def _maybe_fault(self, task: TaskSpec, X: np.ndarray, y: np.ndarray | None, rng: np.random.Generator) -> None:
         """Test hook: once per run, train half the partition and SIGKILL this worker.

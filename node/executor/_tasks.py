@@ -4,26 +4,32 @@ A task (:func:`run_training_task`) decodes its :class:`~node._contract.TaskSpec`
 the process's node of the fit, takes its slot's partitions (from the node's memory or the store,
 :mod:`node.executor._resident`) and hands them to the training mode named in the task
 (:mod:`node.modes`); it returns one encoded :class:`~node._contract.PartitionReport` per partition
-trained.  :func:`release_run_task` stops a run's node when the driver's fit ends.
+trained.  :func:`release_run_task` stops a run's node when the driver's fit ends;
+:func:`probe_device_task` tells the driver, before a fit on GPUs trains, where its nodes would compute.
 """
 
 from __future__ import annotations
 
 import atexit
 import dataclasses
+import logging
 import os
 import threading
 import time
 from typing import Any, Iterator
 
+import numpy as np
 from pyspark import Broadcast
 
 from .._contract import ContractError, NodeConfig, TaskSpec, decode, encode
 from ..modes import mode_named
-from ._node import ExecutorNode
+from ._device import build_replica, see_device
+from ._node import ExecutorNode, node_id, replica_spec
 from ._worker_heap import settle_worker_heap
 
-__all__ = ["release_run_task", "run_training_task", "start_worker_task"]
+__all__ = ["probe_device_task", "release_run_task", "run_training_task", "start_worker_task"]
+
+logger = logging.getLogger(__name__)
 
 _registry_lock = threading.Lock()
 _nodes: dict[str, ExecutorNode] = {}  # run -> the node of this process
@@ -89,6 +95,7 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
     list(elements)  # the slot's number (read to the end, or PySpark does not reuse the worker)
     started = time.perf_counter()
     node = _node_for(task.node)
+    node.use_device()
     loading = time.perf_counter()
     blocks = node.data.slot(list(task.slots[partition]))
     data_load_s = time.perf_counter() - loading
@@ -117,3 +124,20 @@ def release_run_task(run: str, _partition: int, _elements: Iterator[Any]) -> Ite
     if node is not None:
         node.stop()
         yield node.name
+
+
+def probe_device_task(encoded_config: bytes, _partition: int, elements: Iterator[Any]) -> Iterator[bytes]:
+    """Where a node of the fit would compute in this task, and whether its replica builds there: one encoded
+    :class:`~node._contract.NodeDevice` whose ``problem`` says what stands in the way (never raised: Spark
+    would retry it, and the same task fails the same way)."""
+    list(elements)
+    config = decode(encoded_config, NodeConfig)
+    device = see_device(str(config.spec.get("device", "cpu")), node_id())
+    if device.problem is None:
+        try:  # what the node would refuse at its start (a precision its dtype does not take, ...)
+            build_replica(replica_spec(config), config.feature_shape,
+                          None if config.classes is None else np.asarray(config.classes), device)
+        except ValueError as error:
+            device = dataclasses.replace(device, problem=f"the model cannot be built on its {device.kind}: {error}")
+    logger.info("device probe: %s", device)
+    yield encode(device)

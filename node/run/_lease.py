@@ -1,23 +1,35 @@
-"""One driver per run: a lease file in the run's folder, created exclusively and renewed while training.
+"""One driver per run: a fenced lease, taken as a new generation and renewed while training.
 
-``runs/<run>/lease.json`` holds the owner (host, pid, a random token), when it started and when it
-was last renewed.  A second fit of a leased run fails at once naming the owner; a lease its owner
-stopped renewing for ``timeout_s`` (a crashed or killed driver) is taken over by the next fit,
-with a log line.  The owner renews every quarter of the timeout from a daemon thread; if it ever
-finds another driver's token there, it stops renewing and the fit fails at its next check
-instead of training beside the newcomer.
+The lease files are :class:`storage.LeaseFolder`'s (``runs/<run>/lease/``): a driver takes the
+run by creating generation ``highest + 1`` exclusively, so of two drivers taking over at once
+exactly one wins, and everything the driver writes is tied to that generation (run records,
+the model; see :mod:`node.run._record`), so a driver that lost the run can never replace what a
+newer one wrote.
+
+Staleness is judged on this process's own monotonic clock, never by comparing two hosts' clocks:
+a fit that finds the run held watches the holder's renewal counter.  If it advances, the holder
+is alive and the fit is refused (:class:`LeaseHeldError`, naming the holder) -- within about a
+quarter of the timeout, the holder's renewal interval.  If it stays unchanged for ``timeout_s``
+(or the holder's own, when that is longer: it renews at its own pace), the holder is gone (killed,
+or cut off) and the fit takes the run over, with a log line.  A released lease is taken at once.
+
+The holder renews every quarter of the timeout from a daemon thread; each renewal, and each
+record write (:meth:`DriverLease.check_store`), lists the lease folder for a newer generation.
+When it finds one -- this driver was paused (Ctrl-Z, a frozen VM) or cut off for longer than the
+timeout and another took over -- it stops renewing (it never re-creates a lease it lost), calls
+``on_lost`` (the fit cancels its Spark jobs) and the fit fails with :class:`LeaseLostError`
+naming the driver that took the run.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 import storage
 
@@ -26,6 +38,9 @@ from .._errors import TrainingError
 __all__ = ["DriverLease", "LeaseHeldError", "LeaseLostError"]
 
 logger = logging.getLogger(__name__)
+
+#: Longest pause between two looks at a lease being watched.
+MAX_WATCH_POLL_S = 1.0
 
 
 class LeaseHeldError(TrainingError):
@@ -44,59 +59,103 @@ class DriverLease:
     store : storage.Store
     run : str
     timeout_s : float
-        A lease not renewed for this long may be taken over.
+        A lease whose renewal has not changed for this long (on the observer's clock) may be taken over.
+    fit_id : str, optional
+        Names this fit in the holder entry (a random one by default).
+    on_lost : callable, optional
+        Called once, from the renewal thread, when another driver took the run over.
     """
 
-    def __init__(self, store: storage.Store, run: str, timeout_s: float) -> None:
+    def __init__(self, store: storage.Store, run: str, timeout_s: float, *, fit_id: str | None = None,
+                 on_lost: Callable[[], None] | None = None) -> None:
         self.store = store
         self.run = run
-        self.path = f"runs/{run}/lease.json"
+        self.folder = storage.LeaseFolder(store, run)
         self.timeout_s = float(timeout_s)
         self.token = uuid.uuid4().hex
-        self._started = time.time()
+        self.fit_id = fit_id or self.token
+        self.on_lost = on_lost
+        self.generation = 0  # 0 until acquired
+        self._count = -1
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # the renewal thread and check_store both may find the run lost
         self._thread: threading.Thread | None = None
         self._lost: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def acquire(self) -> None:
-        """Take the lease, or raise :class:`LeaseHeldError` naming the owner and how to take over."""
-        if not self.store.create_exclusive(self.path, self._entry()):
-            held = self._read()
-            if held is not None and held.get("token") != self.token:
-                age_s = time.time() - float(held.get("renewed", 0.0))
-                if age_s < self.timeout_s:
-                    raise LeaseHeldError(
-                        f"run {self.run!r} is being trained by another driver (host {held.get('host')}, "
-                        f"pid {held.get('pid')}, since {_when(held.get('started'))}, lease renewed {age_s:.0f} s ago); "
-                        f"wait for it to finish, or if that driver is gone, fit again once its lease is "
-                        f"{self.timeout_s:.0f} s old (TrainingSettings.lease_timeout_s) to take the run over")
-                logger.warning("run %s: taking over the lease of driver %s (pid %s), not renewed for %.0f s",
-                               self.run, held.get("host"), held.get("pid"), age_s)
-            self.store.write_bytes(self.path, self._entry())
-            if (self._read() or {}).get("token") != self.token:
-                raise LeaseHeldError(f"run {self.run!r}: another driver took the lease at the same moment; "
-                                     "fit again in a moment if it is gone")
+        """Take the lease: at once when free or released, after watching it silent for ``timeout_s``.
+
+        Raises
+        ------
+        LeaseHeldError
+            The holder renewed while this fit watched, or another driver took the run first.
+        """
+        view = self.folder.view()
+        if not view.free:
+            view = self._watch(view)
+        if not self.folder.take(view.generation + 1, self._entry()):
+            self._refuse(view.generation + 1, "took the run at the same moment as this fit")
+        self.generation = view.generation + 1
         self._thread = threading.Thread(target=self._renew_loop, name=f"sparkdbn-lease-{self.run}", daemon=True)
         self._thread.start()
-        logger.info("run %s: lease %s taken (timeout %.0f s)", self.run, self.path, self.timeout_s)
+        logger.info("run %s: lease generation %d taken (timeout %.0f s)", self.run, self.generation, self.timeout_s)
+
+    def _watch(self, first: storage.LeaseView) -> storage.LeaseView:
+        """Watch a held lease on this process's clock; returns the view to take over from when it stays silent."""
+        holder = self.folder.holder(first.generation) or {}
+        timeout_s = max(self.timeout_s, _seconds(holder.get("timeout_s")))  # the holder renews at its own pace
+        logger.info("run %s is held by driver %s (lease generation %d); watching its renewals for up to %.0f s "
+                    "before taking the run over", self.run, _describe(holder), first.generation, timeout_s)
+        poll_s = min(MAX_WATCH_POLL_S, self.timeout_s / 8.0)
+        silent_since = time.monotonic()
+        while True:
+            view = self.folder.view()
+            if view.released:
+                return view
+            if view.change_marker != first.change_marker:
+                self._refuse(view.generation, "renewed its lease while this fit watched")
+            silent_s = time.monotonic() - silent_since
+            if silent_s >= timeout_s:
+                logger.warning("run %s: taking over from driver %s, whose lease (generation %d) did not change for "
+                               "%.0f s", self.run, _describe(holder), first.generation, silent_s)
+                return view
+            time.sleep(min(poll_s, timeout_s - silent_s))  # watching another process: no event to wait on
+
+    def _refuse(self, generation: int, what: str) -> None:
+        holder = self.folder.holder(generation) or {}
+        raise LeaseHeldError(
+            f"run {self.run!r} is being trained by another driver ({_describe(holder)}), which {what}; wait for it "
+            f"to finish. A driver that is gone is taken over by the next fit once its lease has not changed for "
+            f"{self.timeout_s:.0f} s (TrainingSettings.lease_timeout_s)")
 
     def check(self) -> None:
-        """Raise :class:`LeaseLostError` when another driver took this run over."""
+        """Raise :class:`LeaseLostError` when the renewal thread found that another driver took the run."""
         if self._lost is not None:
             raise LeaseLostError(self._lost)
 
+    def check_store(self) -> None:
+        """List the lease folder now; raise :class:`LeaseLostError` when a newer generation holds the run."""
+        self.check()
+        self._look(self.folder.view())
+        self.check()
+
+    @property
+    def lost(self) -> bool:
+        return self._lost is not None
+
     def release(self) -> None:
-        """Stop renewing and remove the lease if it is still this driver's (best effort)."""
+        """Stop renewing and say the run is free, unless it was lost (best effort)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self.generation == 0 or self.lost:
+            return
         try:
-            if (self._read() or {}).get("token") == self.token:
-                self.store.delete(self.path)
+            self.folder.release(self.generation, self._count)
         except storage.StoreError as error:
-            logger.warning("run %s: could not release the lease (%s); it expires in %.0f s", self.run, error,
-                           self.timeout_s)
+            logger.warning("run %s: could not release the lease (%s); the next fit takes it over after watching it "
+                           "for %.0f s", self.run, error, self.timeout_s)
 
     def __enter__(self) -> "DriverLease":
         self.acquire()
@@ -106,32 +165,65 @@ class DriverLease:
         self.release()
 
     # ------------------------------------------------------------------ internals
-    def _entry(self) -> bytes:
-        return json.dumps({"run": self.run, "token": self.token, "host": socket.gethostname(), "pid": os.getpid(),
-                           "started": self._started, "renewed": time.time()}).encode("utf-8")
+    def _entry(self) -> dict[str, Any]:
+        return {"token": self.token, "fit": self.fit_id, "host": socket.gethostname(), "pid": os.getpid(),
+                "started": time.time(), "timeout_s": self.timeout_s}
 
-    def _read(self) -> dict[str, Any] | None:
-        try:
-            entry = json.loads(self.store.read_bytes(self.path).decode("utf-8"))
-        except storage.StoreNotFoundError:
-            return None
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return {}  # unreadable: nobody's, old enough to take over at once
-        return entry if isinstance(entry, dict) else {}
+    def _renew(self) -> None:
+        self.folder.renew(self.generation, self._count + 1)
+        self._count += 1
+
+    def _look(self, view: storage.LeaseView) -> None:
+        """Mark the lease lost when ``view`` shows a newer generation, or this one's holder entry is gone."""
+        if view.generation > self.generation:
+            newer = self.folder.holder(view.generation) or {}
+            reason = (f"run {self.run!r} was taken over by another driver ({_describe(newer)}, lease generation "
+                      f"{view.generation}) while this one (generation {self.generation}, pid {os.getpid()}) was "
+                      f"paused or cut off for longer than its lease timeout ({self.timeout_s:.0f} s); this fit stops "
+                      "and writes nothing more to the run")
+        elif self.folder.holder(self.generation) is None:
+            reason = (f"the lease of run {self.run!r} (generation {self.generation}) was removed from the store "
+                      f"while this driver held it; this fit stops and writes nothing more to the run")
+        else:
+            return
+        with self._lock:
+            if self._lost is not None:
+                return
+            self._lost = reason
+        self._stop.set()
+        logger.error("%s", reason)
+        if self.on_lost is not None:
+            try:
+                self.on_lost()
+            except Exception as error:  # noqa: BLE001 - the fit fails at its next check anyway
+                logger.warning("run %s: stopping after the lease was lost: %s", self.run, error)
 
     def _renew_loop(self) -> None:
         interval_s = self.timeout_s / 4.0
         while not self._stop.wait(interval_s):
             try:
-                held = self._read()
-                if held is not None and held.get("token") != self.token:
-                    self._lost = (f"run {self.run!r} was taken over by another driver (host {held.get('host')}, pid "
-                                  f"{held.get('pid')}) while this one ran; this fit stops")
-                    logger.error("%s", self._lost)
+                self._look(self.folder.view())
+                if self.lost:
                     return
-                self.store.write_bytes(self.path, self._entry())
+                self._renew()
             except storage.StoreError as error:  # a store outage: try again at the next interval
                 logger.warning("run %s: lease renewal failed (%s); retrying", self.run, error)
+
+
+def _seconds(value: Any) -> float:
+    """A holder entry's ``timeout_s`` (0 when absent or not a finite number >= 0)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return seconds if 0.0 <= seconds < float("inf") else 0.0
+
+
+def _describe(holder: dict[str, Any]) -> str:
+    if not holder:
+        return "unknown: its lease entry is unreadable"
+    return (f"host {holder.get('host')}, pid {holder.get('pid')}, fit {str(holder.get('fit', '?'))[:12]}, "
+            f"since {_when(holder.get('started'))}")
 
 
 def _when(timestamp: Any) -> str:

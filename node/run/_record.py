@@ -1,4 +1,4 @@
-"""The run record (``runs/<run>/run.json``) as a sequence of steps.
+"""The run record (``runs/<run>/record/``, see :class:`storage.RunStore`) as a sequence of steps.
 
 A step is marked done only after everything it produced is stored and verifies, so a driver
 stopped at any instant leaves a record that says exactly what is safe to reuse:
@@ -6,23 +6,35 @@ stopped at any instant leaves a record that says exactly what is safe to reuse:
 * ``steps[phase].epochs_done = k`` with ``nodes``: k epochs ran, and every node that trained
   the k-th one had flushed its snapshot before its task returned (the record names those nodes,
   so resuming consolidates *their* newest snapshots, never initial weights);
-* ``steps[phase].result``: the phase result (the consolidation) is stored and verifies;
+* ``steps[phase].result``: the phase result (the consolidation) is stored and verifies; the
+  result names its file (``file``, ``file_sha256``, ``size_bytes``: a file named by its content);
 * ``status == "done"`` with ``model``: the final model is stored and verifies.
 
+Every write is fenced by the fit's lease (:mod:`node.run._lease`): it first lists the lease folder
+(a newer generation stops the fit with :class:`~node.LeaseLostError`), then creates a new
+record file of the fit's generation.  The check is for stopping early; the generation in the
+name is what keeps a driver that lost the run from replacing a newer driver's record, however
+late it writes.
+
 Resuming redoes the first step not marked done from what is stored (see :mod:`node.driver._fit`).
+
+Beside the steps, ``devices`` names where each node of the run computed (its
+:class:`~node._contract.NodeDevice` as a dict: kind, GPU address, index, name, memory; or the CPU
+and its host), as the nodes reported it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 import storage
 
 from .._errors import TrainingError
+from ._lease import DriverLease
 
 __all__ = ["RECORD_VERSION", "RunRecord"]
 
@@ -32,23 +44,27 @@ RECORD_VERSION = 2
 
 
 class RunRecord:
-    """The steps of one run, written through ``runs.write_record`` at each change.
+    """The steps of one run, written through ``runs.write_record`` at each change, fenced by ``lease``.
 
     Parameters
     ----------
     runs : storage.RunStore
     data : dict
         The record's JSON content.
+    lease : DriverLease
+        The fit's lease: its generation names every record written, and each write checks it first.
     """
 
-    def __init__(self, runs: storage.RunStore, data: dict[str, Any]) -> None:
+    def __init__(self, runs: storage.RunStore, data: dict[str, Any], lease: DriverLease) -> None:
         self.runs = runs
         self.data = data
+        self.lease = lease
 
     # ------------------------------------------------------------------ create / resume
     @classmethod
-    def start(cls, runs: storage.RunStore, previous: dict | None, *, spec: dict, phases: Sequence[str], epochs: dict[str, int],
-              settings: dict, store_url: str, data_facts: dict, classes: np.ndarray | None) -> tuple["RunRecord", bool]:
+    def start(cls, runs: storage.RunStore, lease: DriverLease, previous: dict | None, *, spec: dict,
+              phases: Sequence[str], epochs: dict[str, int], settings: dict, store_url: str, data_facts: dict,
+              classes: np.ndarray | None) -> tuple["RunRecord", bool]:
         """Write a new record, or pick up this run's earlier one, ``previous`` (``resumed`` is then True).
 
         Raises
@@ -58,7 +74,7 @@ class RunRecord:
         """
         now = time.time()
         if previous:
-            record = cls(runs, _migrate(previous))
+            record = cls(runs, _migrate(previous), lease)
             record._check_same_run(spec, phases, data_facts, classes)
             record.data.update(status="running", resumed=now, attempts=int(record.data.get("attempts", 1)) + 1,
                                settings=settings)
@@ -68,7 +84,7 @@ class RunRecord:
                 "spec": spec, "phases": list(phases), "settings": settings, "store_url": store_url,
                 "data": data_facts, "classes": None if classes is None else classes.tolist(),
                 "steps": {phase: {"epochs_done": 0, "nodes": [], "result": None, "restarts": []} for phase in phases},
-            })
+            }, lease)
         for phase in phases:
             record.data["steps"][phase]["epochs"] = int(epochs[phase])
         record.write()
@@ -114,6 +130,12 @@ class RunRecord:
     def phase_done(self, phase: str) -> bool:
         return self.step(phase)["result"] is not None
 
+    def result_file(self, phase: str) -> dict[str, Any] | None:
+        """What names the stored phase result's file (:meth:`storage.WeightStore.put_phase_result`); None: not
+        done, or a result stored by sparkdbn up to 0.2 (found through its signed pointer)."""
+        result = self.step(phase)["result"]
+        return result if isinstance(result, dict) and "file" in result else None
+
     def result_digest(self, phase: str) -> str | None:
         """:func:`~node._contract.params_digest` of the stored phase result (None: not done, or unknown)."""
         result = self.step(phase)["result"]
@@ -125,22 +147,29 @@ class RunRecord:
 
     # ------------------------------------------------------------------ steps
     def write(self) -> None:
-        self.runs.write_record(self.data)
+        """Check the lease, then create the next record file of the fit's generation."""
+        self.lease.check_store()
+        self.runs.write_record(self.data, generation=self.lease.generation)
 
-    def mark_epoch(self, phase: str, epoch: int, nodes: Sequence[str], scaling: dict | None = None) -> None:
+    def mark_epoch(self, phase: str, epoch: int, nodes: Sequence[str], scaling: dict | None = None,
+                   devices: Mapping[str, dict] | None = None) -> None:
         """Epoch ``epoch`` (0-based) of ``phase`` ran and ``nodes`` flushed their snapshots.
 
-        ``scaling`` (rule, mean learning-rate factor, nodes merging) is kept per epoch as ``scaling``.
+        ``scaling`` (rule, mean learning-rate factor, nodes merging) is kept per epoch as ``scaling``;
+        ``devices`` (node -> where it computed) join the run's ``devices``.
         """
         step = self.step(phase)
         step.update(epochs_done=epoch + 1, nodes=sorted(nodes))
         if scaling is not None:
             step.setdefault("scaling", {})[str(epoch)] = scaling
+        if devices:
+            self.data.setdefault("devices", {}).update(devices)
         self.write()
 
-    def mark_phase(self, phase: str, digest: str, origin: str) -> None:
-        """The phase result is stored (sha256 ``digest``); ``origin`` says how it was made."""
-        self.step(phase)["result"] = {"sha256": digest, "origin": origin, "time": time.time()}
+    def mark_phase(self, phase: str, digest: str, origin: str, stored: dict[str, Any]) -> None:
+        """The phase result is stored (:func:`~node._contract.params_digest` ``digest``, its file ``stored`` as
+        :meth:`storage.WeightStore.put_phase_result` returned it); ``origin`` says how it was made."""
+        self.step(phase)["result"] = {"sha256": digest, "origin": origin, "time": time.time(), **stored}
         self.write()
 
     def restart_phase(self, phase: str, reason: str) -> None:
@@ -154,6 +183,12 @@ class RunRecord:
     def mark(self, status: str, **fields: Any) -> None:
         self.data.update(status=status, **fields)
         self.write()
+
+    def forget_bests(self) -> None:
+        """Stop naming the early-stopping best of every phase (as the run is marked done: see ``Fit._save_model``)."""
+        for step in self.data["steps"].values():
+            if isinstance(step.get("early_stopping"), dict):
+                step["early_stopping"].pop("best_file", None)
 
 
 def _migrate(record: dict[str, Any]) -> dict[str, Any]:

@@ -38,7 +38,9 @@ def open_checked_store(url: str, retry_timeout_s: float = 30.0) -> storage.Store
 def sweep_temporaries(store: storage.Store, run: str, older_than_s: float = STALE_TEMPORARY_S) -> int:
     """Remove temporaries that writers killed mid-write left anywhere in a run's folders."""
     prefix = f"runs/{run}"
-    folders = [prefix] + [f"{prefix}/{name}" for name in ("peers", "phases", "model", "faults")]
+    folders = [prefix] + [f"{prefix}/{name}" for name in ("peers", "phases", "model", "faults", "record", "lease")]
+    folders += [f"{prefix}/model/{generation}" for generation in store.list(f"{prefix}/model")
+                if generation.isdigit()]
     for phase in store.list(f"{prefix}/weights"):
         folders += [f"{prefix}/weights/{phase}"] + [f"{prefix}/weights/{phase}/{node}"
                                                     for node in store.list(f"{prefix}/weights/{phase}")]

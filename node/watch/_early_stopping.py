@@ -5,11 +5,16 @@ validation metric (see :mod:`node.watch._validation`) in every phase that report
 *improves* when the metric beats the best so far by more than ``min_delta`` (higher is better
 for accuracy, lower for losses); after ``patience`` epochs in a row without an improvement the
 phase ends, and its result is the best epoch's consolidation (Keras' ``restore_best_weights``,
-Deeplearning4j's best model), stored as the signed phase result ``<phase>.best``.
+Deeplearning4j's best model), stored as a phase result of ``<phase>.best``.
 
 The state lives in the run record, ``steps[phase].early_stopping``, written with the epoch it
 follows, so a resumed run continues the patience count and ends a stopped phase with the best
-weights.
+weights.  Each new best is a new file named by its content (``best_file`` names the current one),
+so the best the record names stays in the store until a record names the next: a driver stopped
+between the two resumes with the earlier best, never with a name of weights already gone.  The
+bests are deleted only once the run is done and its record no longer names one (see
+:meth:`node.driver._fit.Fit._save_model`): before that, a driver that takes the run over may resume from
+a record naming any of them.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ merged        peer snapshots merged before training this partition
 staleness_s   mean age in seconds of the merged snapshots (None when nothing was merged)
 time          wall-clock time (Unix seconds) when the record was written
 train_s, merge_s, publish_s  seconds spent training, merging, publishing (optional)
+device        where the node computed (kind, GPU address, name, ...; optional): named in the legends
 ============  ==================================================================
 """
 
@@ -33,6 +34,7 @@ import storage
 
 from .._errors import InputDataError, StoreAccessError, TrainingError
 from ..run import RunView, open_run, run_model_arrays
+from ._status import device_label
 
 __all__ = ["render_report", "filter_grid"]
 
@@ -189,7 +191,9 @@ def training_curves_figure(metrics: list[dict], record: dict, run: str) -> Any:
             records = sorted(records, key=lambda r: float(r.get("time", 0.0)))
             seen = np.cumsum([int(r.get("samples", 0)) for r in records])
             x = [int(r["samples_seen"]) if r.get("samples_seen") is not None else s for r, s in zip(records, seen)]
-            axis.plot(x, [float(r.get("loss", np.nan)) for r in records], marker=".", label=node)
+            where = device_label(records[-1].get("device"))
+            axis.plot(x, [float(r.get("loss", np.nan)) for r in records], marker=".",
+                      label=f"{node} ({where})" if where else node)
         validated = _validation_points(grouped[phase], ((record.get("steps") or {}).get(phase) or {}).get("validation"))
         if validated:
             axis.plot(*zip(*validated), color="black", linestyle="--", marker="s", label="validation")

@@ -1,7 +1,7 @@
 """``sparkdbn status --run ID``: where a run stands, in one screen, from what the store holds.
 
-Reads the signed run record (phases, epochs done, validation figures, early stopping, status)
-and the peer registry (nodes, when each was last seen); nothing is written.
+Reads the signed run record (phases, epochs done, validation figures, early stopping, status,
+where each node computed) and the peer registry (nodes, when each was last seen); nothing is written.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from ..run import open_run
 
-__all__ = ["run_status", "format_status"]
+__all__ = ["run_status", "format_status", "device_text", "device_label"]
 
 
 def run_status(store_url: str, run: str, *, key: bytes | None = None) -> str:
@@ -41,13 +41,37 @@ def format_status(run: str, record: dict[str, Any], peers: dict[str, dict], *, n
     validation = record.get("validation")
     if validation:
         lines.append(f"validation: {validation.get('source')}")
-    lines.append(f"nodes ({len(peers)}):")
-    for node, entry in sorted(peers.items()):
+    devices = record.get("devices") or {}
+    nodes = sorted(set(peers) | set(devices))
+    lines.append(f"nodes ({len(nodes)}):")
+    for node in nodes:
+        entry = peers.get(node) or {}
         seen = entry.get("last_seen")
         when = "never" if seen is None else f"{_age(now - float(seen))} ago"
         lines.append(f"  {node}  {entry.get('status', '?'):<5}  last seen {when}  host {entry.get('host', '?')}"
                      f"  pid {entry.get('pid', '?')}" + (f"  python {entry['python']}" if entry.get("python") else ""))
+        if node in devices:
+            lines.append(f"    device: {device_text(devices[node])}")
     return "\n".join(lines)
+
+
+def device_text(device: dict[str, Any]) -> str:
+    """Where a node computed, in words, from its record (a :class:`~node._contract.NodeDevice` as a dict)."""
+    if device.get("kind") == "gpu":
+        index = device.get("index")
+        cupy = f", cupy index {index}" if str(index) != str(device.get("address")) else ""
+        memory = float(device.get("memory_bytes") or 0) / 2**30
+        warm = f", kernels warmed up in {float(device['warm_up_s']):.1f}s" if device.get("warm_up_s") else ""
+        return f"GPU {device.get('address')} ({device.get('name')}, {memory:.1f} GiB{cupy}){warm}"
+    why = f"; {device['reason']}" if device.get("reason") else ""
+    return f"the CPU of {device.get('host', '?')}{why}"
+
+
+def device_label(device: dict[str, Any] | None) -> str:
+    """A node's device in two words (a plot's legend): ``GPU 0``, ``CPU``."""
+    if not device:
+        return ""
+    return f"GPU {device.get('address')}" if device.get("kind") == "gpu" else "CPU"
 
 
 def _phase_line(phase: str, step: dict[str, Any]) -> str:

@@ -58,6 +58,7 @@ class WatchedFit(Protocol):
     settings: WatchSettings
     run_id: str
     spec: dict
+    driver_spec: dict  # the spec on the CPU: what the validation tasks build (node.driver._devices)
     phases: list[str]
     spark: Any
     record: RunRecord
@@ -99,7 +100,7 @@ class RunWatch:
                 raise InputDataError(f"{validation.source} has no labels, but phase(s) "
                                      f"{[phase for phase in fit.phases if is_supervised(phase)]} are validated on labels")
             prepared = fit.prepared
-            validator = Validator(fit.spark, validation, fit.spec, model_input, prepared.classes,
+            validator = Validator(fit.spark, validation, fit.driver_spec, model_input, prepared.classes,
                                   partitions=fit.spark.sparkContext.defaultParallelism)
             fit.record.data["validation"] = validation.describe()
         return cls(fit.settings, fit.run_id, fit.spec, fit.record, fit.weights,
@@ -147,9 +148,9 @@ class RunWatch:
         step = self.record.step(phase)
         earlier = step.get("early_stopping") if epoch > 0 else None  # a phase trained again starts afresh
         state = rule.update(earlier, epoch, float(metrics[rule.metric]))
-        if state.pop("improved"):
-            self.weights.put_phase_result(best_result_name(phase), phase_params)
-            state["best_sha256"] = params_digest(phase_params)
+        if state.pop("improved"):  # a new file: the best the record names now stays until the record names this one
+            stored = self.weights.put_phase_result(best_result_name(phase), phase_params)
+            state.update(best_sha256=params_digest(phase_params), best_file=stored)
         step["early_stopping"] = state
         if state["stopped"]:
             logger.info("run %s phase %s: early stopping after epoch %d: %s has not improved for %d epoch(s); "
@@ -168,7 +169,7 @@ class RunWatch:
         if rule is None or not rule.applies_to(phase) or state.get("best_sha256") is None:
             return None
         try:
-            best = self.weights.get_phase_result(best_result_name(phase))
+            best = self.weights.get_phase_result(best_result_name(phase), state.get("best_file"))
         except storage.StoreError as error:
             best = None
             logger.warning("run %s: the best weights of phase %s are unusable: %s", self.run, phase, error)

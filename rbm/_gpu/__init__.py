@@ -7,10 +7,10 @@ imports numpy alone.  Models never test ``xp is np`` to choose what to compute; 
 :func:`fused_ops` and :func:`uses_philox` (see :mod:`._select`).
 """
 
-from ._cache import configure_kernel_cache, warm_up
+from ._cache import configure_kernel_cache
 from ._philox import PhiloxStream
 from ._precision import PRECISIONS, check_precision, effective_precision
 from ._select import fused_ops, fused_ops_for, stand_in, uses_philox
 from ._transfer import DeviceDataCache, download_all, upload
 
-__all__ = ["DeviceDataCache", "configure_kernel_cache", "download_all", "upload", "warm_up", "PhiloxStream", "PRECISIONS", "check_precision", "effective_precision", "fused_ops", "fused_ops_for", "stand_in", "uses_philox"]
+__all__ = ["DeviceDataCache", "configure_kernel_cache", "download_all", "upload", "PhiloxStream", "PRECISIONS", "check_precision", "effective_precision", "fused_ops", "fused_ops_for", "stand_in", "uses_philox"]

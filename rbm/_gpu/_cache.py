@@ -5,8 +5,9 @@ on an H100) and keeps the binaries in ``CUPY_CACHE_DIR`` (default ``~/.cupy/kern
 Spark executors often run with a home that is absent, read-only or per container, so each
 node would compile again.  :func:`configure_kernel_cache` points cupy, unless the user set
 ``CUPY_CACHE_DIR``, at a folder in the host's temporary directory shared by every process of
-the user; :func:`warm_up` runs a model's training step once on a few synthetic rows so that
-everything it compiles is compiled (or read from that cache) before real data arrives.
+the user; :func:`rbm.warm_up` (:mod:`rbm._warm_up`) runs a model's training step once on a few
+synthetic rows so that everything it compiles is compiled (or read from that cache) before real
+data arrives.
 """
 
 from __future__ import annotations
@@ -14,12 +15,8 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-import time
-from typing import Any
 
-import numpy as np
-
-__all__ = ["configure_kernel_cache", "warm_up", "KERNEL_CACHE_ENV"]
+__all__ = ["configure_kernel_cache", "KERNEL_CACHE_ENV"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,31 +36,3 @@ def configure_kernel_cache() -> str:
         os.environ[KERNEL_CACHE_ENV] = folder
         logger.info("cupy kernel cache: %s (shared by this host's processes)", folder)
     return folder
-
-
-def warm_up(model: Any, rows: int = 8) -> float:
-    """Compile the kernels ``model`` trains with: one pass of every phase on ``rows`` synthetic rows.
-
-    Works on a fresh replica built from ``model``'s spec (``model`` itself is untouched); a
-    no-op returning 0.0 for a model on the CPU.  Returns the seconds it took.
-    """
-    from .._model import model_from_spec
-
-    if getattr(model, "device", "cpu") == "cpu":
-        return 0.0
-    configure_kernel_cache()
-    started = time.perf_counter()
-    replica = model_from_spec(model.to_spec())
-    shape = getattr(model, "input_shape_", None) or (getattr(model, "n_features_in_", None),)
-    if shape[0] is None:
-        raise ValueError("warm_up needs an initialized model (its input width)")
-    rng = np.random.default_rng(0)
-    X = rng.random((rows, int(np.prod(shape))), dtype=np.float32)
-    classes = getattr(model, "classes_", None)
-    replica.initialize(shape if len(shape) > 1 else shape[0], classes=classes)
-    y = np.arange(rows) % len(classes) if classes is not None else None
-    for phase in replica.phases():
-        replica.train_partition(X, y, phase, rng)
-    seconds = time.perf_counter() - started
-    logger.info("warm-up of %s: %.2f s", type(model).__name__, seconds)
-    return seconds

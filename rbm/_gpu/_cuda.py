@@ -14,12 +14,11 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ._cache import configure_kernel_cache
-from ._philox import PhiloxStream
 from ._precision import cublas_compute_type
 
 __all__ = ["CudaOps", "cuda_kernels", "KERNEL_NAMES"]
@@ -36,6 +35,18 @@ _THREADS = 256
 _MAX_BLOCKS = 65535
 _ACTIVATION_CODES = {"identity": 0, "relu": 1, "sigmoid": 2, "tanh": 3}
 _CUDA_R_32F, _CUDA_R_64F = 0, 1  # cudaDataType_t
+
+
+class CounterStream(Protocol):
+    """What a kernel takes of a counter-based random stream (:class:`rbm._gpu.PhiloxStream`).
+
+    Named structurally: the stream calls these kernels to fill cupy arrays, so it cannot be imported here.
+    """
+
+    key: tuple[int, int]
+
+    def reserve(self, count: int) -> int:
+        """The first of ``count`` consecutive draws, now taken."""
 
 
 class CudaOps:
@@ -72,7 +83,7 @@ class CudaOps:
         self._kernel(name, np.dtype(dtype))((blocks,), (_THREADS,), args)
 
     @staticmethod
-    def _stream_args(stream: PhiloxStream, count: int) -> tuple[np.uint32, np.uint32, np.uint64]:
+    def _stream_args(stream: CounterStream, count: int) -> tuple[np.uint32, np.uint32, np.uint64]:
         return np.uint32(stream.key[0]), np.uint32(stream.key[1]), np.uint64(stream.reserve(count))
 
     def fill_random(self, kind: str, out: Any, key: tuple[int, int], start: int) -> None:
@@ -119,17 +130,17 @@ class CudaOps:
         self._launch("bias_sigmoid", x.dtype, x.size, x, bias, np.int64(x.size), np.int32(bias.size), t(scale))
         return x
 
-    def bias_sigmoid_sample_(self, x: Any, bias: Any, stream: PhiloxStream, sample: Any, scale: float = 1.0) -> Any:
+    def bias_sigmoid_sample_(self, x: Any, bias: Any, stream: CounterStream, sample: Any, scale: float = 1.0) -> Any:
         t = x.dtype.type
         self._launch("bias_sigmoid_sample", x.dtype, x.size, x, bias, sample, np.int64(x.size), np.int32(bias.size),
                      t(scale), *self._stream_args(stream, x.size))
         return sample
 
-    def sample_(self, x: Any, stream: PhiloxStream) -> Any:
+    def sample_(self, x: Any, stream: CounterStream) -> Any:
         self._launch("sample_inplace", x.dtype, x.size, x, np.int64(x.size), *self._stream_args(stream, x.size))
         return x
 
-    def bias_add_(self, x: Any, bias: Any, stream: PhiloxStream | None = None) -> Any:
+    def bias_add_(self, x: Any, bias: Any, stream: CounterStream | None = None) -> Any:
         if stream is None:
             self._launch("bias_add", x.dtype, x.size, x, bias, np.int64(x.size), np.int32(bias.size))
         else:
@@ -146,7 +157,7 @@ class CudaOps:
         self._launch("subtract_scaled", x.dtype, x.size, x, y, np.int64(x.size), x.dtype.type(a))
         return x
 
-    def dropout(self, a: Any, stream: PhiloxStream, keep: float) -> Any:
+    def dropout(self, a: Any, stream: CounterStream, keep: float) -> Any:
         out = self.xp.empty_like(a)
         t = a.dtype.type
         self._launch("dropout", a.dtype, a.size, a, out, np.int64(a.size), t(keep), t(1.0 / keep),

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .._blas import gemm_tn_accumulate
 from ._philox import PhiloxStream
 
 __all__ = ["ReferenceOps"]
@@ -34,9 +35,7 @@ class ReferenceOps:
         return np.matmul(a, b.T if trans_b else b, out=out)
 
     def gemm_tn(self, a: Any, b: Any, c: Any, alpha: float, beta: float, precision: str = "float32") -> Any:
-        """``c <- alpha * a.T @ b + beta * c``."""
-        from ..boltzmann._cd import gemm_tn_accumulate  # the CPU branch's own GEMM
-
+        """``c <- alpha * a.T @ b + beta * c`` (the CPU branch's own GEMM)."""
         return gemm_tn_accumulate(a, b, c, alpha, beta)
 
     # -- CD and fine-tuning

@@ -29,7 +29,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .. import _blas, _gpu
+from .. import _gpu
+from .._blas import gemm_tn_accumulate
+from ._sparsity import add_sparsity_
 from . import _cd_fused
 
 __all__ = [
@@ -39,7 +41,6 @@ __all__ = [
     "normal_",
     "sample_bernoulli_",
     "gather_rows",
-    "gemm_tn_accumulate",
     "Workspace",
     "CDSettings",
     "cd_step",
@@ -144,41 +145,6 @@ def gather_rows(data: Any, rows: Any, out: Any) -> Any:
     if isinstance(out, np.ndarray):
         return np.take(data, rows, axis=0, out=out, mode="clip")
     return _namespace(out).take(data, rows, axis=0, out=out)
-
-
-def gemm_tn_accumulate(A: Any, B: Any, C: Any, alpha: float, beta: float, scratch: Any = None) -> Any:
-    """``C <- alpha * A.T @ B + beta * C`` in place.
-
-    Parameters
-    ----------
-    A : array of shape (n, p), C-contiguous
-    B : array of shape (n, q), C-contiguous
-    C : array of shape (p, q), C-contiguous, updated in place
-    scratch : optional array shaped like C (numpy only), reused for the product
-
-    One BLAS call with ``beta``: cuBLAS on the GPU, numpy's own OpenBLAS on the CPU
-    (:mod:`rbm._blas`; not scipy's, a second OpenBLAS whose thread pool would fight
-    numpy's).  Where that is unavailable: ``matmul`` plus two in-place passes.
-    """
-    xp = _namespace(C)
-    if xp is np:
-        if _blas.gemm_tn(A, B, C, alpha, beta):
-            return C
-    else:
-        cublas = getattr(xp, "cublas", None)
-        if cublas is not None and hasattr(cublas, "gemm"):
-            cublas.gemm("T", "N", A, B, out=C, alpha=alpha, beta=beta)
-            return C
-    product = xp.matmul(A.T, B, out=scratch) if scratch is not None else A.T @ B
-    if alpha != 1.0:
-        product *= alpha
-    if beta == 0.0:
-        C[...] = product
-    else:
-        if beta != 1.0:
-            C *= beta
-        C += product
-    return C
 
 
 class Workspace:
@@ -320,7 +286,8 @@ def cd_step(
     else:
         sigmoid_(hk, negate=True)
     if settings.sparsity_target is not None:
-        _add_sparsity_(ws, b, sparsity_state, settings)
+        add_sparsity_(ws.H[:b], sparsity_state, settings.sparsity_target, settings.sparsity_cost,
+                      settings.sparsity_decay)
     scale = learning_rate / b
     vel_W, vel_h, vel_v = velocity
     # Scale the small stacked factor H (b + c, n_hidden), rather than the products:
@@ -352,21 +319,6 @@ def error_measured(error: Any) -> bool:
     """Whether :func:`cd_step` measured the error it returned: a float NaN means it did not; a
     device scalar always holds a measurement (testing it for NaN would wait for the GPU)."""
     return not (isinstance(error, float) and error != error)
-
-
-def _add_sparsity_(ws: Workspace, b: int, running_mean: Any, settings: CDSettings) -> None:
-    """Add the sparsity penalty gradient to the positive hidden statistics.
-
-    With ``q`` the running mean activation of each hidden unit and ``p`` the target, the
-    penalty ``cost * (p - q)`` is added to every positive row of ``H``: through the stacked
-    GEMM it becomes ``mean(v0) (p - q)^T`` on the weights and ``p - q`` on the hidden bias
-    (Hinton, "A practical guide to training RBMs", section 11).
-    """
-    h0 = ws.H[:b]
-    decay = settings.sparsity_decay
-    running_mean *= decay
-    running_mean += (1.0 - decay) * h0.mean(axis=0)
-    h0 += settings.sparsity_cost * (settings.sparsity_target - running_mean)
 
 
 def stacked_statistics(V: Any, H: Any, weights: Any) -> tuple[Any, Any, Any]:

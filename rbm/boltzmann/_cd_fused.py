@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _cd
+from ._sparsity import add_sparsity_
 
 __all__ = ["cd_step"]
 
@@ -79,7 +79,8 @@ def cd_step(ops: Any, ws: Any, b: int, W: Any, hbias: Any, vbias: Any, velocity:
     else:
         ops.bias_sigmoid_(hk, hbias, negative_scale)
     if not fold:
-        _cd._add_sparsity_(ws, b, sparsity_state, settings)
+        add_sparsity_(ws.H[:b], sparsity_state, settings.sparsity_target, settings.sparsity_cost,
+                      settings.sparsity_decay)
         h0 *= scale_positive
         hk *= scale_negative
     vel_W, vel_h, vel_v = velocity

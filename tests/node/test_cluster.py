@@ -3,7 +3,6 @@ job submitted through scripts/sparkdbn-submit, with the code shipped as --py-fil
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -40,4 +39,4 @@ def test_a_job_submitted_to_a_standalone_cluster_trains_with_two_nodes(standalon
     assert len(nodes) >= 2  # one node per executor (1 core each)
     # The executors imported sparkdbn from the shipped zip, not from this checkout.
     assert all(".zip" in m["code"] for m in metrics), {m["code"] for m in metrics}
-    assert store.exists("runs/cluster/model/model.npz")
+    assert store.exists(record["model"]["path"])

@@ -34,7 +34,6 @@ def test_a_phase_result_is_the_float64_mean_of_the_newest_snapshots_of_the_last_
                                                                                               tmp_path):
     store_url = "file://" + str(tmp_path / "store")
     store = storage.open_store(store_url)
-    model = rbm.DBN(hidden_layer_sizes=(32,), batch_size=10, random_state=0)
     epochs = {"rbm0": 2, "finetune": 1}
 
     def plant_a_ghost(summary: dict) -> None:
@@ -48,14 +47,22 @@ def test_a_phase_result_is_the_float64_mean_of_the_newest_snapshots_of_the_last_
             weights.put_version("rbm0", "ghost-node", 10**6, ghost)
 
     # Partitions long enough (tens of ms) that both nodes train the last epoch: async starts an epoch's job
-    # before the one before ends, and on partitions of a few ms one worker may run both of its tasks.
+    # before the one before ends, and on partitions of a few ms one worker may run both of its tasks.  On a
+    # loaded machine one worker still may (seen once in a suite run at load 11 on 2 cores): then the rule
+    # has nothing to show, and the fit is tried again, at most three times.
     X, y = np.tile(digits.X_train, (8, 1)), np.tile(digits.y_train, 8)
-    node.Trainer(spark, store_url, run_id="mean", epochs=epochs, partitions=4, progress=False,
-                 on_epoch=plant_a_ghost).fit(model, X, y)
-    run = node.open_run(store_url, "mean")
-    weights, record = run.weights, run.record
-    nodes = record["steps"]["rbm0"]["nodes"]
-    assert len(nodes) == 2 and "ghost-node" not in nodes
+    for attempt in range(3):
+        run_id = f"mean-{attempt}"
+        model = rbm.DBN(hidden_layer_sizes=(32,), batch_size=10, random_state=0)
+        node.Trainer(spark, store_url, run_id=run_id, epochs=epochs, partitions=4, progress=False,
+                     on_epoch=plant_a_ghost).fit(model, X, y)
+        run = node.open_run(store_url, run_id)
+        weights, record = run.weights, run.record
+        nodes = record["steps"]["rbm0"]["nodes"]
+        assert "ghost-node" not in nodes
+        if len(nodes) == 2:
+            break
+    assert len(nodes) == 2, f"one worker trained the last epoch alone in all three fits: {nodes}"
     newest = [weights.newest_verified("rbm0", name)[1] for name in nodes]
     assert not all(np.array_equal(newest[0][name], newest[1][name]) for name in newest[0])  # two different replicas
     result = weights.get_phase_result("rbm0")

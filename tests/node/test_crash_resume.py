@@ -2,7 +2,12 @@
 SIGKILL of the driver process, resumes to the model an uninterrupted run gives -- never to initial weights.
 
 The harness (see ``crash_store.py``) counts the store writes of a small uninterrupted run, then
-for each write N in turn: a fit whose N-th write fails, then a fit again with the same run id.
+for each write N in turn: a fit whose N-th write fails (the fit's error handling runs), or a fit
+that dies there (nothing after write N reaches the store: no "failed" record, the lease left held,
+as SIGKILL leaves it), then a fit again with the same run id.  After every crash the newest record
+must name only what is stored, and the resumed model must lie within the harness's tolerance of
+the uninterrupted one.  Real SIGKILLs of a driver process at one write of each kind check that the
+in-process "dies" mode leaves what a killed process leaves.
 """
 
 from __future__ import annotations
@@ -14,10 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-from crash_store import (HARNESS_EPOCHS, HARNESS_TOLERANCE, HARNESS_TRAINED, CrashingStore, SimulatedStoreFailure,
-                         harness_model, harness_settings)
+from crash_store import (HARNESS_EPOCHS, HARNESS_LEASE_TIMEOUT_S, HARNESS_TOLERANCE, HARNESS_TRAINED, CrashingStore,
+                         SimulatedStoreFailure, assert_record_names_only_what_is_stored, harness_model,
+                         harness_settings)
 
 import node
 import node.driver._fit
@@ -64,19 +69,42 @@ def uninterrupted(spark, digits, tmp_path_factory):
     return model.score(digits.X_test, digits.y_test), counting[0].writes
 
 
+def write_kind(path: str) -> str:
+    """What a driver write is, from its path: lease, record, block (a training partition), phase result, best,
+    model."""
+    if "/blocks/" in path:  # the driver writes a fit's partitions at once, in no fixed order
+        return "block"
+    folder, name = path.rsplit("/", 2)[-2:]
+    if folder == "phases":
+        return "best" if ".best-" in name else "phase result"
+    return {"lease": "lease", "record": "record"}.get(folder, "model" if name == "model.npz" else path)
+
+
 def test_the_harness_counts_every_kind_of_driver_write(uninterrupted):
     accuracy, writes = uninterrupted
     assert accuracy >= HARNESS_TRAINED
-    names = [path.rsplit("/", 1)[-1] for path in writes]
-    assert names[0] == "lease.json" and names[-1] == "run.json"
-    assert {"run.json", "rbm0.json", "finetune.json", "model.npz"} <= set(names)  # phase results: signed pointers
-    assert any(name.startswith("rbm0-") and name.endswith(".npz") for name in names)  # ... to content by sha256
-    assert sum(name.endswith(".block") for name in names) == 2  # the driver stores numpy rows' partitions itself
-    assert names.count("run.json") >= 1 + sum(HARNESS_EPOCHS.values()) + len(HARNESS_EPOCHS) + 1
+    kinds = [write_kind(path) for path in writes]
+    assert kinds[0] == "lease" and kinds[-2:] == ["record", "lease"]  # taken first; the run marked done, released
+    assert set(kinds) == {"lease", "record", "block", "phase result", "model"}, kinds  # nothing else, nothing replaced
+    assert kinds.count("block") == 2  # the driver stores numpy rows' partitions itself, once per fit
+    assert kinds.count("record") == 1 + sum(HARNESS_EPOCHS.values()) + len(HARNESS_EPOCHS) + 1
+    assert all(path.rsplit("/", 1)[-1].startswith("00000001-") for path in writes if write_kind(path) == "record")
 
 
-def test_a_store_write_failing_at_any_point_resumes_to_the_uninterrupted_model(spark, digits, tmp_path,
-                                                                                 uninterrupted, monkeypatch):
+def resume_after(spark, digits, store_url: str, run_id: str, crash_at: int, path: str) -> tuple[float, float]:
+    """Check what the crash left, fit the run again, check again; the resumed and the stored model's accuracy."""
+    if crash_at > 2:  # the first record is write 2 (after the lease)
+        assert_record_names_only_what_is_stored(store_url, run_id)
+    model = fit(spark, store_url, run_id, digits)
+    record = assert_record_names_only_what_is_stored(store_url, run_id)
+    assert record["status"] == "done" and record["attempts"] == (2 if crash_at > 2 else 1), (crash_at, path)
+    return (round(model.score(digits.X_test, digits.y_test), 4),
+            round(stored_model(store_url, run_id).score(digits.X_test, digits.y_test), 4))
+
+
+@pytest.mark.parametrize("dies", [False, True], ids=["a write fails", "the driver dies"])
+def test_a_driver_stopped_at_any_store_write_resumes_to_the_uninterrupted_model(spark, digits, tmp_path,
+                                                                                  uninterrupted, monkeypatch, dies):
     reference, writes = uninterrupted
     store_url = "file://" + str(tmp_path / "store")
     original = node.driver._fit.open_checked_store
@@ -87,21 +115,26 @@ def test_a_store_write_failing_at_any_point_resumes_to_the_uninterrupted_model(s
         def fail(path: str) -> None:
             raise SimulatedStoreFailure(f"injected: the store refused writing {path}")
 
-        monkeypatch.setattr(node.driver._fit, "open_checked_store",
-                            lambda url, retry_timeout_s=30.0: CrashingStore(url, crash_at=crash_at, on_crash=fail))
+        monkeypatch.setattr(node.driver._fit, "open_checked_store", lambda url, retry_timeout_s=30.0: CrashingStore(
+            url, crash_at=crash_at, on_crash=fail, dies=dies))
         with pytest.raises(SimulatedStoreFailure):
             fit(spark, store_url, run_id, digits)
         monkeypatch.setattr(node.driver._fit, "open_checked_store", original)
-        model = fit(spark, store_url, run_id, digits)
-        accuracy = model.score(digits.X_test, digits.y_test)
-        saved = stored_model(store_url, run_id).score(digits.X_test, digits.y_test)
-        outcomes[f"{crash_at}:{writes[crash_at - 1].rsplit('/', 1)[-1]}"] = (round(accuracy, 4), round(saved, 4))
+        path = writes[crash_at - 1]
+        outcomes[f"{crash_at}:{write_kind(path)}"] = resume_after(spark, digits, store_url, run_id, crash_at, path)
     wrong = {point: got for point, got in outcomes.items()
              if abs(got[0] - reference) > TOLERANCE or got[0] != got[1]}
     assert not wrong, (reference, wrong)
 
 
-@pytest.mark.parametrize("stop_at", range(sum(HARNESS_EPOCHS.values())))
+# One epoch end of each kind among the harness's 8 (rbm0: 0-1, finetune: 2-7): inside the first phase (0), a
+# phase's last (1), the next phase's first (2), inside the last phase (5; 3, 4 and 6 take the same path), the
+# fit's last (7).  A store write failing at ANY point, those of every epoch end among them, is the test above.
+_RBM0, _FINETUNE = HARNESS_EPOCHS["rbm0"], HARNESS_EPOCHS["finetune"]
+EPOCH_END_KINDS = sorted({0, _RBM0 - 1, _RBM0, _RBM0 + _FINETUNE // 2, _RBM0 + _FINETUNE - 1})
+
+
+@pytest.mark.parametrize("stop_at", EPOCH_END_KINDS)
 def test_ctrl_c_at_any_epoch_end_resumes_to_the_uninterrupted_model(spark, digits, tmp_path, uninterrupted,
                                                                       stop_at):
     reference, _ = uninterrupted
@@ -135,36 +168,27 @@ def run_crash_driver(store_url: str, run_id: str, crash_at: int, lease_timeout_s
     return lines[-1]
 
 
-def write_kind(path: str) -> str:
-    """A driver write as two runs share it: a training partition's by its folder alone (the driver writes
-    the fit's partitions at once, in no fixed order, under names signed for the fit)."""
-    return path.split("/blocks/")[0] + "/blocks/" if "/blocks/" in path else path
-
-
-def test_a_driver_killed_with_sigkill_mid_run_is_taken_over_and_resumed(spark, digits, tmp_path, uninterrupted):
+def test_a_driver_killed_with_sigkill_at_a_write_of_each_kind_is_taken_over_and_resumed(spark, digits, tmp_path,
+                                                                                          uninterrupted):
     reference, writes = uninterrupted
     store_url = "file://" + str(tmp_path / "store")
-    lease_timeout_s = 3.0
-    # Three points: inside the first phase, right after a phase's last epoch, just before the model.
-    points = [3, writes.index(next(p for p in writes if p.endswith("/rbm0.json"))) + 1,
-              writes.index(next(p for p in writes if p.endswith("model.npz"))) + 1]
+    kinds = [write_kind(path) for path in writes]
+    # One point of each kind: a training partition, a mid-phase record (the first after the partitions), the
+    # first phase result, the model, the record saying done.
+    first_block = kinds.index("block")
+    points = [first_block + 1, kinds.index("record", first_block) + 1, kinds.index("phase result") + 1,
+              kinds.index("model") + 1, len(writes) - 1]
     for crash_at in points:
         run_id = f"killed-{crash_at}"
-        killed = run_crash_driver(store_url, run_id, crash_at, lease_timeout_s)
-        assert write_kind(killed["killed_before"]) == write_kind(writes[crash_at - 1].replace("reference", run_id))
-        with pytest.raises(node.LeaseHeldError, match="another driver"):  # the dead driver's lease is still fresh
-            fit(spark, store_url, run_id, digits, lease_timeout_s=lease_timeout_s)
-        deadline = time.monotonic() + 10 * lease_timeout_s
-        while True:  # take over once the lease has gone stale
-            try:
-                model = fit(spark, store_url, run_id, digits, lease_timeout_s=lease_timeout_s)
-                break
-            except node.LeaseHeldError:
-                assert time.monotonic() < deadline, "the dead driver's lease was never taken over"
-                time.sleep(0.5)
-        assert abs(model.score(digits.X_test, digits.y_test) - reference) <= TOLERANCE, crash_at
-        assert stored_model(store_url, run_id).score(digits.X_test, digits.y_test) == model.score(digits.X_test,
-                                                                                                 digits.y_test)
+        killed = run_crash_driver(store_url, run_id, crash_at, HARNESS_LEASE_TIMEOUT_S)
+        assert killed["killed_before"].startswith(f"runs/{run_id}/")  # (a phase result's name is its content's)
+        assert write_kind(killed["killed_before"]) == kinds[crash_at - 1]
+        watching = time.monotonic()
+        accuracy, saved = resume_after(spark, digits, store_url, run_id, crash_at, killed["killed_before"])
+        assert time.monotonic() - watching >= HARNESS_LEASE_TIMEOUT_S  # the dead driver's lease was watched first
+        assert abs(accuracy - reference) <= TOLERANCE and accuracy == saved, crash_at
+        holder = storage.LeaseFolder(storage.open_store(store_url), run_id).holder(2)
+        assert holder["pid"] == os.getpid()  # taken over as the lease's next generation
 
 
 def test_a_run_whose_last_epoch_snapshots_are_all_gone_trains_the_phase_again_and_says_so(spark, digits, tmp_path):
@@ -187,3 +211,35 @@ def test_a_run_whose_last_epoch_snapshots_are_all_gone_trains_the_phase_again_an
     assert len(restarts) == 1 and "no usable snapshot" in restarts[0]["reason"]
     assert record["status"] == "done"
     assert model.score(digits.X_test, digits.y_test) >= HARNESS_TRAINED  # trained again, not left at its initial weights
+
+
+def test_a_driver_dying_around_an_early_stopping_best_resumes_with_a_best_the_record_names(spark, digits, tmp_path,
+                                                                                            monkeypatch):
+    store_url = "file://" + str(tmp_path / "store")
+    watching = dict(validation_fraction=0.2, early_stopping={"metric": "val_accuracy", "patience": 10})
+    points = {  # the finetune phase's first epoch always improves on "no best yet"
+        "before its first best": lambda writes: write_kind(writes[-1]) == "best",
+        "before the record naming it": lambda writes: len(writes) > 1 and write_kind(writes[-2]) == "best",
+        "before the record saying done": lambda writes: len(writes) > 1 and write_kind(writes[-2]) == "model",
+    }
+    for index, (where, crash_when) in enumerate(points.items()):
+        run_id = f"best-{index}"
+
+        def die(path: str) -> None:
+            raise SimulatedStoreFailure(f"killed before writing {path}")
+
+        monkeypatch.setattr(node.driver._fit, "open_checked_store", lambda url, retry_timeout_s=30.0: CrashingStore(
+            url, crash_at=None, crash_when=crash_when, on_crash=die, dies=True))
+        with pytest.raises(SimulatedStoreFailure):
+            fit(spark, store_url, run_id, digits, **watching)
+        monkeypatch.undo()
+        state = assert_record_names_only_what_is_stored(store_url, run_id)["steps"]["finetune"].get("early_stopping")
+        assert (state is not None and "best_file" in state) == (where == "before the record saying done"), where
+        model = fit(spark, store_url, run_id, digits, **watching)
+        record = assert_record_names_only_what_is_stored(store_url, run_id)
+        assert record["status"] == "done" and model.score(digits.X_test, digits.y_test) >= HARNESS_TRAINED, where
+        assert "early stopping" in record["steps"]["finetune"]["result"]["origin"]
+        store = storage.open_store(store_url)  # once done, the bests and the dead driver's model are gone
+        assert not [name for name in store.list(f"runs/{run_id}/phases") if ".best-" in name], where
+        assert "best_file" not in record["steps"]["finetune"]["early_stopping"]
+        assert store.list(f"runs/{run_id}/model") == ["00000002"], where

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, precision_recall_fscore_support
+from support.numerics import forward_rtol, near_ties
 
 import rbm
 from node._errors import InputDataError
@@ -97,10 +98,18 @@ def model(digits):
     return dbn.fit(digits.X_train, digits.y_train)
 
 
+# Spark predicts in batches of its own, the model here all rows at once: a row's float32 probabilities may
+# differ in the last bits (the models below: dot products of 64 and at most 32 terms), so a row whose two
+# best classes are that close may be classified either way; every other row is classified alike.
+PROBABILITY_RTOL = forward_rtol(64, 32)
+
+
 def _assert_matches_single_machine(report: ClassificationReport, model, X: np.ndarray, y: np.ndarray) -> None:
     predicted = model.predict(X)
-    assert report.accuracy == pytest.approx(accuracy_score(y, predicted))
-    np.testing.assert_array_equal(report.confusion_matrix, confusion_matrix(y, predicted, labels=report.labels))
+    ties = int(near_ties(model.predict_proba(X), PROBABILITY_RTOL).sum())  # measured: 0 of 450 rows
+    assert report.accuracy == pytest.approx(accuracy_score(y, predicted), rel=1e-9, abs=ties / len(y))
+    moved = np.abs(report.confusion_matrix - confusion_matrix(y, predicted, labels=report.labels)).sum()
+    assert moved <= 2 * ties  # a row classified otherwise leaves one cell and enters another
     assert report.n_samples == len(y)
 
 
@@ -111,10 +120,13 @@ def test_evaluation_of_numpy_arrays_on_spark_equals_the_single_machine_model(spa
     assert report.accuracy > 0.9  # the DBN really learned something
     expected = classification_report(digits.y_test, model.predict(digits.X_test), output_dict=True, zero_division=0.0)
     got = report.to_dict()
+    ties = int(near_ties(model.predict_proba(digits.X_test), PROBABILITY_RTOL).sum())  # rows either side may classify
     for label in map(str, range(10)):
-        for metric in ("precision", "recall", "f1-score", "support"):
-            assert got[label][metric] == pytest.approx(expected[label][metric])
-    assert str(report).startswith(classification_report(digits.y_test, model.predict(digits.X_test), zero_division=0.0))
+        for metric in ("precision", "recall", "f1-score", "support"):  # a moved row moves each by at most 1
+            assert got[label][metric] == pytest.approx(expected[label][metric], rel=1e-9, abs=ties)
+    if not ties:  # (a near tie may change the text's last digits)
+        assert str(report).startswith(classification_report(digits.y_test, model.predict(digits.X_test),
+                                                            zero_division=0.0))
 
 
 @pytest.mark.slow
@@ -164,8 +176,10 @@ def test_predict_dataframe_adds_the_single_machine_predictions_and_probabilities
     out = predict_dataframe(model, df, probability_type="vector" if features == "vector" else "array").collect()
     out.sort(key=lambda row: row["id"])
     proba = np.array([np.asarray(row["probability"]) for row in out])
-    np.testing.assert_allclose(proba, model.predict_proba(digits.X_test), rtol=1e-5, atol=1e-7)  # float32: GEMM results depend on the batch split
-    np.testing.assert_array_equal([row["prediction"] for row in out], model.predict(digits.X_test).astype(float))
+    expected = model.predict_proba(digits.X_test)
+    np.testing.assert_allclose(proba, expected, rtol=PROBABILITY_RTOL, atol=1e-7)  # atol: float32 rounding of 1
+    classified_otherwise = np.array([row["prediction"] for row in out]) != model.predict(digits.X_test)
+    assert not np.any(classified_otherwise & ~near_ties(expected, PROBABILITY_RTOL))
     assert [row["id"] for row in out] == list(range(len(digits.X_test)))  # other columns pass through
 
 

@@ -21,24 +21,23 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 
 
-def test_a_second_fit_of_a_run_in_training_is_refused_at_once_and_the_first_finishes(spark, digits, tmp_path):
+def test_a_second_fit_of_a_run_in_training_is_refused_while_the_first_renews_and_the_first_finishes(spark, digits, tmp_path):
     store_url = "file://" + str(tmp_path / "store")
-    config = {"store_url": store_url, "run_id": "shared", "crash_at": None, "lease_timeout_s": 30.0}
+    config = {"store_url": store_url, "run_id": "shared", "crash_at": None, "lease_timeout_s": 8.0}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT)]))
     first = subprocess.Popen([sys.executable, str(HERE / "_crash_driver.py"), json.dumps(config)], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         store = storage.open_store(store_url)
         deadline = time.monotonic() + 120
-        while not store.exists("runs/shared/lease.json"):  # the other driver holds the run
+        while storage.LeaseFolder(store, "shared").view().generation == 0:  # until the other driver holds the run
             assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()[-3000:]
             time.sleep(0.1)
-        refused_at = time.monotonic()
         with pytest.raises(node.LeaseHeldError, match=r"run 'shared' is being trained by another driver \(host .*pid "
-                                                      rf"{first.pid}.*lease_timeout_s"):
+                                                      rf"{first.pid}.*renewed its lease.*lease_timeout_s"):
             node.Trainer(spark, store_url, run_id="shared", **harness_settings()).fit(
                 harness_model(), digits.X_train, digits.y_train)
-        assert first.poll() is None  # refused while the first is still training: at once, not after it
+        assert first.poll() is None  # refused while the first is still training, not after it
         out, err = first.communicate(timeout=180)
     finally:
         if first.poll() is None:
@@ -48,8 +47,7 @@ def test_a_second_fit_of_a_run_in_training_is_refused_at_once_and_the_first_fini
     assert '"finished": true' in out
     record = node.open_run(store_url, "shared").record
     assert record["status"] == "done" and record["attempts"] == 1
-    assert not store.exists("runs/shared/lease.json")  # released at the end
-    assert refused_at > 0
+    assert storage.LeaseFolder(store, "shared").view() == storage.LeaseView(generation=1, released=True)
 
 
 def test_a_run_that_would_train_nothing_is_refused_unless_only_initializing_is_asked(spark, digits, tmp_path):
@@ -72,8 +70,8 @@ def test_temporaries_left_in_every_run_folder_are_swept_when_the_run_resumes(spa
     node.Trainer(spark, store_url, run_id="swept", stop_after_phase="rbm0", **harness_settings()).fit(
         harness_model(), digits.X_train, digits.y_train)
     run = tmp_path / "store" / "runs" / "swept"
-    folders = [run, run / "peers", run / "phases", run / "model", run / "metrics" / "someone",
-               run / "weights" / "rbm0", next((run / "weights" / "rbm0").iterdir())]
+    folders = [run, run / "peers", run / "phases", run / "model", run / "metrics" / "someone", run / "record",
+               run / "lease", run / "weights" / "rbm0", next((run / "weights" / "rbm0").iterdir())]
     planted = []
     an_hour_ago = time.time() - 3600
     for folder in folders:

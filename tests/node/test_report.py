@@ -54,8 +54,10 @@ def _fake_run(store_url: str, run: str, *, with_model: bool = True, validated: b
         store.write_bytes(runs.model_path(), payload)
         runs.write_record({**record, "status": "done",
                            "model": {"path": runs.model_path(), "sha256": storage.sha256_hex(payload)}})
-    else:
-        storage.WeightStore(store, run, key).put_phase_result("rbm0", {"rbm0.W": W})
+    else:  # the first phase's result, named by the record as a fit names it
+        stored = storage.WeightStore(store, run, key).put_phase_result("rbm0", {"rbm0.W": W})
+        record.setdefault("steps", {}).setdefault("rbm0", {})["result"] = {"sha256": "-", **stored}
+        runs.write_record(record)
     return W
 
 

@@ -43,9 +43,12 @@ def test_an_intruder_with_the_store_but_a_wrong_key_changes_nothing(spark, digit
             "intruder", {"endpoint": "tcp://127.0.0.1:9", "host": "evil", "pid": 1})
 
     fit(spark, store_url, "attacked", digits, stop_after_phase="rbm0", on_epoch=intrude)
-    storage.WeightStore(store, "attacked", WRONG_KEY).put_phase_result(  # a forged rbm0 result
+    forged = storage.WeightStore(store, "attacked", WRONG_KEY).put_phase_result(  # a forged rbm0 result ...
         "rbm0", {name: np.full_like(value, 9.0) for name, value in harness_model().initialize(64).parameters(
             "rbm0").items()})
+    record = node.open_run(store_url, "attacked").record
+    record["steps"]["rbm0"]["result"] = {**record["steps"]["rbm0"]["result"], **forged}
+    storage.RunStore(store, "attacked", WRONG_KEY).write_record(record, generation=10**6)  # ... named by a newer record
     attacked = fit(spark, store_url, "attacked", digits, on_epoch=intrude)
 
     assert abs(attacked.score(digits.X_test, digits.y_test) - clean) <= TOLERANCE

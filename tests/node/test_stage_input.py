@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-import rbm
+import node
 import storage
 from node import cli
 
@@ -66,7 +66,7 @@ def test_a_csv_staged_trained_and_evaluated_on_its_held_out_split_without_a_data
                      "--output", str(tmp_path / "out")]) == 0
     predicted = pq.read_table(str(tmp_path / "out")).to_pandas()
     assert list(predicted.columns) == ["features", "rawPrediction", "probability", "prediction"]
-    model = rbm.load_model(store / "runs" / "mine" / "model" / "model.npz")
+    model = node.load_run_model(node.open_run("file://" + str(store), "mine"))
     low, high = np.array(scaling["min"]), np.array(scaling["max"])
     span = np.where(high > low, high - low, 1.0)
     for features, prediction in zip(predicted["features"], predicted["prediction"]):  # raw pixels written back

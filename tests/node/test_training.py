@@ -10,7 +10,6 @@ from py4j.java_gateway import JavaObject
 
 import node
 import rbm
-import storage
 
 pytestmark = pytest.mark.slow
 
@@ -138,7 +137,7 @@ def test_two_nodes_train_through_an_hdfs_store_reached_over_webhdfs(spark, tmp_p
             assert weights.get_phase_result(phase) is not None
             for ref in weights.newest_per_node(phase).values():
                 weights.get_version(ref)  # sha256-verified read over WebHDFS
-        assert store.exists(run.runs.model_path())
+        assert store.exists(run.record["model"]["path"])
     assert model.score(X_test, y_test) >= 0.85  # it learns (chance: 0.1); accuracy parity is tested above
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support.numerics import matmul_error_bound, unit_roundoff
 
 from rbm.conv._ops import softmax_cross_entropy
 from rbm.conv._im2col import col2im_chwn, im2col_chwn, output_size
@@ -141,11 +142,16 @@ def test_im2col_convolution_equals_a_direct_convolution():
         for ox in range(ow):
             patch = x[:, oy * stride : oy * stride + k, ox * stride : ox * stride + k, :]
             direct[:, oy, ox, :] = np.einsum("chwn,fchw->fn", patch, weights)
-    np.testing.assert_allclose(out, direct, rtol=1e-12, atol=1e-12)
-    # col2im is the adjoint of im2col: <im2col(x), d> == <x, col2im(d)>
+    # float64 sums of 27 products, in another order: within 2 * 27 u * sum |terms| (at most 1.3e-13 here).
+    np.testing.assert_allclose(out, direct, rtol=0, atol=float(matmul_error_bound(
+        np.abs(weights.transpose(0, 2, 3, 1).reshape(f, -1)), np.abs(cols.reshape(k * k * c, -1))).max()))
+    # col2im is the adjoint of im2col: <im2col(x), d> == <x, col2im(d)>, two sums of the same 324 products
+    # (col2im adds up to 4 of them per input first): within 2 * 324 u * sum |products|.
     d = rng.normal(size=cols.shape)
     back = col2im_chwn(d, x.shape, (0, 0), (stride, stride), np)
-    assert np.sum(cols * d) == pytest.approx(np.sum(x * back), rel=1e-12)
+    products = cols * d
+    bound = 2 * products.size * unit_roundoff(np.float64) * np.abs(products).sum()
+    assert np.sum(products) == pytest.approx(np.sum(x * back), rel=0, abs=bound)
 
 
 def test_dropout_scales_kept_units_and_backpropagates_through_the_same_mask():

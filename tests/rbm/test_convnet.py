@@ -139,12 +139,16 @@ def test_same_seed_gives_identical_results_and_another_seed_does_not(digits8):
     np.testing.assert_array_equal(first.predict_proba(X_test), first.predict_proba(X_test))  # no dropout at inference
 
 
-def test_flat_and_nchw_inputs_train_and_predict_the_same(digits8):
+def test_flat_and_nchw_inputs_train_and_predict_the_same(digits8, numerics):
     X, y, X_test, _ = digits8
+    # Bit for bit: the net copies each batch into a contiguous (C, H, W, N) array whatever the input's form
+    # and memory order, so both run the same operations (checked in Fortran order too: `numerics`).
+    X, X_test = numerics.arrange(X), numerics.arrange(X_test)
     nchw = small_net(epochs=1).fit(X, y)
-    flat = small_net(epochs=1).fit(X.reshape(len(X), -1), y)
+    flat = small_net(epochs=1).fit(numerics.arrange(X.reshape(len(X), -1)), y)
     np.testing.assert_array_equal(flat.parameters()["conv0.W"], nchw.parameters()["conv0.W"])
-    np.testing.assert_array_equal(nchw.predict_proba(X_test.reshape(len(X_test), -1)), nchw.predict_proba(X_test))
+    np.testing.assert_array_equal(nchw.predict_proba(numerics.arrange(X_test.reshape(len(X_test), -1))),
+                                  nchw.predict_proba(X_test))
 
 
 @pytest.mark.parametrize(
@@ -161,17 +165,23 @@ def test_flat_and_nchw_inputs_train_and_predict_the_same(digits8):
 )
 def test_every_updater_reduces_the_loss(digits8, settings):
     X, y, X_test, y_test = digits8
-    net = small_net(epochs=1, **settings).initialize()
+    ratios = []
+    for seed in (0, 1, 2):
+        net = small_net(epochs=1, random_state=seed, **settings).initialize()
 
-    def held_out_loss() -> float:
-        probabilities = net.predict_proba(X_test)
-        return float(-np.mean(np.log(probabilities[np.arange(len(y_test)), y_test])))
+        def held_out_loss() -> float:
+            probabilities = net.predict_proba(X_test)
+            return float(-np.mean(np.log(probabilities[np.arange(len(y_test)), y_test])))
 
-    before = held_out_loss()  # ~2.8 at initialization
-    for _ in range(2):
-        net.partial_fit(X, y)
-    assert held_out_loss() < 0.4 * before
-    assert net.loss_curve_[1] < net.loss_curve_[0]
+        before = held_out_loss()  # ~2.8 at initialization
+        for _ in range(2):
+            net.partial_fit(X, y)
+        ratios.append(held_out_loss() / before)
+        assert net.loss_curve_[1] < net.loss_curve_[0]
+    # Measured over seeds 0-4: held-out loss after two passes 0.32-0.47 of the initial one for plain SGD, 0.26-0.42
+    # with momentum, 0.23-0.39 with Nesterov, 0.16-0.25 with Adagrad, 0.12-0.21 with Adam (a single seed's bound of
+    # 0.4 failed for seeds 1 and 4); the mean of three seeds stays below 0.45.  An updater that does not move: 1.
+    assert np.mean(ratios) < 0.6, ratios
 
 
 def test_partial_fit_returns_self_and_keeps_training_the_same_weights(digits8):

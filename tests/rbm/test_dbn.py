@@ -25,7 +25,7 @@ def small_dbn(**settings):
 
 
 @pytest.mark.slow
-def test_dbn_with_default_settings_beats_a_plain_mlp_and_reaches_98_5_percent_on_held_out_digits():
+def test_dbn_with_default_settings_matches_a_plain_mlp_and_reaches_98_percent_on_held_out_digits():
     # The defaults (fine-tuning epochs, learning rate, dropout) were tuned on a validation
     # split carved from the training part of split 0; asserted here on splits 1-6.
     ours, mlp = [], []
@@ -37,14 +37,18 @@ def test_dbn_with_default_settings_beats_a_plain_mlp_and_reaches_98_5_percent_on
             ours.append(dbn.score(split.X_test, split.y_test))
             reference = MLPClassifier((256, 256), max_iter=500, random_state=seed).fit(split.X_train, split.y_train)
             mlp.append(reference.score(split.X_test, split.y_test))
-    # Measured here: DBN 0.986, 0.983, 0.992, 0.992, 0.994, 0.983 (mean 0.988); MLP 0.989, 0.981, 0.992, 0.986,
-    # 0.994, 0.978 (mean 0.987). On splits 1-3 alone the two tie.
-    assert np.median(ours) >= 0.985
-    assert np.mean(ours) >= np.mean(mlp)
+    # Measured on OpenBLAS's SkylakeX kernels: DBN 0.986, 0.983, 0.992, 0.992, 0.994, 0.983 (mean 0.988, median
+    # 0.989); on its Haswell kernels: 0.989, 0.983, 0.992, 0.992, 0.994, 0.983 (mean 0.989, median 0.990); the MLP
+    # 0.989, 0.981, 0.992, 0.986, 0.994, 0.978 on both (mean 0.987).  DBN minus MLP per split: -0.3 to +0.6 points,
+    # mean +0.1 or +0.2 (sd of a mean of six about 0.13 points): "the DBN's mean not below the MLP's" was about
+    # one sd from failing, so the bound is now half a point below it (4 sd); the median stood 0.4-0.5 point (2 sd)
+    # above the former 0.985, now 0.98.  A DBN that fine-tunes badly falls well below both.
+    assert np.median(ours) >= 0.98
+    assert np.mean(ours) >= np.mean(mlp) - 0.005
 
 
-def test_fit_runs_exactly_the_per_phase_steps_of_train_partition(digits):
-    X, y = digits.X_train[:400], digits.y_train[:400]
+def test_fit_runs_exactly_the_per_phase_steps_of_train_partition(digits, numerics):
+    X, y = numerics.arrange(digits.X_train[:400]), digits.y_train[:400]
     fitted = small_dbn().fit(X, y)
     stepped = small_dbn().initialize(64, classes=np.unique(y))
     for phase in stepped.phases():

@@ -199,3 +199,20 @@ def test_warm_up_compiles_a_models_kernels_without_touching_it(digits):
     assert warm_up(model) > 0
     for name, value in model.parameters().items():
         np.testing.assert_array_equal(value, before[name])
+
+
+def test_a_partition_kept_on_the_gpu_trains_as_its_host_rows_and_is_checked_there(cp, digits):
+    """What a Spark node on a GPU does (node.executor._node: rbm.DeviceDataCache): train_partition on a cupy array."""
+    X, y = digits.X_train[:300], digits.y_train[:300]
+    models = []
+    for rows in (X, cp.asarray(X)):
+        model = DBN((16,), device="gpu", dtype=np.float64, random_state=0).initialize(64, classes=np.arange(10))
+        for phase in model.phases():
+            model.train_partition(rows, y, phase, np.random.default_rng(1))
+        models.append(model)
+    for name, value in models[0].parameters().items():
+        np.testing.assert_allclose(models[1].parameters()[name], value, rtol=0, atol=1e-12, err_msg=name)
+    bad = cp.asarray(X).copy()
+    bad[7, 3] = 2.0
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\].*row 7"):
+        models[0].train_partition(bad, y, "rbm0", np.random.default_rng(1))

@@ -8,6 +8,7 @@ import pytest
 import scipy.sparse as sp
 from sklearn import linear_model
 from sklearn.neural_network import BernoulliRBM
+from support.numerics import assert_within, matmul_error_bound, unit_roundoff
 from threadpoolctl import threadpool_limits
 
 from rbm import RBM
@@ -46,10 +47,18 @@ def test_rbm_defaults_give_features_at_least_as_good_as_bernoulli_rbms_on_nudged
 
 def test_reconstruction_error_falls_as_training_proceeds():
     split = load_digits01()
-    model = RBM(n_components=64, random_state=0, **CD1_WITH_MOMENTUM)
-    errors = [model.train_partition(split.X_train, None, "rbm", np.random.default_rng(k))["loss"] for k in range(8)]
-    assert errors[-1] < 0.6 * errors[0]
-    assert model.reconstruction_error(split.X_test) < 0.03
+    falls, test_errors = [], []
+    for seed in (0, 1, 2):
+        model = RBM(n_components=64, random_state=seed, **CD1_WITH_MOMENTUM)
+        errors = [model.train_partition(split.X_train, None, "rbm", np.random.default_rng([seed, k]))["loss"]
+                  for k in range(8)]
+        falls.append(errors[-1] / errors[0])
+        test_errors.append(model.reconstruction_error(split.X_test))
+    # Measured over seeds 0-4, on OpenBLAS's SkylakeX and Haswell kernels: the last pass's error 0.54-0.59
+    # of the first's (mean 0.56, sd 0.017; one seed alone came within 0.01 of the former bound 0.6), the
+    # held-out error 0.014-0.017.  An RBM that does not learn stays near 1.
+    assert np.mean(falls) < 0.65
+    assert np.mean(test_errors) < 0.03
 
 
 def test_gaussian_visible_units_learn_standardized_real_valued_data():
@@ -87,14 +96,16 @@ def test_cd_k_and_persistent_cd_learn_digits(settings):
     assert model.reconstruction_error(split.X_test) < 0.5 * untrained.reconstruction_error(split.X_test)
 
 
-def test_free_energy_transform_and_pseudo_likelihood_equal_scikit_learns_for_the_same_weights():
+def test_free_energy_transform_and_pseudo_likelihood_equal_scikit_learns_for_the_same_weights(numerics):
     split = load_digits01()
     ours = RBM(n_components=16, n_iter=2, random_state=0, dtype=np.float64).fit(split.X_train)
     theirs = BernoulliRBM(n_components=16, random_state=0).fit(split.X_train[:20].astype(np.float64))
     theirs.components_ = ours.components_
     theirs.intercept_hidden_ = ours.intercept_hidden_
     theirs.intercept_visible_ = ours.intercept_visible_
-    X = split.X_test.astype(np.float64)
+    X = numerics.arrange(split.X_test.astype(np.float64))
+    # float64 by other code (64-term dot products, tanh against expit): within about 64 u = 7e-15 relative
+    # for the inputs of the sigmoids; 1e-10 leaves room for the free energy's sums of 16 softplus terms.
     np.testing.assert_allclose(ours.transform(X), theirs.transform(X), rtol=1e-10)
     np.testing.assert_allclose(ours.free_energy(X), theirs._free_energy(X), rtol=1e-10)
     # The pseudo-likelihood flips one random unit per row: both draw it from the same seeded
@@ -156,18 +167,38 @@ class NoWholeDensify(sp.csr_matrix):
 
 
 @pytest.mark.parametrize("container", [sp.csr_matrix, sp.csc_matrix, sp.lil_matrix, sp.csr_array, NoWholeDensify])
-def test_sparse_input_trains_and_infers_exactly_as_the_same_dense_input(container):
+def test_sparse_input_trains_and_infers_exactly_as_the_same_dense_input(container, numerics):
     split = load_digits01()
-    X = np.vstack([split.X_train, split.X_train[:300]])  # 1737 rows: more than one inference chunk
+    X = numerics.arrange(np.vstack([split.X_train, split.X_train[:300]]))  # 1737 rows: more than one inference chunk
     dense, sparse = RBM(n_components=16, n_iter=2, random_state=0), RBM(n_components=16, n_iter=2, random_state=0)
     dense.fit(X).partial_fit(X[:100])
     sparse.fit(container(X)).partial_fit(container(X[:100]))
+    # Training runs the same operations on both: each minibatch is gathered into one C-ordered
+    # buffer, sparse rows densified into it; so the parameters are equal, bit for bit.
     for name, value in dense.parameters().items():
         np.testing.assert_array_equal(sparse.parameters()[name], value, err_msg=name)
-    np.testing.assert_allclose(sparse.transform(container(X)), dense.transform(X), rtol=1e-6)
-    np.testing.assert_allclose(sparse.score_samples(container(X)), dense.score_samples(X), rtol=1e-5)
+    # Inference does not: dense input is one GEMM on 1737 rows, sparse input chunks of 1024 + 713,
+    # and how the kernel blocks the rows decides the last bits (Haswell kernels: 1.8e-6 relative
+    # apart).  Both are within the float32 bound of X W (K = 64 terms, 2 * 64 u * |X| |W|), plus u
+    # per side for adding the bias; the sigmoid carries that over at its slope s (1 - s), and its
+    # own rounding adds a few u.
+    W, hbias = dense.parameters()["W"], dense.parameters()["hbias"]
+    u = unit_roundoff(np.float32)
+    input_bound = matmul_error_bound(X, W) + 2 * u * (np.abs(X) @ np.abs(W) + np.abs(hbias))
+    expected = dense.transform(X).astype(np.float64)
+    got = sparse.transform(container(X))
+    assert got.dtype == np.float32
+    assert_within(got, expected, expected * (1 - expected) * input_bound + 4 * u * expected, "transform")
+    # The pseudo-likelihood is -64 softplus(-gap), gap a sum over the 16 hidden units of softplus
+    # differences at the unit's input with and without the flipped pixel: softplus is 1-Lipschitz,
+    # so two evaluations are within 64 (2 sum_k of the input bounds), plus the float32 rounding of
+    # the 33-term sum (gamma_33 times its terms, each below |input| + log 2).
+    pseudo = dense.score_samples(X).astype(np.float64)
+    terms = 2 * (np.abs(X @ W + hbias) + np.log(2)).sum(axis=1)
+    gamma = 33 * u / (1 - 33 * u)
+    bound = 64 * (2 * input_bound.sum(axis=1) + gamma * terms) + 4 * u * np.abs(pseudo)
+    assert_within(sparse.score_samples(container(X)), pseudo, bound, "score_samples")
     np.testing.assert_array_equal(sparse.gibbs(container(X)).shape, X.shape)
-    assert sparse.transform(container(X)).dtype == np.float32
 
 
 def test_persistent_chains_are_exposed_as_h_samples_like_bernoulli_rbm():

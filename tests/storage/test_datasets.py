@@ -12,12 +12,16 @@ import pytest
 from storage import (
     ChecksumError,
     DatasetError,
+    Store,
     StoreNotFoundError,
+    StoreUnavailableError,
     open_dataset,
+    open_store,
     stage_arrays,
     stage_csv,
     stage_idx,
 )
+from support.webhdfs_server import WebHDFSServer
 
 
 def _data(n: int = 103, shape: tuple[int, ...] = (12,), seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -77,16 +81,122 @@ def test_dataset_pickles_small_and_reads_after_unpickling(local_store):
     np.testing.assert_array_equal(clone.read_shard(2)[0], dataset.read_shard(2)[0])
 
 
-def test_restaging_is_refused_unless_asked_and_then_removes_only_the_old_shards(local_store):
+def test_restaging_is_refused_unless_asked_and_then_builds_beside_swaps_and_removes_only_the_old_shards(local_store):
     X, y = _data()
     stage_arrays(local_store.child("d"), X, y, shards=5)
+    assert local_store.list("d") == ["_meta.json"] + [f"part-{index:05d}.parquet" for index in range(5)]
     before = {name: local_store.read_bytes(f"d/{name}") for name in local_store.list("d")}
     with pytest.raises(DatasetError, match="already holds 6 entries .* nothing was written"):
         stage_arrays(local_store.child("d"), X[:10], y[:10], shards=2)
     assert {name: local_store.read_bytes(f"d/{name}") for name in local_store.list("d")} == before
-    stage_arrays(local_store.child("d"), X[:10], y[:10], shards=2, overwrite=True)
+    for restage in range(2):  # over the first layout, then over a dataset staged beside
+        meta = stage_arrays(local_store.child("d"), X[:10 + restage], y[:10 + restage], shards=2, overwrite=True)
+        folder = meta["shards"][0]["name"].split("/")[0]
+        assert local_store.list("d") == ["_meta.json", folder]  # the earlier shards (and folder) are gone
+        assert local_store.list(f"d/{folder}") == ["_meta.json", "part-00000.parquet", "part-00001.parquet"]
+        assert open_dataset(local_store.child("d")).n_samples == 10 + restage
+
+
+class DyingStore(Store):
+    """A store whose ``die_at``-th write raises, and every change after it too: a process killed there."""
+
+    def __init__(self, url: str, die_at: int | None) -> None:
+        super().__init__(url)
+        self.die_at, self.writes, self.dead = die_at, [], False
+
+    def _change(self, path: str, counted: bool = True) -> None:
+        if self.dead:
+            raise StoreUnavailableError(f"dead before {path}")
+        if counted:
+            self.writes.append(path)
+            if len(self.writes) == self.die_at:
+                self.dead = True
+                raise StoreUnavailableError(f"killed before writing {path}")
+
+    def write_bytes(self, path, data):  # noqa: ANN001, ANN201 - Store's signature
+        self._change(path)
+        return super().write_bytes(path, data)
+
+    def create_exclusive(self, path, data):  # noqa: ANN001, ANN201
+        self._change(path)
+        return super().create_exclusive(path, data)
+
+    def delete(self, path, recursive=False):  # noqa: ANN001, ANN201
+        self._change(path, counted=False)
+        return super().delete(path, recursive)
+
+
+@pytest.mark.parametrize("backend", ["local", "webhdfs that cannot replace"])
+def test_staging_over_a_dataset_killed_at_any_write_leaves_the_old_or_the_new_dataset_and_a_rerun_completes(
+        tmp_path, backend):
+    X, y = _data(n=60)
+    if backend == "local":
+        root, server = str(tmp_path / "local-store"), None
+    else:
+        server = WebHDFSServer(tmp_path / "hdfs", rename_overwrite=False).start()
+        root = server.store_url("/store")
+    try:
+        counting = DyingStore(f"{root}/count", None)
+        stage_arrays(counting, X, y, shards=3)
+        first = len(counting.writes)
+        stage_arrays(counting, X[:30], y[:30], shards=2, overwrite=True)
+        points = len(counting.writes) - first
+        assert points == 1 + 2 + 2  # the marker, the shards, the version's meta, then the meta swap
+        for die_at in range(1, points + 1):
+            url = f"{root}/d{die_at}"
+            stage_arrays(url, X, y, shards=3)
+            with pytest.raises(StoreUnavailableError):
+                stage_arrays(DyingStore(url, die_at), X[:30], y[:30], shards=2, overwrite=True)
+            dataset = open_dataset(url)  # the old or the new one, whole
+            assert dataset.n_samples in (60, 30), die_at
+            expected = X if dataset.n_samples == 60 else X[:30]
+            np.testing.assert_array_equal(dataset.read_all()[0], expected)
+            stage_arrays(url, X[:30], y[:30], shards=2, overwrite=True)  # the same command again completes
+            np.testing.assert_array_equal(open_dataset(url).read_all()[0], X[:30])
+            folder = open_dataset(url).meta["shards"][0]["name"].split("/")[0]
+            assert sorted(open_store(url).list("")) == ["_meta.json", folder], die_at  # nothing left behind
+    finally:
+        if server is not None:
+            server.stop()
+
+
+class KilledBetweenDeleteAndRename(BaseException):
+    """The writer's death in the one moment a store that cannot replace a file has none."""
+
+
+def test_a_staging_killed_between_delete_and_rename_of_the_meta_leaves_the_new_dataset_readable(tmp_path, monkeypatch):
+    X, y = _data(n=60)
+    with WebHDFSServer(tmp_path / "hdfs", rename_overwrite=False) as server:
+        store = open_store(server.store_url("/store"), retry_timeout_s=5.0)
+        stage_arrays(store.child("d"), X, y, shards=3)
+        staging = store.child("d")
+        rename = staging.backend.client.rename
+
+        def die_after_delete(source: str, destination: str) -> None:
+            if destination.endswith("/d/_meta.json"):  # the meta swap: DELETE has just removed the old one
+                raise KilledBetweenDeleteAndRename(destination)
+            rename(source, destination)
+
+        monkeypatch.setattr(staging.backend.client, "rename", die_after_delete)
+        with pytest.raises(KilledBetweenDeleteAndRename):
+            stage_arrays(staging, X[:30], y[:30], shards=2, overwrite=True)
+        monkeypatch.undo()
+        assert "_meta.json" not in store.list("d") and staging.backend.replaces_atomically is False
+        np.testing.assert_array_equal(open_dataset(store.child("d")).read_all()[0], X[:30])  # the new one
+        stage_arrays(store.child("d"), X[:20], y[:20], shards=2, overwrite=True)  # a rerun completes
+        np.testing.assert_array_equal(open_dataset(store.child("d")).read_all()[0], X[:20])
+        assert len(store.list("d")) == 2
+
+
+def test_a_first_staging_killed_midway_is_completed_by_the_same_command_without_overwrite(local_store):
+    X, y = _data(n=60)
+    with pytest.raises(StoreUnavailableError):
+        stage_arrays(DyingStore(local_store.child("d").url, 3), X, y, shards=4)
+    with pytest.raises(StoreNotFoundError):
+        open_dataset(local_store.child("d"))  # nothing staged yet
+    stage_arrays(local_store.child("d"), X, y, shards=2)  # what the interrupted staging left is its own
     assert local_store.list("d") == ["_meta.json", "part-00000.parquet", "part-00001.parquet"]
-    assert open_dataset(local_store.child("d")).n_samples == 10
+    np.testing.assert_array_equal(open_dataset(local_store.child("d")).read_all()[0], X)
 
 
 @pytest.mark.parametrize("overwrite", [False, True])

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from storage import AuthenticationError, RunStore, sign_json
+from storage import AuthenticationError, RunStore, has_run_record, sign_json
 
 KEY = b"k" * 32
 OTHER_KEY = b"x" * 32
@@ -14,35 +14,84 @@ OTHER_KEY = b"x" * 32
 
 def test_run_record_round_trips_and_is_none_before_it_is_written(store):
     runs = RunStore(store, "r1", KEY)
-    assert runs.read_record() is None
+    assert runs.read_record() is None and not has_run_record(store, "r1")
     record = {"model": {"kind": "dbn", "layers": [784, 500]}, "phases": ["rbm0", "finetune"], "status": "running",
               "lr": 0.1, "note": "caf\u00e9"}  # fmt: skip
     runs.write_record(record)
-    assert runs.read_record() == record
+    assert runs.read_record() == record and has_run_record(store, "r1")
     runs.write_record({**record, "status": "done"})
     assert runs.read_record()["status"] == "done"
+
+
+def test_each_record_write_creates_a_file_of_its_generation_and_the_writer_keeps_its_newest_two(store):
+    runs = RunStore(store, "r1", KEY)
+    for step in range(4):
+        runs.write_record({"step": step}, generation=3)
+    assert store.list("runs/r1/record") == ["00000003-00000002.json", "00000003-00000003.json"]
+    assert runs.read_record() == {"step": 3}
+    again = RunStore(store, "r1", KEY)  # another writer object of the same generation continues the sequence
+    again.write_record({"step": 4}, generation=3)
+    assert store.list("runs/r1/record")[-1] == "00000003-00000004.json"
+
+
+def test_the_newest_generation_wins_whatever_an_older_one_writes_later(store):
+    older, newer = RunStore(store, "r1", KEY), RunStore(store, "r1", KEY)
+    older.write_record({"by": "generation 1", "status": "running"}, generation=1)
+    newer.write_record({"by": "generation 2", "status": "done"}, generation=2)
+    for step in range(5):  # the driver that lost the lease wakes up and writes on
+        older.write_record({"by": "generation 1", "step": step}, generation=1)
+    assert RunStore(store, "r1", KEY).read_record() == {"by": "generation 2", "status": "done"}
+    assert "00000002-00000000.json" in store.list("runs/r1/record")  # the older writer pruned only its own
+
+
+def test_a_record_that_does_not_verify_is_passed_over_for_the_newest_that_does(store):
+    runs = RunStore(store, "r1", KEY)
+    runs.write_record({"status": "running"}, generation=1)
+    RunStore(store, "r1", OTHER_KEY).write_record({"status": "forged"}, generation=9)  # someone without the key
+    good = store.read_bytes("runs/r1/record/00000001-00000000.json")
+    store.write_bytes("runs/r1/record/00000005-00000000.json", good)  # moved to another name: bound to its own
+    assert runs.read_record() == {"status": "running"}
+    assert runs.refusals() == {"records": 2}
 
 
 @pytest.mark.parametrize("how", ["wrong key", "edited", "unsigned", "not json", "another run's record"])
 def test_a_run_record_that_does_not_verify_raises_an_authentication_error_naming_the_key(store, how):
     runs = RunStore(store, "r1", KEY)
     record = {"phases": ["rbm0"], "status": "running"}
+    path = "runs/r1/record/00000001-00000000.json"
     if how == "wrong key":
-        RunStore(store, "r1", OTHER_KEY).write_record(record)
+        RunStore(store, "r1", OTHER_KEY).write_record(record, generation=1)
     elif how == "edited":
-        runs.write_record(record)
-        envelope = json.loads(store.read_bytes("runs/r1/run.json"))
+        runs.write_record(record, generation=1)
+        envelope = json.loads(store.read_bytes(path))
         envelope["signed"]["status"] = "done"
-        store.write_bytes("runs/r1/run.json", json.dumps(envelope).encode())
+        store.backend.write_bytes(path, json.dumps(envelope).encode())
     elif how == "unsigned":
-        store.write_bytes("runs/r1/run.json", json.dumps(record).encode())
+        store.write_bytes(path, json.dumps(record).encode())
     elif how == "not json":
-        store.write_bytes("runs/r1/run.json", b"[" * 100_000)  # deep nesting must not escape as RecursionError
+        store.write_bytes(path, b"[" * 100_000)  # deep nesting must not escape as RecursionError
     else:
-        RunStore(store, "r2", KEY).write_record(record)
-        store.write_bytes("runs/r1/run.json", store.read_bytes("runs/r2/run.json"))
-    with pytest.raises(AuthenticationError, match=r"record of run 'r1' .* does not verify under the key given \(wrong key"):
+        RunStore(store, "r2", KEY).write_record(record, generation=1)
+        store.write_bytes(path, store.read_bytes("runs/r2/record/00000001-00000000.json"))
+    with pytest.raises(AuthenticationError, match=r"record of run 'r1' .* does not verify under the key given \(wrong"):
         runs.read_record()
+
+
+def _legacy_record(store, run: str, key: bytes, record: dict) -> None:
+    """``runs/<run>/run.json`` as sparkdbn up to 0.2 wrote it (one signed file, replaced at each step)."""
+    store.write_bytes(f"runs/{run}/run.json", sign_json(key, record, "sparkdbn run record v1", run))
+
+
+def test_a_run_stored_by_the_earlier_layout_is_read_until_a_record_of_the_new_one_exists(store):
+    _legacy_record(store, "old", KEY, {"status": "stopped"})
+    runs = RunStore(store, "old", KEY)
+    assert has_run_record(store, "old") and runs.read_record() == {"status": "stopped"}
+    runs.write_record({"status": "running"}, generation=1)
+    assert runs.read_record() == {"status": "running"}
+    assert store.exists("runs/old/run.json")  # left where it was: migrating deletes nothing
+    _legacy_record(store, "old-wrong", OTHER_KEY, {"status": "stopped"})
+    with pytest.raises(AuthenticationError, match=r"record of run 'old-wrong' .* does not verify under the key given"):
+        RunStore(store, "old-wrong", KEY).read_record()
 
 
 def test_peers_register_and_are_marked_gone(store):
@@ -104,5 +153,7 @@ def test_metrics_records_that_do_not_verify_are_skipped_and_counted(store):
     assert runs.refusals() == {"metrics_records": 3}
 
 
-def test_model_path_lives_under_the_run(store):
-    assert RunStore(store, "r1", KEY).model_path() == "runs/r1/model/model.npz"
+def test_each_lease_generation_has_a_model_path_of_its_own_under_the_run(store):
+    runs = RunStore(store, "r1", KEY)
+    assert runs.model_path(7) == "runs/r1/model/00000007/model.npz"
+    assert runs.model_path() == "runs/r1/model/model.npz"  # where runs stored by sparkdbn up to 0.2 keep it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import pytest
@@ -234,3 +235,32 @@ def test_a_bounded_read_returns_a_file_within_the_bound_and_refuses_a_larger_one
         store.read_bytes("f", max_bytes=999)
     with pytest.raises(ValueError, match="max_bytes"):
         store.read_bytes("f", max_bytes=-1)
+
+
+def test_the_local_store_fsyncs_the_directory_after_every_rename_create_and_new_directory(local_store, monkeypatch):
+    events: list[tuple[str, str]] = []
+    fsync, replace, link = os.fsync, os.replace, os.link
+
+    def recorded_fsync(descriptor: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{descriptor}")))
+        fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", recorded_fsync)
+    monkeypatch.setattr(os, "replace", lambda source, target: (events.append(("name", target)), replace(source, target)))
+    monkeypatch.setattr(os, "link", lambda source, target: (events.append(("name", target)), link(source, target)))
+    root = local_store.root
+
+    def durable(path: str) -> bool:
+        """The last new name at ``path`` was followed by an fsync of its directory."""
+        named = max(index for index, event in enumerate(events) if event == ("name", path))
+        return ("fsync", os.path.dirname(path)) in events[named + 1:]
+
+    local_store.write_bytes("a/b/file", b"one")
+    assert durable(f"{root}/a/b/file")
+    assert ("fsync", root) in events and ("fsync", f"{root}/a") in events  # the new directories' entries too
+    local_store.write_bytes("a/b/file", b"two")
+    assert durable(f"{root}/a/b/file")
+    assert local_store.create_exclusive("a/c/lease", b"x")
+    assert durable(f"{root}/a/c/lease")
+    local_store.rename("a/b/file", "a/d/moved")
+    assert durable(f"{root}/a/d/moved") and events[-1] == ("fsync", f"{root}/a/b")  # and where it left

@@ -13,11 +13,13 @@ from storage import (
     ChecksumError,
     FileTooLargeError,
     NoUsableSnapshotError,
+    RunStore,
     SnapshotRef,
     SnapshotValueError,
     StoreError,
     WeightStore,
     sha256_hex,
+    sign_json,
     snapshot_size_bound,
 )
 
@@ -243,22 +245,59 @@ def test_bad_versions_names_dtypes_and_keys_are_refused(store):
         WeightStore(store, "run1", "a passphrase as str")  # type: ignore[arg-type]
 
 
-def test_phase_results_round_trip_and_are_none_when_missing(store):
+def test_phase_results_are_new_files_named_by_content_and_the_run_record_names_the_current_one(store):
     weights = WeightStore(store, "run1", KEY)
     assert weights.get_phase_result("rbm0") is None
-    weights.put_phase_result("rbm0", _params(4))
-    weights.put_phase_result("rbm0", _params(5))  # replaced: the older content is removed
-    back = weights.get_phase_result("rbm0")
-    np.testing.assert_array_equal(back["rbm0.W"], _params(5)["rbm0.W"])
-    names = store.list("runs/run1/phases")
-    assert len(names) == 2 and names[1] == "rbm0.json" and names[0].startswith("rbm0-")
+    first = weights.put_phase_result("rbm0", _params(4))
+    second = weights.put_phase_result("rbm0", _params(5))  # nothing replaced: both stay until their run removes them
+    assert sorted(store.list("runs/run1/phases")) == sorted([first["file"], second["file"]])
+    assert first["file"] == f"rbm0-{first['file_sha256']}.npz"
+    np.testing.assert_array_equal(weights.get_phase_result("rbm0", first)["rbm0.W"], _params(4)["rbm0.W"])
+    assert weights.get_phase_result("rbm0") is None  # no record names one yet
+    RunStore(store, "run1", KEY).write_record({"steps": {"rbm0": {"result": {"sha256": "p", **second}}}}, generation=1)
+    np.testing.assert_array_equal(weights.get_phase_result("rbm0")["rbm0.W"], _params(5)["rbm0.W"])
+    assert weights.put_phase_result("rbm0", _params(4)) == first  # the same result again: the same file, kept
+
+
+def test_a_phase_result_damaged_or_replaced_under_its_name_is_refused_and_a_foreign_name_is_an_error(store):
+    weights = WeightStore(store, "run1", KEY)
+    ref = weights.put_phase_result("rbm0", _params(4))
+    path = "runs/run1/phases/" + ref["file"]
+    store.backend.write_bytes(path, store.read_bytes(path)[:-1000])
+    with pytest.raises(ChecksumError, match="does not match the .* the run record names"):
+        weights.get_phase_result("rbm0", ref)
+    store.backend.write_bytes(path, store.read_bytes(path) + b"\0" * 2000)
+    with pytest.raises(ChecksumError, match="larger than the"):
+        weights.get_phase_result("rbm0", ref)
+    assert weights.put_phase_result("rbm0", _params(4)) == ref  # a damaged file under its name is written again
+    np.testing.assert_array_equal(weights.get_phase_result("rbm0", ref)["rbm0.W"], _params(4)["rbm0.W"])
+    with pytest.raises(StoreError, match="names no result file"):
+        weights.get_phase_result("rbm1", ref)  # another phase's file
+    store.delete(path)
+    assert weights.get_phase_result("rbm0", ref) is None  # gone: absent, said in the log
+
+
+def _legacy_phase_result(store, key: bytes, phase: str, params, *, as_phase: str | None = None) -> None:
+    """A phase result as sparkdbn up to 0.2 stored it: content by digest plus a signed pointer."""
+    data = _npz(params)
+    name = f"{phase}-{sha256_hex(data)}.npz"
+    store.write_bytes(f"runs/run1/phases/{name}", data)
+    pointer = {"file": name, "sha256": sha256_hex(data), "size_bytes": len(data)}
+    store.write_bytes(f"runs/run1/phases/{as_phase or phase}.json",
+                      sign_json(key, pointer, "sparkdbn phase result v1", "run1", phase))
+
+
+def test_a_phase_result_of_the_earlier_layout_is_read_through_its_signed_pointer(store):
+    _legacy_phase_result(store, KEY, "rbm0", _params(4))
+    np.testing.assert_array_equal(WeightStore(store, "run1", KEY).get_phase_result("rbm0")["rbm0.W"],
+                                  _params(4)["rbm0.W"])
 
 
 @pytest.mark.parametrize("forgery", ["other key", "unsigned", "moved from another phase"])
 def test_a_forged_or_unsigned_phase_result_is_absent_and_counted(store, forgery):
     weights = WeightStore(store, "run1", KEY)
     if forgery == "other key":
-        WeightStore(store, "run1", OTHER_KEY).put_phase_result("rbm0", _params(6))
+        _legacy_phase_result(store, OTHER_KEY, "rbm0", _params(6))
     elif forgery == "unsigned":
         data = _npz(_params(6))
         name = f"rbm0-{sha256_hex(data)}.npz"
@@ -266,22 +305,9 @@ def test_a_forged_or_unsigned_phase_result_is_absent_and_counted(store, forgery)
         pointer = {"file": name, "sha256": sha256_hex(data), "size_bytes": len(data)}
         store.write_bytes("runs/run1/phases/rbm0.json", json.dumps(pointer).encode())
     else:
-        weights.put_phase_result("rbm1", _params(6))
-        store.write_bytes("runs/run1/phases/rbm0.json", store.read_bytes("runs/run1/phases/rbm1.json"))
+        _legacy_phase_result(store, KEY, "rbm1", _params(6), as_phase="rbm0")
     assert weights.get_phase_result("rbm0") is None
     assert weights.refusals() == {"unauthenticated": 1}
-
-
-def test_a_phase_result_replaced_or_truncated_under_its_signed_pointer_is_refused(store):
-    weights = WeightStore(store, "run1", KEY)
-    weights.put_phase_result("rbm0", _params(4))
-    path = "runs/run1/phases/" + json.loads(store.read_bytes("runs/run1/phases/rbm0.json"))["signed"]["file"]
-    store.backend.write_bytes(path, store.read_bytes(path)[:-1000])
-    with pytest.raises(ChecksumError, match="does not match the signed"):
-        weights.get_phase_result("rbm0")
-    store.backend.write_bytes(path, store.read_bytes(path) + b"\0" * 2000)
-    with pytest.raises(ChecksumError, match="larger than the"):
-        weights.get_phase_result("rbm0")
 
 
 def test_a_snapshot_ref_with_a_forged_mac_is_refused_without_reading(store):

@@ -19,7 +19,9 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 def script_module(file_name: str) -> Iterator[types.ModuleType]:
     """``scripts/<file_name>`` imported as a module, registered in ``sys.modules`` while in use (dataclasses
     and cloudpickle look a module up by its name), removed after.  ``scripts/`` is on ``sys.path`` as when a
-    script runs as a program, so its sibling modules (``_results``, ``bench_modes``) import."""
+    script runs as a program, so its sibling modules (``_results``, ``bench_modes``) import.  Importing a
+    script never replaces the process (scripts/_venv.py acts only when a script runs as a program; tested in
+    tests/test_scripts.py)."""
     if str(SCRIPTS) not in sys.path:
         sys.path.append(str(SCRIPTS))
     name = file_name.removesuffix(".py").replace("-", "_")

@@ -8,6 +8,8 @@ OPEN, chunked uploads, JSON bodies (``FileStatus``, ``FileStatuses``, ``ContentS
 ``FileChecksum``, ``{"boolean": ...}``) and ``RemoteException`` errors with Hadoop's status
 codes.  RENAME is atomic (``os.rename``/``os.replace``), with Hadoop's two flavours: plain
 (``{"boolean": false}`` when the destination exists) and ``renameoptions=OVERWRITE`` (rename2).
+``rename_overwrite=False`` (``--ignore-rename-overwrite``) makes it a server that ignores the
+option, as some WebHDFS gateways do: every RENAME is plain.
 GETFILECHECKSUM returns a SHA-256 of the content, not HDFS's MD5-of-CRC32C.
 
 Split across hosts (see :mod:`support.virtual_cluster`), one server is the namenode only
@@ -297,7 +299,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.server.faults._is_denied(destination):
             raise HTTPErrorAnswer(403, "AccessControlException", f"Permission denied: inode=\"{destination}\"")
         target = self._local(destination)
-        overwrite = "OVERWRITE" in query.get("renameoptions", "").upper()
+        overwrite = self.server.rename_overwrite and "OVERWRITE" in query.get("renameoptions", "").upper()
         if overwrite:  # rename2: atomic replace, errors as exceptions, empty 200 on success
             if not os.path.lexists(local):
                 raise HTTPErrorAnswer(404, "FileNotFoundException", f"rename source {path} is not found.")
@@ -387,8 +389,9 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 64
 
     def __init__(self, address: tuple[str, int], fs_root: str, faults: FaultInjector, datanode_url: str | None,
-                 datanode_only: bool) -> None:
+                 datanode_only: bool, rename_overwrite: bool = True) -> None:
         self.fs_root = fs_root
+        self.rename_overwrite = rename_overwrite
         self.faults = faults
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
@@ -429,10 +432,13 @@ class WebHDFSServer:
         server is its own datanode.
     datanode_only : bool
         Be a datanode only: serve ``/datanode/v1`` and nothing else.
+    rename_overwrite : bool
+        False: ignore ``renameoptions=OVERWRITE`` (every RENAME is plain, refused when the
+        destination exists), as some WebHDFS gateways do.
     """
 
     def __init__(self, root: str | os.PathLike, host: str = "127.0.0.1", port: int = 0, *,
-                 datanode_url: str | None = None, datanode_only: bool = False) -> None:
+                 datanode_url: str | None = None, datanode_only: bool = False, rename_overwrite: bool = True) -> None:
         if datanode_only and datanode_url:
             raise ValueError("a datanode-only server has no datanode_url (that is for a namenode)")
         if datanode_url is not None and urlsplit(datanode_url).scheme not in ("http", "https"):
@@ -440,6 +446,7 @@ class WebHDFSServer:
         self.root = os.path.abspath(os.fspath(root))
         self.host, self._requested_port = host, port
         self.datanode_url, self.datanode_only = datanode_url, datanode_only
+        self.rename_overwrite = rename_overwrite
         self.faults = FaultInjector()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -448,7 +455,7 @@ class WebHDFSServer:
         """Bind and serve in a background thread; returns self."""
         os.makedirs(self.root, exist_ok=True)
         self._server = _Server((self.host, self._requested_port), self.root, self.faults, self.datanode_url,
-                               self.datanode_only)
+                               self.datanode_only, self.rename_overwrite)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"webhdfs-{self.port}", daemon=True
         )
@@ -506,11 +513,13 @@ def main(argv: list[str] | None = None) -> int:
                       help="be a namenode only, redirecting data to this datanode (e.g. http://datanode:9864)")
     role.add_argument("--datanode-only", action="store_true",
                       help="be a datanode only (serve /datanode/v1 over --root; run a namenode elsewhere)")
+    parser.add_argument("--ignore-rename-overwrite", action="store_true",
+                        help="ignore renameoptions=OVERWRITE, as some WebHDFS gateways do (every RENAME is plain)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every request")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(message)s")
     server = WebHDFSServer(args.root, args.host, args.port, datanode_url=args.datanode_url,
-                           datanode_only=args.datanode_only).start()
+                           datanode_only=args.datanode_only, rename_overwrite=not args.ignore_rename_overwrite).start()
     print(f"WebHDFS test {server.role}: {server.url} serving {server.root}; stores: {server.store_url('/')}", flush=True)
     try:
         threading.Event().wait()

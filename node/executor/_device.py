@@ -1,0 +1,168 @@
+"""Where a node computes: the GPU Spark assigned to its task, or the CPU.
+
+Spark hands GPUs to tasks by its resource scheduling: an executor owns the addresses a discovery
+script printed (on a standalone cluster, its worker's script), each task takes
+``spark.task.resource.gpu.amount`` of them, and a task finds its own in
+``TaskContext.get().resources()["gpu"].addresses``; tasks running at once on an executor hold
+distinct addresses.  A node -- made by the first task of a fit in a Python worker -- takes the first
+address of that task: with one GPU per task, one node per GPU.
+
+Addresses are GPU indices as the discovery script printed them: ``nvidia-smi``'s, which count every
+GPU of the host in PCI bus order.  A process sees the GPUs ``CUDA_VISIBLE_DEVICES`` lets it see,
+numbered from 0 in that list's order: :func:`cuda_index` maps an address to that number, and
+:func:`see_device` sets ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (unless it is set) before CUDA starts, so
+that cupy counts the GPUs as nvidia-smi does.
+
+What a node does with its model's ``device``:
+
+* ``"cpu"``: the CPU, whatever Spark assigned;
+* ``"auto"``: the assigned GPU when cupy sees it, else the CPU, saying why (no GPU assigned, no
+  cupy, an address cupy does not see); a reduced ``precision`` then does not apply;
+* ``"gpu"``: the assigned GPU, else a :attr:`~node._contract.NodeDevice.problem`, which the driver's
+  probe (:func:`node.executor.probe_device_task`) turns into one clear error before any training.
+
+:func:`see_device` never raises: what a node cannot use, it says.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import socket
+from dataclasses import replace
+from typing import Any
+
+from pyspark import TaskContext
+
+import rbm
+
+from .._contract import NodeDevice
+
+__all__ = ["GPU_RESOURCE", "task_gpu_addresses", "cuda_index", "see_device", "device_failure", "use_device",
+           "build_replica", "warm_up_once"]
+
+logger = logging.getLogger(__name__)
+
+#: The name of the resource Spark schedules (``spark.task.resource.gpu.amount``).
+GPU_RESOURCE = "gpu"
+
+_warmed: set[str] = set()  # the models whose GPU kernels this process compiled (or loaded) already
+
+
+def task_gpu_addresses() -> tuple[str, ...]:
+    """The GPU addresses Spark assigned to the running task (empty outside a task, or when it assigned none)."""
+    context = TaskContext.get()
+    if context is None:
+        return ()
+    resource = context.resources().get(GPU_RESOURCE)
+    return tuple(str(address) for address in resource.addresses) if resource is not None else ()
+
+
+def cuda_index(address: str, visible: str | None) -> int:
+    """cupy's index of the GPU Spark calls ``address``, in a process with ``CUDA_VISIBLE_DEVICES=visible``.
+
+    Unset, every GPU is visible and the address is the index.  A list of indices makes the address
+    its position there (``CUDA_VISIBLE_DEVICES=2,3``: address ``3`` is cupy's GPU 1).  A list of
+    UUIDs or MIG names leaves the numbering to the discovery script: the address is the position.
+
+    Raises
+    ------
+    ValueError
+        The address is no index, or ``CUDA_VISIBLE_DEVICES`` hides it.
+    """
+    entries = [entry.strip() for entry in (visible or "").split(",") if entry.strip()]
+    if visible is not None and address in entries:
+        return entries.index(address)
+    if not address.isdigit():
+        raise ValueError(f"GPU address {address!r} is no GPU index (the discovery script should print indices)")
+    if visible is not None and (not entries or all(entry.isdigit() for entry in entries)):
+        raise ValueError(f"CUDA_VISIBLE_DEVICES={visible!r} hides GPU {address} from this process")
+    return int(address)
+
+
+def see_device(requested: str, node: str) -> NodeDevice:
+    """Where a node of a model with ``device=requested`` computes in this task (never raises).
+
+    ``problem`` is set when ``requested`` is ``"gpu"`` and the task has no usable GPU.
+    """
+    addresses = task_gpu_addresses()
+    seen = NodeDevice(kind="cpu", host=socket.gethostname(), node=node, requested=requested,
+                      spark_addresses=addresses, address=addresses[0] if addresses else None)
+    if requested not in ("gpu", "auto"):
+        return replace(seen, reason=f"device={requested!r}")
+    if not addresses:
+        return _on_cpu(seen, "Spark assigned no GPU to the task (spark.task.resource.gpu.amount is not set)")
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # cupy counts GPUs as nvidia-smi (and the script) do
+    try:
+        cupy = importlib.import_module("cupy")
+        index = cuda_index(seen.address, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        count = cupy.cuda.runtime.getDeviceCount()
+        if index >= count:
+            raise ValueError(f"this process sees {count} GPU(s), none with index {index}")
+        properties = cupy.cuda.runtime.getDeviceProperties(index)
+    except ImportError:
+        return _on_cpu(seen, f"Spark assigned GPU {seen.address}, but cupy is not installed "
+                             "(pip install 'sparkdbn[gpu]')")
+    except Exception as error:  # noqa: BLE001 - cupy's CUDARuntimeError (no driver) among others: said, never raised
+        return _on_cpu(seen, f"Spark assigned GPU {seen.address}, but it is not usable here: "
+                             f"{type(error).__name__}: {error}")
+    name = properties["name"]
+    return replace(seen, kind="gpu", index=index, name=name.decode() if isinstance(name, bytes) else str(name),
+                   memory_bytes=int(properties["totalGlobalMem"]), reason=f"Spark assigned GPU {seen.address}")
+
+
+def _on_cpu(seen: NodeDevice, why: str) -> NodeDevice:
+    if seen.requested == "gpu":
+        return replace(seen, reason=why, problem=f"device='gpu' but no usable GPU: {why}")
+    return replace(seen, reason=f"device='auto' computes on the CPU: {why}")
+
+
+def device_failure(device: NodeDevice) -> str:
+    """One line for a node that cannot compute where its model asks: the node, its host and its GPU address."""
+    address = f"GPU address {device.address}" if device.address is not None else "no GPU address"
+    return f"node {device.node} on host {device.host} ({address}): {device.problem}"
+
+
+def use_device(device: NodeDevice) -> None:
+    """Make the node's GPU the current one of this thread (cupy allocates and launches there); nothing on the CPU."""
+    if device.kind == "gpu":
+        importlib.import_module("cupy").cuda.Device(device.index).use()
+
+
+def build_replica(spec: dict, feature_shape: tuple[int, ...], classes: Any, device: NodeDevice) -> Any:
+    """The model of ``spec`` on ``device``, initialized for ``feature_shape`` and ``classes``.
+
+    The spec's ``device`` becomes the node's decision (``"auto"`` landing on the CPU is ``"cpu"``
+    there, with ``precision`` float32: the tensor-core settings apply on GPUs only).
+
+    Raises
+    ------
+    ValueError
+        The model refuses the spec or the input (the model's own words).
+    """
+    if "device" in spec:
+        spec = {**spec, "device": device.kind}
+        if device.kind == "cpu" and spec.get("precision", "float32") != "float32":
+            logger.info("precision=%r applies on GPUs only: this node computes in float32", spec["precision"])
+            spec["precision"] = "float32"
+    if device.kind == "gpu":
+        use_device(device)
+        rbm.configure_kernel_cache()  # before anything compiles: the host's nodes share their kernels
+    model = rbm.model_from_spec(spec)
+    model.initialize(feature_shape if len(feature_shape) > 1 else int(feature_shape[0]), classes)
+    return model
+
+
+def warm_up_once(model: Any, device: NodeDevice) -> NodeDevice:
+    """``device`` with the seconds :func:`rbm.warm_up` took: once per model and process, 0 after (and on the CPU)."""
+    if device.kind != "gpu":
+        return device
+    key = json.dumps([model.to_spec(), getattr(model, "input_shape_", None) or model.n_features_in_],
+                     sort_keys=True, default=str)
+    if key in _warmed:
+        return device
+    seconds = rbm.warm_up(model)
+    _warmed.add(key)
+    return replace(device, warm_up_s=float(seconds))

@@ -1,0 +1,223 @@
+"""The run lease: one driver per run, generations taken by exclusive create, staleness on the observer's clock.
+
+No Spark here: :class:`node.run.DriverLease` on a store, in this process and in helper processes
+(``_lease_process.py``) that race for leases, hold them, or run with a shifted wall clock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import node
+import storage
+from node.run import DriverLease
+from support.webhdfs_server import WebHDFSServer
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+PROCESS_TIMEOUT_S = 120.0
+#: Short leases keep these tests fast: renewals every 0.1 s.
+TIMEOUT_S = 0.4
+
+#: Shifts this process's ``time.time`` (and ``time_ns``) by ``SPARKDBN_TEST_CLOCK_SHIFT_S`` seconds;
+#: ``time.monotonic`` is left alone, as a host whose wall clock is set wrong would have it.
+SHIFTED_CLOCK = '''
+import os, time
+_shift_s = float(os.environ.get("SPARKDBN_TEST_CLOCK_SHIFT_S", "0"))
+if _shift_s:
+    _time, _time_ns = time.time, time.time_ns
+    time.time = lambda: _time() + _shift_s
+    time.time_ns = lambda: _time_ns() + int(_shift_s * 1e9)
+'''
+
+
+def deadline_poll(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)  # polling another process's files with a deadline
+
+
+def lease_process(config: dict, clock_shift_s: float = 0.0, sitecustomize: Path | None = None) -> subprocess.Popen:
+    paths = ([str(sitecustomize)] if sitecustomize else []) + [str(HERE), str(ROOT), str(ROOT / "tests")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), SPARKDBN_TEST_CLOCK_SHIFT_S=str(clock_shift_s))
+    return subprocess.Popen([sys.executable, str(HERE / "_lease_process.py"), json.dumps(config)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def first_line(process: subprocess.Popen) -> dict:
+    line = process.stdout.readline()
+    assert line.startswith("{"), (line, process.stderr.read()[-3000:] if process.poll() is not None else "")
+    return json.loads(line)
+
+
+@pytest.fixture
+def shifted_clock(tmp_path) -> Path:
+    folder = tmp_path / "shifted-clock"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(SHIFTED_CLOCK)
+    return folder
+
+
+@pytest.fixture
+def started() -> list[subprocess.Popen]:
+    """Processes a test started; the ones still running are killed (by PID) after it."""
+    processes: list[subprocess.Popen] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=30)
+
+
+def test_a_held_lease_refuses_a_second_driver_naming_the_holder_and_a_released_one_is_taken_at_once(store_url):
+    store = storage.open_store(store_url)
+    with DriverLease(store, "r1", TIMEOUT_S, fit_id="first-fit") as first:
+        assert first.generation == 1
+        with pytest.raises(node.LeaseHeldError, match=rf"another driver \(host .*, pid {os.getpid()}, fit first-fit"):
+            DriverLease(store, "r1", TIMEOUT_S).acquire()
+    started_at = time.monotonic()
+    with DriverLease(store, "r1", 60.0) as second:  # released: no watching, even with a long timeout
+        assert second.generation == 2
+    assert time.monotonic() - started_at < 60.0
+    assert storage.LeaseFolder(store, "r1").view() == storage.LeaseView(generation=2, renewal=-1, released=True)
+
+
+def test_a_silent_lease_is_taken_over_only_after_it_stayed_unchanged_for_the_timeout_on_the_takers_clock(store_url):
+    store = storage.open_store(store_url)
+    dead = DriverLease(store, "r1", TIMEOUT_S)
+    dead.acquire()
+    dead._stop.set()  # a driver killed with SIGKILL: it neither renews nor releases
+    dead._thread.join()
+    watching = time.monotonic()
+    with DriverLease(store, "r1", TIMEOUT_S) as taker:
+        assert time.monotonic() - watching >= TIMEOUT_S  # it watched the whole timeout first
+        assert taker.generation == 2
+    with pytest.raises(node.LeaseLostError, match=r"taken over by another driver .*lease generation 2"):
+        dead.check_store()
+
+
+def test_a_taker_with_a_shorter_timeout_than_the_holders_watches_for_the_holders_own(store_url):
+    store = storage.open_store(store_url)
+    with DriverLease(store, "r1", 1.6):  # renewed every 0.4 s
+        for _ in range(3):  # watching only 0.1 s, these would take a lease renewed four times slower
+            with pytest.raises(node.LeaseHeldError, match="renewed its lease"):
+                DriverLease(store, "r1", 0.1).acquire()
+
+
+def test_a_driver_that_finds_a_newer_generation_stops_at_once_says_who_took_over_and_never_renews_again(store_url):
+    store = storage.open_store(store_url)
+    lost = []
+    old = DriverLease(store, "r1", TIMEOUT_S, on_lost=lambda: lost.append(True))
+    old.acquire()
+    folder = storage.LeaseFolder(store, "r1")
+    deadline_poll(lambda: folder.view().renewal >= 1, 10.0, "the holder's renewals")
+    # Another driver took generation 2 while this one was paused (as after a SIGSTOP longer than the timeout).
+    assert folder.take(2, {"token": "newer", "host": "elsewhere", "pid": 4242, "fit": "newer-fit", "started": 0.0})
+    deadline_poll(lambda: old.lost, 10.0, "the old holder's renewal thread to notice")
+    assert lost == [True]
+    with pytest.raises(node.LeaseLostError, match=r"host elsewhere, pid 4242, fit newer-fit.*lease generation 2"):
+        old.check()
+    renewals = [name for name in store.list("runs/r1/lease") if name.endswith(".renewal")]
+    old._thread.join(timeout=10.0)
+    old.release()  # writes nothing for a lost lease
+    assert [name for name in store.list("runs/r1/lease") if name.endswith(".renewal")] == renewals
+    assert folder.view() == storage.LeaseView(generation=2)  # the newer holder's lease, untouched
+
+
+def test_exactly_one_of_two_processes_released_together_takes_a_stale_or_released_lease_in_every_trial(tmp_path,
+                                                                                                          started):
+    trials = 200
+    store_url = "file://" + str(tmp_path / "store")
+    store = storage.open_store(store_url)
+    for trial in range(trials):  # even trials: a released lease; odd ones: a lease whose holder died silent
+        folder = storage.LeaseFolder(store, f"race-{trial}")
+        folder.take(1, {"token": "dead", "host": "gone", "pid": 1})
+        if trial % 2 == 0:
+            folder.release(1, -1)
+    config = {"mode": "race", "store_url": store_url, "timeout_s": 0.2, "trials": trials, "prefix": "race-",
+              "barrier": str(tmp_path / "barrier"), "parties": 2}
+    started += [lease_process(config), lease_process(config)]
+    outcomes = []
+    for process in started:
+        out, err = process.communicate(timeout=PROCESS_TIMEOUT_S)
+        assert process.returncode == 0, err[-3000:]
+        outcomes.append([json.loads(line) for line in out.splitlines()])
+    assert [len(lines) for lines in outcomes] == [trials, trials]
+    for trial in range(trials):
+        pair = [lines[trial] for lines in outcomes]
+        took = [line for line in pair if line.get("generation") == 2]
+        assert len(took) == 1, pair  # the lease they raced for: exactly one took it
+        assert storage.LeaseFolder(store, f"race-{trial}").holder(2)["token"] == took[0]["token"]
+        other = next(line for line in pair if line is not took[0])
+        assert f"pid {took[0]['pid']}" in other["refused"], pair  # ... and the other was refused, naming the winner
+    # The two really met at the exclusive create, not one after the other, in a good share of the trials.
+    met = sum("at the same moment" in line.get("refused", "") for lines in outcomes for line in lines)
+    assert met >= trials // 20, met
+
+
+@pytest.mark.parametrize("ahead", ["holder", "taker"])
+def test_a_wall_clock_far_ahead_on_either_side_never_lets_a_renewed_lease_be_taken(tmp_path, shifted_clock, started,
+                                                                                    monkeypatch, ahead):
+    store_url = "file://" + str(tmp_path / "store")
+    store = storage.open_store(store_url)
+    hour_s = 3600.0
+    holder = lease_process({"store_url": store_url, "timeout_s": TIMEOUT_S, "run": "skewed", "mode": "hold"},
+                           hour_s if ahead == "holder" else 0.0, shifted_clock)
+    started.append(holder)
+    held = first_line(holder)
+    assert held["held"] == 1 and (held["time"] - time.time() > hour_s / 2) == (ahead == "holder")  # the shift works
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + (hour_s if ahead == "taker" else -hour_s))
+    for _ in range(3):  # the taker in this process, its wall clock two hours off the holder's, either way
+        with pytest.raises(node.LeaseHeldError, match="renewed its lease while this fit watched"):
+            DriverLease(store, "skewed", TIMEOUT_S).acquire()
+    holder.send_signal(signal.SIGKILL)  # now it is gone: its lease goes silent and is taken over after the timeout,
+    holder.wait(timeout=30)  # a holder's clock ahead notwithstanding
+    monkeypatch.setattr(time, "time", lambda: real_time() + (hour_s if ahead == "taker" else 0.0))
+    with DriverLease(store, "skewed", TIMEOUT_S) as taker:
+        assert taker.generation == 2
+
+
+def test_a_lease_kept_by_the_earlier_layout_is_watched_the_same_way(store_url):
+    store = storage.open_store(store_url)
+    legacy = "runs/r1/lease.json"
+    store.write_bytes(legacy, json.dumps({"run": "r1", "host": "old-host", "pid": 7, "renewed": 1.0}).encode())
+    stop_renewing = time.monotonic() + 2.0
+
+    def old_driver_renews() -> None:  # sparkdbn 0.2 rewrites lease.json at every renewal
+        while time.monotonic() < stop_renewing:
+            store.write_bytes(legacy, json.dumps({"run": "r1", "host": "old-host", "pid": 7,
+                                                  "renewed": time.monotonic()}).encode())
+            time.sleep(TIMEOUT_S / 8)  # the renewal interval of the simulated old driver
+
+    renewer = threading.Thread(target=old_driver_renews, daemon=True)
+    renewer.start()
+    with pytest.raises(node.LeaseHeldError, match=r"host old-host, pid 7"):
+        DriverLease(store, "r1", TIMEOUT_S).acquire()
+    renewer.join()
+    with DriverLease(store, "r1", TIMEOUT_S) as taker:  # silent now: taken over after the timeout
+        assert taker.generation == 1
+    assert store.exists(legacy)  # not ours to delete
+
+
+def test_renewals_on_a_store_whose_rename_cannot_overwrite_never_leave_a_moment_without_a_lease(tmp_path):
+    with WebHDFSServer(tmp_path / "hdfs", rename_overwrite=False) as server:
+        store = storage.open_store(server.store_url("/store"), retry_timeout_s=5.0)
+        with DriverLease(store, "r1", TIMEOUT_S) as holder:
+            folder = storage.LeaseFolder(store, "r1")
+            deadline_poll(lambda: folder.view().renewal >= 2, 30.0, "two renewals")
+            for _ in range(5):  # each taker watches through one or more renewals of the holder
+                with pytest.raises(node.LeaseHeldError, match="renewed its lease"):
+                    DriverLease(store, "r1", TIMEOUT_S).acquire()
+            assert not holder.lost
+        assert store.backend.replaces_atomically is None  # nothing on the lease's path replaced a file

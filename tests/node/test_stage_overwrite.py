@@ -1,0 +1,93 @@
+"""``sparkdbn stage --overwrite`` killed with SIGKILL mid-way: the old or the new dataset opens, the same command completes.
+
+The command runs as a process of its own (``python -m node.cli``) with a ``sitecustomize`` on its
+path that SIGKILLs it just before its N-th store write, N picked from a counting run of the same
+staging in this process.  (``tests/storage/test_datasets.py`` enumerates every write in-process.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import storage
+from node import cli, stage_recipe
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+PROCESS_TIMEOUT_S = 180.0
+
+KILL_HOOK = '''
+import os
+if os.environ.get("SPARKDBN_TEST_KILL_AT_WRITE"):
+    import signal
+    import storage
+
+    _kill_at, _count = int(os.environ["SPARKDBN_TEST_KILL_AT_WRITE"]), [0]
+
+    def _dying(write):
+        def counted(self, path, *args, **kwargs):
+            _count[0] += 1
+            if _count[0] == _kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return write(self, path, *args, **kwargs)
+        return counted
+
+    storage.Store.write_bytes = _dying(storage.Store.write_bytes)
+    storage.Store.create_exclusive = _dying(storage.Store.create_exclusive)
+'''
+
+
+def staged_writes(url: str, monkeypatch) -> list[tuple[str, str]]:
+    """``(store URL, path)`` of every store write of ``stage --recipe digits --shards 3 --overwrite`` over ``url``."""
+    writes: list[tuple[str, str]] = []
+    for name in ("write_bytes", "create_exclusive"):
+        original = getattr(storage.Store, name)
+
+        def counted(self, path, *args, _original=original, **kwargs):  # noqa: ANN001, ANN202
+            writes.append((self.url, path))
+            return _original(self, path, *args, **kwargs)
+
+        monkeypatch.setattr(storage.Store, name, counted)
+    stage_recipe("digits", url, shards=3, overwrite=True)
+    monkeypatch.undo()
+    return writes
+
+
+@pytest.mark.slow
+def test_stage_overwrite_killed_mid_way_leaves_the_old_or_the_new_dataset_and_the_same_command_completes(
+        tmp_path, monkeypatch, capsys):
+    hook = tmp_path / "kill-hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(KILL_HOOK)
+    counting = str(tmp_path / "counting")
+    stage_recipe("digits", counting, shards=4)
+    writes = staged_writes(counting, monkeypatch)
+    train = [index for index, (url, _) in enumerate(writes, 1) if not url.endswith("/test")]
+    test = [index for index, (url, _) in enumerate(writes, 1) if url.endswith("/test")]
+    points = {"a held-out shard": test[2], "a training shard": train[2], "the meta swap": train[-1]}
+    assert writes[train[-1] - 1][1] == "_meta.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hook), str(ROOT)]))
+    for where, kill_at in points.items():
+        url = str(tmp_path / f"d-{kill_at}")
+        stage_recipe("digits", url, shards=4)  # the dataset being replaced
+        old = {split: storage.open_dataset(split).read_all() for split in (url, url + "/test")}
+        command = ["stage", "--recipe", "digits", "--url", url, "--shards", "3", "--overwrite"]
+        done = subprocess.run([sys.executable, "-m", "node.cli", *command], cwd=ROOT, capture_output=True, text=True,
+                              env=dict(env, SPARKDBN_TEST_KILL_AT_WRITE=str(kill_at)), timeout=PROCESS_TIMEOUT_S)
+        assert done.returncode == -9, (where, done.returncode, done.stderr[-3000:])
+        for split in (url, url + "/test"):  # each split opens, whole: the old dataset or the new one
+            dataset = storage.open_dataset(split)
+            assert dataset.num_shards in (3, 4), where
+            np.testing.assert_array_equal(dataset.read_all()[0], old[split][0])  # same data, either way
+        assert cli.main(command) == 0, capsys.readouterr().err  # the same command again completes
+        for split in (url, url + "/test"):
+            dataset = storage.open_dataset(split)
+            assert dataset.num_shards == 3, where
+            folder = dataset.meta["shards"][0]["name"].split("/")[0]
+            assert sorted(set(storage.open_store(split).list("")) - {"test"}) == ["_meta.json", folder], where
