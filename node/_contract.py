@@ -29,7 +29,7 @@ __all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "AsyncOptions", "S
            "ModeOptions", "TaskSpec", "NodeDevice", "PartitionReport", "encode", "decode", "params_digest"]
 
 #: Bumped whenever a field of the contract changes meaning, appears or goes.
-CONTRACT_VERSION = 8
+CONTRACT_VERSION = 9
 
 T = TypeVar("T")
 
@@ -235,7 +235,11 @@ class PartitionReport:
     node's advertised endpoint.  ``stolen`` marks a partition the node took from a slower peer's
     share (:mod:`node.modes._stealing`), ``data_read_bytes`` the training data it read from the store for it.
     ``device`` is where the node computes (:class:`NodeDevice`), ``device_data`` what its GPU data cache
-    holds and did (:meth:`rbm.DeviceDataCache.report`; empty on the CPU).
+    holds and did (:meth:`rbm.DeviceDataCache.report`; empty on the CPU).  ``setup_s`` is what the
+    node's task spent before the first partition it trained (starting the node, taking the slot's
+    partitions from memory or the store, entering the phase), of which ``data_load_s`` taking the
+    partitions; both 0 on the task's later reports (what the driver's timings show:
+    :mod:`node.driver._timings`).
     """
 
     node: str
@@ -270,6 +274,8 @@ class PartitionReport:
     data_read_bytes: int = 0
     device: NodeDevice | None = None
     device_data: dict = field(default_factory=dict)
+    setup_s: float = 0.0
+    data_load_s: float = 0.0
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-able dict (the metrics record)."""

@@ -9,9 +9,9 @@ after every epoch.  The model (``--model``):
   fine-tuning), on ``digits`` (8x8) or ``digits28`` flattened; ``--epochs RBM0 RBM1 FINETUNE``
   (default 5 5 20), ``--target`` 0.95 by default;
 * ``lenet``: ``rbm.lenet`` (conv 5x5x20, max-pool 2, conv 5x5x50, max-pool 2, dense 500 ReLU,
-  softmax 10; SGD at 0.01 with momentum 0.9, batch 64, as ``bench_lenet.py``) on ``digits28`` as
-  (n, 1, 28, 28) images; ``--epochs TRAIN`` (one value: its one phase, ``train``; default 3),
-  ``--target`` 0.98 by default.
+  softmax 10; SGD at 0.01 with momentum 0.9, batch 64, as ``bench_lenet.py``; ``--updater adam``:
+  Adam at 1e-3) on ``digits28`` as (n, 1, 28, 28) images; ``--epochs TRAIN`` (one value: its one
+  phase, ``train``; default 3), ``--target`` 0.98 by default.
 
 ``--train-rows N`` keeps a stratified subset of N training rows (before the validation fifth is
 held out), to keep runs short: digits28 has about 36k (1437 images in 25 shifts).
@@ -68,6 +68,8 @@ MODEL_DEFAULTS = {
 #: LeNet's training settings, here and in bench_torch.py's torch LeNet: SGD with momentum at
 #: bench_lenet.py's rate, batch 64 per node, no decay of the rate or the weights.
 LENET_SETTINGS = {"learning_rate": 0.01, "momentum": 0.9, "lr_decay": 0.0, "l2": 0.0, "batch_size": 64}
+#: What ``--updater`` changes in them (Adam: Keras' and PyTorch's default rate).
+LENET_UPDATERS = {"sgd": {"updater": "sgd"}, "adam": {"updater": "adam", "learning_rate": 0.001}}
 
 
 def make_parser(description: str = __doc__.split("\n")[0]) -> argparse.ArgumentParser:
@@ -87,6 +89,8 @@ def make_parser(description: str = __doc__.split("\n")[0]) -> argparse.ArgumentP
                         help="epochs per phase: RBM0 RBM1 FINETUNE for dbn (default 5 5 20), TRAIN for lenet "
                              "(default 3)")
     parser.add_argument("--hidden", nargs=2, type=int, default=[100, 100], help="the DBN's hidden layers")
+    parser.add_argument("--updater", choices=tuple(LENET_UPDATERS), default="sgd",
+                        help="LeNet's updater: sgd (0.01, momentum 0.9; the default) or adam (1e-3)")
     parser.add_argument("--target", type=float, default=None,
                         help="validation accuracy to time (default 0.95 for dbn, 0.98 for lenet)")
     add_json_option(parser)
@@ -106,6 +110,8 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
                      f"({defaults['epoch_names']}), got {len(args.epochs)}: {' '.join(map(str, args.epochs))}")
     if any(count < 1 for count in args.epochs):
         parser.error(f"--epochs must be >= 1, got {' '.join(map(str, args.epochs))}")
+    if args.model != "lenet" and args.updater != "sgd":
+        parser.error("--updater is LeNet's (the DBN's updaters are set in make_dbn)")
     if args.model == "lenet" and args.data != "digits28":
         parser.error("--model lenet trains on 28x28 images: use --data digits28 (the default for lenet)")
     if args.train_rows is not None and args.train_rows < 50:
@@ -137,27 +143,33 @@ def make_dbn(args: argparse.Namespace) -> rbm.DBN:
                    finetune_learning_rate=0.2, finetune_dropout=0.0, random_state=0)
 
 
-def make_lenet() -> rbm.ConvNet:
+def lenet_settings(updater: str = "sgd") -> dict:
+    """LeNet's training settings with ``updater`` (:data:`LENET_SETTINGS`, :data:`LENET_UPDATERS`)."""
+    return {**LENET_SETTINGS, **LENET_UPDATERS[updater]}
+
+
+def make_lenet(updater: str = "sgd") -> rbm.ConvNet:
     """The LeNet every mode trains, for digits28's (1, 28, 28) images (the trainer sets its epochs)."""
-    return rbm.lenet(input_shape=(1, 28, 28), n_classes=10, random_state=0, **LENET_SETTINGS)
+    return rbm.lenet(input_shape=(1, 28, 28), n_classes=10, random_state=0, **lenet_settings(updater))
 
 
 def make_model(args: argparse.Namespace) -> rbm.DBN | rbm.ConvNet:
     """``--model``'s model, untrained."""
-    return make_lenet() if args.model == "lenet" else make_dbn(args)
+    return make_lenet(args.updater) if args.model == "lenet" else make_dbn(args)
 
 
 def one_run(spark, store_url: str, args: argparse.Namespace, mode: str, straggler: float, data,
-            validation: tuple | None = None) -> dict:
+            validation: tuple | None = None, run_id: str | None = None) -> dict:
     """Train and time one model; ``validation``: ``(X_val, y_val)`` held out by the caller, else a fifth of ``X``.
 
     Besides the figures :func:`show` prints: ``pretrain_s``, seconds from the fit's start to the end
     of the last epoch of the phases before the last (the DBN's pretraining, its validation included;
-    0 for LeNet's single phase), and ``finetune_scale``, the learning-rate scale the nodes used in the
-    last phase's last epoch (see README, Scaling out).
+    0 for LeNet's single phase), ``finetune_scale``, the learning-rate scale the nodes used in the
+    last phase's last epoch (see README, Scaling out), and ``timings``, where the fit's time went
+    (``Trainer.timings_``).
     """
     X, y, X_test, y_test = data
-    run_id = f"modes-{mode}-{straggler:g}".replace(".", "_")
+    run_id = run_id or f"modes-{mode}-{straggler:g}".replace(".", "_")
     model = make_model(args)
     phases = model.phases()
     epochs = dict(zip(phases, args.epochs, strict=True))
@@ -183,7 +195,7 @@ def one_run(spark, store_url: str, args: argparse.Namespace, mode: str, straggle
     metrics = [m for m in node.open_run(store_url, run_id).runs.read_metrics() if not m.get("error")]
     return {"mode": mode, "straggler": straggler, "wall_s": wall, "target_s": reached[0] if reached else None,
             "accuracy": model.score(X_test, y_test), **pretrained, **traffic(metrics, last),
-            **straggler_figures(metrics)}
+            **straggler_figures(metrics), "timings": trainer.timings_}
 
 
 def traffic(metrics: list[dict], last_phase: str = "finetune") -> dict:

@@ -174,8 +174,11 @@ def train_ddp(X: np.ndarray, y: np.ndarray, X_val: np.ndarray, y_val: np.ndarray
     model = DistributedDataParallel(net)  # broadcasts rank 0's initial weights
     weights = [p for name, p in net.named_parameters() if name.endswith("weight")]
     biases = [p for name, p in net.named_parameters() if name.endswith("bias")]
-    optimizer = torch.optim.SGD([{"params": weights, "weight_decay": config["l2"]}, {"params": biases}],
-                                lr=config["learning_rate"], momentum=config["momentum"])
+    groups = [{"params": weights, "weight_decay": config["l2"]}, {"params": biases}]
+    if config.get("updater", "sgd") == "adam":  # sparkdbn's Adam: betas 0.9, 0.999, eps 1e-8, as torch's
+        optimizer = torch.optim.Adam(groups, lr=config["learning_rate"])
+    else:
+        optimizer = torch.optim.SGD(groups, lr=config["learning_rate"], momentum=config["momentum"])
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda t: 1.0 / (1.0 + config["lr_decay"] * t))
     loss_fn = torch.nn.CrossEntropyLoss()
     features, labels = torch.from_numpy(X), torch.from_numpy(y)
@@ -287,7 +290,8 @@ def torch_network(args: Any, X: np.ndarray, classes: np.ndarray) -> tuple[dict, 
     """For ``--model``: the :func:`build_network` description of the torch network, and the training
     settings sparkdbn's nodes use (their learning rate before scaling)."""
     if args.model == "lenet":
-        return {"kind": "lenet", "in_channels": int(X.shape[1]), "n_classes": len(classes)}, bench_modes.LENET_SETTINGS
+        return ({"kind": "lenet", "in_channels": int(X.shape[1]), "n_classes": len(classes)},
+                bench_modes.lenet_settings(args.updater))
     return {"kind": "mlp", "sizes": layer_sizes(X.shape[1], args.hidden, len(classes))}, FINETUNE
 
 
@@ -326,6 +330,57 @@ def show(results: list[dict]) -> None:
                   f"{r['best_val_accuracy']:.3f}")
 
 
+RACE_COLUMNS = ["run", "system", "s to target", "x torch", "whole fit s", "start-up s", "validation s",
+                "test accuracy"]
+RACE_NOTE = ("s to target: from the fit's start (sparkdbn: Trainer.fit called, the session already up; torch: "
+             "before TorchDistributor.run, its process start included) to the end of the first epoch whose "
+             "validation accuracy reached the target. x torch: against the same run's fastest torch variant to the "
+             "target (the DBN's torch-ddp never reaches it: torch-ddp+pre, its pretraining included). Start-up: "
+             "sparkdbn's driver steps before the first training job (data check, storing the partitions, run "
+             "record); torch's process start and process-group set-up. Validation: sparkdbn's validation steps, "
+             "summed (torch's rank 0 validates in its epoch). Runs in turn in one process; the machine is shared, "
+             "so compare within a run.")
+
+
+def race_rows(results: list[dict]) -> list[list]:
+    """Each run's time to the target, as a ratio to the same repeat's fastest torch variant to the target
+    (no straggler only)."""
+    rows = []
+    for r in (r for r in results if r["straggler"] == 1.0):
+        reached = [t["target_s"] for t in results if t["mode"].startswith("torch") and t["straggler"] == 1.0
+                   and t["repeat"] == r["repeat"] and t["target_s"] is not None]
+        reference = min(reached, default=None)
+        startup, validation = fit_overheads(r)
+        rows.append([r["repeat"], r["mode"], r["target_s"],
+                     None if r["target_s"] is None or not reference else r["target_s"] / reference, r["wall_s"],
+                     startup, validation, r["accuracy"]])
+    return rows
+
+
+def fit_overheads(result: dict) -> tuple[float | None, float | None]:
+    """``(start-up s, validation s)`` of a run: sparkdbn's from its fit's timings (start-up: until its first
+    training job; validation: its epochs' validations); torch's process start and set-up, and None."""
+    timings = result.get("timings")
+    if not timings:
+        return result["pretrain_s"], None
+    steps = timings["steps"]
+    first_epoch = next((s for s in steps if " epoch" in s["name"] and not s["name"].endswith("validation")), None)
+    startup = first_epoch["start_s"] if first_epoch else None
+    return startup, sum(s["seconds"] for s in steps if s["name"].endswith("validation"))
+
+
+def show_race(rows: list[list], target: float) -> None:
+    def fmt(value, pattern: str = "{:.1f}") -> str:
+        return "-" if value is None else pattern.format(value)
+
+    print(f"\ntime to {target} held-out, each run against its fastest torch variant to the target")
+    print(f"{'run':>3} {'system':13} {'to target s':>11} {'x torch':>7} {'fit s':>6} {'start-up s':>10} "
+          f"{'validation s':>12} {'acc':>6}")
+    for run, system, target_s, ratio, wall, startup, validation, accuracy in rows:
+        print(f"{run:>3} {system:13} {fmt(target_s):>11} {fmt(ratio, '{:.2f}'):>7} {wall:6.1f} {fmt(startup):>10} "
+              f"{fmt(validation):>12} {accuracy:6.3f}")
+
+
 def check_args(parser: Any, args: Any) -> Any:
     """``bench_modes.check_args``, then the torch options: the variants ``--model`` allows, the learning-rate scale."""
     args = bench_modes.check_args(parser, args)
@@ -334,7 +389,8 @@ def check_args(parser: Any, args: Any) -> Any:
     if any(variant not in allowed for variant in args.torch):
         parser.error(f"--model {args.model} has the torch runs {', '.join(allowed)} only "
                      "(torch-ddp+pre fine-tunes the DBN's pretrained weights)")
-    args.torch_lr_scale = float(args.nodes) if args.torch_lr_scale is None else args.torch_lr_scale
+    if args.torch_lr_scale is None:  # Adam's steps do not grow with the gradient's size: nor does its rate
+        args.torch_lr_scale = 1.0 if args.updater == "adam" else float(args.nodes)
     return args
 
 
@@ -344,12 +400,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = bench_modes.make_parser(__doc__.split("\n")[0])
     parser.add_argument("--torch-lr-scale", type=float, default=None,
                         help="torch's learning rate = sparkdbn's (0.2 for dbn, 0.01 for lenet) x this "
-                             "(default: --nodes, the linear rule)")
+                             "(default: --nodes, the linear rule; 1 with --updater adam)")
     parser.add_argument("--torch", nargs="*", default=None, choices=TORCH_VARIANTS["dbn"],
                         help="the torch runs (default: both for dbn; lenet has torch-ddp only)")
     parser.add_argument("--no-warmup", dest="warmup", action="store_false",
                         help="skip the untimed 1-epoch fit that starts Spark's Python workers first")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch threads per process (default 1)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="run every system this many times, in turn (the race table shows each run)")
     args = check_args(parser, parser.parse_args(argv))
     run = BenchRun(__file__, args).start()  # --json comes with bench_modes' options: the printed report is kept
     X, y, X_test, y_test = bench_modes.load(args.data, args.model, args.train_rows)
@@ -362,24 +420,30 @@ def main(argv: list[str] | None = None) -> None:
         with tempfile.TemporaryDirectory(prefix="sparkdbn-bench-torch-") as folder:
             if args.warmup:
                 bench_modes.warm_up(spark, folder, args, data, validation=validation)
-            for straggler in args.stragglers:
-                for mode in [*args.modes, *args.torch]:
-                    if mode.startswith("torch"):
-                        result = torch_run(args, mode, straggler, data, validation)
-                    else:
-                        result = bench_modes.one_run(spark, f"file://{folder}/store", args, mode, straggler, data,
-                                                     validation=validation)
-                    print(f"{mode} straggler x{straggler:g}: {result['wall_s']:.1f} s, accuracy {result['accuracy']:.3f}",
-                          flush=True)
-                    results.append(result)
+            for repeat in range(args.repeats):
+                for straggler in args.stragglers:
+                    for mode in [*args.modes, *args.torch]:
+                        if mode.startswith("torch"):
+                            result = torch_run(args, mode, straggler, data, validation)
+                        else:
+                            result = bench_modes.one_run(spark, f"file://{folder}/store-{repeat}", args, mode,
+                                                         straggler, data, validation=validation)
+                        print(f"{mode} straggler x{straggler:g}: {result['wall_s']:.1f} s, "
+                              f"accuracy {result['accuracy']:.3f}", flush=True)
+                        results.append({**result, "repeat": repeat + 1})
     finally:
         spark.stop()
     model = (f"DBN/MLP {layer_sizes(X.shape[1], args.hidden, len(np.unique(y)))}" if args.model == "dbn"
-             else f"LeNet on {X.shape[1:]} images")
-    print(f"\n{args.data}, {model}, epochs {args.epochs} (torch: {args.epochs[-1]}), "
-          f"local[{args.nodes}] / {args.nodes} DDP processes, {args.partitions} partitions, "
-          f"{len(X)} training and {len(X_val)} validation rows, target validation accuracy {args.target}")
-    show(results)
+             else f"LeNet on {X.shape[1:]} images, {args.updater}")
+    heading = (f"{args.data}, {model}, epochs {args.epochs} (torch: {args.epochs[-1]}), "
+               f"local[{args.nodes}] / {args.nodes} DDP processes, {args.partitions} partitions, "
+               f"{len(X)} training and {len(X_val)} validation rows, target validation accuracy {args.target}")
+    print(f"\n{heading}")
+    for repeat in range(1, args.repeats + 1):
+        show([r for r in results if r["repeat"] == repeat])
+    rows = race_rows(results)
+    show_race(rows, args.target)
+    run.table(f"Time to {args.target} held-out: {heading}", RACE_COLUMNS, rows, RACE_NOTE)
     run.finish()
 
 

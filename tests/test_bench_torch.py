@@ -99,3 +99,29 @@ def test_lenet_runs_torch_ddp_only_and_scales_sparkdbns_rate(bench_torch):
     network, settings = bench_torch.torch_network(args, np.zeros((4, 1, 28, 28), np.float32), np.arange(10))
     assert network == {"kind": "lenet", "in_channels": 1, "n_classes": 10}
     assert settings["learning_rate"] == 0.01 and settings["batch_size"] == 64
+
+
+def test_lenet_with_adam_uses_adams_rate_in_both_systems_unscaled(bench_torch):
+    parser = bench_torch.bench_modes.make_parser()
+    parser.add_argument("--torch", nargs="*", default=None)
+    parser.add_argument("--torch-lr-scale", type=float, default=None)
+    args = bench_torch.check_args(parser, parser.parse_args(["--model", "lenet", "--updater", "adam"]))
+    assert args.torch_lr_scale == 1.0  # Adam's steps do not grow with the rate's linear rule
+    _network, settings = bench_torch.torch_network(args, np.zeros((4, 1, 28, 28), np.float32), np.arange(10))
+    assert settings["updater"] == "adam" and settings["learning_rate"] == 0.001 and settings["batch_size"] == 64
+    with pytest.raises(SystemExit):  # the DBN's updaters are its own
+        bench_torch.check_args(parser, parser.parse_args(["--updater", "adam"]))
+
+
+def test_the_race_compares_each_run_with_its_own_repeats_fastest_torch_to_the_target(bench_torch):
+    def run(mode: str, repeat: int, target_s: float | None, straggler: float = 1.0) -> dict:
+        return {"mode": mode, "repeat": repeat, "target_s": target_s, "straggler": straggler, "wall_s": 1.0,
+                "accuracy": 0.99, "pretrain_s": 0.5}
+
+    results = [run("async", 1, 10.0), run("torch-ddp", 1, None), run("torch-ddp+pre", 1, 40.0),
+               run("async", 2, 30.0), run("torch-ddp", 2, 20.0), run("torch-ddp+pre", 2, 25.0),
+               run("async", 2, 90.0, straggler=3.0)]
+    ratios = {(row[0], row[1]): row[3] for row in bench_torch.race_rows(results)}
+    assert ratios[(1, "async")] == 10.0 / 40.0 and ratios[(1, "torch-ddp")] is None  # never reached it
+    assert ratios[(2, "async")] == 30.0 / 20.0 and ratios[(2, "torch-ddp+pre")] == 25.0 / 20.0
+    assert len(ratios) == 6  # a straggler's run is not in the race

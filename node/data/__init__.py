@@ -1,22 +1,24 @@
 """Training data: checked partitions for a fit, DataFrame and Arrow columns, labels, staging, outputs.
 
-* :mod:`._prepare` -- numpy arrays, RDDs, DataFrames or a staged dataset -> one checked, cached
-  element per partition (:func:`prepare_training_data`), and the ``Block`` a node trains on;
+* :mod:`._prepare` -- numpy arrays, RDDs, DataFrames or a staged dataset -> checked partitions
+  (:func:`prepare_training_data`), and the ``Block`` a node trains on; :mod:`._partitions` -- one
+  partition checked and summarized where it is read; :mod:`._blocks` -- a fit's partitions in the store;
 * :mod:`._frames` -- features and labels out of Arrow batches; :mod:`._labels` -- class labels;
 * :mod:`._staging`, :mod:`._stage_input` -- a DataFrame, a recipe or a file staged in the store;
 * :mod:`._outputs` -- writing a DataFrame without replacing what the product did not write.
 """
 
+from ._blocks import BLOCK_NAMES, BlockSink, decode_block, encode_block, store_block
 from ._frames import feature_column_kind, features_from_arrow, is_dataframe, is_rdd, labels_from_arrow
 from ._labels import DEFAULT_MAX_CLASSES, encode_labels
 from ._outputs import write_parquet_safely
-from ._prepare import (Block, DataOptions, Element, PreparedData, check_model_input, count_rows, decode_block,
-                       encode_block, filled_partitions, iter_blocks, prepare_training_data)
+from ._prepare import (Block, DataOptions, PreparedData, check_model_input, count_rows, filled_partitions,
+                       prepare_training_data)
 from ._stage_input import apply_scaling, stage_input
 from ._staging import RECIPES, stage_dataframe, stage_recipe
 
 __all__ = ["feature_column_kind", "features_from_arrow", "is_dataframe", "is_rdd", "labels_from_arrow",
-           "DEFAULT_MAX_CLASSES", "encode_labels", "write_parquet_safely", "Block", "DataOptions", "Element",
-           "PreparedData", "check_model_input", "count_rows", "decode_block", "encode_block", "filled_partitions",
-           "iter_blocks", "prepare_training_data", "apply_scaling", "stage_input", "RECIPES", "stage_dataframe",
+           "BLOCK_NAMES", "BlockSink", "decode_block", "encode_block", "store_block", "DEFAULT_MAX_CLASSES", "encode_labels",
+           "write_parquet_safely", "Block", "DataOptions", "PreparedData", "check_model_input", "count_rows",
+           "filled_partitions", "prepare_training_data", "apply_scaling", "stage_input", "RECIPES", "stage_dataframe",
            "stage_recipe"]

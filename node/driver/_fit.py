@@ -1,10 +1,11 @@
 """One fit: the run, its store, record, lease, prepared data (:mod:`node.driver._fit_data`), key and Spark handles.
 
 :class:`Fit` is what :meth:`node.Trainer.fit` does, as an object: constructing it starts
-nothing; :meth:`Fit.run` checks the data on the driver, takes the run's lease, writes or resumes
-the run record, completes every phase in order (its training mode runs the epochs), saves the
-model and marks the run done -- and in ``finally`` cancels its Spark jobs, stops its nodes and
-drops its broadcasts and cached data.
+nothing; :meth:`Fit.run` starts Spark's Python workers, takes the run's lease, checks the data on
+the driver, writes or resumes the run record, stores the training partitions, completes every
+phase in order (its training mode runs the epochs), saves the model and marks the run done -- and
+in ``finally`` cancels its Spark jobs, stops its nodes and drops its broadcasts, the data it held
+and the partitions it stored.  Each step is timed (:mod:`node.driver._timings`).
 
 Fencing (see :mod:`node.run._lease`): every store write of the driver is tied to its lease
 generation or named by its content -- records are new files of the generation, the model lives
@@ -39,6 +40,7 @@ import storage
 from .._contract import NodeConfig, PartitionReport, params_digest
 from .._errors import TrainingError, short_error
 from ..data import PreparedData, filled_partitions
+from ..executor import block_sink, start_worker_task
 from ..modes import max_learning_rate_factor, mode_named
 from ..run import (STALE_TEMPORARY_S, DriverLease, LeaseLostError, RunRecord, open_checked_store, remove_work_folders,
                    resolve_run_key, sweep_temporaries)
@@ -47,8 +49,9 @@ from ._devices import check_gpu_conf, driver_model, driver_spec, hand_back, prob
 from ._fit_data import model_input, prepare_fit_data
 from ._fit_jobs import FitJobs
 from ._node_config import node_config
-from ._progress import EpochProgress, summarize_epoch, summary_line
+from ._progress import EpochProgress, SparkJob, summarize_epoch, summary_line
 from ._settings import TrainingSettings
+from ._timings import FitTimings, node_shares
 
 __all__ = ["Fit"]
 
@@ -103,6 +106,9 @@ class Fit:
         self.validation: ValidationSet | None = None
         self.watch: RunWatch | None = None
         self.reachability = ReachabilityWatch()
+        self.timings = FitTimings()  # where the fit's time goes (node.driver._timings)
+        self._workers: SparkJob | None = None  # the job that starts Spark's Python workers (_start_workers)
+        self._stores_data = False  # this fit may have stored training partitions (removed when it ends)
 
     # ------------------------------------------------------------------ the whole fit
     def run(self) -> Any:
@@ -117,6 +123,8 @@ class Fit:
                                 f"({self.phases})")
         self._apply_batch_size()
         check_gpu_conf(self.sc.master, dict(self.sc.getConf().getAll()), self.spec)  # before any work
+        self._start_workers()
+        began = self.timings.now_s()
         self.store = open_checked_store(self.store_url, settings.store_retry_timeout_s)
         self.key = self._resolve_key()
         self.runs = storage.RunStore(self.store, self.run_id, self.key)
@@ -126,12 +134,31 @@ class Fit:
         try:
             with self.lease:  # a second driver of the run is refused here, before any work
                 previous = self._earlier_record()
+                # Earlier fits' claims and stored partitions (node.run._work_folders), before this fit stores its own.
+                remove_work_folders(self.store, self.run_id)
+                self.timings.add("store and lease", began, self.timings.now_s() - began)
+                self._stores_data = True
                 self.prepared, self.validation = prepare_fit_data(
                     self.spark, settings, self.model, self.driver_spec, self.data, self.y, nodes=self.nodes,
-                    require_labels=any(not phase.startswith("rbm") for phase in self.phases))
+                    require_labels=any(not phase.startswith("rbm") for phase in self.phases), timings=self.timings,
+                    sink=block_sink(self.store_url, settings.store_retry_timeout_s, self.key, self.run_id,
+                                    self.fit_id))
                 return hand_back(self.given_model, self._run_leased(previous))
         finally:
-            self._close()
+            with self.timings.step("cleanup"):
+                self._close()
+            logger.info("run %s: the fit took %s", self.run_id, self.timings.summary())
+
+    def _start_workers(self) -> None:
+        """Start Spark's Python workers while the driver checks the data: a job of one short task per node.
+
+        The first job of a session starts them (an interpreter and sparkdbn's imports in each, seconds
+        each); the fit's first job that needs them would wait for that otherwise.  A job of the fit's
+        group (cancelled when the fit ends); nobody waits for it: the fit's next job queues behind it.
+        """
+        slots = max(1, self.nodes)
+        rdd = self.sc.parallelize(range(slots), slots).mapPartitions(start_worker_task)
+        self._workers = SparkJob(self.sc, rdd, self.group, f"{self.run_id} start the Python workers")
 
     def _lease_lost(self) -> None:
         """Another driver took the run over (called from the lease's thread): stop this fit's Spark jobs now."""
@@ -151,35 +178,27 @@ class Fit:
             raise TrainingError(f"run {self.run_id!r} cannot be resumed with this key: {error}") from error
 
     def _run_leased(self, previous: dict | None) -> Any:
-        settings, model, prepared = self.settings, self.model, self.prepared
+        settings, model = self.settings, self.model
         try:
-            self.record, resumed = RunRecord.start(
-                self.runs, self.lease, previous, spec=self.spec, phases=self.phases,
-                epochs={phase: settings.epochs_for(phase) for phase in self.phases}, settings=settings.to_dict(),
-                store_url=self.store_url, data_facts=self._data_facts(), classes=prepared.classes)
-            if resumed:
-                logger.info("resuming run %s (%s)", self.run_id, self._progress_text())
-            sweep_temporaries(self.store, self.run_id)
-            remove_work_folders(self.store, self.run_id)  # earlier fits' claims and partitions (node.run._work_folders)
-            self.node_config = node_config(settings, prepared, self.spec, run=self.run_id, fit_id=self.fit_id,
-                                           store_url=self.store_url, key=self.key, nodes=self.nodes, sc=self.sc,
-                                           max_rate_factor=max_learning_rate_factor(model))
-            probe_nodes(self.sc, self.group, self.node_config, self.nodes)  # a node without its GPU ends the fit here
-            self.jobs = FitJobs(self.sc, settings, self.nodes, prepared, self.node_config, self.record, self.phases,
-                                self.store)
-            self.watch = RunWatch.start(self, self.validation, model_input(prepared.feature_shape))
+            with self.timings.step("run record"):
+                self._start_record(previous)
+            began = self.timings.now_s()
+            if probe_nodes(self.sc, self.group, self.node_config, self.nodes):  # a node without its GPU ends the fit
+                self.timings.add("device probe", began, self.timings.now_s() - began)  # no job on CPU nodes
             if settings.initialize_only:
-                self._save_model("initialized")
+                with self.timings.step("model"):
+                    self._save_model("initialized")
                 return model
             for phase_index, phase in enumerate(self.phases):
                 self.lease.check()
                 model.set_parameters(self._complete_phase(phase, phase_index))
                 if phase == settings.stop_after_phase and phase != self.phases[-1]:
-                    self.record.mark("stopped", stopped=time.time())
+                    self.record.mark("stopped", stopped=time.time(), timings=self.timings.to_dict())
                     self.watch.finish("stopped")
                     logger.info("run %s stopped after phase %s as asked; fit again to resume", self.run_id, phase)
                     return model
-            self._save_model("done")
+            with self.timings.step("model"):
+                self._save_model("done")
             logger.info("run %s done; model at %s/%s", self.run_id, self.store_url, self.record.data["model"]["path"])
             return model
         except BaseException as error:
@@ -190,6 +209,23 @@ class Fit:
                     raise lost from error
             self._mark_failed(error)
             raise
+
+    def _start_record(self, previous: dict | None) -> None:
+        """Write or resume the run record; make the nodes' config, the fit's jobs and its watch."""
+        settings, prepared = self.settings, self.prepared
+        self.record, resumed = RunRecord.start(
+            self.runs, self.lease, previous, spec=self.spec, phases=self.phases,
+            epochs={phase: settings.epochs_for(phase) for phase in self.phases}, settings=settings.to_dict(),
+            store_url=self.store_url, data_facts=self._data_facts(), classes=prepared.classes)
+        if resumed:
+            logger.info("resuming run %s (%s)", self.run_id, self._progress_text())
+        sweep_temporaries(self.store, self.run_id)
+        self.node_config = node_config(settings, prepared, self.spec, run=self.run_id, fit_id=self.fit_id,
+                                       store_url=self.store_url, key=self.key, nodes=self.nodes, sc=self.sc,
+                                       max_rate_factor=max_learning_rate_factor(self.model))
+        self.jobs = FitJobs(self.sc, settings, self.nodes, prepared, self.node_config, self.record, self.phases,
+                            self.store, self.timings)
+        self.watch = RunWatch.start(self, self.validation, model_input(prepared.feature_shape))
 
     # ------------------------------------------------------------------ data and model (see node.driver._fit_data)
     def _apply_batch_size(self) -> None:
@@ -232,19 +268,20 @@ class Fit:
                 self._train_epochs(phase, start, done, epochs)
             except _PhaseStopped:
                 pass
-        if epochs == 0:
-            result, origin = start, "no epochs: the phase's start"
-        elif done >= epochs and consolidated:
-            result, origin = start, f"consolidated from the {len(record.nodes(phase))} node(s) of its last epoch"
-        else:
-            consolidation = self.weights.consolidate(phase, record.nodes(phase))
-            result, origin = consolidation.params, f"consolidated from {len(consolidation.refs)} node(s)"
-        result, origin = self.watch.best_result(phase) or (result, origin)
-        stored = self.weights.put_phase_result(phase, result)  # a new file named by its content
-        record.mark_phase(phase, params_digest(result), origin, stored)
-        self._sweep_phase(phase)
-        logger.info("run %s phase %s done: %s", self.run_id, phase, origin)
-        self.watch.end_phase(phase, result)
+        with self.timings.step(f"{phase} result"):
+            if epochs == 0:
+                result, origin = start, "no epochs: the phase's start"
+            elif done >= epochs and consolidated:
+                result, origin = start, f"consolidated from the {len(record.nodes(phase))} node(s) of its last epoch"
+            else:
+                consolidation = self.weights.consolidate(phase, record.nodes(phase))
+                result, origin = consolidation.params, f"consolidated from {len(consolidation.refs)} node(s)"
+            result, origin = self.watch.best_result(phase) or (result, origin)
+            stored = self.weights.put_phase_result(phase, result)  # a new file named by its content
+            record.mark_phase(phase, params_digest(result), origin, stored)
+            self._sweep_phase(phase)
+            logger.info("run %s phase %s done: %s", self.run_id, phase, origin)
+            self.watch.end_phase(phase, result)
         return result
 
     def _train_epochs(self, phase: str, start: dict[str, np.ndarray], first: int, epochs: int) -> None:
@@ -255,11 +292,15 @@ class Fit:
         # The whole model with ``start`` as the phase's parameters: the earlier phases' results too.
         self.jobs.begin_phase(phase, {**self.model.parameters(), **start}, progress)
         try:
+            self.jobs.store_partitions()  # once per fit, before its first training job
             epoch, ended = first, time.perf_counter()
             while epoch < epochs:
                 self.lease.check()
                 progress.epoch(epoch, epochs)
+                waited = self.timings.now_s()
                 per_epoch = mode.run_epochs(self.jobs, phase, epoch, epochs)  # one epoch, or (sync) all that are left
+                self.timings.add(_epochs_name(phase, epoch, len(per_epoch)), waited, self.timings.now_s() - waited,
+                                 nodes=node_shares(report.to_record() for reports in per_epoch for report in reports))
                 # An epoch's wall time runs from the end of the one before: a job queued behind another
                 # (async) trains while the driver ends the epoch before.
                 wall_s = (time.perf_counter() - ended) / max(1, len(per_epoch))
@@ -316,7 +357,9 @@ class Fit:
                                   batch_size=self.spec.get("batch_size"),
                                   node_batch_size=self.node_config.node_batch_size or None)
         self.history.append(summary)
-        stop = self.watch.end_epoch(phase, epoch, summary, self.model, validate)  # validation, early stopping, logs
+        with self.timings.step(f"{phase} epoch {epoch + 1} validation"):
+            # validation, early stopping, logs; the next epoch's job may be queued already (async)
+            stop = self.watch.end_epoch(phase, epoch, summary, self.model, validate, self.jobs.job_queued)
         progress.report(summary_line(summary, epochs))
         if summary["warning"] and self._first(f"small-partition warning of {phase}"):  # every summary carries it
             logger.warning("run %s %s epoch %d: %s (said once per phase)", self.run_id, phase, epoch + 1,
@@ -378,7 +421,8 @@ class Fit:
                                 "as written; the run is not marked done")
         if status == "done":
             self.record.forget_bests()
-        self.record.mark(status, finished=time.time(), model={"path": model_path, "sha256": digest})
+        self.record.mark(status, finished=time.time(), model={"path": model_path, "sha256": digest},
+                         timings=self.timings.to_dict())
         if status == "done":
             self._remove_unnamed()
 
@@ -414,13 +458,17 @@ class Fit:
             logger.error("could not mark run %s failed in the store: %s", self.run_id, store_error)
 
     def _close(self) -> None:
-        """Cancel this fit's Spark jobs, stop its nodes, drop its broadcasts and cached data."""
+        """Cancel this fit's Spark jobs, stop its nodes, drop its broadcasts, held data and stored partitions."""
+        workers = self._workers
+        if workers is not None and workers.seconds is not None:
+            self.timings.add("start the Python workers", workers.started - self.timings.origin, workers.seconds,
+                             background=True)
         self.sc.cancelJobGroup(self.group)
         if self.watch is not None:
             self.watch.close()
         if self.jobs is not None:
             self.jobs.close()
-        if self.record is not None:  # this fit's claims and partitions, when it got as far as writing any
+        if self._stores_data:  # this fit's claims and partitions, when it got as far as writing any
             self._remove_work_folders()
         if self.prepared is not None:
             self.prepared.unpersist()
@@ -434,6 +482,11 @@ class Fit:
     def _progress_text(self) -> str:
         return ", ".join(f"{phase} {'done' if self.record.phase_done(phase) else self.record.epochs_done(phase)}"
                          for phase in self.phases)
+
+
+def _epochs_name(phase: str, first: int, count: int) -> str:
+    """The timing step of a job's epochs: ``"train epoch 1"``, ``"finetune epochs 1-5"`` (one ``sync`` job)."""
+    return f"{phase} epoch {first + 1}" if count <= 1 else f"{phase} epochs {first + 1}-{first + count}"
 
 
 class _PhaseStopped(Exception):

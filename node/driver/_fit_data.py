@@ -1,6 +1,6 @@
 """What a fit trains on, settled on the driver before any work (see :class:`node.driver._fit.Fit`).
 
-:func:`prepare_fit_data` holds the validation rows out, cuts the rest into checked, cached
+:func:`prepare_fit_data` holds the validation rows out, cuts the rest into checked
 partitions -- as many as the settings name, else as many as the training mode asks for these rows
 and nodes (:func:`fit_partitions`) -- and sizes the model for them, refusing here, with the data's
 own words, whatever an executor's replica would refuse later.
@@ -16,10 +16,11 @@ from pyspark.sql import SparkSession
 import rbm
 
 from .._errors import InputDataError
-from ..data import DataOptions, PreparedData, check_model_input, count_rows, prepare_training_data
+from ..data import BlockSink, DataOptions, PreparedData, check_model_input, count_rows, prepare_training_data
 from ..modes import mode_named
 from ..watch import ValidationSet, hold_out_validation
 from ._settings import TrainingSettings
+from ._timings import FitTimings
 
 __all__ = ["fit_partitions", "model_input", "prepare_fit_data"]
 
@@ -37,35 +38,49 @@ def fit_partitions(settings: TrainingSettings, nodes: int, batch_size: int | Non
 
 
 def prepare_fit_data(spark: SparkSession, settings: TrainingSettings, model: Any, spec: dict, data: Any, y: Any, *,
-                     nodes: int, require_labels: bool) -> tuple[PreparedData, ValidationSet | None]:
-    """Checked, cached partitions and the validation set; ``model`` initialized for the data.
+                     nodes: int, require_labels: bool, timings: FitTimings | None = None,
+                     sink: BlockSink | None = None) -> tuple[PreparedData, ValidationSet | None]:
+    """Checked partitions and the validation set; ``model`` initialized for the data.
+
+    ``timings``: the fit's, given the steps ``validation hold-out``, ``data check`` and ``model check``.
+    ``sink``: where data Spark reads is stored for the fit's nodes, by the job that checks it
+    (numpy rows stay on the driver: :meth:`node.driver.FitJobs.store_partitions`).
 
     Raises
     ------
     InputDataError
         Data the model or its replicas would refuse (nothing stays cached then).
     """
+    timings = timings or FitTimings()
     fixed = getattr(model, "classes_", None)
-    data, y, validation = hold_out_validation(
-        spark, data, y, fraction=settings.validation_fraction, given=settings.validation_data,
-        seed=settings.seed, features_col=settings.features_col, label_col=settings.label_col)
-    prepared = prepare_training_data(spark, data, y, DataOptions(
-        partitions=fit_partitions(settings, nodes, spec.get("batch_size"), data), features_col=settings.features_col,
-        label_col=settings.label_col, classes=None if fixed is None else np.asarray(fixed),
-        require_labels=require_labels, shuffle_seed=settings.seed if settings.shuffle else None,
-        max_classes=settings.max_classes))
+    with timings.step("validation hold-out"):
+        data, y, validation = hold_out_validation(
+            spark, data, y, fraction=settings.validation_fraction, given=settings.validation_data,
+            seed=settings.seed, features_col=settings.features_col, label_col=settings.label_col)
+    with timings.step("data check"):
+        prepared = prepare_training_data(spark, data, y, DataOptions(
+            partitions=fit_partitions(settings, nodes, spec.get("batch_size"), data),
+            features_col=settings.features_col, label_col=settings.label_col,
+            classes=None if fixed is None else np.asarray(fixed), require_labels=require_labels,
+            shuffle_seed=settings.seed if settings.shuffle else None, max_classes=settings.max_classes, sink=sink))
     try:
-        width = getattr(model, "n_features_in_", None)
-        if width is not None and int(width) != int(np.prod(prepared.feature_shape)):
-            raise InputDataError(f"the training data ({prepared.source}) has {int(np.prod(prepared.feature_shape))} "
-                                 f"features per sample, the model was initialized for {int(width)}")
-        replica = _replica(spec, prepared)
-        model.initialize(model_input(prepared.feature_shape), prepared.classes)
-        check_model_input(prepared, int(np.prod(prepared.feature_shape)), replica.input_bounds())
+        with timings.step("model check"):
+            _check_model(model, spec, prepared)
     except BaseException:
         prepared.unpersist()
         raise
     return prepared, validation
+
+
+def _check_model(model: Any, spec: dict, prepared: PreparedData) -> None:
+    """Initialize ``model`` for the data, refusing what it, or a replica built from ``spec``, would refuse."""
+    width = getattr(model, "n_features_in_", None)
+    if width is not None and int(width) != int(np.prod(prepared.feature_shape)):
+        raise InputDataError(f"the training data ({prepared.source}) has {int(np.prod(prepared.feature_shape))} "
+                             f"features per sample, the model was initialized for {int(width)}")
+    replica = _replica(spec, prepared)
+    model.initialize(model_input(prepared.feature_shape), prepared.classes)
+    check_model_input(prepared, int(np.prod(prepared.feature_shape)), replica.input_bounds())
 
 
 def _replica(spec: dict, prepared: PreparedData) -> Any:

@@ -6,15 +6,17 @@ phase (:meth:`FitJobs.begin_phase`, :meth:`FitJobs.end_phase`) and to clean up (
 
 Every training job runs one Spark task per node.  The partitions that hold data are dealt to
 the nodes once per fit (:func:`deal_partitions`: each node's *slot*), and before the fit's first
-training job one job writes every partition to the store and Spark's cached copy is dropped
-(:mod:`node.executor._resident`): a job's RDD is then the slots' numbers only, and each node
-takes its slot's partitions from its memory or the store.
+training job every partition is in the store (:mod:`node.executor._resident`): the driver writes
+the numpy rows it holds (:meth:`FitJobs.store_partitions`); other data was stored by the job that
+read and checked it.  A job's RDD is the slots' numbers only, and each node takes its slot's
+partitions from its memory or the store.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
@@ -22,12 +24,13 @@ import numpy as np
 import storage
 
 from .._contract import ModeOptions, NodeConfig, TaskSpec, encode, params_digest
-from .._errors import short_error
+from .._errors import TrainingError, short_error
 from ..data import PreparedData, filled_partitions
-from ..executor import release_run_task, run_training_task, write_partitions_task
+from ..executor import release_run_task, run_training_task, write_partition
 from ..run import RunRecord
 from ._progress import EpochProgress
 from ._settings import TrainingSettings
+from ._timings import FitTimings
 from ._training_job import TrainingJob
 
 if TYPE_CHECKING:
@@ -36,6 +39,9 @@ if TYPE_CHECKING:
 __all__ = ["FitJobs", "deal_partitions"]
 
 logger = logging.getLogger(__name__)
+
+#: Partitions the driver writes to the store at once (hashing and writing release the GIL).
+WRITE_THREADS = 4
 
 
 def deal_partitions(rows_per_partition: list[int], nodes: int) -> list[list[int]]:
@@ -55,22 +61,27 @@ class FitJobs:
     nodes : int
         Tasks per training job.
     prepared : PreparedData
-        The fit's checked, cached partitions.
+        The fit's checked partitions (held on the driver, or stored by the job that read them).
     node_config : NodeConfig
         What every task of the fit carries.
     record : RunRecord
         The run's record (the nodes of each phase's last finished epoch).
     phases : list of str
     store : storage.Store
+    timings : FitTimings, optional
+        The fit's (storing the partitions is a step of it).
     """
 
     def __init__(self, sc: SparkContext, settings: TrainingSettings, nodes: int, prepared: PreparedData,
-                 node_config: NodeConfig, record: RunRecord, phases: list[str], store: storage.Store) -> None:
+                 node_config: NodeConfig, record: RunRecord, phases: list[str], store: storage.Store,
+                 timings: FitTimings | None = None) -> None:
         self.sc, self._settings, self._nodes = sc, settings, int(nodes)
         self.prepared, self.node_config, self.record, self.phases, self.store = (prepared, node_config, record, phases,
                                                                                  store)
         self.run_id, self.fit_id = node_config.run, node_config.fit_id
-        self._slots: tuple[tuple[int, ...], ...] | None = None  # dealt, and the partitions stored, on first use
+        self._timings = timings or FitTimings()
+        self._stored = False  # the fit's partitions are in the store (store_partitions)
+        self._slots: tuple[tuple[int, ...], ...] | None = None  # dealt on first use
         self._slot_numbers: Any = None  # the RDD of every job: the slots' numbers
         self._broadcasts: list[Broadcast] = []
         self._start: Broadcast | None = None
@@ -92,6 +103,7 @@ class FitJobs:
 
     def start_job(self, phase: str, epochs: range, options: ModeOptions) -> TrainingJob:
         """Start the job that trains ``epochs`` of ``phase``: one task per node, over the slots' numbers."""
+        self.store_partitions()
         slots = self._dealt()
         self._nodes_started = True
         task = TaskSpec(node=self.node_config, mode=self._settings.mode, phase=phase,
@@ -115,6 +127,11 @@ class FitJobs:
             job.stop()
             return None
         return job
+
+    @property
+    def job_queued(self) -> bool:
+        """Whether a job is queued behind the running one (:meth:`queue_job`): the executors stay busy."""
+        return self._queued is not None
 
     def warn_once(self, message: str) -> None:
         """Log ``message`` as a warning of the run, once per fit."""
@@ -149,21 +166,38 @@ class FitJobs:
         for broadcast in self._broadcasts:
             broadcast.destroy()
 
+    def store_partitions(self) -> None:
+        """Have every training partition in the store under its signed name, once per fit: the driver writes
+        the numpy rows it holds, and drops them; other data was stored by the job that read it.
+
+        Raises
+        ------
+        TrainingError
+            The prepared data is neither held nor stored (prepared without the fit's block sink).
+        """
+        if self._stored:
+            return
+        if self.prepared.held is not None:
+            with self._timings.step("store the training partitions"):
+                with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="sparkdbn-store-partition") as pool:
+                    written = sum(pool.map(lambda block: write_partition(self.store, self.node_config, *block),
+                                           self.prepared.held))
+                logger.info("run %s: the driver stored %d training partitions (%.1f MB)", self.run_id,
+                            len(self.prepared.held), written / 1e6)
+                self.prepared.unpersist()
+        elif not self.prepared.stored:
+            raise TrainingError(f"run {self.run_id}: the training data ({self.prepared.source}) was prepared "
+                                "without the fit's block sink: its partitions are neither held nor stored")
+        self._stored = True
+
     # ------------------------------------------------------------------ helpers
     def _dealt(self) -> tuple[tuple[int, ...], ...]:
-        """The slots, dealt once per fit; the first call stores every partition (one Spark job)."""
+        """The slots, dealt once per fit."""
         if self._slots is None:
             slots = deal_partitions(self.prepared.rows_per_partition, self._nodes)
-            self._store_partitions()
             self._slots = tuple(tuple(slot) for slot in slots)
             self._slot_numbers = self.sc.parallelize(range(len(slots)), len(slots))
         return self._slots
-
-    def _store_partitions(self) -> None:
-        """Write every cached training partition to the store (one Spark job), then drop Spark's cached copy."""
-        job = self.prepared.blocks.mapPartitions(functools.partial(write_partitions_task, encode(self.node_config)))
-        self._progress.run_job(job, f"{self.run_id} store the training partitions", 0)
-        self.prepared.unpersist()
 
     def _release_nodes(self) -> None:
         """Best effort: ask the Python workers to stop this run's nodes (a later fit stops them anyway)."""

@@ -56,6 +56,8 @@ class SparkJob:
         self._tracker = sc.statusTracker()
         self._earlier = set(self._tracker.getJobIdsForGroup(group) or [])  # e.g. the group's finished epochs
         self._outcome: dict[str, Any] = {}
+        self.started = time.perf_counter()
+        self.seconds: float | None = None  # from made to ended, once it ended
         self._thread = threading.Thread(target=self._collect, args=(sc, rdd), name=f"sparkdbn-job-{description}",
                                         daemon=True)
         self._thread.start()
@@ -66,6 +68,8 @@ class SparkJob:
             self._outcome["records"] = rdd.collect()
         except BaseException as error:  # handed to the waiting thread by wait()
             self._outcome["error"] = error
+        finally:
+            self.seconds = time.perf_counter() - self.started
 
     def _job_id(self) -> int | None:
         started = set(self._tracker.getJobIdsForGroup(self._group) or []) - self._earlier

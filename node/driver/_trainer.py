@@ -3,8 +3,9 @@
 :class:`Trainer` trains any model with the trainable seam (see :class:`rbm.TrainableModel`) on
 Spark with one decentralized node per executor Python worker:
 
-1. checks the store is reachable and the data fits the model, on the driver, with one Spark
-   aggregation (widths, NaN/Inf, the visible units' input range, the class set);
+1. checks the store is reachable and the data fits the model, on the driver (numpy arrays) or with
+   one Spark job that also stores the partitions for the nodes (widths, NaN/Inf, the visible
+   units' input range, the class set);
 2. takes the run's lease (one driver per run) and writes the run record, or resumes it;
 3. completes every phase in order: its training mode runs the epochs as Spark jobs, then the
    newest snapshots of the nodes of the last epoch are consolidated into the phase result that
@@ -68,6 +69,9 @@ class Trainer:
         The last run's id.
     history_ : list of dict
         One summary per epoch of the last fit.
+    timings_ : dict
+        Where the last fit's time went: ``{"total_s": ..., "steps": [...]}``, the driver's steps in
+        order with their seconds, an epoch's with its nodes' share (see :mod:`node.driver._timings`).
     """
 
     def __init__(self, spark: SparkSession | None = None, store_url: str | None = None,
@@ -83,6 +87,7 @@ class Trainer:
         self._key = key
         self.run_id_: str | None = None
         self.history_: list[dict[str, Any]] = []
+        self.timings_: dict[str, Any] = {}
 
     @property
     def spark(self) -> SparkSession:
@@ -130,6 +135,7 @@ class Trainer:
         try:
             return fit.run()
         finally:
+            self.timings_ = fit.timings.to_dict()
             # py4j ties every Java object to the methods called on it in a reference cycle, so the
             # fit's RDDs -- its training data among them -- stayed in the driver's JVM until Python's
             # cyclic collector ran, which a numpy-heavy driver puts off: each fit of digits28 left

@@ -3,9 +3,9 @@
 The training modes run one Spark task per node and the driver deals each node a *slot* of
 partitions once per fit (:class:`node.driver.FitJobs`).  Spark does not hand a slot's data to its task:
 
-1. Before the fit's first training job, one job over the cached partitions writes each of them
-   to the store, signed (its tasks run :func:`write_partitions_task`), and Spark's cached copy
-   is dropped::
+1. Before the fit's first training job every partition is in the store, signed
+   (:mod:`node.data._blocks`): written by the driver for numpy arrays (:func:`write_partition`),
+   else by the job that read and checked them (:func:`node.data.prepare_training_data`)::
 
        runs/<run>/blocks/<fit>/<partition:05d>-<sha256>-<mac>.block     the partition's X and y as .npy
 
@@ -14,7 +14,7 @@ partitions once per fit (:class:`node.driver.FitJobs`).  Spark does not hand a s
    against their signed names (:meth:`NodeData.slot`), and keeps them for the next jobs.  Idle
    nodes take a slower peer's partitions the same way (:meth:`NodeData.peer`, :mod:`node.modes._stealing`).
 
-So the data crosses from Spark's JVM into Python once per fit, not once per epoch (digits28's
+So the data crosses into Python once per fit, not once per epoch (digits28's
 113 MB on one node: 0.16-0.20 s of a 2.2-2.6 s epoch), and a node that Spark moves to another
 worker, or restarts after a worker died, finds its data in the store -- not in a process.  The
 MAC covers (run, fit, partition, sha256) under the run key: a node never trains on data that no
@@ -27,22 +27,24 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import Iterator
 
 import numpy as np
 
 import storage
 
-from .._contract import NodeConfig, decode
+from .._contract import NodeConfig
 from .._errors import TrainingError, short_error
-from ..data import Block, Element, decode_block, encode_block, iter_blocks
+from ..data import BLOCK_NAMES, Block, BlockSink, decode_block, store_block
 from ..run import blocks_folder
 
-__all__ = ["NodeData", "write_partition", "write_partitions_task"]
+__all__ = ["NodeData", "block_sink", "write_partition"]
 
 logger = logging.getLogger(__name__)
 
-_BLOCKS = storage.SignedNames("sparkdbn training block v1", ".block", seq_digits=5)
+
+def block_sink(store_url: str, retry_timeout_s: float, key: bytes, run: str, fit_id: str) -> BlockSink:
+    """Where fit ``fit_id`` of ``run`` stores its training partitions, signed with ``key``."""
+    return BlockSink(store_url, float(retry_timeout_s), blocks_folder(run, fit_id), key, run, fit_id)
 
 
 def _signing(config: NodeConfig) -> tuple[bytes, tuple[str, str]]:
@@ -52,18 +54,7 @@ def _signing(config: NodeConfig) -> tuple[bytes, tuple[str, str]]:
 
 def write_partition(store: storage.Store, config: NodeConfig, index: int, X: np.ndarray, y: np.ndarray | None) -> int:
     """Store partition ``index`` of ``config``'s fit under its signed name; the bytes written."""
-    data = encode_block(X, y)
-    name = _BLOCKS.signed(*_signing(config), index, storage.sha256_hex(data))
-    store.write_bytes(f"{blocks_folder(config.run, config.fit_id)}/{name}", data)
-    return len(data)
-
-
-def write_partitions_task(encoded_config: bytes, elements: Iterator[Element]) -> Iterator[int]:
-    """``mapPartitions`` body of the fit's first job: store the partition(s) Spark hands over; the bytes written."""
-    config = decode(encoded_config, NodeConfig)
-    store = storage.open_store(config.store_url, retry_timeout_s=config.store_retry_timeout_s)
-    for index, X, y in iter_blocks(elements):
-        yield write_partition(store, config, index, X, y)
+    return store_block(store, blocks_folder(config.run, config.fit_id), *_signing(config), index, X, y)
 
 
 # ----------------------------------------------------------------------------- a node's partitions
@@ -102,7 +93,7 @@ class NodeData:
                 self.list_stored()
             block = self._get(index, capacity=2 * len(partitions))
             if block is None:
-                why = self.unreadable.get(index, f"not in {self.folder}, where the fit's first job stores it")
+                why = self.unreadable.get(index, f"not in {self.folder}, where the fit stores it")
                 raise TrainingError(f"node {self.name}: training partition {index} of run {self.config.run}: {why}")
             blocks.append((index, *block))
         return blocks
@@ -113,8 +104,8 @@ class NodeData:
 
     def list_stored(self) -> None:
         """Note the partitions the store holds under names signed for the fit."""
-        for signed in map(_BLOCKS.parse, self.store.list(self.folder)):
-            if signed and _BLOCKS.verifies(*_signing(self.config), signed):
+        for signed in map(BLOCK_NAMES.parse, self.store.list(self.folder)):
+            if signed and BLOCK_NAMES.verifies(*_signing(self.config), signed):
                 self.stored[signed.seq] = signed
 
     def has(self, index: int) -> bool:
@@ -141,7 +132,7 @@ class NodeData:
         signed = self.stored.get(index)
         if signed is None:
             return None
-        path = f"{self.folder}/{_BLOCKS.name(signed.seq, signed.sha256, signed.mac)}"
+        path = f"{self.folder}/{BLOCK_NAMES.name(signed.seq, signed.sha256, signed.mac)}"
         try:
             data = self.store.read_bytes(path)
             if storage.sha256_hex(data) != signed.sha256:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import logging
+import os
 import threading
+import time
 from typing import Any, Iterator
 
 import numpy as np
@@ -25,7 +27,7 @@ from ._device import build_replica, see_device
 from ._node import ExecutorNode, node_id, replica_spec
 from ._worker_heap import settle_worker_heap
 
-__all__ = ["probe_device_task", "release_run_task", "run_training_task"]
+__all__ = ["probe_device_task", "release_run_task", "run_training_task", "start_worker_task"]
 
 logger = logging.getLogger(__name__)
 
@@ -91,12 +93,28 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
         raise ContractError(f"a {task.mode!r} task carries {type(task.options).__name__}, "
                             f"not {mode.options_type.__name__}")
     list(elements)  # the slot's number (read to the end, or PySpark does not reuse the worker)
+    started = time.perf_counter()
     node = _node_for(task.node)
     node.use_device()
+    loading = time.perf_counter()
     blocks = node.data.slot(list(task.slots[partition]))
+    data_load_s = time.perf_counter() - loading
     node.enter_phase(task.phase, task.start_digest, lambda: start.value, task.start_nodes)
+    setup_s = time.perf_counter() - started
     for report in mode.train_task(node, task, partition, blocks):
-        yield encode(report)
+        # The task's first report carries what the task spent before it (node.driver._timings).
+        yield encode(dataclasses.replace(report, setup_s=setup_s, data_load_s=data_load_s))
+        setup_s = data_load_s = 0.0
+
+
+def start_worker_task(_elements: Iterator[int]) -> Iterator[int]:
+    """``mapPartitions`` body of the job that starts Spark's Python workers early (:class:`node.driver.Fit`).
+
+    Unpickling it imported sparkdbn's executor side (the models, the actors, the store) into the
+    worker: what the fit's first training task would wait for otherwise.  Yields the worker's pid.
+    """
+    list(_elements)  # read to the end, or PySpark does not reuse the worker
+    yield os.getpid()
 
 
 def release_run_task(run: str, _partition: int, _elements: Iterator[Any]) -> Iterator[str]:

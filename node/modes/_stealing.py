@@ -23,8 +23,8 @@ first (an exclusive create, atomic in every store)::
 
     runs/<run>/claims/<fit>/<phase>/<epoch:04d>-<partition:05d>      "<slot> <node>-<nonce> claimed|finished"
 
-A node takes a peer's partition from its memory or from the store, where the fit's first job
-stores every partition (:mod:`node.executor._resident`; a partition is taken only once it is there).  The
+A node takes a peer's partition from its memory or from the store, where the fit stores every
+partition before its first training job (:mod:`node.executor._resident`; a partition is taken only once it is there).  The
 driver removes the claims and the stored partitions when the fit ends
 (:func:`node.run.remove_work_folders`).
 A lone node steals nothing (its job is exactly its own partitions, in order) but claims each

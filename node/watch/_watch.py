@@ -107,26 +107,28 @@ class RunWatch:
                    tuple(int(d) for d in fit.prepared.feature_shape), validator)
 
     # ------------------------------------------------------------------ epochs
-    def end_epoch(self, phase: str, epoch: int, summary: dict, model: Any, validate: bool = True) -> bool:
+    def end_epoch(self, phase: str, epoch: int, summary: dict, model: Any, validate: bool = True,
+                  executors_busy: bool = False) -> bool:
         """Validate the epoch's consolidation, update early stopping, log; True when the phase should stop.
 
         Adds ``validation`` (a dict of metrics, or absent) to ``summary``; the record's step is
         updated in memory, and written by the caller with the epoch.  ``validate=False``: the store
         no longer holds the epoch's own weights (an epoch before the last of a job that trained
         several: ``sync``, ``sharing``), so nothing is validated rather than a later epoch's weights.
+        ``executors_busy``: the next epoch's job holds or waits for the task slots (:meth:`Validator.evaluate`).
         """
         step = self.record.step(phase)
         stop = False
         if self.validator is not None and validate:
             started = time.perf_counter()
             phase_params = self.weights.consolidate(phase, summary["nodes"]).params
-            metrics = self.validator.evaluate(phase, {**model.parameters(), **phase_params})
+            metrics = self.validator.evaluate(phase, {**model.parameters(), **phase_params}, executors_busy)
             summary["validation"] = metrics
             step.setdefault("validation", [])
             step["validation"] = [entry for entry in step["validation"] if entry["epoch"] < epoch]
             step["validation"].append({"epoch": epoch, "time": time.time(),
                                        "seconds": time.perf_counter() - started,
-                                       "evaluated_on": self.validator.evaluated_on[phase], **metrics})
+                                       "evaluated_on": self.validator.last_evaluated_on, **metrics})
             stop = self._early_stop(phase, epoch, metrics, phase_params)
         if self.live is not None:
             base = learning_rate_of(self.spec, phase)  # times the scaling rule's mean factor of the epoch

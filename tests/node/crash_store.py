@@ -14,6 +14,7 @@ run's newest record never names a file that is not stored, whole.
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 import node
@@ -81,6 +82,7 @@ class CrashingStore(storage.Store):
         self.dies = dies
         self.dead = False
         self.writes: list[str] = []
+        self._counting = threading.Lock()  # the driver writes a fit's training partitions from several threads
 
     def _before_change(self, path: str) -> None:
         if self.dead:
@@ -90,11 +92,14 @@ class CrashingStore(storage.Store):
         self._before_change(path)
         if path.endswith(".renewal"):
             return
-        self.writes.append(path)
-        if (self.crash_at is not None and len(self.writes) == self.crash_at) or (
-                self.crash_when is not None and self.crash_when(self.writes)):
-            self.crash_when = None  # the first match only
-            self.dead = self.dies
+        with self._counting:
+            self.writes.append(path)
+            crash = (self.crash_at is not None and len(self.writes) == self.crash_at) or (
+                self.crash_when is not None and self.crash_when(self.writes))
+            if crash:
+                self.crash_when = None  # the first match only
+                self.dead = self.dies
+        if crash:
             self.on_crash(path)
 
     def write_bytes(self, path: str, data: bytes) -> None:

@@ -70,7 +70,10 @@ def uninterrupted(spark, digits, tmp_path_factory):
 
 
 def write_kind(path: str) -> str:
-    """What a driver write is, from its path: lease, record, phase result, best, model."""
+    """What a driver write is, from its path: lease, record, block (a training partition), phase result, best,
+    model."""
+    if "/blocks/" in path:  # the driver writes a fit's partitions at once, in no fixed order
+        return "block"
     folder, name = path.rsplit("/", 2)[-2:]
     if folder == "phases":
         return "best" if ".best-" in name else "phase result"
@@ -82,7 +85,8 @@ def test_the_harness_counts_every_kind_of_driver_write(uninterrupted):
     assert accuracy >= HARNESS_TRAINED
     kinds = [write_kind(path) for path in writes]
     assert kinds[0] == "lease" and kinds[-2:] == ["record", "lease"]  # taken first; the run marked done, released
-    assert set(kinds) == {"lease", "record", "phase result", "model"}, kinds  # nothing else, nothing replaced
+    assert set(kinds) == {"lease", "record", "block", "phase result", "model"}, kinds  # nothing else, nothing replaced
+    assert kinds.count("block") == 2  # the driver stores numpy rows' partitions itself, once per fit
     assert kinds.count("record") == 1 + sum(HARNESS_EPOCHS.values()) + len(HARNESS_EPOCHS) + 1
     assert all(path.rsplit("/", 1)[-1].startswith("00000001-") for path in writes if write_kind(path) == "record")
 
@@ -169,8 +173,11 @@ def test_a_driver_killed_with_sigkill_at_a_write_of_each_kind_is_taken_over_and_
     reference, writes = uninterrupted
     store_url = "file://" + str(tmp_path / "store")
     kinds = [write_kind(path) for path in writes]
-    # One point of each kind: mid-phase record, the first phase result, the model, the record saying done.
-    points = [3, kinds.index("phase result") + 1, kinds.index("model") + 1, len(writes) - 1]
+    # One point of each kind: a training partition, a mid-phase record (the first after the partitions), the
+    # first phase result, the model, the record saying done.
+    first_block = kinds.index("block")
+    points = [first_block + 1, kinds.index("record", first_block) + 1, kinds.index("phase result") + 1,
+              kinds.index("model") + 1, len(writes) - 1]
     for crash_at in points:
         run_id = f"killed-{crash_at}"
         killed = run_crash_driver(store_url, run_id, crash_at, HARNESS_LEASE_TIMEOUT_S)

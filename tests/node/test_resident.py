@@ -9,10 +9,11 @@ import pytest
 
 import storage
 from node._contract import NodeConfig
-from node.data._prepare import encode_block, summarize_block
+from node.data import DataOptions, encode_block, prepare_training_data
 from node._errors import TrainingError
 from node.driver._fit_jobs import FitJobs
-from node.executor._resident import NodeData, write_partition
+from node.driver._timings import FitTimings
+from node.executor._resident import NodeData, block_sink, write_partition
 from node.run._work_folders import blocks_folder
 
 KEY = b"k" * 32
@@ -87,21 +88,62 @@ def test_a_stored_partition_whose_content_was_replaced_fails_the_task_naming_the
         NodeData(store, config_for(store_url), "node-a").slot([0])
 
 
-def test_the_fits_first_job_stores_every_partition_and_every_job_carries_only_the_slots_numbers(spark, store,
-                                                                                                 store_url):
-    elements = [(index, summarize_block(index, *partition(index), max_classes=10), encode_block(*partition(index)))
-                for index in range(5)]
-    jobs, cached = [], spark.sparkContext.parallelize(elements, 5).cache()
-    fit = FitJobs.__new__(FitJobs)  # the slots and the stored partitions only: no training job starts
-    fit.sc, fit._nodes, fit.run_id, fit._slots = spark.sparkContext, 2, "r1", None
-    fit.node_config = config_for(store_url)
-    fit.prepared = SimpleNamespace(rows_per_partition=[3] * 5, blocks=cached, unpersist=cached.unpersist)
-    fit._progress = SimpleNamespace(run_job=lambda rdd, description, partitions: jobs.append(rdd.collect()))
+def fit_jobs(spark, store_url: str, prepared) -> FitJobs:
+    """A FitJobs of the slots and the stored partitions only: no training job starts."""
+    fit = FitJobs.__new__(FitJobs)
+    fit.sc, fit._nodes, fit.run_id, fit._slots, fit._stored = spark.sparkContext, 2, "r1", None, False
+    fit.node_config, fit.store, fit.prepared, fit._timings = config_for(store_url), storage.open_store(store_url), \
+        prepared, FitTimings()
+    return fit
+
+
+def jobs_of(spark, group: str, action) -> list[int]:
+    """The Spark jobs ``action()`` ran."""
+    spark.sparkContext.setJobGroup(group, "a test's partitions")
+    try:
+        action()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    return spark.sparkContext.statusTracker().getJobIdsForGroup(group)
+
+
+def test_partitions_the_driver_holds_are_stored_once_by_the_driver_and_every_job_carries_only_the_slots_numbers(
+        spark, store, store_url):
+    dropped = []
+    held = [(index, *partition(index)) for index in range(5)]
+    fit = fit_jobs(spark, store_url, SimpleNamespace(rows_per_partition=[3] * 5, held=held, stored=False,
+                                                     unpersist=lambda: dropped.append(True)))
+    assert jobs_of(spark, "driver-stores", lambda: [fit.store_partitions() for _job in range(3)]) == []
+    assert dropped == [True]  # stored once per fit, and the driver's copy dropped
     for _job in range(3):
-        slots = fit._dealt()
-        assert slots == ((0, 2, 4), (1, 3))
+        assert fit._dealt() == ((0, 2, 4), (1, 3))
         assert fit._slot_numbers.glom().collect() == [[0], [1]]  # the slot's number, not its data
-    assert len(jobs) == 1  # stored once per fit ...
-    assert not cached.is_cached  # ... and Spark's copy dropped
     blocks = NodeData(store, config_for(store_url), "node-a").slot([0, 2, 4])
     assert [(index, X[0, 0]) for index, X, _y in blocks] == [(0, 0), (2, 2), (4, 4)]
+    assert [step.name for step in fit._timings.steps] == ["store the training partitions"]
+
+
+def test_data_spark_reads_is_stored_by_the_job_that_checks_it_under_the_names_the_driver_gives(spark, tmp_path):
+    by_spark, by_driver = ("file://" + str(tmp_path / name) for name in ("by-spark", "by-driver"))
+    rows = [(X_row, int(label)) for index in range(3) for X_row, label in zip(*partition(index))]
+    rdd = spark.sparkContext.parallelize(rows, 3)  # partition i holds partition(i)'s rows
+    sink = block_sink(by_spark, 5.0, KEY, "r1", "f" * 32)
+    prepared = []
+    jobs = jobs_of(spark, "spark-stores", lambda: prepared.append(prepare_training_data(
+        spark, rdd, options=DataOptions(partitions=3, sink=sink))))
+    assert len(jobs) == 1 and prepared[0].stored  # one job reads, checks and stores
+    fit = fit_jobs(spark, by_spark, prepared[0])
+    assert jobs_of(spark, "nothing-left-to-store", fit.store_partitions) == [] and fit._timings.steps == []
+    stored(storage.open_store(by_driver), range(3))
+    folder = blocks_folder("r1", "f" * 32)
+    names = sorted(storage.open_store(by_spark).list(folder))
+    assert names == sorted(storage.open_store(by_driver).list(folder)) and len(names) == 3  # same content, same names
+    for index, X, y in NodeData(storage.open_store(by_spark), config_for(by_spark), "node-a").slot([2, 0, 1]):
+        assert np.array_equal(X, partition(index)[0]) and np.array_equal(y, partition(index)[1])
+
+
+def test_data_prepared_without_the_fits_sink_is_refused_before_a_training_job(spark, store_url):
+    fit = fit_jobs(spark, store_url, SimpleNamespace(rows_per_partition=[3], held=None, stored=False,
+                                                     source="an RDD of (features, label)"))
+    with pytest.raises(TrainingError, match="prepared without the fit's block sink"):
+        fit.store_partitions()

@@ -28,6 +28,40 @@ def test_defaults_fill_only_what_spark_was_not_given_and_conf_wins():
     assert submitted == {"spark.ui.showConsoleProgress": "false"}  # spark-submit decided master and network
 
 
+def test_a_local_session_forks_its_python_workers_from_sparkdbns_daemon_and_a_cluster_keeps_pysparks():
+    assert session_settings({}, local_master=True)["spark.python.daemon.module"] == "node.executor._daemon"
+    assert "spark.python.daemon.module" not in session_settings({})  # a cluster's executors may run another Python
+    assert "spark.python.daemon.module" not in session_settings({"spark.python.daemon.module": "theirs"},
+                                                                local_master=True)
+    assert "spark.python.daemon.module" not in session_settings({}, under_spark_submit=True, local_master=True)
+
+
+def test_the_suites_local_workers_are_forks_of_a_daemon_that_imported_sparkdbn(spark):
+    def daemon_command(_rows):
+        list(_rows)
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as handle:
+            yield handle.read().replace(b"\0", b" ").decode()
+
+    commands = spark.sparkContext.parallelize(range(2), 2).mapPartitions(daemon_command).collect()
+    assert len(commands) == 2 and all("-m node.executor._daemon" in command for command in commands), commands
+
+
+_FORK_SAFETY_PROBE = """
+import sys, threading, pykka, zmq
+import node.executor._daemon
+print(len(threading.enumerate()), len(pykka.ActorRegistry.get_all()), zmq.Context._instance is None,
+      any(name == "cupy" or name.startswith(("cupy.", "cupy_backends")) for name in sys.modules))
+"""
+
+
+def test_the_daemon_forks_from_a_process_with_no_threads_actors_zmq_context_or_cupy():
+    # a fork copies only the forking thread: a lock another thread held stays held in every worker
+    done = subprocess.run([sys.executable, "-c", _FORK_SAFETY_PROBE], capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "0", "True", "False"], done.stdout
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import storage
-from node.data._prepare import encode_block
+from node.data import encode_block
 from node.executor._resident import NodeData, write_partition
 from node.modes._stealing import PartitionQueue, claimed_partitions, stop_epoch
 from node.run._work_folders import remove_work_folders

@@ -132,7 +132,7 @@ def test_validation_runs_on_the_driver_when_sooner_else_as_spark_jobs_with_the_s
     model = small_dbn().initialize(digits.X_train.shape[1], np.unique(digits.y_train))  # its initial weights
     held = ValidationSet(X=numerics.arrange(digits.X_test), y=digits.y_test, source="the test rows")
     validator = Validator(spark, held, model.to_spec(), digits.X_train.shape[1], model.classes_, partitions=2,
-                          job_start_s=job_start_s)
+                          job_start_s=job_start_s, local=False)  # the rule of a cluster, on the suite's local Spark
     sc = spark.sparkContext
     group = f"validation-on-the-{where}-{numerics.name}"
     sc.setJobGroup(group, "a test's validations")
@@ -159,6 +159,41 @@ def test_validation_runs_on_the_driver_when_sooner_else_as_spark_jobs_with_the_s
         assert figures["val_accuracy"] == pytest.approx(accuracy, abs=ties)
         assert figures["val_loss"] == pytest.approx(log_loss, rel=MEAN_LOSS_RTOL)
     assert rbm0["val_reconstruction_error"] == pytest.approx(reconstruction_error, rel=RECONSTRUCTION_RTOL)
+
+
+def evaluated_where(spark, validator: Validator, group: str, *evaluations: tuple[str, bool]) -> tuple[list, int]:
+    """Where each ``(phase, executors_busy)`` evaluation ran, and the Spark jobs they took."""
+    model = small_dbn().initialize(validator.model_input, validator.classes)
+    sc = spark.sparkContext
+    sc.setJobGroup(group, "a test's validations")
+    where = []
+    try:
+        for phase, busy in evaluations:
+            validator.evaluate(phase, model.parameters(), executors_busy=busy)
+            where.append(validator.last_evaluated_on)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        validator.close()
+    return where, len(sc.statusTracker().getJobIdsForGroup(group))
+
+
+def test_validation_waits_for_no_training_job_and_on_a_local_master_runs_on_the_driver(spark, digits):
+    held = ValidationSet(X=digits.X_test, y=digits.y_test, source="the test rows")
+    classes = np.unique(digits.y_train)
+
+    def validator(**options) -> Validator:
+        return Validator(spark, held, small_dbn().to_spec(), digits.X_train.shape[1], classes, partitions=2,
+                         job_start_s=0.0, **options)  # with no time to start a job, Spark is always sooner
+
+    # A cluster: the phase is evaluated by Spark, except while a training job holds the task slots.
+    where, jobs = evaluated_where(spark, validator(local=False), "validation-beside-a-training-job",
+                                  ("finetune", False), ("finetune", True), ("finetune", False))
+    assert where == ["spark", "driver", "spark"] and jobs == 2
+    # A local master: the executors are the driver's own cores, a job would only add its start.
+    local = validator()
+    assert local.local
+    where, jobs = evaluated_where(spark, local, "validation-on-a-local-master", ("finetune", False), ("rbm0", False))
+    assert where == ["driver", "driver"] and jobs == 0 and local.evaluated_on == {"finetune": "driver", "rbm0": "driver"}
 
 
 def test_status_of_an_unknown_run_says_so_without_a_traceback(tmp_path, capsys):

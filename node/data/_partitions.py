@@ -1,0 +1,139 @@
+"""One partition of training data where it is read: checked, summarized, and stored where a sink says.
+
+Each function here turns one partition -- numpy rows on the driver, an RDD partition of
+``(features, label)`` rows, a DataFrame partition's Arrow batches, a staged dataset's shard --
+into its *summary* (:func:`summarize_block`): a small JSON-able dict of rows, per-sample shape,
+the first NaN/Inf, per-column minimum and maximum with their rows, and the distinct labels, from
+which the driver refuses, naming partition, row and column, whatever the model would refuse.  With
+a :class:`~node.data._blocks.BlockSink` the partition is also stored for the fit's nodes, by the
+task that read it (:func:`summarize_and_store`): the rows cross from Spark into Python once, and no
+copy is cached.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark import TaskContext
+
+import storage
+
+from .._errors import InputDataError
+from ._blocks import BlockSink
+from ._frames import features_from_arrow, labels_from_arrow
+from ._labels import summarize_labels
+
+__all__ = ["arrow_partition_summary", "empty_summary", "rows_summary", "shard_summary", "summarize_and_store",
+           "summarize_block"]
+
+
+def summarize_block(index: int, X: np.ndarray, y: np.ndarray | None, max_classes: int,
+                    error: str | None = None) -> dict[str, Any]:
+    """The per-partition facts the driver checks (JSON-able, small: O(features + distinct labels))."""
+    summary: dict[str, Any] = {"partition": index, "rows": int(len(X)), "shape": list(X.shape[1:]), "error": error,
+                               "has_labels": y is not None}
+    if error is not None or not len(X):
+        return summary
+    flat = X.reshape(len(X), -1)
+    finite = np.isfinite(flat)
+    bad_rows = ~finite.all(axis=1)
+    if bad_rows.any():
+        row = int(np.flatnonzero(bad_rows)[0])
+        summary["nan_at"] = [row, int(np.flatnonzero(~finite[row])[0])]
+        return summary
+    lowest, highest = flat.argmin(axis=0), flat.argmax(axis=0)
+    columns = np.arange(flat.shape[1])
+    summary.update(column_min=flat[lowest, columns].astype(float).tolist(), column_min_row=lowest.tolist(),
+                   column_max=flat[highest, columns].astype(float).tolist(), column_max_row=highest.tolist())
+    if y is not None:
+        try:
+            summary["labels"] = summarize_labels(y, max_classes)
+        except InputDataError as label_error:
+            summary["error"] = str(label_error)
+    return summary
+
+
+def empty_summary(index: int, error: str | None = None) -> dict[str, Any]:
+    """The summary of a partition without rows, or of one refused before it could be read (``error``)."""
+    return {"partition": index, "rows": 0, "shape": None, "error": error, "has_labels": False}
+
+
+def summarize_and_store(sink: BlockSink | None, max_classes: int, index: int, X: np.ndarray,
+                        y: np.ndarray | None) -> dict[str, Any]:
+    """``X``'s summary; with ``sink``, the partition stored too unless its summary already refuses it."""
+    summary = summarize_block(index, X, y, max_classes)
+    usable = summary["error"] is None and "nan_at" not in summary and summary["rows"]
+    if sink is not None and usable:
+        sink.write(sink.open_store(), index, X, y)
+    return summary
+
+
+def rows_summary(sink: BlockSink | None, max_classes: int, index: int, rows: Iterator[Any]) -> Iterator[dict]:
+    """``mapPartitionsWithIndex`` body: an RDD partition of ``(features, label)`` rows (or bare features)."""
+    features: list[np.ndarray] = []
+    labels: list[Any] = []
+    has_labels: bool | None = None
+    for row in rows:
+        if isinstance(row, tuple) and len(row) == 2:
+            vector, label = row
+            has_labels = True if has_labels is None else has_labels
+            labels.append(label)
+        else:
+            vector, has_labels = row, False
+        to_array = getattr(vector, "toArray", None)  # pyspark.ml.linalg / mllib vectors
+        features.append(np.asarray(to_array() if to_array is not None else vector, dtype=np.float32))
+    if not features:
+        yield empty_summary(index)
+        return
+    first = features[0].shape
+    different = next((row for row, array in enumerate(features) if array.shape != first), None)
+    if different is not None:
+        yield empty_summary(index, f"rows have different feature shapes ({first} at row 0, "
+                                   f"{features[different].shape} at row {different})")
+        return
+    y = np.asarray(labels) if has_labels else None
+    if y is not None and y.dtype == object:
+        yield empty_summary(index, "labels mix types (numbers and strings, or None)")
+        return
+    yield summarize_and_store(sink, max_classes, index, np.stack(features), y)
+
+
+def arrow_partition_summary(sink: BlockSink | None, max_classes: int,
+                            batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body: one DataFrame partition's features (+ label) batches -> one row, its summary as JSON.
+
+    A task holds one partition: its index is the task's partition id.
+    """
+    index = TaskContext.get().partitionId()
+    parts_X, parts_y, error = [], [], None
+    for batch in batches:  # every batch is read, also after an error (the worker is reused only then)
+        if error is not None:
+            continue
+        try:
+            X = features_from_arrow(batch.column(0), name="features")
+            y = labels_from_arrow(batch.column(1)) if batch.num_columns > 1 else None
+        except InputDataError as input_error:
+            error = str(input_error)
+            continue
+        if len(X):
+            parts_X.append(X)
+            parts_y.append(y)
+    if error is None and len({X.shape[1:] for X in parts_X}) > 1:
+        error = "batches of this partition have different feature widths"
+    if error is not None or not parts_X:
+        summary = empty_summary(index, error)
+    else:
+        y = None if parts_y[0] is None else np.concatenate(parts_y)
+        summary = summarize_and_store(sink, max_classes, index, np.concatenate(parts_X), y)
+    yield pa.RecordBatch.from_arrays([pa.array([json.dumps(summary)], pa.string())], names=["summary"])
+
+
+def shard_summary(dataset: storage.Dataset, sink: BlockSink | None, max_classes: int, index: int,
+                  _rows: Iterator[Any]) -> Iterator[dict]:
+    """``mapPartitionsWithIndex`` body: shard ``index`` of a staged dataset, read from the store by its executor."""
+    list(_rows)  # the shard's number (read to the end, or PySpark does not reuse the worker)
+    X, y = dataset.read_shard(index)
+    yield summarize_and_store(sink, max_classes, index, np.asarray(X, dtype=np.float32), y)

@@ -1,0 +1,105 @@
+"""Training data prepared for a fit (node.data._prepare): numpy arrays checked and split on the driver, the rest by Spark."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import node
+import storage
+from node.data import DataOptions, check_model_input, filled_partitions, prepare_training_data
+from node.executor._resident import NodeData, block_sink
+
+pytestmark = pytest.mark.slow
+
+
+def numbered_rows(rows: int = 120, width: int = 6) -> tuple[np.ndarray, np.ndarray]:
+    """Rows in [0, 1) whose column 0 numbers them (row / rows), and labels 0..2 (strings in a few)."""
+    rng = np.random.default_rng(0)
+    X = rng.random((rows, width)).astype(np.float32)
+    X[:, 0] = np.arange(rows) / rows
+    return X, rng.integers(0, 3, rows)
+
+
+def no_jobs_in(spark, group: str, action):
+    """``action()``'s result, and the Spark jobs it ran (it runs in job group ``group``)."""
+    sc = spark.sparkContext
+    sc.setJobGroup(group, "a test's data preparation")
+    try:
+        result = action()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return result, sc.statusTracker().getJobIdsForGroup(group)
+
+
+def test_numpy_rows_are_split_and_summarized_on_the_driver_without_a_spark_job(spark):
+    X, y = numbered_rows()
+    prepared, jobs = no_jobs_in(spark, "numpy-on-the-driver", lambda: prepare_training_data(
+        spark, X, y, DataOptions(partitions=4, shuffle_seed=3)))
+    assert jobs == []
+    assert not prepared.stored and [index for index, *_ in prepared.held] == [0, 1, 2, 3]
+    ids = np.concatenate([X_part[:, 0] for _index, X_part, _y in prepared.held]) * len(X)
+    assert sorted(np.rint(ids).astype(int)) == list(range(len(X)))  # every row once, shuffled
+    assert not np.array_equal(np.rint(ids).astype(int), np.arange(len(X)))
+    for _index, X_part, y_part in prepared.held:  # each row keeps its own label
+        assert np.array_equal(y_part, y[np.rint(X_part[:, 0] * len(X)).astype(int)])
+    assert prepared.rows_per_partition == [30] * 4 and prepared.n_samples == len(X)
+    assert list(prepared.classes) == [0, 1, 2]
+    prepared.unpersist()
+    assert prepared.held is None
+
+
+def test_the_drivers_summaries_of_numpy_rows_are_the_executors_summaries_of_the_same_rows_byte_for_byte(spark):
+    X, y = numbered_rows(rows=90)
+    X[:, 1:] = np.floor(X[:, 1:] * 4) / 4  # pixel-like levels: every column's minimum and maximum tie across rows
+    on_driver = prepare_training_data(spark, X, y, DataOptions(partitions=3, shuffle_seed=1))
+    # The same partitions as an RDD of (features, label) rows: summarized by the executors.
+    parts = [list(zip(X_part, y_part.tolist())) for _index, X_part, y_part in on_driver.held]
+    rdd = spark.sparkContext.parallelize(parts, len(parts)).flatMap(lambda rows: rows)
+    by_spark = prepare_training_data(spark, rdd, options=DataOptions(partitions=3))
+    try:
+        assert json.dumps(on_driver.summaries) == json.dumps(by_spark.summaries)
+        assert (on_driver.rows_per_partition, on_driver.feature_shape) == (by_spark.rows_per_partition,
+                                                                           by_spark.feature_shape)
+        assert list(on_driver.classes) == list(by_spark.classes)
+    finally:
+        by_spark.unpersist()
+
+
+def test_a_numpy_value_outside_the_models_range_is_named_by_partition_row_and_column(spark):
+    X, y = numbered_rows(rows=40)
+    X[23, 5] = 2.5  # rows in order (no shuffle), 2 partitions of 20: partition 1, row 3
+    prepared = prepare_training_data(spark, X, y, DataOptions(partitions=2, shuffle_seed=None))
+    with pytest.raises(node.InputDataError, match=r"partition 1 row 3 column 5 holds 2.5, outside \[0, 1\]"):
+        check_model_input(prepared, X.shape[1], (0.0, 1.0))
+
+
+def test_numpy_rows_with_nan_or_too_many_labels_are_refused_naming_where(spark):
+    X, y = numbered_rows(rows=40)
+    X[31, 2] = np.nan
+    with pytest.raises(node.InputDataError, match=r"NaN or Inf \(first at row 31\)"):
+        prepare_training_data(spark, X, y, DataOptions(partitions=2))
+    with pytest.raises(node.InputDataError, match=r"partition 0 alone has 20 distinct labels, more than max_classes=5"):
+        prepare_training_data(spark, numbered_rows(rows=40)[0], np.arange(40), DataOptions(partitions=2, max_classes=5))
+
+
+def test_a_dataframes_partitions_are_read_checked_and_stored_by_one_job_through_arrow(spark, tmp_path):
+    X, y = numbered_rows(rows=60)
+    rows = [(row.tolist(), int(label)) for row, label in zip(X, y)]
+    frame = spark.sparkContext.parallelize(rows, 3).toDF(["features", "label"])  # 3 partitions: no shuffle
+    store_url = "file://" + str(tmp_path / "store")
+    sink = block_sink(store_url, 5.0, b"k" * 32, "r1", "f" * 32)
+    prepared, jobs = no_jobs_in(spark, "dataframe-in-one-job", lambda: prepare_training_data(
+        spark, frame, options=DataOptions(partitions=3, sink=sink)))
+    assert len(jobs) == 1 and prepared.stored and prepared.held is None
+    assert sum(prepared.rows_per_partition) == len(X) and list(prepared.classes) == [0, 1, 2]
+    config = SimpleNamespace(store_url=store_url, store_retry_timeout_s=5.0, key=b"k" * 32, run="r1",
+                             fit_id="f" * 32)
+    blocks = NodeData(storage.open_store(store_url), config, "node-a").slot(filled_partitions(
+        prepared.rows_per_partition))
+    ids = np.rint(np.concatenate([X_part[:, 0] for _index, X_part, _y in blocks]) * len(X)).astype(int)
+    assert sorted(ids) == list(range(len(X)))  # every row stored once, with its own label
+    assert np.array_equal(np.concatenate([y_part for *_rest, y_part in blocks]), y[ids])
