@@ -189,9 +189,10 @@ def test_a_job_submitted_with_a_packed_environment_runs_its_executors_on_the_pac
     run = node.open_run(store_url, "packed")
     assert run.record["status"] == "done"
     peers = run.runs.list_peers()
-    # One node per one-core executor, each started by its task (one may have trained both partitions:
-    # a node that is done takes the partitions its slower peer has not started, node.modes._stealing).
-    assert len(peers) == 2, peers
+    # At most one node per one-core executor.  Both may not have trained: an executor still starting its
+    # packed Python for the fit's first job (the one that starts the workers) takes its training task late,
+    # and a node that is done takes the partitions its slower peer has not started (node.modes._stealing).
+    assert 1 <= len(peers) <= 2, peers
     assert {m["node"] for m in run.runs.read_metrics()} <= set(peers)
     for name in peers:
         python = Path(peers[name]["python"])

@@ -6,6 +6,7 @@ One small DBN (64-16) on part of the digits, on the suite's local Spark with two
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -92,10 +93,14 @@ def test_tensorboard_shows_every_node_and_the_validation_while_the_run_trains(sp
     assert events.Scalars("rbm0.run/val_reconstruction_error")[0].value == pytest.approx(
         summary["validation"]["val_reconstruction_error"], rel=1e-5)
 
-    # `sparkdbn status` while the run trains: running, the epoch done, the newest validation, both nodes.
+    # `sparkdbn status` while the run trains: running, the epoch done, the newest validation, the epoch's nodes.
+    # (Every node the registry holds by then: the next epoch's job is already running, and a task Spark hands
+    # a fresh Python worker starts a third node.)
     code, text = first["status"]
     assert code == 0 and "run live: running" in text and "epochs 1/2" in text
-    assert "val_reconstruction_error" in text and "nodes (2):" in text
+    assert "val_reconstruction_error" in text
+    listed = re.search(r"^nodes \((\d+)\):$", text, re.MULTILINE)
+    assert listed and int(listed.group(1)) >= 2 and all(f"  {node_id}  " in text for node_id in summary["nodes"]), text
 
     # The recorded figures are those of the phase results (the last epoch's consolidation),
     # recomputed here without Spark on the same held-out rows.
