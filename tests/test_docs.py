@@ -144,18 +144,6 @@ def test_the_readmes_links_into_docs_become_links_within_the_site():
         "See [How it works](how-it-works.md#phases) and [x](https://example.org/docs/a.md).")
 
 
-def test_a_page_still_being_written_stays_out_of_the_nav_and_its_links_are_plain_text(tmp_path):
-    pending = hook("pending")
-    (tmp_path / "testing.md").write_text("# Testing\n")
-    nav = [{"Home": "index.md"}, {"Development": ["development.md", {"Testing": "testing.md"},
-                                                  {"Quality": "quality.md"}]}, {"Later": [{"GPUs": "gpu.md"}]}]
-    config = {"docs_dir": str(tmp_path), "nav": nav, "extra": {"pending_pages": ["testing.md", "quality.md", "gpu.md"]}}
-    pending.on_config(config)
-    assert config["nav"] == [{"Home": "index.md"}, {"Development": ["development.md", {"Testing": "testing.md"}]}]
-    markdown = pending.on_page_markdown("[Quality](quality.md#a) and [Testing](testing.md)", None, config, None)
-    assert markdown == "Quality (`docs/quality.md`, being written) and [Testing](testing.md)"
-
-
 def test_the_command_line_reference_is_what_each_installed_command_prints_for_help():
     cli_help = hook("cli_help")
     markdown = cli_help.on_page_markdown("### status\n\n<!-- cli-help: status -->\n", None, None, None)
