@@ -29,7 +29,7 @@ __all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "AsyncOptions", "S
            "ModeOptions", "TaskSpec", "NodeDevice", "PartitionReport", "encode", "decode", "params_digest"]
 
 #: Bumped whenever a field of the contract changes meaning, appears or goes.
-CONTRACT_VERSION = 9
+CONTRACT_VERSION = 10
 
 T = TypeVar("T")
 
@@ -153,6 +153,9 @@ class TaskSpec:
     share when it is done, :mod:`node.modes._stealing`).  ``options`` are the mode's own.
     ``start_nodes`` are the nodes that trained the phase's last finished epoch: a node new to the
     phase starts from the mean of their newest snapshots (none named: of every node's).
+    ``planned_epochs`` are the phase's epochs in the run's plan (0: not said): a node places each
+    partition in it (:func:`node.modes.schedule_place`), for a model that shapes its steps by the
+    plan as its ``fit`` does (``set_schedule_plan``: the DBN's fine-tuning anneal and dropout ramp).
     """
 
     node: NodeConfig
@@ -165,6 +168,7 @@ class TaskSpec:
     slots: tuple[tuple[int, ...], ...] = ()
     options: ModeOptions = AsyncOptions()
     start_nodes: tuple[str, ...] = ()
+    planned_epochs: int = 0
 
     @property
     def epochs(self) -> range:

@@ -26,6 +26,11 @@ only ever talks to a model through it:
   passes over the whole data the model's schedules (learning-rate decay, momentum switch)
   count as done, for the following updates: the trainer's epoch (times the node's learning-rate
   factor), however many partitions an epoch has (see :class:`ScheduleClock`);
+* ``set_schedule_plan(planned_epochs, epoch, share)`` (optional, as ``set_schedule_epoch``) --
+  where the following ``train_partition`` call stands in the phase's plan: ``share`` of an epoch,
+  starting ``epoch`` epochs into ``planned_epochs`` planned ones, so that a model whose ``fit`` shapes
+  its steps by the plan (the DBN's fine-tuning anneal and dropout ramp) takes the same steps on
+  the nodes (see :class:`ScheduleClock`);
 * ``max_learning_rate_factor()`` (optional) -- the largest factor the model's learning rates
   may take from the trainer's scaling rule, or None for the trainer's own cap; past it the
   trainer gives the nodes smaller minibatches instead (an RBM with persistent chains: 1).
@@ -39,7 +44,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -58,6 +63,7 @@ __all__ = [
     "is_empty",
     "MinibatchHook",
     "ScheduleClock",
+    "SchedulePlace",
     "print_iteration",
 ]
 
@@ -123,9 +129,13 @@ class ScheduleClock:
     would advance each node's schedules by 8.  So the trainer sets the clock before every partition
     (:func:`node._scaling.schedule_epoch`), and the schedules run on epochs of the whole data, on any
     number of partitions.  Not a hyperparameter: not in the spec or the saved file.
+
+    ``set_schedule_plan`` adds where a partition stands in the phase's *plan*, for what ``fit`` does
+    only because it knows how many passes follow (the DBN's fine-tuning anneal and dropout ramp).
     """
 
     _schedule_epoch: "float | None" = None
+    _schedule_plan: "SchedulePlace | None" = None
 
     def set_schedule_epoch(self, epoch: "float | None") -> None:
         """Count ``epoch`` passes done (>= 0) in the schedules of every following update (None: the model's own)."""
@@ -140,6 +150,49 @@ class ScheduleClock:
     def _schedule_passes(self, own: int) -> float:
         """The passes the schedules count: the set epoch, else ``own`` (the model's own count)."""
         return own if self._schedule_epoch is None else self._schedule_epoch
+
+    def set_schedule_plan(self, planned_epochs: "int | None", epoch: float = 0.0, share: float = 1.0) -> None:
+        """Place the following ``train_partition`` calls in the phase's plan (None: no plan, as a model without it).
+
+        ``fit`` knows how many passes follow and shapes its steps by it (the DBN lowers its fine-tuning
+        rate to zero over the last planned updates and ramps dropout up over the first epochs);
+        ``train_partition`` alone does not.  The distributed trainer says, before each partition,
+        that it is ``share`` of an epoch (in (0, 1]) starting ``epoch`` epochs (>= 0) into the
+        ``planned_epochs`` (>= 1) of the phase: the partition's minibatch at row ``r`` of ``n`` is
+        then at ``epoch + share * r / n`` of the plan, where ``fit``'s minibatch of the same place
+        would be.  These are epochs of the fit, not the scaled clock of :meth:`set_schedule_epoch`.
+        Only the DBN's fine-tuning uses the place so far; the RBM (whose ``fit`` anneals too) and the
+        ConvNet keep it and train as without it.  Not a hyperparameter.
+        """
+        if planned_epochs is None:
+            self.__dict__.pop("_schedule_plan", None)
+            return
+        self._schedule_plan = SchedulePlace.checked(planned_epochs, epoch, share)
+
+
+class SchedulePlace(NamedTuple):
+    """Where a partition stands in a phase's plan (:meth:`ScheduleClock.set_schedule_plan`)."""
+
+    planned_epochs: int
+    epoch: float  # epochs of the plan done when the partition starts
+    share: float  # of an epoch, the partition's
+
+    @classmethod
+    def checked(cls, planned_epochs: Any, epoch: Any, share: Any) -> "SchedulePlace":
+        def number(value: Any) -> bool:
+            return not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating)) \
+                and bool(np.isfinite(value))
+
+        if not (number(planned_epochs) and float(planned_epochs).is_integer() and planned_epochs >= 1
+                and number(epoch) and epoch >= 0 and number(share) and 0 < share <= 1):
+            raise ValueError("set_schedule_plan takes planned_epochs >= 1 (an integer), epoch >= 0 and a share of "
+                             f"an epoch in (0, 1], got {planned_epochs!r}, {epoch!r}, {share!r}")
+        return cls(int(planned_epochs), float(epoch), float(share))
+
+    def progress(self, within_partition: float) -> tuple[float, int]:
+        """``(epochs done, planned)`` at ``within_partition`` (in [0, 1)) of the partition: what
+        :func:`rbm._updaters.anneal_factor` takes as ``(done, total)`` with ``within_pass`` 0."""
+        return self.epoch + self.share * within_partition, self.planned_epochs
 
 
 def print_iteration(name: str, iteration: int, metrics: str, seconds: float) -> None:

@@ -158,22 +158,25 @@ def make_updater(name: str, **settings: Any) -> Updater:
     return UPDATERS[name](**settings)
 
 
-def anneal_factor(planned: tuple[int, int] | None, within_pass: float, fraction: float) -> float:
+def anneal_factor(planned: tuple[float, int] | None, within_pass: float, fraction: float) -> float:
     """Learning-rate factor of a fit's linear anneal: 1, then linear from 1 towards 0 over the
     last ``fraction`` of the fit's planned updates.
 
     Parameters
     ----------
     planned : ``(done, total)`` when this is pass ``done + 1`` of ``total`` planned ones (a
-        ``fit``); None where the total is unknown (``partial_fit``, ``train_partition``): factor 1.
+        ``fit``; ``done`` may be a fraction: a partition's place in a distributed fit, see
+        :class:`rbm._model.SchedulePlace`); None where the total is unknown (``partial_fit``, or
+        ``train_partition`` without a plan): factor 1.
     within_pass : how far into the current pass, in [0, 1).
     fraction : share of the fit annealed, in [0, 1] (0: constant rate).
 
     Stochastic gradient methods at a constant rate keep jumping by the gradient noise; a rate
     that ends at zero lets the parameters settle, whatever the number of passes or their size.
+    Past the plan's end (a distributed task trained beyond it) the factor stays 0, never negative.
     """
     if planned is None or fraction == 0:
         return 1.0
     done, total = planned
-    left = 1.0 - (done + within_pass) / total  # fraction of the fit still to come, in (0, 1]
-    return min(1.0, left / fraction)
+    left = 1.0 - (done + within_pass) / total  # fraction of the fit still to come: in (0, 1] in a fit
+    return max(0.0, min(1.0, left / fraction))

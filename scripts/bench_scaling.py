@@ -55,7 +55,7 @@ import rbm  # noqa: E402
 from node import TrainingSettings  # noqa: E402
 from node.modes import mode_named  # noqa: E402
 from node.modes._scaling import (default_warmup_partitions, learning_rate_scale, max_learning_rate_factor,  # noqa: E402
-                                 resolve_rule, schedule_epoch)
+                                 resolve_rule, schedule_epoch, schedule_place)
 from rbm.datasets import load_digits01, load_digits28  # noqa: E402
 
 from _results import BenchRun, add_json_option  # noqa: E402
@@ -127,6 +127,7 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
     if per_node == "default":
         per_node = mode.default_partitions(settings, nodes, len(X), batch_size) // nodes
     parts = np.array_split(np.random.default_rng(seed).permutation(len(X)), per_node * nodes)
+    slots = [list(range(i, per_node * nodes, nodes)) for i in range(nodes)]  # dealt as a fit deals them
     if warmup is None:
         warmup = default_warmup_partitions(per_node * nodes, nodes)
     if strategy == "linear-nowarmup":
@@ -146,6 +147,7 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
                 replica.set_learning_rate_scale(scale)
                 replica.set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer (node.modes._scaling)
                 partition = half * nodes + i
+                replica.set_schedule_plan(EPOCHS[kind][phase], *schedule_place(epoch, slots, partition))
                 rows = parts[partition]
                 replica.train_partition(X[rows], None if kind == "rbm" else y[rows], phase,
                                         np.random.default_rng([seed, phase_index, epoch, partition]))
@@ -218,6 +220,7 @@ def large_batch_bound(kind: str, split, nodes: int, rate_factor: float, seed: in
                 scale = learning_rate_scale("linear", rate_factor, done, len(parts)) if rate_factor > 1 else 1.0
                 model.set_learning_rate_scale(scale)
                 model.set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer (node.modes._scaling)
+                model.set_schedule_plan(EPOCHS[kind][phase], *schedule_place(epoch, [range(len(parts))], index))
                 model.train_partition(X[rows], None if kind == "rbm" else y[rows], phase,
                                       np.random.default_rng([seed, phase_index, epoch, index]))
     model.set_learning_rate_scale(1.0)

@@ -44,6 +44,7 @@ import numpy as np
 
 import node
 import rbm
+from node.modes import schedule_place
 from _results import BenchRun, add_json_option
 from rbm.datasets import load_digits28
 
@@ -73,6 +74,7 @@ def _in_process(X, y, X_test, y_test, epochs: dict[str, int], partitions: int, s
         for epoch in range(epochs[phase]):
             model.set_schedule_epoch(epoch)  # as the trainer does
             for index, rows in enumerate(parts):
+                model.set_schedule_plan(epochs[phase], *schedule_place(epoch, [range(partitions)], index))
                 rng = np.random.default_rng([seed, phase_index, epoch, index])
                 metrics = model.train_partition(X[rows], y[rows], phase, rng)
                 samples += metrics["samples"]

@@ -290,7 +290,7 @@ class Fit:
                                  total=self.prepared.partitions * (epochs - first),
                                  description=f"{self.run_id} {phase}", samples_per_partition=self.prepared.n_samples / max(1, self.prepared.partitions))
         # The whole model with ``start`` as the phase's parameters: the earlier phases' results too.
-        self.jobs.begin_phase(phase, {**self.model.parameters(), **start}, progress)
+        self.jobs.begin_phase(phase, {**self.model.parameters(), **start}, progress, planned_epochs=epochs)
         try:
             self.jobs.store_partitions()  # once per fit, before its first training job
             epoch, ended = first, time.perf_counter()

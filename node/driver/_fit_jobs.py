@@ -86,6 +86,7 @@ class FitJobs:
         self._broadcasts: list[Broadcast] = []
         self._start: Broadcast | None = None
         self._start_digest = ""
+        self._planned_epochs = 0  # the phase's epochs in the run's plan (begin_phase)
         self._progress: EpochProgress | None = None
         self._queued: TrainingJob | None = None  # a job started behind the running one (queue_job)
         self._nodes_started = False
@@ -109,7 +110,7 @@ class FitJobs:
         task = TaskSpec(node=self.node_config, mode=self._settings.mode, phase=phase,
                         phase_index=self.phases.index(phase), epoch=epochs.start, end_epoch=epochs.stop,
                         start_digest=self._start_digest, slots=slots, options=options,
-                        start_nodes=tuple(self.record.nodes(phase)))
+                        start_nodes=tuple(self.record.nodes(phase)), planned_epochs=self._planned_epochs)
         rdd = self._slot_numbers.mapPartitionsWithIndex(functools.partial(run_training_task, encode(task), self._start))
         job = self._progress.start(rdd, f"{self.run_id} {phase} epoch {epochs.start + 1}")
         return TrainingJob(self._progress, task, job, self.prepared, self.store, self.fit_id)
@@ -140,8 +141,11 @@ class FitJobs:
             logger.warning("run %s: %s", self.run_id, message)
 
     # ------------------------------------------------------------------ what the fit uses
-    def begin_phase(self, phase: str, whole: Mapping[str, np.ndarray], progress: EpochProgress) -> None:
-        """Broadcast ``whole`` (the model, with the phase's start) for the jobs of ``phase``, shown on ``progress``."""
+    def begin_phase(self, phase: str, whole: Mapping[str, np.ndarray], progress: EpochProgress,
+                    planned_epochs: int = 0) -> None:
+        """Broadcast ``whole`` (the model, with the phase's start) for the jobs of ``phase``, shown on ``progress``;
+        its tasks carry the phase's ``planned_epochs`` (the run record's, resumed or not: 0, not said)."""
+        self._planned_epochs = int(planned_epochs)
         payload = storage.encode_params(dict(whole), f"start of phase {phase}")
         self._start = self.sc.broadcast(payload)
         self._broadcasts.append(self._start)

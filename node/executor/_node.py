@@ -38,7 +38,7 @@ import storage
 from .._contract import NodeConfig, NodeDevice, PartitionReport, TaskSpec
 from .._errors import InputDataError, NodeDeviceError
 from ..data import encode_labels
-from ..modes import NodeScaling, PartitionWork, Trained, schedule_epoch
+from ..modes import NodeScaling, PartitionWork, Trained, schedule_epoch, schedule_place
 from ._device import build_replica, device_failure, see_device, task_gpu_addresses, use_device, warm_up_once
 from ._network import choose_node_address
 from ._resident import NodeData
@@ -240,6 +240,13 @@ class ExecutorNode:
         set_schedule_epoch = getattr(self.model, "set_schedule_epoch", None)  # optional in the seam (rbm._model)
         if set_schedule_epoch is not None:  # schedules run on the fit's epochs, not on this node's partitions
             set_schedule_epoch(schedule_epoch(task.epoch, self.learning_rate_scale))
+        set_schedule_plan = getattr(self.model, "set_schedule_plan", None)  # optional as well
+        if set_schedule_plan is not None:  # what fit does by its plan (the DBN's anneal), at the partition's place
+            place = schedule_place(task.epoch, task.slots, partition) if task.planned_epochs else None
+            if place is None:
+                set_schedule_plan(None)
+            else:
+                set_schedule_plan(task.planned_epochs, *place)
         self._maybe_fault(task, X, indices, rng)
         if self.device_data is not None:  # the partition's rows stay on the GPU for the next epochs
             X = self.device_data.get((self.config.run, self.config.fit_id, partition), X, self._xp)

@@ -55,13 +55,13 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 __all__ = ["SCALE_RULES", "DEFAULT_WARMUP_PARTITIONS", "PEER_WINDOW", "STEP_LIMITED_STEPS", "MIN_STEPS_PER_NODE_EPOCH",
            "ADVISED_PARTITIONS_PER_NODE", "DEFAULT_PARTITIONS_PER_NODE", "MERGE_OFTEN_ABOVE_FACTOR", "MAX_RATE_FACTOR",
            "NodeScaling", "default_partitions", "default_warmup_partitions", "fit_factor", "learning_rate_scale",
            "max_learning_rate_factor", "node_batch_size", "rates_cap", "resolve_rule", "scale_target",
-           "scaling_warning", "schedule_epoch"]
+           "scaling_warning", "schedule_epoch", "schedule_place"]
 
 #: Every rule's name; ``"auto"`` is linear, capped by the nodes' steps per epoch.
 SCALE_RULES = ("auto", "linear", "sqrt", "none")
@@ -233,6 +233,30 @@ def schedule_epoch(epoch: int, factor: float) -> float:
     (factor 1) counts epochs as ``fit`` does: 0.958, where counting its 2 partitions an epoch gave 0.949.
     """
     return float(epoch) * float(factor)
+
+
+def schedule_place(epoch: int, slots: Sequence[Sequence[int]], partition: int) -> tuple[float, float] | None:
+    """Where ``partition`` stands in the phase's plan: ``(epochs done when it starts, its share of an epoch)``.
+
+    What a node tells a model that shapes its steps by the plan as its ``fit`` does
+    (``rbm.ScheduleClock.set_schedule_plan``: the DBN anneals its fine-tuning rate to 0 over the last
+    half of the planned updates).  The nodes train their slots side by side, each its own partitions in
+    index order, so the partition at position ``i`` of a slot of ``m`` covers ``epoch + [i / m, (i + 1) / m)``
+    -- whoever trains it: a partition taken from a slower node's slot (work stealing takes them from the
+    ends of the lists) keeps the place its slot gives it, near the epoch's end, where its owner would have
+    trained it.  So a node that trains more or fewer partitions than it was dealt never places one past
+    its epoch's end, and the phase's last partitions end at the plan's end, the rate at 0.
+
+    These are epochs of the fit, not the clock of :func:`schedule_epoch`: that one runs ``factor`` times
+    as fast so that the decay brings a scaled rate down to one process's own; the anneal must end the
+    rate exactly when the phase's updates end (on the scaled clock it would reach 0 after ``1 / factor`` of
+    the phase, the rest trained at no rate at all).  None when no slot holds ``partition``.
+    """
+    for slot in slots:
+        if partition in slot:
+            ordered = sorted(slot)
+            return float(epoch) + ordered.index(partition) / len(ordered), 1.0 / len(ordered)
+    return None
 
 
 def scaling_warning(samples_per_node: Mapping[str, int], partitions: int, batch_size: int | None) -> str | None:

@@ -6,9 +6,10 @@ feed-forward net (sigmoid layers initialized from the RBMs' weights and hidden b
 plus a softmax output) and trains it by backpropagation (SGD with momentum, Adagrad or Adam;
 L2 and dropout).
 :meth:`DBN.fit` runs exactly the per-phase steps the distributed trainer calls through
-:meth:`DBN.train_partition`, but for what belongs to a planned fit: the anneal of the fine-tuning
-rate over its last epochs and the dropout ramp over its first (``finetune_anneal_fraction``,
-``finetune_dropout_ramp_epochs``).
+:meth:`DBN.train_partition`; what belongs to a planned fit -- the anneal of the fine-tuning rate
+over its last epochs and the dropout ramp over its first (``finetune_anneal_fraction``,
+``finetune_dropout_ramp_epochs``) -- ``train_partition`` takes from where the trainer places each
+partition in the phase's plan (``set_schedule_plan``).
 """
 
 from __future__ import annotations
@@ -86,8 +87,9 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         ``1 - finetune_anneal_fraction`` of the planned fine-tuning updates, then falls linearly
         towards 0 (0: no anneal).  The decay above counts epochs, whatever their size: a few epochs
         over many rows leave the rate near its start, and with dropout's noise the net ends
-        unsettled (see docs/quality.md).  :meth:`train_partition`, which does not know how many
-        passes follow, keeps the factor 1.
+        unsettled (see docs/quality.md).  :meth:`train_partition` does not know how many passes
+        follow: it anneals where the distributed trainer placed its partition in the phase's plan
+        (``set_schedule_plan``), else keeps the factor 1.
     finetune_dropout : float
         Fraction of hidden units dropped (inverted dropout) in each fine-tuning minibatch.
     finetune_dropout_ramp_epochs : float
@@ -96,8 +98,8 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         0: ``finetune_dropout`` from the start).  Dropout guards against overfitting, which comes
         with repeated passes over the same rows; in the first passes it only slows the fit
         ("curriculum dropout", Morerio et al., 2017).  Like the anneal it belongs to a planned fit:
-        measured without the anneal it gains nothing, so :meth:`train_partition` (the distributed
-        trainer's steps, tuned on their own) drops ``finetune_dropout`` from the start.
+        :meth:`train_partition` ramps at the fit's epoch where the distributed trainer placed its
+        partition (``set_schedule_plan``), else drops ``finetune_dropout`` from the start.
     finetune_updater : {"sgd", "adagrad", "adam"}
         The fine-tuning updater.
     l2 : float
@@ -331,8 +333,9 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         return params
 
     def _dropout(self, epoch: float | None) -> float:
-        """The dropout rate of fine-tuning epoch ``epoch`` of a fit (counted from 0, as the decay counts);
-        ``None`` (:meth:`train_partition`): ``finetune_dropout``."""
+        """The dropout rate at fine-tuning epoch ``epoch`` of a fit (counted from 0; a partition's place
+        in a distributed fit may be a fraction); ``None`` (:meth:`train_partition` without a plan):
+        ``finetune_dropout``."""
         ramp = float(self.finetune_dropout_ramp_epochs)
         if epoch is None or ramp == 0:
             return float(self.finetune_dropout)
@@ -344,7 +347,9 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
 
         ``planned = (done, total)`` when this is epoch ``done + 1`` of ``total`` planned ones
         (:meth:`fit`): the rate is then annealed over the last ``finetune_anneal_fraction``, and
-        dropout ramped over the first ``finetune_dropout_ramp_epochs``.
+        dropout ramped over the first ``finetune_dropout_ramp_epochs``.  Without it (a partition of
+        :meth:`train_partition`), where the distributed trainer placed the partition in its plan
+        (``set_schedule_plan``): the same anneal and ramp at the partition's place.
         """
         xp = self._xp
         n = int(data.shape[0])
@@ -358,10 +363,18 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         scale = getattr(self, "_learning_rate_scale", 1.0)  # set by the distributed trainer
         learning_rate = self.finetune_learning_rate / decay * scale
         anneal = self.finetune_anneal_fraction
-        dropout = self._dropout(None if planned is None else self._schedule_passes(self._finetune_epochs_done))
+        place = self._schedule_plan if planned is None else None  # a partition placed by the distributed trainer
+        if planned is not None:
+            dropout = self._dropout(self._schedule_passes(self._finetune_epochs_done))
+        else:  # the ramp counts the fit's epochs where the partition starts (fit: its epoch's number)
+            dropout = self._dropout(None if place is None else place.epoch)
         generator = _cd.device_generator(rng, xp) if dropout else None
         for start in range(0, n, self.batch_size):
-            self._updater.learning_rate = learning_rate * anneal_factor(planned, start / n, anneal)
+            if place is None:
+                factor = anneal_factor(planned, start / n, anneal)
+            else:
+                factor = anneal_factor(place.progress(start / n), 0.0, anneal)
+            self._updater.learning_rate = learning_rate * factor
             rows = order[start : start + self.batch_size]
             inputs, activations = _finetune.forward(xp.take(data, rows, axis=0), weights, biases, dropout, generator,
                                                     getattr(self, "_precision", "float32"))

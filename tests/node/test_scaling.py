@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -15,7 +16,7 @@ from node.modes._registry import mode_named
 from node.driver._node_config import _node_batch_size
 from node.modes._scaling import (MAX_RATE_FACTOR, STEP_LIMITED_STEPS, NodeScaling, default_partitions,
                            default_warmup_partitions, learning_rate_scale, max_learning_rate_factor, node_batch_size,
-                           resolve_rule, scale_target, schedule_epoch)
+                           resolve_rule, scale_target, schedule_epoch, schedule_place)
 from node.driver._settings import TrainingSettings
 
 
@@ -192,6 +193,35 @@ def test_the_executor_sets_the_models_schedules_to_the_epoch_times_the_factor(ru
             node.train(task, partition, X, None, merged_from=[f"peer{k}" for k in range(7)])
             assert node.model._schedule_epoch == pytest.approx(epoch * factor)
     assert schedule_epoch(3, 8.0) == 24.0 and schedule_epoch(3, 1.0) == 3.0
+
+
+def test_the_executor_places_each_partition_in_the_phases_plan_by_its_slot_and_on_the_fits_epochs():
+    # The last of 3 planned epochs, two slots of 4 partitions of 20 rows (minibatches of 5): the DBN anneals its
+    # fine-tuning rate over the last half of the plan, from 2/3 of it at the epoch's start to 1/24 on the last
+    # minibatch -- at the partition's place in its slot, whoever trains it (7: stolen, at the place of 6), and
+    # on the fit's epochs where the decay's clock runs 8 times as fast (8 nodes merging).
+    spec = rbm.DBN((4,), batch_size=5, finetune_lr_decay=0.0, finetune_dropout=0.0).to_spec()
+    config = _config(spec=spec, classes=(0, 1), scale_rule="auto", warmup_partitions=0)
+    node = ExecutorNode(config)
+    node.model = rbm.model_from_spec(spec).initialize(6, classes=2)
+    node.scaling.enter_phase("finetune")
+    rates = []
+    node.model.set_minibatch_hook(lambda: rates.append(node.model._updater.learning_rate / node.learning_rate_scale))
+    task = TaskSpec(node=config, mode="async", phase="finetune", phase_index=1, epoch=2, start_digest="digest",
+                    slots=((0, 2, 4, 6), (1, 3, 5, 7)), planned_epochs=3)
+    rng = np.random.default_rng(0)
+    X, y = rng.random((20, 6)).astype(np.float32), rng.integers(0, 2, size=20)
+    for partition in (0, 2, 4, 6, 7):
+        node.train(task, partition, X, y, merged_from=[f"peer{k}" for k in range(7)])
+    progress = [2 + position / 4 + step / 16 for position in (0, 1, 2, 3, 3) for step in range(4)]
+    np.testing.assert_allclose(rates, [0.1 * (1 - done / 3) / 0.5 for done in progress], rtol=1e-6)
+    assert rates[-1] == pytest.approx(0.1 / 24)
+    assert node.model._schedule_epoch == pytest.approx(2 * node.learning_rate_scale) and node.learning_rate_scale > 1
+    assert node.model._schedule_plan == (3, 2.75, 0.25)
+    rates.clear()
+    node.train(dataclasses.replace(task, planned_epochs=0), 6, X, y)  # a task without a plan: as before, no anneal
+    assert node.model._schedule_plan is None and rates == pytest.approx([0.1] * 4)
+    assert schedule_place(2, ((0, 2), (1, 3)), 5) is None  # a partition no slot holds: no place
 
 
 def test_settings_refuse_an_unknown_rule_and_default_to_auto():

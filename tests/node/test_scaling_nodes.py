@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from node.modes import schedule_place
 from rbm.datasets import load_digits01
 
 HERE = Path(__file__).resolve().parent
@@ -52,6 +53,7 @@ def one_process(kind: str):
         for epoch in range(epochs[phase]):
             model.set_schedule_epoch(epoch)  # as the trainer does
             for index, rows in enumerate(parts):
+                model.set_schedule_plan(epochs[phase], *schedule_place(epoch, [[0, 1]], index))
                 model.train_partition(split.X_train[rows], None if kind == "rbm" else split.y_train[rows], phase,
                                       np.random.default_rng([0, phase_index, epoch, index]))
     return model, split

@@ -82,6 +82,53 @@ def test_fit_lowers_the_fine_tuning_rate_linearly_to_zero_over_the_last_half_of_
     np.testing.assert_allclose(rates, [0.1 / 3.0] * 4, rtol=1e-12)
 
 
+def test_train_partition_placed_in_the_fits_plan_takes_the_fits_very_steps_anneal_and_dropout_ramp_included(
+        digits, numerics):
+    # The distributed trainer places each partition in the phase's plan (set_schedule_plan): one partition
+    # per epoch, placed at its epoch of the three planned, steps as fit does -- the rate annealed over the
+    # last half, dropout ramped over the first 2 epochs (0, 0.15, 0.3) -- to the last bit.
+    X, y = numerics.arrange(digits.X_train[:400]), digits.y_train[:400]
+    planned = dict(finetune_dropout_ramp_epochs=2.0)
+    fitted = small_dbn(**planned).fit(X, y)
+    stepped = small_dbn(**planned).initialize(64, classes=np.unique(y))
+    for phase in stepped.phases():
+        epochs = stepped.finetune_epochs if phase == "finetune" else stepped.pretrain_epochs
+        for epoch in range(epochs):
+            stepped.set_schedule_plan(epochs, epoch, 1.0)  # the pretraining phases plan nothing: the same steps
+            stepped.train_partition(X, y if phase == "finetune" else None, phase, stepped._rng)
+    for name, value in fitted.parameters().items():
+        np.testing.assert_array_equal(stepped.parameters()[name], value, err_msg=name)
+
+
+def test_a_placed_partition_anneals_at_its_place_in_the_epoch_and_past_the_plan_its_rate_stays_zero(digits):
+    # Two partitions of 200 rows an epoch, 2 planned epochs, minibatches of 100: the same rates as fit's
+    # (test above: 0.1 for the first half, then 0.1 / 1.5 times 1, 0.75, 0.5, 0.25), partition by partition.
+    X, y = digits.X_train[:400], digits.y_train[:400]
+    model = small_dbn(pretrain_epochs=0, finetune_epochs=2, batch_size=100, finetune_lr_decay=0.5)
+    model.initialize(64, classes=np.unique(y))
+    rates = []
+    model.set_minibatch_hook(lambda: rates.append(model._updater.learning_rate))
+    for epoch in range(2):
+        model.set_schedule_epoch(epoch)
+        for index, rows in enumerate((slice(0, 200), slice(200, 400))):
+            model.set_schedule_plan(2, epoch + index / 2, 0.5)
+            model.train_partition(X[rows], y[rows], "finetune", np.random.default_rng(index))
+    np.testing.assert_allclose(rates, [0.1] * 4 + [0.1 / 1.5 * factor for factor in (1.0, 0.75, 0.5, 0.25)],
+                               rtol=1e-12)
+    rates.clear()
+    model.set_schedule_plan(2, 2.0, 0.5)  # a task past the plan (never dealt so; the factor clamps at 0)
+    model.train_partition(X[:200], y[:200], "finetune", np.random.default_rng(0))
+    assert rates == [0.0, 0.0]
+    rates.clear()
+    model.set_schedule_plan(None)  # no plan: the constant rate of the decay alone (at the clock's epoch 1)
+    model.train_partition(X[:200], y[:200], "finetune", np.random.default_rng(0))
+    np.testing.assert_allclose(rates, [0.1 / 1.5] * 2, rtol=1e-12)
+    for bad in ((0, 0.0, 1.0), (2.5, 0.0, 1.0), (2, -1.0, 1.0), (2, 0.0, 0.0), (2, 0.0, 1.5), (2, float("nan"), 1.0),
+                (True, 0.0, 1.0)):
+        with pytest.raises(ValueError, match="set_schedule_plan takes planned_epochs >= 1"):
+            model.set_schedule_plan(*bad)
+
+
 SHIFTS_3X3 = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
 
 
@@ -102,7 +149,7 @@ def test_a_fit_of_few_epochs_over_many_rows_keeps_its_accuracy_over_eight_seeds(
 def test_a_fit_ramps_dropout_up_over_its_first_epochs_and_train_partition_drops_the_full_share(digits):
     model = small_dbn(finetune_dropout=0.4, finetune_dropout_ramp_epochs=4)
     assert [model._dropout(epoch) for epoch in (0, 1, 2, 4, 9)] == pytest.approx([0.0, 0.1, 0.2, 0.4, 0.4])
-    assert model._dropout(None) == 0.4  # train_partition's: the distributed steps keep the full share
+    assert model._dropout(None) == 0.4  # train_partition's without a plan: the full share
     assert small_dbn(finetune_dropout=0.4, finetune_dropout_ramp_epochs=0)._dropout(0) == 0.4
     # What fit does with it: its first epoch drops nothing, the very weights of a fit without dropout.
     X, y = digits.X_train[:300], digits.y_train[:300]
