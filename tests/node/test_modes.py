@@ -51,9 +51,14 @@ def test_sync_mode_with_one_node_averaging_after_every_partition_equals_training
     assert sum(record["samples"] for record in metrics) == len(X) * sum(SHORT_EPOCHS.values())
 
 
-def fit_within_a_point_of_one_process(spark, store_url, digits, dbn_recipe, mode: str, runs: int = 1):
+def fit_no_more_than_a_point_below_one_process(spark, store_url, digits, dbn_recipe, mode: str, runs: int = 1):
     """Train the shared DBN on two nodes in ``mode`` ``runs`` times (run ids ``<mode>-two``, ``<mode>-two-1``,
-    ...), assert their mean accuracy is within a point of one process, and return the first run's model.
+    ...), assert their mean accuracy is no more than a point below one process's, and return the first run's model.
+
+    One-sided: a mode that loses what it should keep lands below; since the DBN anneals its fine-tuning
+    rate by the phase's plan (issue 34), one process on this small recipe lands lower (0.9666 on the
+    shared split, from 0.975) while sync's two nodes land 0.978 (every run alike), more than a point
+    above it -- not what these tests guard against.
 
     None of the runs warns that the nodes cannot reach each other: a mode that exchanges through the
     store by design counts its merges neither as announced nor as found by listing.
@@ -68,14 +73,14 @@ def fit_within_a_point_of_one_process(spark, store_url, digits, dbn_recipe, mode
         records = [record for summary in trainer.history_ for record in summary["records"]]
         assert not [summary for summary in trainer.history_ if summary.get("reachability_warning")], mode
         assert sum(record["merged_listed"] + record["merged_announced"] for record in records) == 0, mode
-    assert abs(np.mean(accuracies) - single_accuracy) <= 0.01, (accuracies, single_accuracy)
+    assert np.mean(accuracies) >= single_accuracy - 0.01, (accuracies, single_accuracy)
     return models[0]
 
 
-def test_sync_mode_on_two_nodes_trains_a_dbn_within_a_point_of_one_process_averaging_every_round(
+def test_sync_mode_on_two_nodes_trains_a_dbn_no_more_than_a_point_below_one_process_averaging_every_round(
         spark, store_url, digits, dbn_recipe):
-    # Three runs: one run lands 0.967-0.981 against one process's 0.975 (18 runs), their mean within the point.
-    fit_within_a_point_of_one_process(spark, store_url, digits, dbn_recipe, "sync", runs=3)
+    # Three runs: one run landed 0.967-0.981 against one process's 0.975 (18 runs, before the plan's anneal).
+    fit_no_more_than_a_point_below_one_process(spark, store_url, digits, dbn_recipe, "sync", runs=3)
     metrics = reports_of(store_url, "sync-two")
     for phase, epochs in dbn_recipe.epochs.items():
         records = [record for record in metrics if record["phase"] == phase]
@@ -87,11 +92,11 @@ def test_sync_mode_on_two_nodes_trains_a_dbn_within_a_point_of_one_process_avera
             assert all(record["merged_from"] == sorted(nodes - {name}) for record in own), (phase, name)
 
 
-def test_sharing_mode_on_two_nodes_trains_a_dbn_within_a_point_of_one_process_publishing_sparse_updates(
+def test_sharing_mode_on_two_nodes_trains_a_dbn_no_more_than_a_point_below_one_process_publishing_sparse_updates(
         spark, store_url, digits, dbn_recipe):
-    # Three runs: one run lands 0.964-0.969 against one process's 0.975 (8 runs; once 0.964, 1.1
-    # points short), their mean within the point.
-    model = fit_within_a_point_of_one_process(spark, store_url, digits, dbn_recipe, "sharing", runs=3)
+    # Three runs: one run landed 0.964-0.969 against one process's 0.975 (8 runs, before the plan's
+    # anneal; once 0.964, 1.1 points short), their mean within the point.
+    model = fit_no_more_than_a_point_below_one_process(spark, store_url, digits, dbn_recipe, "sharing", runs=3)
 
     # What a node sends per partition is a fraction of a full snapshot: measured 3.7x smaller in
     # the RBM phases (the first updates, before the threshold adapted, carry nearly every entry)
