@@ -89,10 +89,6 @@ class FitTimings:
         self.steps.append(step)
         return step
 
-    def seconds(self, name: str) -> float:
-        """The seconds of every step called ``name``, summed."""
-        return sum(step.seconds for step in self.steps if step.name == name)
-
     def to_dict(self) -> dict[str, Any]:
         """``{"total_s": ..., "steps": [FitStep as a dict, ...]}``, the steps in the order they began (JSON-able)."""
         steps = sorted(self.steps, key=lambda step: step.start_s)
