@@ -22,7 +22,7 @@ import rbm
 import storage
 
 __all__ = ["CrashingStore", "SimulatedStoreFailure", "assert_record_names_only_what_is_stored", "harness_model",
-           "harness_settings", "HARNESS_EPOCHS", "HARNESS_LEASE_TIMEOUT_S", "HARNESS_TOLERANCE", "HARNESS_TRAINED"]
+           "harness_settings", "ASYNC_HARNESS_TOLERANCE", "HARNESS_EPOCHS", "HARNESS_LEASE_TIMEOUT_S", "HARNESS_TOLERANCE", "HARNESS_TRAINED"]
 
 #: The harness's small run: 2 + 6 epochs, 2 partitions (17 driver writes, ~3 s a fit on a quiet machine).
 HARNESS_EPOCHS = {"rbm0": 2, "finetune": 6}
@@ -31,14 +31,19 @@ HARNESS_EPOCHS = {"rbm0": 2, "finetune": 6}
 #: this long before taking the run over.  Renewals (every quarter of it) are not counted as writes.
 HARNESS_LEASE_TIMEOUT_S = 1.0
 
-#: How far two asynchronous runs of the harness may lie apart in held-out accuracy: 0.925-0.944 over
-#: 22 fits on a quiet machine, 0.897 against 0.919 seen on a loaded one, and 0.050 apart once in a
-#: full-suite run; resumes after a crash at each of 17 writes (#33, load 10-18 on 2 cores): 0.916-0.944
-#: against an uninterrupted 0.930.  Issue #33 asked for 0.02: that is inside the spread of two
-#: *uninterrupted* runs on a loaded machine, so it would fail correct resumes.  What the tests guard
-#: against lies far outside 0.06: a resume to untrained weights gives 0.10, to a phase's initial
-#: weights about 0.77, merged intruder values near chance.
-HARNESS_TOLERANCE = 0.06
+#: How far a resumed run of the harness may lie from the uninterrupted one in held-out accuracy: issue
+#: #33's 0.02.  The harness trains in ``sync`` mode, where every round averages both nodes, so a run
+#: does not depend on which node merged what when: 3 uninterrupted runs 0.9415-0.9471 and resumes
+#: after a death at each of the 17 writes 0.9415-0.9554, on 2 cores at load 4-7 (the suite and other
+#: work beside it).  What the tests guard against lies far outside: a resume to untrained weights
+#: gives 0.10, to a phase's initial weights about 0.77, merged intruder values near chance.
+HARNESS_TOLERANCE = 0.02
+
+#: The same for the harness in ``async`` mode, where merges depend on timing: two uninterrupted runs
+#: 0.925-0.944 over 22 fits on a quiet machine, 0.897 against 0.919 on a loaded one, and 0.050 apart
+#: once in a full-suite run, so 0.02 would fail correct resumes.  The Ctrl-C tests run async: its
+#: queued next-epoch job is the path they resume across.
+ASYNC_HARNESS_TOLERANCE = 0.06
 
 #: The held-out accuracy any fully trained harness model reaches: the lowest seen, 0.897 on a loaded
 #: machine, less a margin; a phase's initial weights (about 0.77) or untrained ones (0.10) stay below.
@@ -55,7 +60,7 @@ def harness_model() -> rbm.DBN:
 
 
 def harness_settings(**changes: object) -> dict:
-    settings = {"epochs": HARNESS_EPOCHS, "partitions": 2, "progress": False,
+    settings = {"epochs": HARNESS_EPOCHS, "partitions": 2, "progress": False, "mode": "sync",
                 "lease_timeout_s": HARNESS_LEASE_TIMEOUT_S}
     settings.update(changes)
     return settings
