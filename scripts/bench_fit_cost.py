@@ -120,12 +120,14 @@ def one_fit(spark: Any, store_url: str, args: argparse.Namespace, kind: str, dat
     trainer.fit(model, data, y if kind == "arrays" else None)
     wall = time.perf_counter() - started
     accuracy = (trainer.history_[-1].get("validation") or {}).get("val_accuracy")
-    return {"input": kind, "wall_s": wall, "timings": trainer.timings_, "val_accuracy": accuracy}
+    return {"input": kind, "wall_s": wall, "timings": trainer.timings_, "val_accuracy": accuracy,
+            "load": os.getloadavg()[0]}
 
 
 def split_steps(timings: dict) -> dict[str, float]:
     """A fit's seconds by kind of step: start-up (the driver's steps before the first training job),
-    epochs, validation, the rest (phase results, the model, cleanup); and the first job's node setup."""
+    epochs, validation, the rest (phase results, the model, cleanup); the first job's node setup; and
+    the nodes' training seconds over all epochs (summed over the nodes) with their CPU seconds."""
     own = [step for step in timings["steps"] if not step["background"]]
     epochs = [step for step in own if " epoch" in step["name"] and not step["name"].endswith("validation")]
     first = epochs[0]["start_s"] if epochs else timings["total_s"]
@@ -134,7 +136,9 @@ def split_steps(timings: dict) -> dict[str, float]:
     workers = next((step["seconds"] for step in timings["steps"] if step["background"]), None)
     return {"total_s": timings["total_s"], "startup_s": first, "epochs_s": epoch_s, "validation_s": validation,
             "rest_s": timings["total_s"] - first - epoch_s - validation,
-            "node_setup_s": epochs[0]["nodes"].get("setup_s", 0.0) if epochs else 0.0, "workers_s": workers}
+            "node_setup_s": epochs[0]["nodes"].get("setup_s", 0.0) if epochs else 0.0, "workers_s": workers,
+            "node_train_s": sum(step["nodes"].get("train_s", 0.0) for step in epochs),
+            "node_train_cpu_s": sum(step["nodes"].get("train_cpu_s", 0.0) for step in epochs)}
 
 
 def show_fit(label: str, result: dict) -> None:
@@ -144,14 +148,15 @@ def show_fit(label: str, result: dict) -> None:
     for step in result["timings"]["steps"]:
         nodes = step["nodes"]
         said = (f"  [nodes: setup {nodes['setup_s']:.2f} s (data {nodes['data_load_s']:.2f}), train "
-                f"{nodes['train_s']:.2f}, merge {nodes['merge_s']:.2f}, publish {nodes['publish_s']:.2f}; slowest node "
+                f"{nodes['train_s']:.2f} (on a core {nodes.get('train_cpu_s', 0.0):.2f}), merge {nodes['merge_s']:.2f}, publish {nodes['publish_s']:.2f}; slowest node "
                 f"{nodes['slowest_node_s']:.2f} s]") if nodes else ""
         beside = " (beside the driver)" if step["background"] else ""
         print(f"  {step['start_s']:8.2f} {step['seconds']:8.2f}  {step['name']}{beside}{said}")
 
 
 FIT_COLUMNS = ["input", "fit", "workers", "fit s", "start-up s", "epochs s", "validation s", "rest s",
-               "nodes' setup s (summed)", "Python workers' start s", "validation accuracy"]
+               "nodes' setup s (summed)", "nodes' training s (summed)", "of it on a core s", "Python workers' start s",
+               "validation accuracy", "load average"]
 
 
 def fit_rows(results: list[dict]) -> list[list]:
@@ -160,7 +165,8 @@ def fit_rows(results: list[dict]) -> list[list]:
         parts = split_steps(r["timings"])
         rows.append([r["input"], r["fit"], "cold" if r["cold"] else "warm", parts["total_s"], parts["startup_s"],
                      parts["epochs_s"], parts["validation_s"], parts["rest_s"], parts["node_setup_s"],
-                     parts["workers_s"], r["val_accuracy"]])
+                     parts["node_train_s"], parts["node_train_cpu_s"], parts["workers_s"], r["val_accuracy"],
+                     r.get("load")])
     return rows
 
 
@@ -224,7 +230,9 @@ def main(argv: list[str] | None = None) -> None:
     run.table(f"Each fit: {heading}", FIT_COLUMNS, rows,
               "Start-up: the driver's steps before the first training job. Epochs: the driver waiting for the "
               "training jobs (their nodes' setup included). Rest: phase results, the model, the cleanup. The "
-              "Python workers' start runs beside the driver's steps.")
+              "Python workers' start runs beside the driver's steps. The nodes' training: their passes' seconds, "
+              "of which their training threads' CPU seconds (the rest waiting for a core). Load average: "
+              "the machine's, one minute, after the fit.")
     columns, steps = step_rows(results)
     run.table(f"Where a fit's time goes, step by step: {heading}", columns, steps,
               "Seconds of each step on the driver, in the order they begin; 'start the Python workers' runs "
