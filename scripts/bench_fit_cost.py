@@ -17,6 +17,12 @@ taking the slot's data: "setup") and training, and the job that started the Pyth
 beside the driver's steps.  A summary table gives each fit's total, its start-up (the driver's
 steps before the first training job), the epochs, the validations and the rest.
 
+Then the reference, in this process once Spark has stopped: the bare model (a fresh one, the same
+settings) trained on one node's share of the rows by ``train_partition``, on one BLAS thread, the
+phases' epochs in turn, best of two.  Its CPU seconds beside what each node's training thread spent
+on a core in the warm fits say what the node adds to the model; the nodes' wall seconds beside
+their CPU seconds say how long they waited for a core (a machine shared with other work).
+
 The model (``--model``): ``lenet`` (default; LeNet on digits28 images, Adam 1e-3, batch 64, one
 epoch, the held-out fifth validated: the race of ``bench_torch.py``) or ``dbn`` (784-128-128 on
 digits28, one epoch of each RBM and two of fine-tuning).
@@ -45,6 +51,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.model_selection import train_test_split
+from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -122,6 +129,28 @@ def one_fit(spark: Any, store_url: str, args: argparse.Namespace, kind: str, dat
     accuracy = (trainer.history_[-1].get("validation") or {}).get("val_accuracy")
     return {"input": kind, "wall_s": wall, "timings": trainer.timings_, "val_accuracy": accuracy,
             "load": os.getloadavg()[0]}
+
+
+def bare_model_reference(args: argparse.Namespace, X: np.ndarray, y: np.ndarray, repeats: int = 2) -> dict[str, float]:
+    """The model alone on one node's share of the rows (``len(X) // nodes``), one BLAS thread, this
+    process: the wall and thread CPU seconds of its training passes (each phase's epochs), best of ``repeats``
+    fresh models."""
+    make_model, epochs = MODELS[args.model]
+    share = len(X) // args.nodes
+    rows, labels = X[:share], y[:share]  # digits28's rows are shuffled: any share is like a node's
+    best = {"rows": share, "wall_s": float("inf"), "cpu_s": float("inf")}
+    with threadpool_limits(1, "blas"):
+        for _ in range(repeats):
+            model = make_model()
+            model.initialize(rows.shape[1:] if rows.ndim > 2 else rows.shape[1], classes=np.unique(y))
+            rng = np.random.default_rng(0)
+            wall, cpu = time.perf_counter(), time.thread_time()
+            for phase in model.phases():
+                for _ in range(epochs[phase]):
+                    model.train_partition(rows, labels, phase, rng)
+            best["wall_s"] = min(best["wall_s"], time.perf_counter() - wall)
+            best["cpu_s"] = min(best["cpu_s"], time.thread_time() - cpu)
+    return best
 
 
 def split_steps(timings: dict) -> dict[str, float]:
@@ -233,6 +262,29 @@ def main(argv: list[str] | None = None) -> None:
               "Python workers' start runs beside the driver's steps. The nodes' training: their passes' seconds, "
               "of which their training threads' CPU seconds (the rest waiting for a core). Load average: "
               "the machine's, one minute, after the fit.")
+    reference = bare_model_reference(args, X, y)
+    print(f"\nthe bare model on one node's {reference['rows']} rows, one BLAS thread, this process: "
+          f"{reference['wall_s']:.2f} s ({reference['cpu_s']:.2f} s CPU); load average {os.getloadavg()[0]:.1f}")
+    node_rows = []
+    for r in results:
+        if r["cold"]:
+            continue
+        parts = split_steps(r["timings"])
+        node_rows.append([r["input"], r["fit"], reference["cpu_s"], parts["node_train_s"] / args.nodes,
+                          parts["node_train_cpu_s"] / args.nodes, parts["node_train_cpu_s"] / args.nodes / reference["cpu_s"],
+                          parts["node_train_s"] / parts["node_train_cpu_s"] if parts["node_train_cpu_s"] else None,
+                          r.get("load")])
+    node_columns = ["input", "fit", "bare model CPU s", "node's training s", "of it on a core s",
+                    "node CPU / bare CPU", "node wall / node CPU", "load average"]
+    print("  ".join(node_columns))
+    for row in node_rows:
+        print("  ".join(f"{cell:.2f}" if isinstance(cell, float) else str(cell) for cell in row))
+    run.table(f"A node's training against the bare model (warm fits): {heading}", node_columns, node_rows,
+              f"Bare model: a fresh one trained by train_partition on one node's share ({reference['rows']} rows), "
+              f"one BLAS thread, in the benchmark's process after Spark stopped, best of two "
+              f"({reference['wall_s']:.2f} s wall). A node's: its passes' seconds and its training thread's CPU "
+              "seconds in the fit, averaged over the nodes. Node CPU / bare CPU: what the node adds to the model's "
+              "own work; node wall / node CPU: how long it waited for a core.")
     columns, steps = step_rows(results)
     run.table(f"Where a fit's time goes, step by step: {heading}", columns, steps,
               "Seconds of each step on the driver, in the order they begin; 'start the Python workers' runs "
