@@ -177,8 +177,8 @@ def show_fit(label: str, result: dict) -> None:
     for step in result["timings"]["steps"]:
         nodes = step["nodes"]
         said = (f"  [nodes: setup {nodes['setup_s']:.2f} s (data {nodes['data_load_s']:.2f}), train "
-                f"{nodes['train_s']:.2f} (on a core {nodes.get('train_cpu_s', 0.0):.2f}), merge {nodes['merge_s']:.2f}, publish {nodes['publish_s']:.2f}; slowest node "
-                f"{nodes['slowest_node_s']:.2f} s]") if nodes else ""
+                f"{nodes['train_s']:.2f} (on a core {nodes['train_cpu_s']:.2f}), merge {nodes['merge_s']:.2f}, "
+                f"publish {nodes['publish_s']:.2f}; slowest node {nodes['slowest_node_s']:.2f} s]") if nodes else ""
         beside = " (beside the driver)" if step["background"] else ""
         print(f"  {step['start_s']:8.2f} {step['seconds']:8.2f}  {step['name']}{beside}{said}")
 
@@ -195,8 +195,24 @@ def fit_rows(results: list[dict]) -> list[list]:
         rows.append([r["input"], r["fit"], "cold" if r["cold"] else "warm", parts["total_s"], parts["startup_s"],
                      parts["epochs_s"], parts["validation_s"], parts["rest_s"], parts["node_setup_s"],
                      parts["node_train_s"], parts["node_train_cpu_s"], parts["workers_s"], r["val_accuracy"],
-                     r.get("load")])
+                     r["load"]])
     return rows
+
+
+def node_rows(results: list[dict], bare_cpu_s: float, nodes: int) -> tuple[list[str], list[list]]:
+    """Each warm fit's nodes against the bare model: a node's training seconds and CPU seconds (the
+    mean over the nodes), its CPU over the bare model's, its wall over its CPU."""
+    columns = ["input", "fit", "bare model CPU s", "node's training s", "of it on a core s", "node CPU / bare CPU",
+               "node wall / node CPU", "load average"]
+    rows = []
+    for r in results:
+        if r["cold"]:
+            continue
+        parts = split_steps(r["timings"])
+        wall_s, cpu_s = parts["node_train_s"] / nodes, parts["node_train_cpu_s"] / nodes
+        rows.append([r["input"], r["fit"], bare_cpu_s, wall_s, cpu_s, cpu_s / bare_cpu_s,
+                     wall_s / cpu_s if cpu_s else None, r["load"]])
+    return columns, rows
 
 
 def step_rows(results: list[dict]) -> tuple[list[str], list[list]]:
@@ -221,6 +237,13 @@ def step_rows(results: list[dict]) -> tuple[list[str], list[list]]:
         rows.append(row)
     rows.append(["whole fit", *(statistics.median(r["timings"]["total_s"] for r in fits) for fits in series)])
     return columns, rows
+
+
+def print_table(columns: list[str], rows: list[list]) -> None:
+    print("  ".join(columns))
+    for row in rows:
+        print("  ".join("-" if cell is None else f"{cell:.2f}" if isinstance(cell, float) else str(cell)
+                        for cell in row))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -252,10 +275,7 @@ def main(argv: list[str] | None = None) -> None:
                f" (session start {session_s:.1f} s)")
     rows = fit_rows(results)
     print(f"\n{heading}")
-    print("  ".join(FIT_COLUMNS))
-    for row in rows:
-        print("  ".join("-" if cell is None else f"{cell:.2f}" if isinstance(cell, float) else str(cell)
-                        for cell in row))
+    print_table(FIT_COLUMNS, rows)
     run.table(f"Each fit: {heading}", FIT_COLUMNS, rows,
               "Start-up: the driver's steps before the first training job. Epochs: the driver waiting for the "
               "training jobs (their nodes' setup included). Rest: phase results, the model, the cleanup. The "
@@ -265,21 +285,9 @@ def main(argv: list[str] | None = None) -> None:
     reference = bare_model_reference(args, X, y)
     print(f"\nthe bare model on one node's {reference['rows']} rows, one BLAS thread, this process: "
           f"{reference['wall_s']:.2f} s ({reference['cpu_s']:.2f} s CPU); load average {os.getloadavg()[0]:.1f}")
-    node_rows = []
-    for r in results:
-        if r["cold"]:
-            continue
-        parts = split_steps(r["timings"])
-        node_rows.append([r["input"], r["fit"], reference["cpu_s"], parts["node_train_s"] / args.nodes,
-                          parts["node_train_cpu_s"] / args.nodes, parts["node_train_cpu_s"] / args.nodes / reference["cpu_s"],
-                          parts["node_train_s"] / parts["node_train_cpu_s"] if parts["node_train_cpu_s"] else None,
-                          r.get("load")])
-    node_columns = ["input", "fit", "bare model CPU s", "node's training s", "of it on a core s",
-                    "node CPU / bare CPU", "node wall / node CPU", "load average"]
-    print("  ".join(node_columns))
-    for row in node_rows:
-        print("  ".join(f"{cell:.2f}" if isinstance(cell, float) else str(cell) for cell in row))
-    run.table(f"A node's training against the bare model (warm fits): {heading}", node_columns, node_rows,
+    columns, rows = node_rows(results, reference["cpu_s"], args.nodes)
+    print_table(columns, rows)
+    run.table(f"A node's training against the bare model (warm fits): {heading}", columns, rows,
               f"Bare model: a fresh one trained by train_partition on one node's share ({reference['rows']} rows), "
               f"one BLAS thread, in the benchmark's process after Spark stopped, best of two "
               f"({reference['wall_s']:.2f} s wall). A node's: its passes' seconds and its training thread's CPU "

@@ -42,8 +42,8 @@ def test_the_nodes_share_of_a_job_sums_their_reports_and_names_the_slowest_nodes
                {"node": "b", "setup_s": 0.5, "data_load_s": 0.25, "train_s": 4.0, "train_cpu_s": 4.0, "merge_s": 0.0,
                 "publish_s": 0.0, "task_s": 4.25}]
     shares = node_shares(records)
-    assert shares == {"setup_s": 1.5, "data_load_s": 0.75, "train_s": 8.0, "train_cpu_s": 6.5, "merge_s": pytest.approx(0.2),
-                      "publish_s": pytest.approx(0.4), "slowest_node_s": 6.0}
+    assert shares == {"setup_s": 1.5, "data_load_s": 0.75, "train_s": 8.0, "train_cpu_s": 6.5,
+                      "merge_s": pytest.approx(0.2), "publish_s": pytest.approx(0.4), "slowest_node_s": 6.0}
 
 
 @pytest.mark.slow
