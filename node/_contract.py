@@ -29,7 +29,7 @@ __all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "AsyncOptions", "S
            "ModeOptions", "TaskSpec", "NodeDevice", "PartitionReport", "encode", "decode", "params_digest"]
 
 #: Bumped whenever a field of the contract changes meaning, appears or goes.
-CONTRACT_VERSION = 10
+CONTRACT_VERSION = 11
 
 T = TypeVar("T")
 
@@ -243,7 +243,8 @@ class PartitionReport:
     node's task spent before the first partition it trained (starting the node, taking the slot's
     partitions from memory or the store, entering the phase), of which ``data_load_s`` taking the
     partitions; both 0 on the task's later reports (what the driver's timings show:
-    :mod:`node.driver._timings`).
+    :mod:`node.driver._timings`).  ``train_cpu_s`` is the CPU seconds the node's training thread
+    spent in the ``train_s`` of the pass: below ``train_s`` by what it waited for a core.
     """
 
     node: str
@@ -280,6 +281,7 @@ class PartitionReport:
     device_data: dict = field(default_factory=dict)
     setup_s: float = 0.0
     data_load_s: float = 0.0
+    train_cpu_s: float = 0.0
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-able dict (the metrics record)."""

@@ -17,6 +17,12 @@ taking the slot's data: "setup") and training, and the job that started the Pyth
 beside the driver's steps.  A summary table gives each fit's total, its start-up (the driver's
 steps before the first training job), the epochs, the validations and the rest.
 
+Then the reference, in this process once Spark has stopped: the bare model (a fresh one, the same
+settings) trained on one node's share of the rows by ``train_partition``, on one BLAS thread, the
+phases' epochs in turn, best of two.  Its CPU seconds beside what each node's training thread spent
+on a core in the warm fits say what the node adds to the model; the nodes' wall seconds beside
+their CPU seconds say how long they waited for a core (a machine shared with other work).
+
 The model (``--model``): ``lenet`` (default; LeNet on digits28 images, Adam 1e-3, batch 64, one
 epoch, the held-out fifth validated: the race of ``bench_torch.py``) or ``dbn`` (784-128-128 on
 digits28, one epoch of each RBM and two of fine-tuning).
@@ -45,6 +51,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.model_selection import train_test_split
+from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -120,12 +127,36 @@ def one_fit(spark: Any, store_url: str, args: argparse.Namespace, kind: str, dat
     trainer.fit(model, data, y if kind == "arrays" else None)
     wall = time.perf_counter() - started
     accuracy = (trainer.history_[-1].get("validation") or {}).get("val_accuracy")
-    return {"input": kind, "wall_s": wall, "timings": trainer.timings_, "val_accuracy": accuracy}
+    return {"input": kind, "wall_s": wall, "timings": trainer.timings_, "val_accuracy": accuracy,
+            "load": os.getloadavg()[0]}
+
+
+def bare_model_reference(args: argparse.Namespace, X: np.ndarray, y: np.ndarray, repeats: int = 2) -> dict[str, float]:
+    """The model alone on one node's share of the rows (``len(X) // nodes``), one BLAS thread, this
+    process: the wall and thread CPU seconds of its training passes (each phase's epochs), best of ``repeats``
+    fresh models."""
+    make_model, epochs = MODELS[args.model]
+    share = len(X) // args.nodes
+    rows, labels = X[:share], y[:share]  # digits28's rows are shuffled: any share is like a node's
+    best = {"rows": share, "wall_s": float("inf"), "cpu_s": float("inf")}
+    with threadpool_limits(1, "blas"):
+        for _ in range(repeats):
+            model = make_model()
+            model.initialize(rows.shape[1:] if rows.ndim > 2 else rows.shape[1], classes=np.unique(y))
+            rng = np.random.default_rng(0)
+            wall, cpu = time.perf_counter(), time.thread_time()
+            for phase in model.phases():
+                for _ in range(epochs[phase]):
+                    model.train_partition(rows, labels, phase, rng)
+            best["wall_s"] = min(best["wall_s"], time.perf_counter() - wall)
+            best["cpu_s"] = min(best["cpu_s"], time.thread_time() - cpu)
+    return best
 
 
 def split_steps(timings: dict) -> dict[str, float]:
     """A fit's seconds by kind of step: start-up (the driver's steps before the first training job),
-    epochs, validation, the rest (phase results, the model, cleanup); and the first job's node setup."""
+    epochs, validation, the rest (phase results, the model, cleanup); the first job's node setup; and
+    the nodes' training seconds over all epochs (summed over the nodes) with their CPU seconds."""
     own = [step for step in timings["steps"] if not step["background"]]
     epochs = [step for step in own if " epoch" in step["name"] and not step["name"].endswith("validation")]
     first = epochs[0]["start_s"] if epochs else timings["total_s"]
@@ -134,7 +165,9 @@ def split_steps(timings: dict) -> dict[str, float]:
     workers = next((step["seconds"] for step in timings["steps"] if step["background"]), None)
     return {"total_s": timings["total_s"], "startup_s": first, "epochs_s": epoch_s, "validation_s": validation,
             "rest_s": timings["total_s"] - first - epoch_s - validation,
-            "node_setup_s": epochs[0]["nodes"].get("setup_s", 0.0) if epochs else 0.0, "workers_s": workers}
+            "node_setup_s": epochs[0]["nodes"].get("setup_s", 0.0) if epochs else 0.0, "workers_s": workers,
+            "node_train_s": sum(step["nodes"].get("train_s", 0.0) for step in epochs),
+            "node_train_cpu_s": sum(step["nodes"].get("train_cpu_s", 0.0) for step in epochs)}
 
 
 def show_fit(label: str, result: dict) -> None:
@@ -144,14 +177,15 @@ def show_fit(label: str, result: dict) -> None:
     for step in result["timings"]["steps"]:
         nodes = step["nodes"]
         said = (f"  [nodes: setup {nodes['setup_s']:.2f} s (data {nodes['data_load_s']:.2f}), train "
-                f"{nodes['train_s']:.2f}, merge {nodes['merge_s']:.2f}, publish {nodes['publish_s']:.2f}; slowest node "
-                f"{nodes['slowest_node_s']:.2f} s]") if nodes else ""
+                f"{nodes['train_s']:.2f} (on a core {nodes['train_cpu_s']:.2f}), merge {nodes['merge_s']:.2f}, "
+                f"publish {nodes['publish_s']:.2f}; slowest node {nodes['slowest_node_s']:.2f} s]") if nodes else ""
         beside = " (beside the driver)" if step["background"] else ""
         print(f"  {step['start_s']:8.2f} {step['seconds']:8.2f}  {step['name']}{beside}{said}")
 
 
 FIT_COLUMNS = ["input", "fit", "workers", "fit s", "start-up s", "epochs s", "validation s", "rest s",
-               "nodes' setup s (summed)", "Python workers' start s", "validation accuracy"]
+               "nodes' setup s (summed)", "nodes' training s (summed)", "of it on a core s", "Python workers' start s",
+               "validation accuracy", "load average"]
 
 
 def fit_rows(results: list[dict]) -> list[list]:
@@ -160,8 +194,25 @@ def fit_rows(results: list[dict]) -> list[list]:
         parts = split_steps(r["timings"])
         rows.append([r["input"], r["fit"], "cold" if r["cold"] else "warm", parts["total_s"], parts["startup_s"],
                      parts["epochs_s"], parts["validation_s"], parts["rest_s"], parts["node_setup_s"],
-                     parts["workers_s"], r["val_accuracy"]])
+                     parts["node_train_s"], parts["node_train_cpu_s"], parts["workers_s"], r["val_accuracy"],
+                     r["load"]])
     return rows
+
+
+def node_rows(results: list[dict], bare_cpu_s: float, nodes: int) -> tuple[list[str], list[list]]:
+    """Each warm fit's nodes against the bare model: a node's training seconds and CPU seconds (the
+    mean over the nodes), its CPU over the bare model's, its wall over its CPU."""
+    columns = ["input", "fit", "bare model CPU s", "node's training s", "of it on a core s", "node CPU / bare CPU",
+               "node wall / node CPU", "load average"]
+    rows = []
+    for r in results:
+        if r["cold"]:
+            continue
+        parts = split_steps(r["timings"])
+        wall_s, cpu_s = parts["node_train_s"] / nodes, parts["node_train_cpu_s"] / nodes
+        rows.append([r["input"], r["fit"], bare_cpu_s, wall_s, cpu_s, cpu_s / bare_cpu_s,
+                     wall_s / cpu_s if cpu_s else None, r["load"]])
+    return columns, rows
 
 
 def step_rows(results: list[dict]) -> tuple[list[str], list[list]]:
@@ -186,6 +237,13 @@ def step_rows(results: list[dict]) -> tuple[list[str], list[list]]:
         rows.append(row)
     rows.append(["whole fit", *(statistics.median(r["timings"]["total_s"] for r in fits) for fits in series)])
     return columns, rows
+
+
+def print_table(columns: list[str], rows: list[list]) -> None:
+    print("  ".join(columns))
+    for row in rows:
+        print("  ".join("-" if cell is None else f"{cell:.2f}" if isinstance(cell, float) else str(cell)
+                        for cell in row))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -217,14 +275,24 @@ def main(argv: list[str] | None = None) -> None:
                f" (session start {session_s:.1f} s)")
     rows = fit_rows(results)
     print(f"\n{heading}")
-    print("  ".join(FIT_COLUMNS))
-    for row in rows:
-        print("  ".join("-" if cell is None else f"{cell:.2f}" if isinstance(cell, float) else str(cell)
-                        for cell in row))
+    print_table(FIT_COLUMNS, rows)
     run.table(f"Each fit: {heading}", FIT_COLUMNS, rows,
               "Start-up: the driver's steps before the first training job. Epochs: the driver waiting for the "
               "training jobs (their nodes' setup included). Rest: phase results, the model, the cleanup. The "
-              "Python workers' start runs beside the driver's steps.")
+              "Python workers' start runs beside the driver's steps. The nodes' training: their passes' seconds, "
+              "of which their training threads' CPU seconds (the rest waiting for a core). Load average: "
+              "the machine's, one minute, after the fit.")
+    reference = bare_model_reference(args, X, y)
+    print(f"\nthe bare model on one node's {reference['rows']} rows, one BLAS thread, this process: "
+          f"{reference['wall_s']:.2f} s ({reference['cpu_s']:.2f} s CPU); load average {os.getloadavg()[0]:.1f}")
+    columns, rows = node_rows(results, reference["cpu_s"], args.nodes)
+    print_table(columns, rows)
+    run.table(f"A node's training against the bare model (warm fits): {heading}", columns, rows,
+              f"Bare model: a fresh one trained by train_partition on one node's share ({reference['rows']} rows), "
+              f"one BLAS thread, in the benchmark's process after Spark stopped, best of two "
+              f"({reference['wall_s']:.2f} s wall). A node's: its passes' seconds and its training thread's CPU "
+              "seconds in the fit, averaged over the nodes. Node CPU / bare CPU: what the node adds to the model's "
+              "own work; node wall / node CPU: how long it waited for a core.")
     columns, steps = step_rows(results)
     run.table(f"Where a fit's time goes, step by step: {heading}", columns, steps,
               "Seconds of each step on the driver, in the order they begin; 'start the Python workers' runs "

@@ -49,11 +49,12 @@ class FitStep:
 
 def node_shares(records: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     """What the nodes said of a job's partitions, summed over them: seconds before their first
-    partition (``setup_s``, of which ``data_load_s`` reading the slot's data), training, merging,
-    publishing; and the slowest node's total (``slowest_node_s``: setup and its partitions' tasks)."""
+    partition (``setup_s``, of which ``data_load_s`` reading the slot's data), training (of which
+    ``train_cpu_s`` on a core: the rest is waiting for one), merging, publishing; and the slowest
+    node's total (``slowest_node_s``: setup and its partitions' tasks)."""
     records = list(records)
     shares = {key: float(sum(r.get(key, 0.0) or 0.0 for r in records))
-              for key in ("setup_s", "data_load_s", "train_s", "merge_s", "publish_s")}
+              for key in ("setup_s", "data_load_s", "train_s", "train_cpu_s", "merge_s", "publish_s")}
     per_node: dict[str, float] = {}
     for r in records:
         per_node[r["node"]] = per_node.get(r["node"], 0.0) + float(r.get("setup_s", 0.0) or 0.0) + float(r["task_s"])

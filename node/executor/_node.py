@@ -250,15 +250,19 @@ class ExecutorNode:
         self._maybe_fault(task, X, indices, rng)
         if self.device_data is not None:  # the partition's rows stay on the GPU for the next epochs
             X = self.device_data.get((self.config.run, self.config.fit_id, partition), X, self._xp)
+        # The thread's CPU seconds beside the pass's wall seconds: what the node computed, against
+        # what it waited for a core (a machine shared with other work; more workers than cores).
+        cpu_started = time.thread_time()
         try:
             metrics = self.model.train_partition(X, indices, task.phase, rng)
         except ValueError as error:  # the model's own input checks, or divergence: the same on every retry
             raise InputDataError(f"{type(error).__name__}: {error}") from error
+        cpu_s = time.thread_time() - cpu_started
         self.samples_seen[task.phase] = self.samples_seen.get(task.phase, 0) + int(metrics["samples"])
         self.partitions_done += 1
         self.scaling.trained()
         slowed_s = self._straggle(task, float(metrics["seconds"]))
-        return Trained(partition, metrics, self.samples_seen[task.phase], slowed_s)
+        return Trained(partition, metrics, self.samples_seen[task.phase], slowed_s, cpu_s)
 
     def also_merged(self, peers: Iterable[str]) -> None:
         """Peers merged while a partition trained: the next partitions' rates follow them too."""
@@ -301,6 +305,7 @@ class ExecutorNode:
         report = PartitionReport(
             node=self.name, run=task.node.run, phase=task.phase, epoch=task.epoch, partition=trained.partition,
             samples=int(metrics["samples"]), loss=float(metrics["loss"]), train_s=float(metrics["seconds"]),
+            train_cpu_s=trained.cpu_s,
             merge_s=work.merge_s, publish_s=work.publish_s, task_s=time.time() - work.started,
             merged=len(work.merged_from), merged_from=tuple(work.merged_from),
             staleness_s=float(np.mean(work.ages_s)) if len(work.ages_s) else None,

@@ -92,13 +92,15 @@ class Trained:
 
     ``metrics`` are the model's (``samples``, ``loss``, ``seconds``); ``samples_seen`` the node's
     samples of the phase so far, this partition's included; ``slowed_s`` the straggler's sleep
-    after it (``TrainingSettings.straggler_factor``).
+    after it (``TrainingSettings.straggler_factor``); ``cpu_s`` the CPU seconds the training
+    thread spent in the pass (its merges between minibatches included).
     """
 
     partition: int
     metrics: Mapping[str, Any]
     samples_seen: int
     slowed_s: float = 0.0
+    cpu_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -119,3 +119,26 @@ def test_with_a_fanout_a_partition_merges_at_most_that_many_peers_in_all():
 
     assert report["merged_from"] == ["early"]  # merged before the partition; "late" waits for the next one
     assert [snapshot.node for _, snapshot in handle.waiting] == ["late"]
+
+
+def test_between_minibatches_a_node_copies_its_weights_only_when_a_fresh_snapshot_waits():
+    X, y = digits200()  # 20 minibatches; the peer's snapshot is fetched after the 5th
+    handle = FakeHandle([peer_snapshot("peer", X, y, 9)], arrivals=[5])
+    node = FakeNode(small_net(), handle)
+    merges, copies = [], []
+    merge, parameters = handle.merge, node.model.parameters
+
+    def counted_merge(*args, **kwargs):
+        merges.append(args[0])
+        return merge(*args, **kwargs)
+
+    def counted_parameters(phase=None):  # every call copies all the weights
+        copies.append(phase)
+        return parameters(phase)
+
+    handle.merge, node.model.parameters = counted_merge, counted_parameters
+    AsyncMode().train_partition(node, task(), 0, X, y)
+
+    assert len(merges) == 2  # before the partition, then once when the snapshot arrived
+    assert len(copies) == 3  # for those two merges, and for the publication
+    assert handle.minibatches == 20  # the flag was asked after every minibatch instead

@@ -35,15 +35,15 @@ def test_a_step_is_timed_in_order_even_when_it_raises_and_background_work_is_kep
 
 
 def test_the_nodes_share_of_a_job_sums_their_reports_and_names_the_slowest_nodes_time():
-    records = [{"node": "a", "setup_s": 1.0, "data_load_s": 0.5, "train_s": 2.0, "merge_s": 0.1, "publish_s": 0.2,
-                "task_s": 2.5},
-               {"node": "a", "setup_s": 0.0, "data_load_s": 0.0, "train_s": 2.0, "merge_s": 0.1, "publish_s": 0.2,
-                "task_s": 2.5},
-               {"node": "b", "setup_s": 0.5, "data_load_s": 0.25, "train_s": 4.0, "merge_s": 0.0, "publish_s": 0.0,
-                "task_s": 4.25}]
+    records = [{"node": "a", "setup_s": 1.0, "data_load_s": 0.5, "train_s": 2.0, "train_cpu_s": 1.0, "merge_s": 0.1,
+                "publish_s": 0.2, "task_s": 2.5},
+               {"node": "a", "setup_s": 0.0, "data_load_s": 0.0, "train_s": 2.0, "train_cpu_s": 1.5, "merge_s": 0.1,
+                "publish_s": 0.2, "task_s": 2.5},
+               {"node": "b", "setup_s": 0.5, "data_load_s": 0.25, "train_s": 4.0, "train_cpu_s": 4.0, "merge_s": 0.0,
+                "publish_s": 0.0, "task_s": 4.25}]
     shares = node_shares(records)
-    assert shares == {"setup_s": 1.5, "data_load_s": 0.75, "train_s": 8.0, "merge_s": pytest.approx(0.2),
-                      "publish_s": pytest.approx(0.4), "slowest_node_s": 6.0}
+    assert shares == {"setup_s": 1.5, "data_load_s": 0.75, "train_s": 8.0, "train_cpu_s": 6.5,
+                      "merge_s": pytest.approx(0.2), "publish_s": pytest.approx(0.4), "slowest_node_s": 6.0}
 
 
 @pytest.mark.slow
@@ -66,6 +66,10 @@ def test_a_fits_timings_follow_it_step_by_step_and_its_epochs_carry_their_nodes_
     first_epoch = next(step for step in steps if step["name"] == "rbm0 epoch 1")
     assert first_epoch["nodes"]["setup_s"] > first_epoch["nodes"]["data_load_s"] > 0  # the nodes started, read data
     assert first_epoch["nodes"]["train_s"] > 0 and first_epoch["nodes"]["slowest_node_s"] > 0
+    # Each partition's training thread's CPU seconds: some, and never more than the partition's task took.
+    records = [record for summary in trainer.history_ for record in summary["records"]]
+    assert all(0 < record["train_cpu_s"] <= record["task_s"] for record in records)
+    assert first_epoch["nodes"]["train_cpu_s"] > 0
     # The run record keeps the fit's timings (up to the model: the record is written with it).
     record = node.open_run(store_url, "timed").runs.read_record()
     recorded = [step["name"] for step in record["timings"]["steps"] if not step["background"]]
