@@ -114,6 +114,27 @@ def test_overlapping_max_pool_ties_give_each_window_one_winner():
     assert dx.sum() == out.size
 
 
+@pytest.mark.parametrize("size, stride, padding", [(2, 2, 0), (3, 2, 1), (3, 1, 0), ([2, 3], 1, 0)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_max_pool_routes_each_gradient_to_the_first_max_of_its_window_as_a_loop_does(size, stride, padding, seed):
+    # Small integers: most windows hold ties, so the winners recorded in the forward pass must
+    # be the first max in row-major (ky, kx) order, exactly one per window.
+    layer = make_layer({"type": "maxpool", "size": size, "stride": stride, "padding": padding}, (2, 7, 7))
+    x = np.random.default_rng(seed).integers(0, 3, size=(2, 7, 7, 3)).astype(np.float64)
+    out = layer.forward(x, True)
+    dout = np.random.default_rng(seed + 10).integers(1, 1000, size=out.shape).astype(np.float64)  # sums exact in any order
+    dx = layer.backward(dout)
+    (kh, kw), (sy, sx), (ph, pw) = layer.kernel, layer.stride, layer.padding
+    padded = np.pad(x, ((0, 0), (ph, ph), (pw, pw), (0, 0)), constant_values=-np.inf)
+    expected = np.zeros_like(padded)
+    for a, oy, ox, n in np.ndindex(out.shape):
+        window = padded[a, oy * sy : oy * sy + kh, ox * sx : ox * sx + kw, n]
+        ky, kx = np.unravel_index(np.argmax(window), window.shape)  # argmax: the first max, row-major
+        assert out[a, oy, ox, n] == window[ky, kx]
+        expected[a, oy * sy + ky, ox * sx + kx, n] += dout[a, oy, ox, n]
+    np.testing.assert_array_equal(dx, expected[:, ph : ph + 7, pw : pw + 7, :])
+
+
 def test_softmax_cross_entropy_gradient_matches_finite_differences_and_loss_is_exact():
     rng = np.random.default_rng(3)
     logits, labels = rng.normal(size=(5, 4)) * 3, np.array([0, 3, 1, 1, 2])
