@@ -42,7 +42,7 @@ class Layer(NamespacePickling):
 
     # What a forward/backward pass leaves behind: not pickled, rebuilt by the next pass.
     _TRANSIENT = ("_buffers", "_w_matrix", "_cols", "_y", "_x_padded_shape", "_out", "_x_padded", "_x_shape", "_x", "_mask",
-                  "_convolutions")
+                  "_winners", "_convolutions")
     precision = "float32"  # of the GEMMs and convolutions on a GPU: set by the net (see rbm._gpu._precision)
     keys: tuple[str, ...] = ()
     defaults: dict[str, Any] = {}
@@ -173,7 +173,9 @@ class Conv2D(Layer):
         self.grads = {"W": dw_t.reshape(kh, kw, c, f).transpose(3, 2, 0, 1).copy(), "b": dz.sum(axis=1)}
         if not self.needs_input_grad:
             return None
-        dcols = (self._w_matrix.T @ dz).reshape(kh, kw, c, *self.out_hw, dy.shape[3])
+        # The window gradients overwrite the im2col buffer, whose columns dW no longer needs:
+        # a fresh (KH*KW*C, OH*OW*N) array each step would cost its page faults (8 MB in LeNet's conv1).
+        dcols = self.xp.matmul(self._w_matrix.T, dz, out=self._cols).reshape(kh, kw, c, *self.out_hw, dy.shape[3])
         return k.col2im_chwn(dcols, self._x_padded_shape, self.padding, self.stride, self.xp)
 
 
@@ -203,15 +205,17 @@ class MaxPool2D(_Pool):
             self._x_padded = x
             self._out = ops.maxpool_forward(x, self.kernel, self.stride, self.padding)
             return self._out
-        self._out, self._x_padded = k.maxpool_forward(x, self.kernel, self.stride, self.padding, self.xp)
-        return self._out
+        out, self._winners = k.maxpool_forward(x, self.kernel, self.stride, self.padding, self.xp)
+        (ph, pw), (c, h, w, n) = self.padding, x.shape
+        self._x_padded_shape = (c, h + 2 * ph, w + 2 * pw, n)
+        return out
 
     def backward(self, dy: Array) -> Array:
         ops = fused_ops(self.xp)
         if ops is not None:
             return ops.maxpool_backward(self.xp.ascontiguousarray(dy), self._out, self._x_padded, self.kernel,
                                         self.stride, self.padding)
-        return k.maxpool_backward(dy, self._out, self._x_padded, self.kernel, self.stride, self.padding, self.xp)
+        return k.maxpool_backward(dy, self._winners, self._x_padded_shape, self.kernel, self.stride, self.padding, self.xp)
 
 
 class AvgPool2D(_Pool):
