@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import _im2col as k
+from ._gemm import matmul_pixels, matmul_pixels_nt
 from .._backend import NamespacePickling, to_device
 from .._gpu import PhiloxStream, fused_ops, uses_philox
 from ._cudnn import CudnnConvolution, cudnn_available
@@ -152,7 +153,7 @@ class Conv2D(Layer):
         (kh, kw), c, f = self.kernel, self.input_shape[0], self.filters
         self._w_matrix = self.params["W"].transpose(0, 2, 3, 1).reshape(f, kh * kw * c)  # columns (ky, kx, c)
         self._cols = cols.reshape(kh * kw * c, -1)
-        z = self._w_matrix @ self._cols  # (F, OH*OW*N)
+        z = matmul_pixels(self._w_matrix, self._cols, self.xp.empty((f, self._cols.shape[1]), dtype=self.dtype), self.xp)
         if ops is not None:
             self._y = ops.bias_activation_(z, self.params["b"], self.activation)
         else:
@@ -169,13 +170,13 @@ class Conv2D(Layer):
             dz = self.xp.ascontiguousarray(dz).reshape(f, *self.out_hw, dy.shape[3])
             self.grads = {"W": convolution.backward_filter(self._x, dz), "b": dz.reshape(f, -1).sum(axis=1)}
             return convolution.backward_data(dz, self.params["W"]) if self.needs_input_grad else None
-        dw_t = self._cols @ dz.T  # (KH*KW*C, F): this orientation runs ~20% faster in OpenBLAS than dz @ cols.T
+        dw_t = matmul_pixels_nt(self._cols, dz, self.xp)  # (KH*KW*C, F): ~20% faster in OpenBLAS than dz @ cols.T
         self.grads = {"W": dw_t.reshape(kh, kw, c, f).transpose(3, 2, 0, 1).copy(), "b": dz.sum(axis=1)}
         if not self.needs_input_grad:
             return None
         # The window gradients overwrite the im2col buffer, whose columns dW no longer needs:
         # a fresh (KH*KW*C, OH*OW*N) array each step would cost its page faults (8 MB in LeNet's conv1).
-        dcols = self.xp.matmul(self._w_matrix.T, dz, out=self._cols).reshape(kh, kw, c, *self.out_hw, dy.shape[3])
+        dcols = matmul_pixels(self._w_matrix.T, dz, self._cols, self.xp).reshape(kh, kw, c, *self.out_hw, dy.shape[3])
         return k.col2im_chwn(dcols, self._x_padded_shape, self.padding, self.stride, self.xp)
 
 
