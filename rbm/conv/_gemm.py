@@ -22,7 +22,7 @@ __all__ = ["pixel_chunk", "matmul_pixels", "matmul_pixels_nt"]
 Array = Any
 
 SMALL_PRODUCT = 1_000_000  # M * N * K up to which OpenBLAS multiplies without packing
-MIN_CHUNK = 256  # shorter chunks would spend more on the calls than they save
+MIN_CHUNK = 1000  # chunks of 1,000-7,000 pixels ran 1.2-3x faster than whole products, of 266-578 slower
 
 
 def pixel_chunk(rows: int, inner: int, pixels: int, xp: ModuleType) -> int | None:
