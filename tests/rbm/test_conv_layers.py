@@ -8,6 +8,7 @@ import pytest
 from support.numerics import matmul_error_bound, unit_roundoff
 
 from rbm.conv._ops import softmax_cross_entropy
+from rbm.conv import _gemm
 from rbm.conv._gemm import matmul_pixels, matmul_pixels_nt, pixel_chunk
 from rbm.conv._im2col import col2im_chwn, im2col_chwn, output_size
 from rbm.conv._layers import build_layer
@@ -176,18 +177,26 @@ def test_im2col_convolution_equals_a_direct_convolution():
     assert np.sum(products) == pytest.approx(np.sum(x * back), rel=0, abs=bound)
 
 
-def test_pixel_chunked_products_equal_whole_ones_remainder_chunk_included():
+def test_pixel_chunked_products_equal_whole_ones_remainder_chunk_included(monkeypatch):
     # LeNet's conv0 shapes at batch 64 (20 filters, 25 weights, 36,864 pixels) are chunked, conv1's are not;
-    # 36,864 + 7 pixels leave a short last chunk.  Small integers in float64: every sum is exact.
+    # 36,864 + 7 pixels leave a short last chunk.  Small integers in float32: every sum is exact (< 2**24).
+    monkeypatch.setattr(_gemm, "direct_sgemm", lambda: True)  # as on OpenBLAS's SkylakeX kernels
     f, inner, pixels = 20, 25, 36_864 + 7
     chunk = pixel_chunk(f, inner, pixels, np)
     assert chunk is not None and pixels % chunk != 0
     assert pixel_chunk(50, 500, 4096, np) is None
     rng = np.random.default_rng(0)
-    weights, cols, dz = (rng.integers(-8, 8, size=shape).astype(np.float64) for shape in
+    weights, cols, dz = (rng.integers(-8, 8, size=shape).astype(np.float32) for shape in
                          [(f, inner), (inner, pixels), (f, pixels)])
-    np.testing.assert_array_equal(matmul_pixels(weights, cols, np.empty((f, pixels)), np), weights @ cols)
+    np.testing.assert_array_equal(matmul_pixels(weights, cols, np.empty((f, pixels), np.float32), np), weights @ cols)
     np.testing.assert_array_equal(matmul_pixels_nt(cols, dz, np), cols @ dz.T)
+
+
+def test_products_stay_whole_where_chunks_do_not_pay(monkeypatch):
+    monkeypatch.setattr(_gemm, "direct_sgemm", lambda: True)
+    assert pixel_chunk(20, 25, 36_864, np, np.float64) is None  # the direct kernels are single precision
+    monkeypatch.setattr(_gemm, "direct_sgemm", lambda: False)  # e.g. OpenBLAS's Haswell kernels
+    assert pixel_chunk(20, 25, 36_864, np) is None
 
 
 def test_dropout_scales_kept_units_and_backpropagates_through_the_same_mask():
