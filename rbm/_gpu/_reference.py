@@ -137,5 +137,6 @@ class ReferenceOps:
         """Route ``dout`` to the first max of each window of ``x`` (A, H, W, B); returns (A, H, W, B)."""
         from ..conv import _im2col
 
-        x_padded = _im2col.pad_spatial(x, padding, float("-inf"), np)
-        return _im2col.maxpool_backward(dout, out, x_padded, kernel, stride, padding, np)
+        (ph, pw), (a, h, w, b) = padding, x.shape
+        winners = _im2col.maxpool_forward(x, kernel, stride, padding, np)[1]
+        return _im2col.maxpool_backward(dout, winners, (a, h + 2 * ph, w + 2 * pw, b), kernel, stride, padding, np)

@@ -110,34 +110,44 @@ def maxpool_forward(
     Returns
     -------
     out : (A, OH, OW, B)
-    x_padded : (A, H + 2 ph, W + 2 pw, B)
-        The input as pooled (``x`` itself without padding), kept for the backward pass.
+    winners : (A, OH, OW, B) uint8 (int32 for windows of more than 256 elements)
+        Per output, the window offset ``ky * KW + kx`` of its *first* max in row-major order:
+        all the backward pass needs (the input itself need not be kept).
     """
     kh, kw = kernel
     sy, sx = stride
     x_padded = pad_spatial(x, padding, float("-inf"), xp)
     oh = output_size(x.shape[1], kh, sy, padding[0])
     ow = output_size(x.shape[2], kw, sx, padding[1])
-    out = None
-    for _, ky, kx in _offsets(kh, kw):
+    out = winners = beats = None
+    for k, ky, kx in _offsets(kh, kw):
         view = x_padded[:, _window(ky, oh, sy), _window(kx, ow, sx), :]
-        out = view.copy() if out is None else xp.maximum(out, view, out=out)
-    return out, x_padded
+        if out is None:
+            out = view.copy()
+            winners = xp.zeros(out.shape, dtype=xp.uint8 if kh * kw <= 256 else xp.int32)
+            beats = xp.empty(out.shape, dtype=bool)
+            continue
+        # Only a strictly greater value takes over, so ties keep the earlier offset.  Offsets come
+        # in increasing order, so the winner is the largest k that took over: a maximum, not a
+        # masked store (which costs several times more).
+        xp.greater(view, out, out=beats)
+        xp.maximum(winners, beats.view(xp.uint8) * winners.dtype.type(k), out=winners)
+        xp.maximum(out, view, out=out)
+    return out, winners
 
 
 def maxpool_backward(
     dout: Array,
-    out: Array,
-    x_padded: Array,
+    winners: Array,
+    padded_shape: tuple[int, ...],
     kernel: tuple[int, int],
     stride: tuple[int, int],
     padding: tuple[int, int],
     xp: ModuleType,
 ) -> Array:
-    """Route ``dout`` (A, OH, OW, B) to the first max of each window; returns (A, H, W, B).
+    """Route ``dout`` (A, OH, OW, B) to each window's winner (see :func:`maxpool_forward`).
 
-    Rebuilding the winners from equality masks is several times cheaper than tracking
-    an argmax in the forward pass (no masked stores).
+    ``padded_shape`` is the padded input's (A, H + 2 ph, W + 2 pw, B); returns (A, H, W, B).
     """
     kh, kw = kernel
     sy, sx = stride
@@ -147,24 +157,16 @@ def maxpool_backward(
     # they also tile the input exactly (LeNet's 2x2 pools), every element gets stored once
     # and the zero fill can go.
     disjoint = sy >= kh and sx >= kw
-    tiled = (sy, sx) == (kh, kw) and x_padded.shape[1:3] == (oh * kh, ow * kw)
-    dx = (xp.empty if tiled else xp.zeros)(x_padded.shape, dtype=dout.dtype)
-    taken = None
-    last = kh * kw - 1
+    tiled = (sy, sx) == (kh, kw) and tuple(padded_shape[1:3]) == (oh * kh, ow * kw)
+    dx = (xp.empty if tiled else xp.zeros)(padded_shape, dtype=dout.dtype)
+    won = xp.empty(winners.shape, dtype=bool)
     for k, ky, kx in _offsets(kh, kw):
-        wy, wx = _window(ky, oh, sy), _window(kx, ow, sx)
-        hit = x_padded[:, wy, wx, :] == out
-        if taken is None:
-            taken = hit
-        else:
-            xp.logical_and(hit, xp.logical_not(taken), out=hit)  # an earlier offset already won
-            if k != last:
-                xp.logical_or(taken, hit, out=taken)
-        target = dx[:, wy, wx, :]
+        xp.equal(winners, k, out=won)
+        target = dx[:, _window(ky, oh, sy), _window(kx, ow, sx), :]
         if disjoint:
-            xp.multiply(dout, hit, out=target)
+            xp.multiply(dout, won, out=target)
         else:
-            target += dout * hit
+            target += dout * won
     if ph or pw:
         dx = dx[:, ph : dx.shape[1] - ph, pw : dx.shape[2] - pw, :]
     return dx

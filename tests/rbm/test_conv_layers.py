@@ -8,6 +8,8 @@ import pytest
 from support.numerics import matmul_error_bound, unit_roundoff
 
 from rbm.conv._ops import softmax_cross_entropy
+from rbm.conv import _gemm
+from rbm.conv._gemm import matmul_pixels, matmul_pixels_nt, pixel_chunk
 from rbm.conv._im2col import col2im_chwn, im2col_chwn, output_size
 from rbm.conv._layers import build_layer
 
@@ -114,6 +116,27 @@ def test_overlapping_max_pool_ties_give_each_window_one_winner():
     assert dx.sum() == out.size
 
 
+@pytest.mark.parametrize("size, stride, padding", [(2, 2, 0), (3, 2, 1), (3, 1, 0), ([2, 3], 1, 0)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_max_pool_routes_each_gradient_to_the_first_max_of_its_window_as_a_loop_does(size, stride, padding, seed):
+    # Small integers: most windows hold ties, so the winners recorded in the forward pass must
+    # be the first max in row-major (ky, kx) order, exactly one per window.
+    layer = make_layer({"type": "maxpool", "size": size, "stride": stride, "padding": padding}, (2, 7, 7))
+    x = np.random.default_rng(seed).integers(0, 3, size=(2, 7, 7, 3)).astype(np.float64)
+    out = layer.forward(x, True)
+    dout = np.random.default_rng(seed + 10).integers(1, 1000, size=out.shape).astype(np.float64)  # sums exact in any order
+    dx = layer.backward(dout)
+    (kh, kw), (sy, sx), (ph, pw) = layer.kernel, layer.stride, layer.padding
+    padded = np.pad(x, ((0, 0), (ph, ph), (pw, pw), (0, 0)), constant_values=-np.inf)
+    expected = np.zeros_like(padded)
+    for a, oy, ox, n in np.ndindex(out.shape):
+        window = padded[a, oy * sy : oy * sy + kh, ox * sx : ox * sx + kw, n]
+        ky, kx = np.unravel_index(np.argmax(window), window.shape)  # argmax: the first max, row-major
+        assert out[a, oy, ox, n] == window[ky, kx]
+        expected[a, oy * sy + ky, ox * sx + kx, n] += dout[a, oy, ox, n]
+    np.testing.assert_array_equal(dx, expected[:, ph : ph + 7, pw : pw + 7, :])
+
+
 def test_softmax_cross_entropy_gradient_matches_finite_differences_and_loss_is_exact():
     rng = np.random.default_rng(3)
     logits, labels = rng.normal(size=(5, 4)) * 3, np.array([0, 3, 1, 1, 2])
@@ -152,6 +175,28 @@ def test_im2col_convolution_equals_a_direct_convolution():
     products = cols * d
     bound = 2 * products.size * unit_roundoff(np.float64) * np.abs(products).sum()
     assert np.sum(products) == pytest.approx(np.sum(x * back), rel=0, abs=bound)
+
+
+def test_pixel_chunked_products_equal_whole_ones_remainder_chunk_included(monkeypatch):
+    # LeNet's conv0 shapes at batch 64 (20 filters, 25 weights, 36,864 pixels) are chunked, conv1's are not;
+    # 36,864 + 7 pixels leave a short last chunk.  Small integers in float32: every sum is exact (< 2**24).
+    monkeypatch.setattr(_gemm, "direct_sgemm", lambda: True)  # as on OpenBLAS's SkylakeX kernels
+    f, inner, pixels = 20, 25, 36_864 + 7
+    chunk = pixel_chunk(f, inner, pixels, np)
+    assert chunk is not None and pixels % chunk != 0
+    assert pixel_chunk(50, 500, 4096, np) is None
+    rng = np.random.default_rng(0)
+    weights, cols, dz = (rng.integers(-8, 8, size=shape).astype(np.float32) for shape in
+                         [(f, inner), (inner, pixels), (f, pixels)])
+    np.testing.assert_array_equal(matmul_pixels(weights, cols, np.empty((f, pixels), np.float32), np), weights @ cols)
+    np.testing.assert_array_equal(matmul_pixels_nt(cols, dz, np), cols @ dz.T)
+
+
+def test_products_stay_whole_where_chunks_do_not_pay(monkeypatch):
+    monkeypatch.setattr(_gemm, "direct_sgemm", lambda: True)
+    assert pixel_chunk(20, 25, 36_864, np, np.float64) is None  # the direct kernels are single precision
+    monkeypatch.setattr(_gemm, "direct_sgemm", lambda: False)  # e.g. OpenBLAS's Haswell kernels
+    assert pixel_chunk(20, 25, 36_864, np) is None
 
 
 def test_dropout_scales_kept_units_and_backpropagates_through_the_same_mask():

@@ -96,9 +96,10 @@ def test_fused_updater_and_backward_kernels_match_their_numpy_twins(cp, ops, dty
 def test_maxpool_kernels_match_the_im2col_pooling(cp, ops, kernel, stride, padding):
     rng = np.random.default_rng(2)
     x = rng.integers(0, 4, size=(3, 9, 9, 5)).astype(np.float32)  # many ties: the first max must win
-    out, padded = _im2col.maxpool_forward(x, kernel, stride, padding, np)
+    out, winners = _im2col.maxpool_forward(x, kernel, stride, padding, np)
     dout = rng.normal(size=out.shape).astype(np.float32)
-    dx = _im2col.maxpool_backward(dout, out, padded, kernel, stride, padding, np)
+    padded_shape = (3, 9 + 2 * padding[0], 9 + 2 * padding[1], 5)
+    dx = _im2col.maxpool_backward(dout, winners, padded_shape, kernel, stride, padding, np)
     device_out = ops.maxpool_forward(cp.asarray(x), kernel, stride, padding)
     np.testing.assert_array_equal(device_out.get(), out)
     device_dx = ops.maxpool_backward(cp.asarray(dout), device_out, cp.asarray(x), kernel, stride, padding)
