@@ -33,8 +33,8 @@ __all__ = ["arrow_partition_summary", "empty_summary", "rows_summary", "shard_su
 def summarize_block(index: int, X: np.ndarray, y: np.ndarray | None, max_classes: int,
                     error: str | None = None) -> dict[str, Any]:
     """The per-partition facts the driver checks (JSON-able, small: O(features + distinct labels))."""
-    summary: dict[str, Any] = {"partition": index, "rows": int(len(X)), "shape": list(X.shape[1:]), "error": error,
-                               "has_labels": y is not None}
+    summary = {**empty_summary(index, error), "rows": int(len(X)), "shape": list(X.shape[1:]),
+               "has_labels": y is not None}
     if error is not None or not len(X):
         return summary
     flat = X.reshape(len(X), -1)

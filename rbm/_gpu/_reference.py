@@ -130,7 +130,7 @@ class ReferenceOps:
         """Max pooling of ``x`` (A, H, W, B) over axes 1 and 2; returns (A, OH, OW, B)."""
         from ..conv import _im2col
 
-        return _im2col.maxpool_forward(x, kernel, stride, padding, np)[0]
+        return _im2col.maxpool_forward(x, kernel, stride, padding, np, record_winners=False)[0]
 
     def maxpool_backward(self, dout: Any, out: Any, x: Any, kernel: tuple[int, int], stride: tuple[int, int],
                          padding: tuple[int, int]) -> Any:

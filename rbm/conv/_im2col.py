@@ -103,8 +103,9 @@ def col2im_chwn(
 
 
 def maxpool_forward(
-    x: Array, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int], xp: ModuleType
-) -> tuple[Array, Array]:
+    x: Array, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int], xp: ModuleType,
+    record_winners: bool = True,
+) -> tuple[Array, Array | None]:
     """Max pooling of ``x`` (A, H, W, B) over axes 1 and 2; padding counts as ``-inf``.
 
     Returns
@@ -112,7 +113,8 @@ def maxpool_forward(
     out : (A, OH, OW, B)
     winners : (A, OH, OW, B) uint8 (int32 for windows of more than 256 elements)
         Per output, the window offset ``ky * KW + kx`` of its *first* max in row-major order:
-        all the backward pass needs (the input itself need not be kept).
+        all the backward pass needs (the input itself need not be kept).  None when not
+        ``record_winners`` (inference: no backward pass follows).
     """
     kh, kw = kernel
     sy, sx = stride
@@ -124,8 +126,12 @@ def maxpool_forward(
         view = x_padded[:, _window(ky, oh, sy), _window(kx, ow, sx), :]
         if out is None:
             out = view.copy()
-            winners = xp.zeros(out.shape, dtype=xp.uint8 if kh * kw <= 256 else xp.int32)
-            beats = xp.empty(out.shape, dtype=bool)
+            if record_winners:
+                winners = xp.zeros(out.shape, dtype=xp.uint8 if kh * kw <= 256 else xp.int32)
+                beats = xp.empty(out.shape, dtype=bool)
+            continue
+        if not record_winners:
+            xp.maximum(out, view, out=out)
             continue
         # Only a strictly greater value takes over, so ties keep the earlier offset.  Offsets come
         # in increasing order, so the winner is the largest k that took over: a maximum, not a

@@ -206,7 +206,8 @@ class MaxPool2D(_Pool):
             self._x_padded = x
             self._out = ops.maxpool_forward(x, self.kernel, self.stride, self.padding)
             return self._out
-        out, self._winners = k.maxpool_forward(x, self.kernel, self.stride, self.padding, self.xp)
+        out, self._winners = k.maxpool_forward(x, self.kernel, self.stride, self.padding, self.xp,
+                                               record_winners=train)  # inference needs no winners
         (ph, pw), (c, h, w, n) = self.padding, x.shape
         self._x_padded_shape = (c, h + 2 * ph, w + 2 * pw, n)
         return out
