@@ -28,7 +28,8 @@ logger = logging.getLogger(__name__)
 KERNEL_NAMES = (
     "fill_uniform", "fill_normal", "bias_sigmoid", "bias_sigmoid_sample", "sample_inplace", "bias_add",
     "bias_add_normal", "momentum_step", "subtract_scaled", "dropout", "sigmoid_backward", "sgd_step",
-    "adagrad_step", "adam_step", "maxpool_forward", "maxpool_backward", "bias_activation",
+    "adagrad_step", "adam_step", "maxpool_forward", "maxpool_backward", "bias_activation", "activation_backward",
+    "softmax_xent", "column_sums", "row_sums",
 )
 _CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 _THREADS = 256
@@ -61,6 +62,8 @@ class CudaOps:
         self.xp = cupy
         self._cublas = cublas
         self._module = None
+        self._kernels: dict[tuple[str, np.dtype], Any] = {}
+        self._scalars: dict[tuple[np.dtype, float, float], np.ndarray] = {}  # GEMMs' (alpha, beta) on the host
 
     # -- compilation and launches
     def module(self) -> Any:
@@ -72,15 +75,23 @@ class CudaOps:
             self._module = self.xp.RawModule(code=source, options=("--std=c++14",), name_expressions=names)
         return self._module
 
-    @functools.lru_cache(maxsize=None)
     def _kernel(self, name: str, dtype: np.dtype) -> Any:
-        return self.module().get_function(f"{name}<{_CTYPES[np.dtype(dtype)]}>")
+        # A dict, not functools' cache: the hot loops launch tens of kernels per minibatch.
+        kernel = self._kernels.get((name, dtype))
+        if kernel is None:
+            kernel = self._kernels[name, dtype] = self.module().get_function(f"{name}<{_CTYPES[np.dtype(dtype)]}>")
+        return kernel
 
-    def _launch(self, name: str, dtype: Any, n: int, *args: Any) -> None:
+    def _launch(self, name: str, dtype: np.dtype, n: int, *args: Any) -> None:
         if n == 0:
             return
         blocks = min((n + _THREADS - 1) // _THREADS, _MAX_BLOCKS)
-        self._kernel(name, np.dtype(dtype))((blocks,), (_THREADS,), args)
+        self._kernel(name, dtype)((blocks,), (_THREADS,), args)
+
+    def _launch_blocks(self, name: str, dtype: np.dtype, grid: tuple[int, ...], block: tuple[int, ...],
+                       *args: Any) -> None:
+        """A kernel whose threads cooperate within a block (shared-memory sums), on its own grid."""
+        self._kernel(name, dtype)(grid, block, args)
 
     @staticmethod
     def _stream_args(stream: CounterStream, count: int) -> tuple[np.uint32, np.uint32, np.uint64]:
@@ -104,7 +115,11 @@ class CudaOps:
         k = a.shape[0] if trans_a else a.shape[1]
         dtype = out.dtype
         data_type = _CUDA_R_64F if dtype == np.float64 else _CUDA_R_32F
-        scalars = np.array([alpha, beta], dtype=np.float64 if dtype == np.float64 else np.float32)
+        scalars = self._scalars.get((dtype, alpha, beta))
+        if scalars is None:
+            if len(self._scalars) > 64:  # a bounded cache: betas follow the momentum schedule
+                self._scalars.clear()
+            scalars = self._scalars[dtype, alpha, beta] = np.array([alpha, beta], dtype=dtype)
         handle = self.xp.cuda.device.get_cublas_handle()
         op_a = self._cublas.CUBLAS_OP_T if trans_a else self._cublas.CUBLAS_OP_N
         op_b = self._cublas.CUBLAS_OP_T if trans_b else self._cublas.CUBLAS_OP_N
@@ -168,6 +183,34 @@ class CudaOps:
         self._launch("sigmoid_backward", g.dtype, g.size, g, d, a, np.int64(g.size))
         return g
 
+    def softmax_cross_entropy(self, z: Any, labels: Any, bias: Any = None, out: Any = None,
+                              total: Any = None) -> tuple[Any, Any]:
+        z = self.xp.ascontiguousarray(z)
+        t = z.dtype.type
+        rows, classes = z.shape
+        grad = self.xp.empty_like(z) if out is None else out
+        loss = self.xp.empty((), dtype=z.dtype)
+        labels = self.xp.ascontiguousarray(labels, dtype=np.int64)
+        self._launch_blocks("softmax_xent", z.dtype, (1,), (256,), z, z if bias is None else bias,
+                            np.int32(bias is not None), labels, grad, loss, loss if total is None else total,
+                            np.int32(total is not None), np.int64(rows), np.int32(classes), t(1.0 / max(rows, 1)))
+        return loss, grad
+
+    def column_sums(self, x: Any, weights: Any = None, out: Any = None) -> Any:
+        x = self.xp.ascontiguousarray(x)
+        rows, cols = x.shape
+        out = self.xp.empty(cols, dtype=x.dtype) if out is None else out
+        self._launch_blocks("column_sums", x.dtype, ((cols + 31) // 32,), (32, 8), x, x if weights is None else weights,
+                            np.int32(weights is not None), out, np.int64(rows), np.int32(cols))
+        return out
+
+    def row_sums(self, x: Any, out: Any = None) -> Any:
+        x = self.xp.ascontiguousarray(x)
+        rows, cols = x.shape
+        out = self.xp.empty(rows, dtype=x.dtype) if out is None else out
+        self._launch_blocks("row_sums", x.dtype, (rows,), (256,), x, out, np.int64(cols))
+        return out
+
     # -- updaters
     def sgd_step_(self, param: Any, velocity: Any, grad: Any, momentum: float, lr: float, l2: float,
                   nesterov: bool) -> None:
@@ -191,6 +234,13 @@ class CudaOps:
         self._launch("bias_activation", z.dtype, z.size, z, bias, np.int64(z.size), np.int64(z.size // bias.size),
                      np.int32(_ACTIVATION_CODES[activation]))
         return z
+
+    def activation_backward(self, activation: str, y: Any, dy: Any) -> Any:
+        dy = self.xp.ascontiguousarray(dy)
+        dz = self.xp.empty_like(dy)
+        self._launch("activation_backward", dy.dtype, dy.size, y, dy, dz, np.int64(dy.size),
+                     np.int32(_ACTIVATION_CODES[activation]))
+        return dz
 
     def maxpool_forward(self, x: Any, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int]) -> Any:
         a, h, w, b = x.shape

@@ -90,6 +90,29 @@ class ReferenceOps:
         g *= 1.0 - a
         return g
 
+    def softmax_cross_entropy(self, z: Any, labels: Any, bias: Any = None, out: Any = None,
+                              total: Any = None) -> tuple[Any, Any]:
+        """Mean cross-entropy of ``softmax(z + bias)`` (``z`` (n, K), integer ``labels`` (n,)) as a 0-d
+        array, and its gradient ``(softmax - onehot) / n`` (into ``out``, which may be ``z``);
+        ``total += n * loss`` when given."""
+        from ..conv._ops import softmax_cross_entropy  # the CPU branch's formula
+
+        loss, grad = softmax_cross_entropy(z if bias is None else z + bias, labels, np)
+        if out is not None:
+            out[...] = grad
+            grad = out
+        if total is not None:
+            total += loss * z.shape[0]
+        return loss, grad
+
+    def column_sums(self, x: Any, weights: Any = None, out: Any = None) -> Any:
+        """``out (cols,) <- sum over rows of x`` (each row times ``weights[row]`` when given)."""
+        return np.sum(x, axis=0, out=out) if weights is None else np.matmul(weights, x, out=out)
+
+    def row_sums(self, x: Any, out: Any = None) -> Any:
+        """``out (rows,) <- sum over columns of x``."""
+        return np.sum(x, axis=1, out=out)
+
     # -- updaters
     def sgd_step_(self, param: Any, velocity: Any, grad: Any, momentum: float, lr: float, l2: float,
                   nesterov: bool) -> None:
@@ -125,6 +148,12 @@ class ReferenceOps:
 
         z += bias[:, None]
         return activate(activation, z, np)
+
+    def activation_backward(self, activation: str, y: Any, dy: Any) -> Any:
+        """A new ``dz = dy * act'(z)`` from the activation's output ``y``."""
+        from ..conv._ops import activation_grad  # the CPU branch's derivatives
+
+        return activation_grad(activation, y, dy, np)
 
     def maxpool_forward(self, x: Any, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int]) -> Any:
         """Max pooling of ``x`` (A, H, W, B) over axes 1 and 2; returns (A, OH, OW, B)."""

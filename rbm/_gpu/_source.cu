@@ -1,6 +1,6 @@
 // Fused elementwise kernels of sparkdbn's GPU branch (compiled once per host by NVRTC through
 // cupy.RawModule and kept in the kernel cache).  Every kernel has a numpy twin of the same
-// name in rbm/_gpu/_reference.py; tests/rbm/test_gpu_kernels.py checks them against each other.
+// name in rbm/_gpu/_reference.py; tests/rbm/test_gpu.py checks them against each other.
 // Arrays are C-contiguous; `cols` is the length of the last axis (bias index = i % cols).
 // Random draws: Philox4x32-10 with counter (offset + i, 0, 0) -- see rbm/_gpu/_philox.py.
 
@@ -225,4 +225,89 @@ __global__ void bias_activation(T* z, const T* bias, long long n, long long per_
         else if (activation == 3) v = tanh(v);
         z[i] = v;
     }
+}
+
+// dz <- dy * act'(y) from the activation's output y; act 0 identity, 1 relu, 2 sigmoid, 3 tanh
+template <typename T>
+__global__ void activation_backward(const T* y, const T* dy, T* dz, long long n, int activation) {
+    FOR_EACH(i, n) {
+        T g = dy[i];
+        if (activation == 1) g = y[i] > (T)0 ? g : (T)0;
+        else if (activation == 2) g = g * y[i] * ((T)1 - y[i]);
+        else if (activation == 3) g = g * ((T)1 - y[i] * y[i]);
+        dz[i] = g;
+    }
+}
+
+// Softmax cross-entropy of logits z (rows, classes) (+ bias over the classes when has_bias), in ONE
+// block of 256 threads (a thread per row at a time): grad <- (softmax - onehot(labels)) * inv_n
+// (grad may be z), loss[0] <- inv_n * sum of the rows' losses, and total[0] += that sum when
+// has_total.  The block's sum is a fixed tree: the same bits on every run.
+template <typename T>
+__global__ void softmax_xent(const T* z, const T* bias, int has_bias, const long long* labels, T* grad, T* loss,
+                             T* total, int has_total, long long rows, int classes, T inv_n) {
+    __shared__ T partial[256];
+    T own = (T)0;
+    for (long long r = threadIdx.x; r < rows; r += blockDim.x) {
+        const T* zr = z + r * classes;
+        T* gr = grad + r * classes;
+        T top = zr[0] + (has_bias ? bias[0] : (T)0);
+        for (int k = 1; k < classes; ++k) {
+            T v = zr[k] + (has_bias ? bias[k] : (T)0);
+            top = v > top ? v : top;
+        }
+        T sum = (T)0;
+        for (int k = 0; k < classes; ++k) sum += exp(zr[k] + (has_bias ? bias[k] : (T)0) - top);
+        long long label = labels[r];
+        own += log(sum) - (zr[label] + (has_bias ? bias[label] : (T)0) - top);
+        for (int k = 0; k < classes; ++k) {
+            T p = exp(zr[k] + (has_bias ? bias[k] : (T)0) - top) / sum;
+            gr[k] = (p - (k == label ? (T)1 : (T)0)) * inv_n;
+        }
+    }
+    partial[threadIdx.x] = own;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        loss[0] = partial[0] * inv_n;
+        if (has_total) total[0] += partial[0];
+    }
+}
+
+// out[c] <- sum over r of x[r, c] (times weights[r] when has_weights), x (rows, cols).  Blocks of
+// 32 x 8 threads: a column per x-thread, the rows split over 8 y-threads, then summed in order.
+template <typename T>
+__global__ void column_sums(const T* x, const T* weights, int has_weights, T* out, long long rows, int cols) {
+    __shared__ T partial[8][33];
+    int col = blockIdx.x * 32 + threadIdx.x;
+    T own = (T)0;
+    if (col < cols) {
+        for (long long r = threadIdx.y; r < rows; r += 8) own += x[r * cols + col] * (has_weights ? weights[r] : (T)1);
+    }
+    partial[threadIdx.y][threadIdx.x] = own;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < cols) {
+        T sum = (T)0;
+        for (int y = 0; y < 8; ++y) sum += partial[y][threadIdx.x];
+        out[col] = sum;
+    }
+}
+
+// out[r] <- sum over c of x[r, c], x (rows, cols): a block of 256 threads per row, a fixed tree.
+template <typename T>
+__global__ void row_sums(const T* x, T* out, long long cols) {
+    __shared__ T partial[256];
+    const T* xr = x + (long long)blockIdx.x * cols;
+    T own = (T)0;
+    for (long long c = threadIdx.x; c < cols; c += blockDim.x) own += xr[c];
+    partial[threadIdx.x] = own;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = partial[0];
 }

@@ -100,8 +100,8 @@ def cd_step(ops: Any, ws: Any, b: int, W: Any, hbias: Any, vbias: Any, velocity:
     ops.gemm_tn(ws.V, ws.H, vel_W, 1.0, momentum, precision=precision)
     if settings.weight_decay:
         ops.subtract_scaled_(vel_W, W, learning_rate * settings.weight_decay)
-    xp.sum(ws.H, axis=0, out=ws.grad_hbias)
-    xp.matmul(ws.sign, ws.V, out=ws.grad_vbias)
+    ops.column_sums(ws.H, out=ws.grad_hbias)
+    ops.column_sums(ws.V, ws.sign, out=ws.grad_vbias)  # sum(v0) - (b / c) sum(vk)
     ops.momentum_step_(hbias, vel_h, ws.grad_hbias, momentum, 1.0)
     ops.momentum_step_(vbias, vel_v, ws.grad_vbias, momentum, scale_positive)
     W += vel_W

@@ -71,6 +71,9 @@ def cross_entropy_backward(
     out_W: Any,
     out_b: Any,
     labels: Any,
+    *,
+    total: Any = None,
+    precision: str = "float32",
 ) -> tuple[Any, list[Any], list[Any], Any, Any]:
     """Mean cross-entropy and its gradients for one minibatch.
 
@@ -81,6 +84,11 @@ def cross_entropy_backward(
     weights : the sigmoid layers' weights ``W_k`` (n_{k-1}, n_k)
     out_W : (n_L, n_classes); out_b : (n_classes,)
     labels : (n,) class indices 0 .. n_classes - 1 (device array)
+    total : a 0-d device array that gains ``n * loss`` (the pass's running sum), or None
+    precision : of the GEMMs on the GPU branch (see :mod:`rbm._gpu._precision`)
+
+    On the GPU branch the softmax, the loss and its gradient are one kernel, each bias gradient
+    one column-sum kernel and each product a cuBLAS GEMM.
 
     Returns
     -------
@@ -88,6 +96,9 @@ def cross_entropy_backward(
     grad_W, grad_b : per sigmoid layer, shaped like the weights and biases
     grad_out_W, grad_out_b
     """
+    ops = _gpu.fused_ops_for(out_W)
+    if ops is not None:
+        return _fused_cross_entropy_backward(ops, inputs, activations, weights, out_W, out_b, labels, total, precision)
     xp = _namespace(out_W)
     n = labels.shape[0]
     rows = xp.arange(n)
@@ -96,6 +107,8 @@ def cross_entropy_backward(
     probabilities += out_b
     softmax_(probabilities)
     loss = -xp.log(probabilities[rows, labels] + 1e-12).mean()
+    if total is not None:
+        total += loss * n
     delta = probabilities  # d loss / d logits = (p - onehot) / n
     delta[rows, labels] -= 1.0
     delta /= n
@@ -104,17 +117,41 @@ def cross_entropy_backward(
     grad_W: list[Any] = [None] * len(weights)
     grad_b: list[Any] = [None] * len(weights)
     upstream = delta @ out_W.T  # d loss / d d_L
-    ops = _gpu.fused_ops_for(out_W)
     for k in range(len(weights) - 1, -1, -1):
         # d loss / d z_k = upstream * mask_k * a_k (1 - a_k), and d_k = a_k * mask_k carries
         # the mask and one factor of sigmoid'(z) = a (1 - a) at once.
-        if ops is not None:
-            ops.sigmoid_backward_(upstream, inputs[k + 1], activations[k])
-        else:
-            upstream *= inputs[k + 1]
-            upstream *= 1.0 - activations[k]
+        upstream *= inputs[k + 1]
+        upstream *= 1.0 - activations[k]
         grad_W[k] = inputs[k].T @ upstream
         grad_b[k] = upstream.sum(axis=0)
         if k:
             upstream = upstream @ weights[k].T
+    return loss, grad_W, grad_b, grad_out_W, grad_out_b
+
+
+def _fused_cross_entropy_backward(ops: Any, inputs: list[Any], activations: list[Any], weights: Sequence[Any],
+                                  out_W: Any, out_b: Any, labels: Any, total: Any,
+                                  precision: str) -> tuple[Any, list[Any], list[Any], Any, Any]:
+    """:func:`cross_entropy_backward` on the GPU branch: the same math in 4 + 4 L launches."""
+    xp, top = ops.xp, inputs[-1]
+    n = top.shape[0]
+
+    def product(a: Any, b: Any, trans_b: bool) -> Any:
+        out = xp.empty((a.shape[0], b.shape[0] if trans_b else b.shape[1]), dtype=a.dtype)
+        return ops.matmul(a, b, out, trans_b=trans_b, precision=precision)
+
+    def weight_gradient(a: Any, delta: Any, like: Any) -> Any:  # a.T @ delta
+        return ops.gemm_tn(a, delta, xp.empty_like(like), 1.0, 0.0, precision=precision)
+
+    logits = product(top, out_W, trans_b=False)
+    loss, delta = ops.softmax_cross_entropy(logits, labels, bias=out_b, out=logits, total=total)
+    grad_out_W, grad_out_b = weight_gradient(top, delta, out_W), ops.column_sums(delta)
+    grad_W: list[Any] = [None] * len(weights)
+    grad_b: list[Any] = [None] * len(weights)
+    upstream = product(delta, out_W, trans_b=True)
+    for k in range(len(weights) - 1, -1, -1):
+        ops.sigmoid_backward_(upstream, inputs[k + 1], activations[k])
+        grad_W[k], grad_b[k] = weight_gradient(inputs[k], upstream, weights[k]), ops.column_sums(upstream)
+        if k:
+            upstream = product(upstream, weights[k], trans_b=True)
     return loss, grad_W, grad_b, grad_out_W, grad_out_b

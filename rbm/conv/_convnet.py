@@ -25,7 +25,7 @@ from sklearn.utils.validation import validate_data
 
 from .._backend import NamespacePickling, array_module, check_dtype, make_rng, resolve_device, to_device, to_host
 from .._classes import check_length, check_targets, encode_labels, resolve_classes
-from .._gpu import check_precision, effective_precision
+from .._gpu import check_precision, effective_precision, fused_ops
 from .._model import print_iteration, register_model
 from .._params import check_integer, check_number
 from .._updaters import Updater, make_updater
@@ -309,8 +309,12 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
     def _loss_and_gradients(self, X_host: np.ndarray, y_host: np.ndarray) -> tuple[Any, dict[str, Any]]:
         """Mean cross-entropy of one training batch (class indices ``y_host``) and its gradient
         for every parameter (on the device)."""
-        logits = self._forward(X_host, train=True)
-        loss, grad = softmax_cross_entropy(logits, to_device(y_host, self._xp), self._xp)
+        logits, labels = self._forward(X_host, train=True), to_device(y_host, self._xp)
+        ops = fused_ops(self._xp)
+        if ops is not None:  # the GPU branch: softmax, loss and gradient in one kernel
+            loss, grad = ops.softmax_cross_entropy(logits, labels)
+        else:
+            loss, grad = softmax_cross_entropy(logits, labels, self._xp)
         for layer in reversed(self.layers_):
             grad = layer.backward(grad)
             if grad is None:

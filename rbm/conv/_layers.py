@@ -164,14 +164,19 @@ class Conv2D(Layer):
 
     def backward(self, dy: Array) -> Array:
         (kh, kw), c, f = self.kernel, self.input_shape[0], self.filters
-        dz = activation_grad(self.activation, self._y, dy.reshape(f, -1), self.xp)
-        convolution = self._convolution(dy.shape[3])
+        convolution, ops = self._convolution(dy.shape[3]), fused_ops(self.xp)
+        if ops is not None:  # the GPU branch: one kernel for the activation's derivative, one for the bias sums
+            dz = ops.activation_backward(self.activation, self._y, dy.reshape(f, -1))
+            bias_grad = ops.row_sums(dz)
+        else:
+            dz = activation_grad(self.activation, self._y, dy.reshape(f, -1), self.xp)
+            bias_grad = dz.sum(axis=1)
         if convolution is not None:
             dz = self.xp.ascontiguousarray(dz).reshape(f, *self.out_hw, dy.shape[3])
-            self.grads = {"W": convolution.backward_filter(self._x, dz), "b": dz.reshape(f, -1).sum(axis=1)}
+            self.grads = {"W": convolution.backward_filter(self._x, dz), "b": bias_grad}
             return convolution.backward_data(dz, self.params["W"]) if self.needs_input_grad else None
         dw_t = matmul_pixels_nt(self._cols, dz, self.xp)  # (KH*KW*C, F): ~20% faster in OpenBLAS than dz @ cols.T
-        self.grads = {"W": dw_t.reshape(kh, kw, c, f).transpose(3, 2, 0, 1).copy(), "b": dz.sum(axis=1)}
+        self.grads = {"W": dw_t.reshape(kh, kw, c, f).transpose(3, 2, 0, 1).copy(), "b": bias_grad}
         if not self.needs_input_grad:
             return None
         # The window gradients overwrite the im2col buffer, whose columns dW no longer needs:
@@ -273,8 +278,9 @@ class Dense(Layer):
         self._x = x
         ops = fused_ops(self.xp)
         if ops is not None:  # the GPU branch: the GEMM at the net's precision, one kernel for the bias
-            z = ops.matmul(self.xp.ascontiguousarray(x), self.params["W"],
-                           self.xp.empty((x.shape[0], self.units), dtype=x.dtype), precision=self.precision)
+            self._x = x = self.xp.ascontiguousarray(x)
+            z = ops.matmul(x, self.params["W"], self.xp.empty((x.shape[0], self.units), dtype=x.dtype),
+                           precision=self.precision)
             ops.bias_add_(z, self.params["b"])
         else:
             z = x @ self.params["W"]
@@ -283,9 +289,21 @@ class Dense(Layer):
         return self._y
 
     def backward(self, dy: Array) -> Array:
-        dz = activation_grad(self.activation, self._y, dy, self.xp)
-        self.grads = {"W": self._x.T @ dz, "b": dz.sum(axis=0)}
-        return dz @ self.params["W"].T if self.needs_input_grad else None
+        ops = fused_ops(self.xp)
+        if ops is None:
+            dz = activation_grad(self.activation, self._y, dy, self.xp)
+            self.grads = {"W": self._x.T @ dz, "b": dz.sum(axis=0)}
+            return dz @ self.params["W"].T if self.needs_input_grad else None
+        # The GPU branch: the three GEMMs at the net's precision, one kernel each for the derivative and the bias sums.
+        W, xp = self.params["W"], self.xp
+        dz = xp.ascontiguousarray(dy) if self.activation == "identity" else ops.activation_backward(self.activation,
+                                                                                                    self._y, dy)
+        self.grads = {"W": ops.gemm_tn(self._x, dz, xp.empty_like(W), 1.0, 0.0, precision=self.precision),
+                      "b": ops.column_sums(dz)}
+        if not self.needs_input_grad:
+            return None
+        return ops.matmul(dz, W, xp.empty((dz.shape[0], W.shape[0]), dtype=dz.dtype), trans_b=True,
+                          precision=self.precision)
 
 
 class Activation(Layer):

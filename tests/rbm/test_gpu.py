@@ -91,6 +91,47 @@ def test_fused_updater_and_backward_kernels_match_their_numpy_twins(cp, ops, dty
             np.testing.assert_allclose(d.get(), h, err_msg=name, **tolerance)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 50, 300])  # 300: more rows than the kernel's one block has threads
+def test_the_softmax_cross_entropy_kernel_matches_its_numpy_twin(cp, ops, dtype, rows):
+    rng, reference = np.random.default_rng(5), ReferenceOps()
+    tolerance = {"rtol": 1e-5 if dtype == np.float32 else 1e-12, "atol": 1e-6 if dtype == np.float32 else 1e-14}
+    z = (rng.normal(size=(rows, 10)) * 8).astype(dtype)  # wide logits: the row maximum's shift matters
+    labels, bias = rng.integers(0, 10, size=rows), rng.normal(size=10).astype(dtype)
+    for with_bias in (False, True):
+        host_total, device_total = np.full((), 2.0, dtype=dtype), cp.full((), 2.0, dtype=dtype)
+        loss, grad = reference.softmax_cross_entropy(z, labels, bias if with_bias else None, total=host_total)
+        device_z = cp.asarray(z)
+        device_loss, device_grad = ops.softmax_cross_entropy(device_z, cp.asarray(labels),
+                                                             cp.asarray(bias) if with_bias else None, out=device_z,
+                                                             total=device_total)
+        assert device_grad is device_z  # in place, as the DBN asks
+        np.testing.assert_allclose(device_grad.get(), grad, **tolerance)
+        np.testing.assert_allclose(float(device_loss), float(loss), **tolerance)
+        np.testing.assert_allclose(float(device_total), float(host_total), **tolerance)
+        assert float(device_total) > 2.0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_sum_and_activation_derivative_kernels_match_their_numpy_twins(cp, ops, dtype):
+    rng, reference = np.random.default_rng(6), ReferenceOps()
+    eps = np.finfo(dtype).eps
+    for shape in [(1, 1), (50, 257), (1000, 33), (3, 5000)]:
+        x, weights = rng.normal(size=shape).astype(dtype), rng.normal(size=shape[0]).astype(dtype)
+        # Two summation orders of m terms differ by at most about 2 m eps sum|terms| (and products add one rounding).
+        by_column = {"rtol": 0, "atol": 2 * (shape[0] + 1) * eps * np.abs(x).sum(axis=0).max() * 5}
+        np.testing.assert_allclose(ops.column_sums(cp.asarray(x)).get(), reference.column_sums(x), **by_column)
+        np.testing.assert_allclose(ops.column_sums(cp.asarray(x), cp.asarray(weights)).get(),
+                                   reference.column_sums(x, weights), **by_column)
+        by_row = {"rtol": 0, "atol": 2 * (shape[1] + 1) * eps * np.abs(x).sum(axis=1).max()}
+        np.testing.assert_allclose(ops.row_sums(cp.asarray(x)).get(), reference.row_sums(x), **by_row)
+    tolerance = {"rtol": 1e-6 if dtype == np.float32 else 1e-14, "atol": 0}
+    y, dy = rng.random(size=(20, 30)).astype(dtype) - 0.3, rng.normal(size=(20, 30)).astype(dtype)
+    for activation in ("identity", "relu", "sigmoid", "tanh"):
+        np.testing.assert_allclose(ops.activation_backward(activation, cp.asarray(y), cp.asarray(dy)).get(),
+                                   reference.activation_backward(activation, y, dy), err_msg=activation, **tolerance)
+
+
 @pytest.mark.parametrize("kernel, stride, padding", [((2, 2), (2, 2), (0, 0)), ((3, 3), (2, 2), (1, 1)),
                                                       ((3, 3), (1, 1), (0, 0))])
 def test_maxpool_kernels_match_the_im2col_pooling(cp, ops, kernel, stride, padding):

@@ -130,7 +130,10 @@ def test_the_gpu_branch_trains_the_same_convnet_as_the_cpu_branch(digits):
 
 def test_the_stand_in_really_takes_the_fused_operations(monkeypatch, digits):
     calls = []
-    for name in ("bias_sigmoid_sample_", "sigmoid_backward_", "sgd_step_", "dropout"):
+    dbn_ops = {"bias_sigmoid_sample_", "sigmoid_backward_", "sgd_step_", "dropout", "softmax_cross_entropy",
+               "column_sums"}
+    conv_ops = {"activation_backward", "row_sums", "column_sums", "softmax_cross_entropy", "bias_activation_"}
+    for name in dbn_ops | conv_ops:
         original = getattr(_reference.ReferenceOps, name)
         monkeypatch.setattr(_reference.ReferenceOps, name,
                             lambda self, *a, _f=original, _n=name, **k: calls.append(_n) or _f(self, *a, **k))
@@ -138,7 +141,15 @@ def test_the_stand_in_really_takes_the_fused_operations(monkeypatch, digits):
         # (no dropout ramp: the fit's one epoch drops the full share)
         DBN((8,), pretrain_epochs=1, finetune_epochs=1, finetune_dropout_ramp_epochs=0, random_state=0).fit(
             digits.X_train[:50], digits.y_train[:50])
-    assert {"bias_sigmoid_sample_", "sigmoid_backward_", "sgd_step_", "dropout"} <= set(calls)
+    assert dbn_ops <= set(calls)
+    calls.clear()
+    layers = [{"type": "conv", "filters": 2, "kernel": 3, "activation": "relu"}, {"type": "dense", "units": 8,
+                                                                                  "activation": "tanh"},
+              {"type": "dense", "units": 2}]
+    with stand_in():
+        ConvNet(layers, input_shape=(1, 8, 8), epochs=1, batch_size=25, random_state=0).fit(
+            digits.X_train[:50].reshape(-1, 1, 8, 8), digits.y_train[:50])
+    assert conv_ops <= set(calls)
 
 
 def test_philox_and_sfc64_samplers_learn_rbms_equally_well(digits):
