@@ -16,6 +16,11 @@ A local master's Python workers fork from sparkdbn's daemon (``spark.python.daem
 was idle for 60 s, and a fresh one imported sparkdbn again -- digits28 LeNet, a fit after 70 s
 idle on ``local[2]``: the workers ready in 6.5-13 s, from the daemon 2.6-3.1 s (load 3-11).  The
 executors of a local master run this very Python, so the daemon imports what the tasks import.
+
+A session this module starts begins starting its Python workers at once, in a job of one short task
+per slot that nobody waits for (:func:`start_python_workers`): a daemon's imports and the workers'
+start take seconds, and whatever the caller does before the first fit -- reading or loading its
+data -- hides them.  The fit itself starts them too (its first job would wait for them otherwise).
 """
 
 from __future__ import annotations
@@ -29,7 +34,10 @@ from typing import Mapping
 from pyspark.sql import SparkSession
 
 __all__ = ["DEFAULT_MASTER", "get_spark_session", "given_spark_conf", "session_settings",
-           "running_under_spark_submit", "with_task_retries"]
+           "running_under_spark_submit", "start_python_workers", "with_task_retries"]
+
+#: The job group of :func:`start_python_workers`'s jobs.
+START_WORKERS_GROUP = "sparkdbn-start-workers"
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +113,8 @@ def get_spark_session(
     master: str | None = None,
     app_name: str = "sparkdbn",
     conf: Mapping[str, str] | None = None,
+    *,
+    start_workers: bool = True,
 ):
     """Return the active SparkSession, or start one with the embedded defaults.
 
@@ -118,6 +128,9 @@ def get_spark_session(
     conf : mapping, optional
         Spark settings of the caller (the command line's ``--conf``); they override the
         embedded defaults and what Spark was given before.
+    start_workers : bool
+        When this call starts the session: start its Python workers now, in the background
+        (:func:`start_python_workers`), so the first fit finds them ready.
 
     Returns
     -------
@@ -142,4 +155,20 @@ def get_spark_session(
     session.sparkContext.setLogLevel("ERROR")
     logger.info("Spark session: master %s, default parallelism %d", session.sparkContext.master,
                 session.sparkContext.defaultParallelism)
+    if start_workers:
+        start_python_workers(session.sparkContext)
     return session
+
+
+def start_python_workers(sc) -> None:
+    """Start the Python workers of ``sc``'s executors in the background: a job of one short task per
+    slot (``defaultParallelism``), collected by a daemon thread that nobody waits for.  Jobs
+    submitted meanwhile queue behind its tasks, which end as soon as their worker has imported
+    sparkdbn's executor side.  A failure (the session stopped at once) is dropped: a fit starts the
+    workers again with its own job."""
+    from ..executor import start_worker_task
+    from ._progress import SparkJob
+
+    slots = max(1, sc.defaultParallelism)
+    rdd = sc.parallelize(range(slots), slots).mapPartitions(start_worker_task)
+    SparkJob(sc, rdd, START_WORKERS_GROUP, "sparkdbn: start the Python workers")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from node.driver._session import session_settings
+from node.driver._session import START_WORKERS_GROUP, session_settings
 
 RUN_TIMEOUT_S = 300
 
@@ -44,6 +44,22 @@ def test_the_suites_local_workers_are_forks_of_a_daemon_that_imported_sparkdbn(s
 
     commands = spark.sparkContext.parallelize(range(2), 2).mapPartitions(daemon_command).collect()
     assert len(commands) == 2 and all("-m node.executor._daemon" in command for command in commands), commands
+
+
+def test_a_session_sparkdbn_starts_starts_its_python_workers_at_once_in_a_job_nobody_waits_for(spark):
+    """The suite's session came from ``get_spark_session`` (tests/conftest.py): its first job, in its own
+    group, started a Python worker per slot before any test asked for one."""
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    jobs: list = []
+    while time.monotonic() < deadline:  # a wait for the outcome, not a timing: the job may still run
+        jobs = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup(START_WORKERS_GROUP) or []]
+        if jobs and all(job is not None and job.status == "SUCCEEDED" for job in jobs):
+            break
+        time.sleep(0.2)
+    assert jobs and jobs[0].status == "SUCCEEDED", jobs
+    stage = tracker.getStageInfo(jobs[0].stageIds[0])
+    assert stage.numTasks == spark.sparkContext.defaultParallelism and stage.numFailedTasks == 0
 
 
 _FORK_SAFETY_PROBE = """
