@@ -20,11 +20,12 @@ the executors' task slots or waits for them (``async`` queues each epoch's job b
 before), the driver evaluates: a Spark evaluation would wait for that job's end, a whole epoch
 (digits28 LeNet, 2 epochs on ``local[2]``: the first epoch's figures came 14-15 s after its end).
 Both compute the same sums with the same code (:func:`validation_sums`); the run record names
-where (``evaluated_on``).  The driver
-evaluates on one BLAS thread: it validates while the nodes train (``async`` queues each epoch's
-job behind the one before), and more threads would take the cores a local master's nodes train
-on (OpenBLAS's idle threads spin: the driver's CPU per fit of the digits28 DBN of ``bench_modes``
-came to 2.1-2.7 s with two threads, 1.1-1.3 s with one).
+where (``evaluated_on``).  While a training job holds or waits for the executors, the driver
+evaluates on one BLAS thread: more threads would take the cores a local master's nodes train on
+(OpenBLAS's idle threads spin: the driver's CPU per fit of the digits28 DBN of ``bench_modes``
+came to 2.1-2.7 s with two threads, 1.1-1.3 s with one).  When none does -- the fit's last epoch,
+every epoch of ``sync`` and ``sharing`` -- the cores are idle and it takes as many threads as BLAS
+has.
 
 Metrics (all "lower is better" except accuracy):
 
@@ -226,7 +227,8 @@ class Validator:
         if where == "spark":
             sums = self._spark_sums(phase, params)
         else:
-            with threadpool_limits(limits=1):  # the driver's share of the cores (see the module docstring)
+            # One thread beside a training job (the driver's share of the cores), else BLAS's own count.
+            with threadpool_limits(limits=1 if executors_busy else None):
                 if where == "driver":
                     sums = validation_sums(self._model(params), phase, *self._rows(0, len(self.validation.X)))
                 else:

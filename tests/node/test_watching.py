@@ -201,6 +201,24 @@ def test_validation_waits_for_no_training_job_and_on_a_local_master_runs_on_the_
     assert where == ["driver", "driver"] and jobs == 0 and local.evaluated_on == {"finetune": "driver", "rbm0": "driver"}
 
 
+def test_the_driver_validates_on_one_blas_thread_beside_a_training_job_and_on_all_of_them_when_none_runs(
+        spark, digits, monkeypatch):
+    held = ValidationSet(X=digits.X_test, y=digits.y_test, source="the test rows")
+    validator = Validator(spark, held, small_dbn().to_spec(), digits.X_train.shape[1], np.unique(digits.y_train),
+                          partitions=2)
+    limits = []
+    real = node.watch._validation.threadpool_limits
+    monkeypatch.setattr(node.watch._validation, "threadpool_limits",
+                        lambda limits=None, **options: limits_seen(limits, options))
+
+    def limits_seen(given, options):
+        limits.append(given)
+        return real(limits=given, **options)
+
+    where, _ = evaluated_where(spark, validator, "validation-threads", ("finetune", True), ("finetune", False))
+    assert where == ["driver", "driver"] and limits == [1, None]
+
+
 def test_status_of_an_unknown_run_says_so_without_a_traceback(tmp_path, capsys):
     store = tmp_path / "store"
     (store / "runs").mkdir(parents=True)
