@@ -214,8 +214,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\n{'fit on digits28':<22}{'cpu s':>9}{'gpu 1st s':>11}{'gpu 2nd s':>11}{'cpu/gpu':>9}"
           f"{'cpu acc':>9}{'gpu acc':>9}   ({len(X)} rows, accuracy held out)")
     for label, make in fits.items():
-        shape = (-1, 1, 28, 28) if label == "lenet fit" else (len(X), -1)
-        images, held_out = X.reshape(shape), X_test.reshape((-1, 1, 28, 28) if label == "lenet fit" else (len(X_test), -1))
+        row_shape = (1, 28, 28) if label == "lenet fit" else (-1,)
+        images, held_out = X.reshape(len(X), *row_shape), X_test.reshape(len(X_test), *row_shape)
         cpu, cpu_model = (None, None) if args.no_cpu else fit_seconds(lambda: make("cpu", "float32"), images, y)
         first = second = gpu_accuracy = None
         if backends and backends[0][0] == "gpu":

@@ -296,8 +296,10 @@ class Dense(Layer):
             return dz @ self.params["W"].T if self.needs_input_grad else None
         # The GPU branch: the three GEMMs at the net's precision, one kernel each for the derivative and the bias sums.
         W, xp = self.params["W"], self.xp
-        dz = xp.ascontiguousarray(dy) if self.activation == "identity" else ops.activation_backward(self.activation,
-                                                                                                    self._y, dy)
+        if self.activation == "identity":
+            dz = xp.ascontiguousarray(dy)
+        else:
+            dz = ops.activation_backward(self.activation, self._y, dy)
         self.grads = {"W": ops.gemm_tn(self._x, dz, xp.empty_like(W), 1.0, 0.0, precision=self.precision),
                       "b": ops.column_sums(dz)}
         if not self.needs_input_grad:
