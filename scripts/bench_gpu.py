@@ -112,6 +112,11 @@ def torch_cd1(torch: Any, device: str, visible: int, hidden: int, batch: int, ar
     return timed(step, sync, args.steps, args.repeats)
 
 
+def lenet_steps(args: Any) -> int:
+    """Steps per timed LeNet repeat: a third of ``--steps`` (a LeNet step is ~10x a CD-1 step)."""
+    return max(args.steps // 3, 2)
+
+
 def sparkdbn_lenet(xp: Any, batch: int, precision: str, args: Any) -> float:
     rng = np.random.default_rng(0)
     X = rng.random((batch, 1, 28, 28), dtype=np.float32)
@@ -124,7 +129,7 @@ def sparkdbn_lenet(xp: Any, batch: int, precision: str, args: Any) -> float:
         _, grads = net._loss_and_gradients(X_device, y_device)
         net._optimizer.step(net._refs, grads, decay=net._decay)
 
-    return timed(step, sync_for(xp), max(args.steps // 3, 2), args.repeats)
+    return timed(step, sync_for(xp), lenet_steps(args), args.repeats)
 
 
 def torch_lenet(torch: Any, device: str, batch: int, precision: str, args: Any) -> float:
@@ -144,7 +149,7 @@ def torch_lenet(torch: Any, device: str, batch: int, precision: str, args: Any) 
         optimizer.step()
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    return timed(step, sync, max(args.steps // 3, 2), args.repeats)
+    return timed(step, sync, lenet_steps(args), args.repeats)
 
 
 def fit_seconds(make: Callable[[], Any], X: np.ndarray, y: np.ndarray) -> tuple[float, Any]:

@@ -40,7 +40,7 @@ import storage
 from .._contract import NodeConfig, PartitionReport, params_digest
 from .._errors import TrainingError, short_error
 from ..data import PreparedData, filled_partitions
-from ..executor import block_sink, start_worker_task
+from ..executor import block_sink
 from ..modes import max_learning_rate_factor, mode_named
 from ..run import (STALE_TEMPORARY_S, DriverLease, LeaseLostError, RunRecord, open_checked_store, remove_work_folders,
                    resolve_run_key, sweep_temporaries)
@@ -50,6 +50,7 @@ from ._fit_data import model_input, prepare_fit_data
 from ._fit_jobs import FitJobs
 from ._node_config import node_config
 from ._progress import EpochProgress, SparkJob, summarize_epoch, summary_line
+from ._session import start_python_workers
 from ._settings import TrainingSettings
 from ._timings import FitTimings, node_shares
 
@@ -156,9 +157,7 @@ class Fit:
         each); the fit's first job that needs them would wait for that otherwise.  A job of the fit's
         group (cancelled when the fit ends); nobody waits for it: the fit's next job queues behind it.
         """
-        slots = max(1, self.nodes)
-        rdd = self.sc.parallelize(range(slots), slots).mapPartitions(start_worker_task)
-        self._workers = SparkJob(self.sc, rdd, self.group, f"{self.run_id} start the Python workers")
+        self._workers = start_python_workers(self.sc, self.nodes, self.group, f"{self.run_id} start the Python workers")
 
     def _lease_lost(self) -> None:
         """Another driver took the run over (called from the lease's thread): stop this fit's Spark jobs now."""

@@ -33,6 +33,9 @@ from typing import Mapping
 
 from pyspark.sql import SparkSession
 
+from ..executor import start_worker_task
+from ._progress import SparkJob
+
 __all__ = ["DEFAULT_MASTER", "get_spark_session", "given_spark_conf", "session_settings",
            "running_under_spark_submit", "start_python_workers", "with_task_retries"]
 
@@ -160,15 +163,14 @@ def get_spark_session(
     return session
 
 
-def start_python_workers(sc) -> None:
+def start_python_workers(sc, slots: int | None = None, group: str = START_WORKERS_GROUP,
+                         description: str = "sparkdbn: start the Python workers") -> SparkJob:
     """Start the Python workers of ``sc``'s executors in the background: a job of one short task per
-    slot (``defaultParallelism``), collected by a daemon thread that nobody waits for.  Jobs
-    submitted meanwhile queue behind its tasks, which end as soon as their worker has imported
-    sparkdbn's executor side.  A failure (the session stopped at once) is dropped: a fit starts the
+    slot (default ``defaultParallelism``) in job group ``group``, collected by a daemon thread; the
+    returned :class:`~node.driver._progress.SparkJob` may be waited for or not.  Jobs submitted
+    meanwhile queue behind its tasks, which end as soon as their worker has imported sparkdbn's
+    executor side.  Unwaited, a failure (the session stopped at once) is dropped: a fit starts the
     workers again with its own job."""
-    from ..executor import start_worker_task
-    from ._progress import SparkJob
-
-    slots = max(1, sc.defaultParallelism)
+    slots = max(1, sc.defaultParallelism if slots is None else slots)
     rdd = sc.parallelize(range(slots), slots).mapPartitions(start_worker_task)
-    SparkJob(sc, rdd, START_WORKERS_GROUP, "sparkdbn: start the Python workers")
+    return SparkJob(sc, rdd, group, description)

@@ -27,7 +27,7 @@ from sklearn.utils.validation import validate_data
 
 from .._backend import NamespacePickling, array_module, check_dtype, make_rng, resolve_device, to_device, to_host
 from .._classes import check_length, check_targets, encode_labels, resolve_classes
-from .._gpu import check_precision, effective_precision, fused_ops
+from .._gpu import check_precision, effective_precision
 from .._model import print_iteration, register_model
 from .._params import check_integer, check_number
 from .._updaters import Updater, anneal_factor, make_updater
@@ -36,10 +36,6 @@ from ..datasets import train_test_indices
 from . import _cd, _finetune
 from ._dbn_seam import DBNSeam
 from ._rbm import RBM, VISIBLE_UNITS
-
-# On the GPU branch a fine-tuning pass gathers its shuffled rows once when they take at most this
-# many bytes (its minibatches are then slices: no launch), else one gather per minibatch.
-_GATHER_ONCE_BYTES = 1 << 30
 
 __all__ = ["DBN"]
 
@@ -374,19 +370,12 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
             dropout = self._dropout(None if place is None else place.epoch)
         generator = _cd.device_generator(rng, xp) if dropout else None
         precision = getattr(self, "_precision", "float32")
-        if fused_ops(xp) is not None and data.nbytes <= _GATHER_ONCE_BYTES:
-            data, labels, order = xp.take(data, order, axis=0), xp.take(labels, order), None
-        for start in range(0, n, self.batch_size):
+        for start, X_batch, y_batch in _finetune.shuffled_minibatches(data, labels, order, self.batch_size):
             if place is None:
                 factor = anneal_factor(planned, start / n, anneal)
             else:
                 factor = anneal_factor(place.progress(start / n), 0.0, anneal)
             self._updater.learning_rate = learning_rate * factor
-            stop = start + self.batch_size
-            if order is None:
-                X_batch, y_batch = data[start:stop], labels[start:stop]
-            else:
-                X_batch, y_batch = xp.take(data, order[start:stop], axis=0), xp.take(labels, order[start:stop])
             inputs, activations = _finetune.forward(X_batch, weights, biases, dropout, generator, precision)
             _, grad_W, grad_b, grad_out_W, grad_out_b = _finetune.cross_entropy_backward(
                 inputs, activations, weights, self._out_W, self._out_b, y_batch, total=total, precision=precision

@@ -7,12 +7,31 @@ All math goes through the arrays' namespace (numpy or cupy).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from .. import _gpu
 from ._cd import _namespace, sigmoid_, uniform_
 
-__all__ = ["forward", "softmax_", "cross_entropy_backward"]
+__all__ = ["forward", "softmax_", "cross_entropy_backward", "shuffled_minibatches"]
+
+# On the GPU branch a pass gathers its shuffled rows once when they take at most this many bytes
+# (its minibatches are then slices: no launch), else one gather per minibatch.
+GATHER_ONCE_BYTES = 1 << 30
+
+
+def shuffled_minibatches(data: Any, labels: Any, order: Any, batch_size: int) -> Iterator[tuple[int, Any, Any]]:
+    """``(start, X, y)`` of each minibatch of one pass over ``data`` and ``labels`` in ``order``
+    (device arrays).  On the GPU branch the pass's rows are gathered once (up to
+    :data:`GATHER_ONCE_BYTES`), on the CPU one minibatch at a time."""
+    xp = _namespace(data)
+    if _gpu.fused_ops(xp) is not None and data.nbytes <= GATHER_ONCE_BYTES:
+        data, labels = xp.take(data, order, axis=0), xp.take(labels, order)
+        for start in range(0, len(order), batch_size):
+            yield start, data[start : start + batch_size], labels[start : start + batch_size]
+        return
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        yield start, xp.take(data, rows, axis=0), xp.take(labels, rows)
 
 
 def forward(

@@ -15,10 +15,9 @@ on the same machine) the chunks made conv0 about 10% slower, 0.84 -> 0.94 ms for
 
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 from typing import Any
-
-import functools
 
 import numpy as np
 from threadpoolctl import threadpool_info

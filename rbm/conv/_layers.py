@@ -275,10 +275,9 @@ class Dense(Layer):
         self.params = {"W": to_device(weights, self.xp, self.dtype), "b": self.xp.zeros(self.units, dtype=self.dtype)}
 
     def forward(self, x: Array, train: bool) -> Array:
-        self._x = x
         ops = fused_ops(self.xp)
+        self._x = x = x if ops is None else self.xp.ascontiguousarray(x)  # cuBLAS takes C-contiguous operands
         if ops is not None:  # the GPU branch: the GEMM at the net's precision, one kernel for the bias
-            self._x = x = self.xp.ascontiguousarray(x)
             z = ops.matmul(x, self.params["W"], self.xp.empty((x.shape[0], self.units), dtype=x.dtype),
                            precision=self.precision)
             ops.bias_add_(z, self.params["b"])
