@@ -52,13 +52,19 @@ def test_dataframe_and_rdd_labels_give_the_same_classes_as_arrays(spark, digits,
         assert model.classes_.tolist() == ["cat", "dog"]
 
 
-def failed_tasks(spark) -> int:
-    """Failed task attempts over every job the session still remembers."""
+def newest_job(spark) -> int:
+    """The newest job the session has started (-1: none yet)."""
+    return max(spark.sparkContext.statusTracker().getJobIdsForGroup(None) or [-1])
+
+
+def failed_tasks_since(spark, job: int) -> int:
+    """Failed task attempts of the jobs newer than ``job``.  (Only those: Spark's status tracker forgets the
+    oldest jobs past ``spark.ui.retainedJobs``, so a count over every remembered job may fall.)"""
     tracker = spark.sparkContext.statusTracker()
     failed = 0
     for job_id in tracker.getJobIdsForGroup(None) or []:
-        job = tracker.getJobInfo(job_id)
-        for stage_id in (job.stageIds if job else []):
+        info = tracker.getJobInfo(job_id) if job_id > job else None
+        for stage_id in (info.stageIds if info else []):
             stage = tracker.getStageInfo(stage_id)
             failed += stage.numFailedTasks if stage else 0
     return failed
@@ -66,12 +72,12 @@ def failed_tasks(spark) -> int:
 
 def test_raw_pixels_for_a_bernoulli_model_fail_on_the_driver_without_a_failed_task(spark, digits, tmp_path):
     raw = digits.X_train * 16.0  # scikit-learn's digits as they come: 0..16
-    before = failed_tasks(spark)
+    before = newest_job(spark)
     store_url = "file://" + str(tmp_path / "store")
     with pytest.raises(node.InputDataError, match=r"partition \d+ row \d+ column \d+ holds \d+, outside \[0, 1\]"):
         node.Trainer(spark, store_url, run_id="raw", epochs=EPOCHS, partitions=2, progress=False).fit(
             small_dbn(), raw, digits.y_train)
-    assert failed_tasks(spark) == before
+    assert failed_tasks_since(spark, before) == 0
     store = storage.open_store(store_url)
     assert store.list("runs/raw") == ["lease"]  # no record, no weights, no metrics: the lease's generations only
     assert storage.LeaseFolder(store, "raw").view().released

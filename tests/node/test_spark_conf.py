@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import socket
 import subprocess
@@ -46,20 +47,35 @@ def test_the_suites_local_workers_are_forks_of_a_daemon_that_imported_sparkdbn(s
     assert len(commands) == 2 and all("-m node.executor._daemon" in command for command in commands), commands
 
 
-def test_a_session_sparkdbn_starts_starts_its_python_workers_at_once_in_a_job_nobody_waits_for(spark):
-    """The suite's session came from ``get_spark_session`` (tests/conftest.py): its first job, in its own
-    group, started a Python worker per slot before any test asked for one."""
-    tracker = spark.sparkContext.statusTracker()
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    jobs: list = []
-    while time.monotonic() < deadline:  # a wait for the outcome, not a timing: the job may still run
-        jobs = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup(START_WORKERS_GROUP) or []]
-        if jobs and all(job is not None and job.status == "SUCCEEDED" for job in jobs):
-            break
-        time.sleep(0.2)
-    assert jobs and jobs[0].status == "SUCCEEDED", jobs
-    stage = tracker.getStageInfo(jobs[0].stageIds[0])
-    assert stage.numTasks == spark.sparkContext.defaultParallelism and stage.numFailedTasks == 0
+_STARTED_WORKERS_PROBE = f"""
+import json, time
+import node
+spark = node.get_spark_session(conf={{"spark.ui.enabled": "false"}})
+tracker = spark.sparkContext.statusTracker()
+deadline = time.monotonic() + {RUN_TIMEOUT_S}
+jobs = []
+while time.monotonic() < deadline:  # a wait for the outcome, not a timing: the job may still run
+    jobs = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup({START_WORKERS_GROUP!r}) or []]
+    if jobs and all(job is not None and job.status == "SUCCEEDED" for job in jobs):
+        break
+    time.sleep(0.2)
+stage = tracker.getStageInfo(jobs[0].stageIds[0]) if jobs else None
+print(json.dumps({{"jobs": [job.status for job in jobs], "tasks": stage and stage.numTasks,
+                  "failed": stage and stage.numFailedTasks, "slots": spark.sparkContext.defaultParallelism}}))
+spark.stop()
+"""
+
+
+def test_a_session_sparkdbn_starts_starts_its_python_workers_at_once_in_a_job_nobody_waits_for():
+    """A fresh session from ``get_spark_session``: its first job, in its own group, starts a Python worker per
+    slot before anything asks for one.  (In a process of its own: Spark's status tracker forgets the oldest
+    jobs past ``spark.ui.retainedJobs``, so the suite's long-lived session may no longer know its first.)"""
+    done = subprocess.run([sys.executable, "-c", _STARTED_WORKERS_PROBE], capture_output=True, text=True,
+                          env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"), timeout=2 * RUN_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["jobs"] == ["SUCCEEDED"], seen
+    assert seen["tasks"] == seen["slots"] == 2 and seen["failed"] == 0, seen  # get_spark_session's local[2]
 
 
 _FORK_SAFETY_PROBE = """
