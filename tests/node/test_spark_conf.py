@@ -56,7 +56,7 @@ deadline = time.monotonic() + {RUN_TIMEOUT_S}
 jobs = []
 while time.monotonic() < deadline:  # a wait for the outcome, not a timing: the job may still run
     jobs = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup({START_WORKERS_GROUP!r}) or []]
-    if jobs and all(job is not None and job.status == "SUCCEEDED" for job in jobs):
+    if jobs and all(job is not None and job.status in ("SUCCEEDED", "FAILED") for job in jobs):
         break
     time.sleep(0.2)
 stage = tracker.getStageInfo(jobs[0].stageIds[0]) if jobs else None
