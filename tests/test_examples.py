@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 
 from node.cli import _commands as cli
+from node.cli import build_parser
 from node.cli._options import load_config
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml"))
 
 
 def _train_keys() -> set[str]:
-    args = cli.build_parser().parse_args(["train"])
+    args = build_parser().parse_args(["train"])
     return set(cli.TRAIN_DEFAULTS) | {key for key in vars(args) if key not in ("handler", "defaults", "subparsers")}
 
 

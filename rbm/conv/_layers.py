@@ -276,14 +276,15 @@ class Dense(Layer):
 
     def forward(self, x: Array, train: bool) -> Array:
         ops = fused_ops(self.xp)
-        self._x = x = x if ops is None else self.xp.ascontiguousarray(x)  # cuBLAS takes C-contiguous operands
         if ops is not None:  # the GPU branch: the GEMM at the net's precision, one kernel for the bias
+            x = self.xp.ascontiguousarray(x)  # cuBLAS takes C-contiguous operands (kept for the backward too)
             z = ops.matmul(x, self.params["W"], self.xp.empty((x.shape[0], self.units), dtype=x.dtype),
                            precision=self.precision)
             ops.bias_add_(z, self.params["b"])
         else:
             z = x @ self.params["W"]
             z += self.params["b"]
+        self._x = x
         self._y = activate(self.activation, z, self.xp)
         return self._y
 

@@ -15,7 +15,8 @@ from node.executor._network import choose_node_address, is_local_master, route_a
 from node.driver._progress import summary_line
 from node.watch._reachability import ReachabilityWatch, merges_by_node
 from node.driver._spark_conf import apply_spark_conf, explicit_fields, settings_from_spark_conf
-from node.cli._commands import _settings, build_parser, load_config
+from node.cli import build_parser, load_config
+from node.cli._commands import _settings
 
 
 def test_a_local_master_binds_and_advertises_loopback_whatever_spark_local_ip_says():

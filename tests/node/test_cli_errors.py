@@ -77,12 +77,12 @@ def test_a_mistake_is_one_line_exit_2_and_spark_never_starts(case, tmp_path):
 
 
 def test_a_missing_predict_input_is_named_before_spark_starts(tmp_path, monkeypatch, capsys):
-    from node.cli import _commands as cli
+    from node.cli import _commands, main
 
     started = []
-    monkeypatch.setattr(cli, "_session", lambda options: started.append(options) or pytest.fail("Spark started"))
-    monkeypatch.setattr(cli, "_load_run_model", lambda store, run: object())
-    status = cli.main(["predict", "--run", "r", "--input", str(tmp_path / "in.parquet"), "--output",
+    monkeypatch.setattr(_commands, "_session", lambda options: started.append(options) or pytest.fail("Spark started"))
+    monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: object())
+    status = main(["predict", "--run", "r", "--input", str(tmp_path / "in.parquet"), "--output",
                        str(tmp_path / "out")])
     assert status == 2 and not started
     assert capsys.readouterr().err.strip() == f"sparkdbn predict: --input {tmp_path / 'in.parquet'} does not exist"
@@ -90,9 +90,9 @@ def test_a_missing_predict_input_is_named_before_spark_starts(tmp_path, monkeypa
 
 def test_misspelled_keys_and_flags_are_one_line_naming_the_closest_and_spark_never_starts(tmp_path, monkeypatch,
                                                                                          capsys):
-    from node.cli import _commands as cli
+    from node.cli import _commands, main
 
-    monkeypatch.setattr(cli, "_session", lambda options: pytest.fail("Spark started"))
+    monkeypatch.setattr(_commands, "_session", lambda options: pytest.fail("Spark started"))
     (tmp_path / "typo.yaml").write_text("model: dbn\nepoch: 3\n")
     (tmp_path / "typo-setting.yaml").write_text("settings:\n  fan_out: 2\n")
     store = str(tmp_path / "store")
@@ -112,7 +112,7 @@ def test_misspelled_keys_and_flags_are_one_line_naming_the_closest_and_spark_nev
     ]
     for args, expected in cases:
         try:
-            status = cli.main(args)
+            status = main(args)
         except SystemExit as exit:  # argparse's own mistakes
             status = exit.code
         assert status == 2, args

@@ -306,12 +306,12 @@ def test_sharing_on_more_nodes_than_it_was_seen_to_work_on_warns_once_naming_asy
 def test_the_cli_and_the_spark_ml_estimator_pass_the_mode_on(spark, store_url, digits):
     from pyspark.ml.linalg import Vectors
 
-    from node.cli import _commands as cli
+    from node.cli import _commands, build_parser
 
-    options = vars(cli.build_parser().parse_args(["train", "--mode", "sharing"]))
-    assert cli._settings(options, rbm.DBN()).mode == "sharing"
+    options = vars(build_parser().parse_args(["train", "--mode", "sharing"]))
+    assert _commands._settings(options, rbm.DBN()).mode == "sharing"
     with pytest.raises(SystemExit):
-        cli.build_parser().parse_args(["train", "--mode", "bulk"])
+        build_parser().parse_args(["train", "--mode", "bulk"])
 
     X, y, _X_test, _y_test = digits
     frame = spark.createDataFrame([(Vectors.dense(row.tolist()), int(label)) for row, label in zip(X[:200], y[:200])],

@@ -1,0 +1,168 @@
+"""``sparkdbn``: train, evaluate, predict, stage datasets and render reports from the shell.
+
+    sparkdbn train                       # DBN on digits, 2 nodes on local Spark, ./sparkdbn-store
+    sparkdbn train --config job.yaml     # settings from JSON/YAML; flags override them
+    sparkdbn train --master spark://h:7077 --gpus-per-executor 4 --device gpu   # a node per GPU
+    sparkdbn evaluate --run RUN          # the run's saved model on the dataset's test split
+    sparkdbn predict --run RUN --input in.parquet --output out.parquet
+    sparkdbn stage --recipe digits --url file:///data/sparkdbn-store/datasets/digits --shards 4
+    sparkdbn report --run RUN --out plots/
+    sparkdbn status --run RUN            # phases, epochs, validation, nodes: where a run stands
+
+Under spark-submit the master comes from spark-submit; otherwise ``--master`` (default
+``local[2,4]``: 2 worker threads, so 2 nodes, each task tried up to 4 times).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+from typing import Sequence
+
+import rbm
+import storage
+
+from .._errors import NodeError
+from ..modes import MODE_NAMES
+from ._commands import TRAIN_DEFAULTS, cmd_evaluate, cmd_predict, cmd_report, cmd_stage, cmd_status, cmd_train
+from ._options import OneLineParser, UsageError, load_config, parse_spark_conf
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="sparkdbn", description=__doc__.split("\n\n")[0],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--verbose", "-v", action="store_true", help="log at INFO level")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--config", help="JSON or YAML file of settings (flags override it)")
+        sub.add_argument("--master", help="Spark master (ignored under spark-submit); default local[2,4]")
+        sub.add_argument("--store", help="store URL or path; default ./sparkdbn-store")
+
+    def spark_settings(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--conf", action="append", metavar="KEY=VALUE",
+                         help="a Spark setting, as spark-submit takes it (repeatable); settings spark-submit "
+                              "was given are never overridden by sparkdbn's defaults")
+
+    train = commands.add_parser("train", help="train a model on Spark, evaluate it, write the report plots")
+    common(train)
+    spark_settings(train)
+    train.add_argument("--run-id", help="run name in the store; an existing run resumes")
+    train.add_argument("--dataset", help="digits (default), digits28, or a staged dataset URL")
+    train.add_argument("--model", help="dbn (default), convnet or rbm")
+    train.add_argument("--layers", type=lambda text: [int(v) for v in text.split(",")],
+                       help="hidden layer sizes, e.g. 100,100")
+    train.add_argument("--epochs", type=int, help="epochs per phase")
+    train.add_argument("--partitions", type=int, help="RDD partitions per epoch")
+    train.add_argument("--batch-size", type=int)
+    train.add_argument("--fanout", type=int, help="peers merged per partition at most")
+    train.add_argument("--merge-alpha", type=float, help="weight of the peers' mean in a merge")
+    train.add_argument("--scale-rule", choices=("auto", "linear", "sqrt", "none"),
+                       help="how learning rates follow the number of nodes "
+                            "(default auto: linear while nodes take few steps per epoch)")
+    train.add_argument("--mode", choices=MODE_NAMES,
+                       help="how nodes combine their progress: async (default), sync or sharing")
+    train.add_argument("--seed", type=int)
+    train.add_argument("--bind-host", help="where each node listens (default: automatic -- loopback on local[N], "
+                       "else SPARK_LOCAL_IP or the interface that reaches the driver; 0.0.0.0 needs --advertise-host)")
+    train.add_argument("--advertise-host", help="host name or address peers connect to (default: the bind host)")
+    train.add_argument("--port-range", help="ports the nodes bind, e.g. 40000-40100 (default: any free port)")
+    train.add_argument("--device", choices=("cpu", "gpu", "auto"),
+                       help="where the nodes compute: cpu, gpu (the GPU Spark assigns each task; fails without one) "
+                            "or auto (that GPU where cupy sees it, else the CPU); default: the model's (cpu)")
+    train.add_argument("--precision", choices=rbm.PRECISIONS,
+                       help="the GEMMs' and convolutions' precision on GPUs with tensor cores (default float32)")
+    train.add_argument("--gpus-per-executor", type=int, metavar="N",
+                       help="Spark hands each executor N GPUs and each task one: a node per GPU (sets "
+                            "spark.executor/task/worker.resource.gpu.*; before the session starts)")
+    train.add_argument("--gpu-discovery-script", metavar="PATH",
+                       help="with --gpus-per-executor: the script that lists a host's GPUs, a path on every "
+                            "executor host (default: scripts/sparkdbn-gpus of this checkout)")
+    train.add_argument("--out", help="folder for the report plots (default ./sparkdbn-report)")
+    train.add_argument("--no-report", dest="report", action="store_const", const=False, default=None)
+    train.add_argument("--no-progress", dest="progress", action="store_const", const=False, default=None)
+    train.set_defaults(handler=cmd_train, defaults=TRAIN_DEFAULTS)
+
+    for name, handler, text in (("evaluate", cmd_evaluate, "evaluate a run's model with Spark"),
+                                ("predict", cmd_predict, "add prediction columns to a Parquet dataset")):
+        sub = commands.add_parser(name, help=text)
+        common(sub)
+        spark_settings(sub)
+        sub.add_argument("--run", required=True, help="the run whose saved model to use")
+        sub.add_argument("--input", help="Parquet input with a features column (and a label column)")
+        sub.add_argument("--features-col")
+        sub.add_argument("--label-col")
+        if name == "predict":
+            sub.add_argument("--output", required=True, help="Parquet output folder (new or empty)")
+            sub.add_argument("--overwrite", action="store_const", const=True,
+                             help="replace predictions an earlier predict wrote to --output (nothing else)")
+        else:
+            sub.add_argument("--dataset", help="recipe whose test split to use (default: the held-out split of "
+                                               "the staged dataset the run trained on, else digits)")
+        sub.set_defaults(handler=handler, defaults={"dataset": None, "seed": 0, "features_col": "features",
+                                                    "label_col": "label"})
+
+    stage = commands.add_parser("stage", help="stage a file of your own or a dataset recipe as Parquet shards")
+    stage.add_argument("--config")
+    stage.add_argument("--input", help="a CSV, Parquet, NPZ (arrays X, y) or IDX file (.gz too), path or URL")
+    stage.add_argument("--label-col", help="--input's label column (default label; '' for none)")
+    stage.add_argument("--features-cols", help="--input's feature columns, comma-separated (default: every other)")
+    stage.add_argument("--labels", help="the IDX labels file of an IDX --input")
+    stage.add_argument("--test-fraction", type=float, help="hold out this stratified share at <url>/test")
+    stage.add_argument("--scale", choices=("minmax",), help="scale each feature to [0, 1] by the training "
+                       "part's min/max (recorded in _meta.json, applied again to new data)")
+    stage.add_argument("--seed", type=int, help="seed of the held-out split (default 0)")
+    stage.add_argument("--recipe", help="digits or digits28 (without --input)")
+    stage.add_argument("--url", help="dataset directory URL, e.g. file:///data/store/datasets/digits")
+    stage.add_argument("--shards", type=int)
+    stage.add_argument("--overwrite", action="store_const", const=True,
+                       help="replace a dataset staged at --url before (nothing else is ever replaced)")
+    stage.set_defaults(handler=cmd_stage, defaults={"recipe": "digits", "url": None, "shards": 4,
+                                                    "label_col": "label"})
+
+    report = commands.add_parser("report", help="render the PNG plots of a run")
+    common(report)
+    report.add_argument("--run", required=True)
+    report.add_argument("--out", help="output folder (default ./sparkdbn-report)")
+    report.set_defaults(handler=cmd_report, defaults={"out": "sparkdbn-report"})
+
+    status = commands.add_parser("status", help="where a run stands: phases, epochs, validation, nodes")
+    status.add_argument("--store", help="store URL or path; default ./sparkdbn-store")
+    status.add_argument("--run", required=True)
+    status.set_defaults(handler=cmd_status, defaults={})
+    parser.set_defaults(subparsers=commands.choices)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``sparkdbn`` console script; returns the exit status.
+
+    Mistakes in what was asked (a missing file or run, a model that does not fit the data, a store
+    that does not answer) print one line ``sparkdbn <command>: <what is wrong>`` and return 2.
+    """
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's own parser: `sparkdbn train: unrecognized arguments: ...`
+        args.subparsers[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        options = dict(args.defaults)
+        internal = ("handler", "defaults", "config", "command", "verbose", "subparsers")
+        known = set(options) | {key for key in vars(args) if key not in internal}
+        options.update(load_config(getattr(args, "config", None), known))
+        options.update({key: value for key, value in vars(args).items() if value is not None and key not in internal})
+        parse_spark_conf(options.get("conf"))  # a malformed --conf is said before anything runs
+        if args.command == "stage" and not options.get("url"):
+            raise UsageError("stage needs --url (the dataset directory)")
+        return int(args.handler(options) or 0)
+    except (NodeError, storage.StoreError, UsageError) as error:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"sparkdbn {args.command}: {error}", file=sys.stderr)
+        return 2
+
