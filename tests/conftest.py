@@ -5,6 +5,10 @@ the whole suite shares one ``local[2,4]`` session: two worker threads (so two Py
 workers, two nodes) and up to four attempts per task, so a killed Python worker is retried
 as on a cluster.  Starting a session costs 10-20 s, so no test file starts its own.
 
+A test that asserts a statistic over seeds against a bound is marked ``seed_bound`` and checks it with
+:mod:`support.seed_bounds`, so that ``scripts/check-seed-bounds`` measures every such bound under each
+OpenBLAS kernel family (docs/testing.md).
+
 A test that compares floating-point results of two code paths takes the ``numerics`` fixture:
 it runs once per :data:`support.numerics.NUMERICS_SETTINGS` (the process's BLAS threads and C
 order, then another thread count and Fortran order) and is marked ``numerics`` (docs/testing.md).
@@ -15,6 +19,7 @@ import sys
 import tempfile
 
 import pytest
+import support.seed_bounds
 from support.numerics import NUMERICS_SETTINGS, BlasSetting
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -45,6 +50,20 @@ def numerics(request) -> BlasSetting:
     puts the test's input arrays in its memory order."""
     with request.param.applied() as setting:
         yield setting
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"{support.seed_bounds.MARKER}: asserts a statistic over seeds against a bound "
+                                       "(support.seed_bounds); scripts/check-seed-bounds measures each under every "
+                                       "OpenBLAS kernel family")
+
+
+@pytest.fixture(autouse=True)
+def _seed_bound_test(request):
+    """Tells :mod:`support.seed_bounds` which test is running (its marker, its id in the log)."""
+    support.seed_bounds.current_test = request.node
+    yield
+    support.seed_bounds.current_test = None
 
 
 def pytest_collection_modifyitems(items):

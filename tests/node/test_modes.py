@@ -9,6 +9,7 @@ import threading
 
 import numpy as np
 import pytest
+from support.seed_bounds import assert_at_least
 
 import node
 import rbm
@@ -73,10 +74,12 @@ def fit_no_more_than_a_point_below_one_process(spark, store_url, digits, dbn_rec
         records = [record for summary in trainer.history_ for record in summary["records"]]
         assert not [summary for summary in trainer.history_ if summary.get("reachability_warning")], mode
         assert sum(record["merged_listed"] + record["merged_announced"] for record in records) == 0, mode
-    assert np.mean(accuracies) >= single_accuracy - 0.01, (accuracies, single_accuracy)
+    assert_at_least(np.mean(accuracies) - single_accuracy, -0.01,
+                    f"{mode}'s mean accuracy on two nodes minus one process's ({single_accuracy:.4f})", accuracies)
     return models[0]
 
 
+@pytest.mark.seed_bound
 def test_sync_mode_on_two_nodes_trains_a_dbn_no_more_than_a_point_below_one_process_averaging_every_round(
         spark, store_url, digits, dbn_recipe):
     # Three runs: one run landed 0.967-0.981 against one process's 0.975 (18 runs, before the plan's anneal).
@@ -92,6 +95,7 @@ def test_sync_mode_on_two_nodes_trains_a_dbn_no_more_than_a_point_below_one_proc
             assert all(record["merged_from"] == sorted(nodes - {name}) for record in own), (phase, name)
 
 
+@pytest.mark.seed_bound
 def test_sharing_mode_on_two_nodes_trains_a_dbn_no_more_than_a_point_below_one_process_publishing_sparse_updates(
         spark, store_url, digits, dbn_recipe):
     # Three runs: one run landed 0.964-0.969 against one process's 0.975 (8 runs, before the plan's
@@ -259,6 +263,7 @@ def small_conv_net(seed: int = 0) -> rbm.ConvNet:
                        random_state=seed)
 
 
+@pytest.mark.seed_bound
 def test_a_conv_net_learns_in_every_mode_at_least_as_well_as_one_process_give_or_take_two_points(spark, store_url, digits,
                                                                           one_node_reference):
     # The median over five seeds, 10 epochs (near the plateau). Measured on a quiet 2-core machine (8 runs
@@ -274,7 +279,8 @@ def test_a_conv_net_learns_in_every_mode_at_least_as_well_as_one_process_give_or
         accuracies = [node.Trainer(spark, store_url, run_id=f"conv-{mode}-{seed}", mode=mode, epochs=epochs,
                                    partitions=4, seed=seed, progress=False).fit(small_conv_net(seed), X, y)
                       .score(X_test, y_test) for seed in seeds]
-        assert np.median(accuracies) >= single - 0.02, (mode, accuracies, single)
+        assert_at_least(np.median(accuracies) - single, -0.02,
+                        f"{mode}'s median accuracy minus one process's ({single:.4f}), seeds 0-4", accuracies)
         assert node.open_run(store_url, f"conv-{mode}-0").record["settings"]["mode"] == mode
 
 

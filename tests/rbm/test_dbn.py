@@ -12,7 +12,8 @@ from threadpoolctl import threadpool_limits
 
 from rbm import DBN, RBM, load_model, model_from_spec, spec_for_batch_size
 from rbm.boltzmann import _cd, _finetune
-from rbm.datasets import load_digits01, load_digits28
+from rbm.datasets import load_digits01, load_digits28, shift_images
+from support.seed_bounds import assert_at_least
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +27,7 @@ def small_dbn(**settings):
 
 
 @pytest.mark.slow
+@pytest.mark.seed_bound
 def test_dbn_with_default_settings_matches_a_plain_mlp_and_reaches_98_percent_on_held_out_digits():
     # The defaults (fine-tuning epochs, learning rate, dropout) were tuned on a validation
     # split carved from the training part of split 0; asserted here on splits 1-6.
@@ -45,8 +47,9 @@ def test_dbn_with_default_settings_matches_a_plain_mlp_and_reaches_98_percent_on
     # one sd from failing, so the bound is now half a point below it (4 sd); the median stood 0.4-0.5 point (2 sd)
     # above the former 0.985, now 0.98.  A DBN that fine-tunes badly falls well below both.  (Those DBN figures
     # predate issue 34's anneal and dropout ramp in fit; with them: mean 0.9893, median 0.9916.)
-    assert np.median(ours) >= 0.98
-    assert np.mean(ours) >= np.mean(mlp) - 0.005
+    assert_at_least(np.median(ours), 0.98, "median DBN accuracy, splits 1-6", ours)
+    assert_at_least(np.mean(ours) - np.mean(mlp), -0.005, "mean DBN minus mean MLP accuracy, splits 1-6",
+                    np.subtract(ours, mlp))
 
 
 def test_fit_runs_exactly_the_per_phase_steps_of_train_partition_but_for_its_anneal_and_dropout_ramp(digits, numerics):
@@ -132,18 +135,23 @@ def test_a_placed_partition_anneals_at_its_place_in_the_epoch_and_past_the_plan_
 SHIFTS_3X3 = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
 
 
-def test_a_fit_of_few_epochs_over_many_rows_keeps_its_accuracy_over_eight_seeds():
-    # Issue 34's regression: fine-tuning defaults tuned for 100 epochs of 1.3k rows (rate 0.1, decaying per epoch,
-    # dropout 0.3) cost a fit of a few epochs over many rows 1.7 points: DBN(128, 128) on digits28 after 2 + 4
-    # epochs, seeds 0-4, 0.9822 at round 1 (c57343f), 0.9649 at 154f46c, 0.9839 with fit's anneal and the dropout
-    # ramp (scripts/bench_quality.py).  This is the same case made small: 12.9k rows of digits28, DBN(64, 64),
-    # 1 + 2 epochs.  Measured here, mean over seeds 0-7: 0.9725 (per seed 0.9666-0.9749); without the dropout
-    # ramp 0.9652, without the anneal 0.9663, without both (154f46c's defaults) 0.9540.
+@pytest.mark.seed_bound
+def test_a_fit_of_few_epochs_over_many_rows_keeps_its_accuracy_over_sixteen_seeds():
+    # A fit plans its fine-tuning: the rate anneals over its last epochs and dropout ramps up over its first.
+    # Without them a fit of a few epochs over many rows loses a point: DBN(64, 64) on 12.9k rows of digits28,
+    # 1 + 2 epochs.  Scored on the held-out images in the training's nine shifts (3,231 rows: half the
+    # per-seed spread of the 359 originals, where the two kernel families' means differed by 0.004), mean
+    # over seeds 0-15, one BLAS thread (scripts/check-seed-bounds):
+    #   SkylakeX kernels: 0.9633 (sd of the mean 0.0007); without the ramp 0.9520, without the anneal 0.9516
+    #   Haswell kernels:  0.9613 (0.0007);                without the ramp 0.9515, without the anneal 0.9533
+    # The bound lies 5 sd of the mean below the lower family and 3.5 sd above the highest ablation.
     split = load_digits28(shifts=SHIFTS_3X3)
+    X_test = shift_images(split.X_test.reshape(-1, 28, 28), SHIFTS_3X3).reshape(len(split.X_test) * 9, -1)
+    y_test = np.tile(split.y_test, 9)
     with threadpool_limits(1):
-        models = [DBN((64, 64), pretrain_epochs=1, finetune_epochs=2, random_state=seed) for seed in range(8)]
-        scores = [model.fit(split.X_train, split.y_train).score(split.X_test, split.y_test) for model in models]
-    assert np.mean(scores) >= 0.9695, scores
+        models = [DBN((64, 64), pretrain_epochs=1, finetune_epochs=2, random_state=seed) for seed in range(16)]
+        scores = [model.fit(split.X_train, split.y_train).score(X_test, y_test) for model in models]
+    assert_at_least(np.mean(scores), 0.9575, "mean accuracy on the shifted held-out images, seeds 0-15", scores)
 
 
 def test_a_fit_ramps_dropout_up_over_its_first_epochs_and_train_partition_drops_the_full_share(digits):
