@@ -18,8 +18,14 @@ def script():
         yield module
 
 
+@pytest.fixture
+def unlogged(monkeypatch):
+    """These tests' made-up statistics stay out of the log scripts/check-seed-bounds reads."""
+    monkeypatch.delenv(seed_bounds.LOG_ENV, raising=False)
+
+
 @pytest.mark.seed_bound
-def test_a_bound_holds_at_its_value_and_fails_past_it_naming_the_statistic_and_the_values():
+def test_a_bound_holds_at_its_value_and_fails_past_it_naming_the_statistic_and_the_values(unlogged):
     assert_at_least(0.97, 0.97, "mean accuracy")
     assert_at_most(0.6, 0.6, "mean loss ratio")
     with pytest.raises(AssertionError, match=r"mean accuracy: 0\.9687, expected >= 0\.9695 \(short by 0\.0008\); "
@@ -29,13 +35,14 @@ def test_a_bound_holds_at_its_value_and_fails_past_it_naming_the_statistic_and_t
         assert_at_most(0.61, 0.6, "mean loss ratio")
 
 
-def test_a_bound_checked_in_a_test_not_marked_seed_bound_fails_so_the_script_cannot_miss_it():
+def test_a_bound_checked_in_a_test_not_marked_seed_bound_fails_so_the_script_cannot_miss_it(unlogged):
     with pytest.raises(AssertionError, match="not marked @pytest.mark.seed_bound"):
         assert_at_least(1.0, 0.5, "mean accuracy")
 
 
 @pytest.mark.seed_bound
-def test_each_check_appends_its_test_bound_margin_values_and_the_kernels_that_ran_when_asked(tmp_path, monkeypatch):
+def test_each_check_appends_its_test_bound_margin_values_and_the_kernels_that_ran_when_asked(unlogged, tmp_path,
+                                                                                           monkeypatch):
     log = tmp_path / "bounds.jsonl"
     assert_at_least(0.9, 0.8, "not logged")  # no log named: nothing written anywhere
     monkeypatch.setenv(seed_bounds.LOG_ENV, str(log))
