@@ -27,6 +27,7 @@ import os
 import signal
 import socket
 import time
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
@@ -39,7 +40,8 @@ from .._contract import NodeConfig, NodeDevice, PartitionReport, TaskSpec
 from .._errors import InputDataError, NodeDeviceError
 from ..data import encode_labels
 from ..modes import NodeScaling, PartitionWork, Trained, schedule_epoch, schedule_place
-from ._device import build_replica, device_failure, see_device, task_gpu_addresses, use_device, warm_up_once
+from ._device import (build_replica, device_failure, release_gpu_memory, see_device, task_gpu_addresses, use_device,
+                      warm_up_once)
 from ._network import choose_node_address
 from ._resident import NodeData
 
@@ -115,6 +117,8 @@ class ExecutorNode:
         self.weights = storage.WeightStore(self.store, config.run, config.key)
         self.runs = storage.RunStore(self.store, config.run, config.key)
         self.model = build_replica(replica_spec(config), config.feature_shape, self.classes, self.device)
+        if self.device.kind == "gpu" and config.spec.get("kind") == "convnet":
+            self.device = replace(self.device, convolutions=rbm.conv.convolution_backend())
         self.device = warm_up_once(self.model, self.device)
         if self.device.kind == "gpu":
             self.device_data = rbm.DeviceDataCache(config.gpu_data_budget_bytes or None)
@@ -152,6 +156,9 @@ class ExecutorNode:
     def stop(self) -> None:
         """Stop the actor and close the transport (idempotent)."""
         handle, self.handle = self.handle, None
+        if self.device_data is not None:  # the partitions on the GPU go, and the node's share of its pool
+            self.device_data.clear()
+            release_gpu_memory()
         if handle is None:
             return
         try:
