@@ -56,7 +56,7 @@ import rbm
 from .._contract import NodeDevice
 
 __all__ = ["GPU_RESOURCE", "MIN_FREE_BYTES", "task_gpu_addresses", "cuda_index", "see_device", "device_failure",
-           "use_device", "bound_to", "moved_from", "release_gpu_memory", "build_replica", "warm_up_key", "warm_up_once"]
+           "use_device", "bound_to", "moved_from", "serving_device", "serving_spec", "release_gpu_memory", "build_replica", "warm_up_key", "warm_up_once"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +67,7 @@ GPU_RESOURCE = "gpu"
 #: below it the GPU counts as full.
 MIN_FREE_BYTES = 256 << 20
 
+_serving: dict[tuple[str, ...], NodeDevice] = {}  # task GPU addresses -> where a model serves with them
 _warmed: set[str] = set()  # the models whose GPU kernels this process compiled (or loaded) already
 
 
@@ -214,6 +215,34 @@ def build_replica(spec: dict, feature_shape: tuple[int, ...], classes: Any, devi
     model = rbm.model_from_spec(spec)
     model.initialize(feature_shape if len(feature_shape) > 1 else int(feature_shape[0]), classes)
     return model
+
+
+def serving_device() -> NodeDevice:
+    """Where a model serves (predicts, evaluates) in the running task, made this thread's current device.
+
+    The task's first GPU when Spark assigned it one and it is usable (:func:`see_device` with
+    ``"auto"``: checked once per process and address), else the CPU -- whatever device the model
+    was fitted on: a model fitted on GPUs serves on CPU executors, and on the GPU each task holds.
+    """
+    addresses = task_gpu_addresses()
+    device = _serving.get(addresses)
+    if device is None:
+        device = _serving[addresses] = see_device("auto", f"{socket.gethostname()}-{os.getpid()}", addresses)
+        logger.info("models serve on %s in tasks holding GPU(s) %s (%s)",
+                    f"GPU {device.address}" if device.kind == "gpu" else "the CPU", ",".join(addresses) or "none",
+                    device.reason)
+    use_device(device)
+    return device
+
+
+def serving_spec(spec: dict, device: NodeDevice) -> dict:
+    """``spec`` for a replica serving on ``device``: its ``device`` the task's, ``precision`` float32 on the CPU."""
+    if "device" not in spec:
+        return spec
+    serving = {**spec, "device": device.kind}
+    if device.kind == "cpu" and serving.get("precision", "float32") != "float32":
+        serving["precision"] = "float32"  # the tensor-core settings apply on GPUs only
+    return serving
 
 
 def warm_up_key(model: Any, device: NodeDevice) -> str:
