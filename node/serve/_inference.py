@@ -35,7 +35,7 @@ from .._errors import InputDataError
 from ..data import feature_column_kind, features_from_arrow
 from ..executor import serving_device, serving_spec, settle_worker_heap
 
-__all__ = ["predict_dataframe", "model_payload", "model_from_payload", "predict_proba_batched", "raw_predictions"]
+__all__ = ["predict_dataframe", "model_payload", "model_from_payload", "load_model_here", "predict_proba_batched", "raw_predictions"]
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,15 @@ def model_from_payload(payload: bytes) -> Any:
             _cache.popitem(last=False)
     settle_worker_heap()  # the evicted model collected, this one out of Spark's per-task collection
     return model
+
+
+def load_model_here(path: str) -> Any:
+    """:func:`rbm.load_model`, on the CPU when the file asks for a GPU this machine cannot give (a driver)."""
+    spec, arrays = rbm.read_model_file(path)
+    if spec.get("device") == "gpu" and not rbm.gpu_available():
+        log.info("%s was fitted on a GPU and this machine has none usable: loaded on the CPU in float32", path)
+        rbm.save_model(path, {**spec, "device": "cpu", "precision": "float32"}, arrays)
+    return rbm.load_model(path)
 
 
 def model_classes(model: Any) -> np.ndarray:
