@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import rbm
-from node._contract import NodeConfig, NodeDevice, encode
-from node.executor import _device
+from node._contract import NodeConfig, NodeDevice, decode, encode
+from node.executor import _device, _tasks
 from node.executor._probe import probe_in_child
 from rbm._warm_up import warm_up_rows
 from support.fake_gpu import FAKE_CUPY_PATH, gpus_env, install_fake_cupy
@@ -125,3 +125,31 @@ def test_a_probe_child_that_dies_is_a_problem_for_gpu_and_the_cpu_for_auto(child
     assert gpu.problem == "the device probe failed: RuntimeError: the probe process ended with code 3: no output"
     auto = probe_in_child(a_config("auto"), "n1", ("0",))
     assert auto.kind == "cpu" and auto.problem is None and "the device probe failed" in auto.reason
+
+
+class RecordedNode:
+    """A stand-in for ExecutorNode in the worker's registry: started on its task's GPU, stopped when told."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config, self.device, self.stopped = config, None, False
+
+    def start(self) -> "RecordedNode":
+        address = _tasks.task_gpu_addresses()[0]
+        self.device = NodeDevice(kind="gpu", host="h", node="h-1", address=address, index=int(address))
+        return self
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_a_worker_whose_task_holds_another_gpu_replaces_its_node_there(monkeypatch):
+    monkeypatch.setattr(_tasks, "ExecutorNode", RecordedNode)
+    monkeypatch.setattr(_tasks, "settle_worker_heap", lambda: None)
+    monkeypatch.setattr(_tasks, "_nodes", {})
+    config = decode(a_config("gpu"), NodeConfig)
+    monkeypatch.setattr(_tasks, "task_gpu_addresses", lambda: ("1",))
+    first = _tasks._node_for(config)
+    assert _tasks._node_for(config) is first and first.device.address == "1"  # the same GPU: the node stays
+    monkeypatch.setattr(_tasks, "task_gpu_addresses", lambda: ("0",))
+    moved = _tasks._node_for(config)
+    assert moved is not first and first.stopped and moved.device.address == "0" and not moved.stopped
