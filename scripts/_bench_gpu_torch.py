@@ -61,11 +61,11 @@ def peak(device: str) -> int | None:
 
 def _cd1(v0: Any, W: Any, hb: Any, vb: Any, vW: Any, vh: Any, vv: Any, lr: float, momentum: float) -> None:
     """One CD-1 update in place: five GEMMs as addmm, the gradients folded into the velocities."""
-    batch = v0.shape[0]
-    h0 = torch.addmm(hb, v0, W).sigmoid_()
-    hs = torch.rand_like(h0).lt_(h0).to(h0.dtype)
-    vk = torch.addmm(vb, hs, W.t()).sigmoid_()
-    hk = torch.addmm(hb, vk, W).sigmoid_()
+    batch, dtype = v0.shape[0], W.dtype  # under bfloat16 autocast the GEMMs' outputs come back in float32
+    h0 = torch.addmm(hb, v0, W).sigmoid_().to(dtype)
+    hs = torch.rand_like(h0).lt_(h0)
+    vk = torch.addmm(vb, hs, W.t()).sigmoid_().to(dtype)
+    hk = torch.addmm(hb, vk, W).sigmoid_().to(dtype)
     scale = lr / batch
     vW.addmm_(v0.t(), h0, beta=momentum, alpha=scale).addmm_(vk.t(), hk, alpha=-scale)
     vh.mul_(momentum).add_(h0.sum(0) - hk.sum(0), alpha=scale)
