@@ -29,7 +29,7 @@ __all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "AsyncOptions", "S
            "ModeOptions", "TaskSpec", "NodeDevice", "PartitionReport", "encode", "decode", "params_digest"]
 
 #: Bumped whenever a field of the contract changes meaning, appears or goes.
-CONTRACT_VERSION = 11
+CONTRACT_VERSION = 12
 
 T = TypeVar("T")
 
@@ -198,7 +198,9 @@ class NodeDevice:
     name : str
         The GPU's name (``""`` on the CPU).
     memory_bytes : int
-        The GPU's memory (0 on the CPU).
+        The GPU's total memory (0 where the node did not open one).
+    free_bytes : int
+        The GPU's free memory when the node looked (0 where it did not open one).
     reason : str
         Why the node computes there, in words.
     problem : str or None
@@ -206,6 +208,9 @@ class NodeDevice:
         or a replica that cannot be built there); None when it can.
     warm_up_s : float
         Seconds the node spent compiling (or loading) its GPU kernels before its first partition.
+    convolutions : str
+        How a GPU replica convolves: ``"cudnn"``, or ``"im2col: <why>"`` when cuDNN's frontend is
+        missing (``""`` on the CPU and for models without convolutions).
     """
 
     kind: str
@@ -217,9 +222,11 @@ class NodeDevice:
     index: int | None = None
     name: str = ""
     memory_bytes: int = 0
+    free_bytes: int = 0
     reason: str = ""
     problem: str | None = None
     warm_up_s: float = 0.0
+    convolutions: str = ""
 
 
 @dataclass(frozen=True)

@@ -41,14 +41,16 @@ def _import_cupy() -> ModuleType | None:
     try:
         if cupy.cuda.runtime.getDeviceCount() < 1:
             return None
-    except Exception as error:  # cupy raises its own CUDARuntimeError without a driver
+        cupy.cuda.runtime.memGetInfo()  # opens the current GPU: one in exclusive-process mode held elsewhere refuses
+    except Exception as error:  # cupy raises its own CUDARuntimeError without a driver, or on a busy GPU
         logger.debug("cupy is installed but no GPU is usable: %s", error)
         return None
     return cupy
 
 
 def gpu_available() -> bool:
-    """True when cupy is installed and sees at least one CUDA device."""
+    """True when cupy is installed, sees at least one CUDA device and can open the current one
+    (a GPU in exclusive-process mode that another process holds cannot be opened)."""
     return _import_cupy() is not None
 
 

@@ -15,17 +15,25 @@ import numpy as np
 from ._gpu import configure_kernel_cache
 from ._model import model_from_spec
 
-__all__ = ["warm_up"]
+__all__ = ["warm_up", "warm_up_rows"]
 
 logger = logging.getLogger(__name__)
 
 
-def warm_up(model: Any, rows: int = 8) -> float:
-    """Compile the kernels ``model`` trains with: one pass of every phase on ``rows`` synthetic rows.
+def warm_up_rows(model: Any) -> int:
+    """The rows a warm-up trains on: one minibatch of the model's own size (8 without one), so the
+    cuDNN plans and kernel launches it prepares are those real partitions use."""
+    return max(1, int(getattr(model, "batch_size", None) or 8))
+
+
+def warm_up(model: Any, rows: int | None = None) -> float:
+    """Compile the kernels ``model`` trains with: one pass of every phase on ``rows`` synthetic rows
+    (default: :func:`warm_up_rows`, the model's minibatch).
 
     Works on a fresh replica built from ``model``'s spec (``model`` itself is untouched); a
     no-op returning 0.0 for a model on the CPU.  Returns the seconds it took.
     """
+    rows = warm_up_rows(model) if rows is None else int(rows)
     if getattr(model, "device", "cpu") == "cpu":
         return 0.0
     configure_kernel_cache()

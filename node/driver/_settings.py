@@ -136,8 +136,9 @@ class TrainingSettings:
         default: any free port.  A range with no free port fails the node's start naming it.
     gpu_data_budget_bytes : int, optional
         GPU memory a node on a GPU may fill with the partitions it keeps there across epochs
-        (:class:`rbm.DeviceDataCache`, least recently used out; default: half the GPU's free
-        memory when the node first uploads).  Each partition's metrics report what it holds.
+        (:class:`rbm.DeviceDataCache`, least recently used out, evicted before each upload; default:
+        the node's share of its GPU's pool -- half the free memory, split evenly among the nodes on
+        that GPU).  Each partition's metrics report what it holds.
     kill_worker_once_at : str, optional
         Test hook ``"<phase>:<epoch>"``: the first node to reach it trains half a partition
         and kills its Python worker with SIGKILL (once per run).

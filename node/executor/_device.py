@@ -21,18 +21,33 @@ What a node does with its model's ``device``:
 * ``"gpu"``: the assigned GPU, else a :attr:`~node._contract.NodeDevice.problem`, which the driver's
   probe (:func:`node.executor.probe_device_task`) turns into one clear error before any training.
 
+A GPU is usable when this process can open it and has at least :data:`MIN_FREE_BYTES` free on it:
+a GPU in exclusive-process mode that another process holds refuses the context, and a full one
+cannot take a replica -- both are said (``"gpu"``: a problem; ``"auto"``: the CPU, with the reason),
+never raised, and the free memory (not the total) is what the node reports.
+
+Every CUDA call of a node is bound to its GPU, not left to the process's default (device 0):
+cupy's current device is per thread, so the node's task thread takes it before each task
+(:func:`use_device`) and any other thread doing CUDA work for the node enters :func:`bound_to`.
+``CUDA_VISIBLE_DEVICES`` is not set: CUDA reads it once, when it starts in the process, and
+Spark reuses a Python worker for tasks holding other addresses -- a variable set for the first
+task would hide the GPU of every later one.  A reused worker whose node finds its task on another
+address than the node's GPU replaces the node there (:func:`moved_from`): two nodes never share
+one GPU while another idles.
+
 :func:`see_device` never raises: what a node cannot use, it says.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
 import os
 import socket
 from dataclasses import replace
-from typing import Any
+from typing import Any, Iterator, Sequence
 
 from pyspark import TaskContext
 
@@ -40,14 +55,19 @@ import rbm
 
 from .._contract import NodeDevice
 
-__all__ = ["GPU_RESOURCE", "task_gpu_addresses", "cuda_index", "see_device", "device_failure", "use_device",
-           "build_replica", "warm_up_once"]
+__all__ = ["GPU_RESOURCE", "MIN_FREE_BYTES", "task_gpu_addresses", "cuda_index", "see_device", "device_failure",
+           "use_device", "bound_to", "moved_from", "serving_device", "serving_spec", "release_gpu_memory", "build_replica", "warm_up_key", "warm_up_once"]
 
 logger = logging.getLogger(__name__)
 
 #: The name of the resource Spark schedules (``spark.task.resource.gpu.amount``).
 GPU_RESOURCE = "gpu"
 
+#: The least free memory a node needs on its GPU (a replica, its minibatches and cuDNN's workspaces):
+#: below it the GPU counts as full.
+MIN_FREE_BYTES = 256 << 20
+
+_serving: dict[tuple[str, ...], NodeDevice] = {}  # task GPU addresses -> where a model serves with them
 _warmed: set[str] = set()  # the models whose GPU kernels this process compiled (or loaded) already
 
 
@@ -82,12 +102,13 @@ def cuda_index(address: str, visible: str | None) -> int:
     return int(address)
 
 
-def see_device(requested: str, node: str) -> NodeDevice:
+def see_device(requested: str, node: str, addresses: Sequence[str] | None = None) -> NodeDevice:
     """Where a node of a model with ``device=requested`` computes in this task (never raises).
 
-    ``problem`` is set when ``requested`` is ``"gpu"`` and the task has no usable GPU.
+    ``addresses`` are the task's GPU addresses (default: the running task's).  ``problem`` is set
+    when ``requested`` is ``"gpu"`` and the task has no usable GPU.
     """
-    addresses = task_gpu_addresses()
+    addresses = task_gpu_addresses() if addresses is None else tuple(str(address) for address in addresses)
     seen = NodeDevice(kind="cpu", host=socket.gethostname(), node=node, requested=requested,
                       spark_addresses=addresses, address=addresses[0] if addresses else None)
     if requested not in ("gpu", "auto"):
@@ -102,15 +123,23 @@ def see_device(requested: str, node: str) -> NodeDevice:
         if index >= count:
             raise ValueError(f"this process sees {count} GPU(s), none with index {index}")
         properties = cupy.cuda.runtime.getDeviceProperties(index)
+        with cupy.cuda.Device(index):  # opens the context: an exclusive-process GPU held elsewhere refuses here
+            free_bytes, total_bytes = (int(value) for value in cupy.cuda.runtime.memGetInfo())
     except ImportError:
         return _on_cpu(seen, f"Spark assigned GPU {seen.address}, but cupy is not installed "
                              "(pip install 'sparkdbn[gpu]')")
-    except Exception as error:  # noqa: BLE001 - cupy's CUDARuntimeError (no driver) among others: said, never raised
+    except Exception as error:  # noqa: BLE001 - cupy's CUDARuntimeError (no driver, busy, exclusive): said, never raised
         return _on_cpu(seen, f"Spark assigned GPU {seen.address}, but it is not usable here: "
                              f"{type(error).__name__}: {error}")
     name = properties["name"]
-    return replace(seen, kind="gpu", index=index, name=name.decode() if isinstance(name, bytes) else str(name),
-                   memory_bytes=int(properties["totalGlobalMem"]), reason=f"Spark assigned GPU {seen.address}")
+    seen = replace(seen, index=index, name=name.decode() if isinstance(name, bytes) else str(name),
+                   memory_bytes=total_bytes, free_bytes=free_bytes)
+    if free_bytes < MIN_FREE_BYTES:
+        return _on_cpu(seen, f"Spark assigned GPU {seen.address} ({seen.name}), but it is full: "
+                             f"{free_bytes / 2**20:.0f} MiB free of {total_bytes / 2**20:.0f} MiB, a node needs "
+                             f"{MIN_FREE_BYTES / 2**20:.0f} MiB")
+    return replace(seen, kind="gpu", reason=f"Spark assigned GPU {seen.address} ({free_bytes / 2**30:.1f} GiB free "
+                                            f"of {total_bytes / 2**30:.1f} GiB)")
 
 
 def _on_cpu(seen: NodeDevice, why: str) -> NodeDevice:
@@ -129,6 +158,39 @@ def use_device(device: NodeDevice) -> None:
     """Make the node's GPU the current one of this thread (cupy allocates and launches there); nothing on the CPU."""
     if device.kind == "gpu":
         importlib.import_module("cupy").cuda.Device(device.index).use()
+
+
+@contextlib.contextmanager
+def bound_to(device: NodeDevice | None) -> Iterator[None]:
+    """Within the block, this thread's CUDA work goes to the node's GPU (a thread's default is device 0)."""
+    if device is None or device.kind != "gpu":
+        yield
+        return
+    with importlib.import_module("cupy").cuda.Device(device.index):
+        yield
+
+
+def moved_from(device: NodeDevice | None, addresses: Sequence[str]) -> str | None:
+    """Why a node on ``device`` must be replaced in a task holding GPU ``addresses``, or None when it may stay.
+
+    A node stays on the GPU it started on; a task of its worker that holds other addresses means
+    Spark counts that GPU as another task's now (the worker was reused after its executor's pool
+    changed): the node moves to the task's GPU, else two nodes would share one while another idles.
+    """
+    if device is None or device.kind != "gpu" or not addresses or device.address in addresses:
+        return None
+    return (f"node {device.node} runs on GPU {device.address} but its task holds GPU {','.join(addresses)}: "
+            "the node is replaced on the task's GPU")
+
+
+def release_gpu_memory() -> None:
+    """Hand the memory cupy pools in this process back to the driver (what a finished probe or an evicted node held)."""
+    try:
+        cupy = importlib.import_module("cupy")
+    except ImportError:
+        return
+    cupy.get_default_memory_pool().free_all_blocks()
+    cupy.get_default_pinned_memory_pool().free_all_blocks()
 
 
 def build_replica(spec: dict, feature_shape: tuple[int, ...], classes: Any, device: NodeDevice) -> Any:
@@ -155,12 +217,49 @@ def build_replica(spec: dict, feature_shape: tuple[int, ...], classes: Any, devi
     return model
 
 
+def serving_device() -> NodeDevice:
+    """Where a model serves (predicts, evaluates) in the running task, made this thread's current device.
+
+    The task's first GPU when Spark assigned it one and it is usable (:func:`see_device` with
+    ``"auto"``: checked once per process and address), else the CPU -- whatever device the model
+    was fitted on: a model fitted on GPUs serves on CPU executors, and on the GPU each task holds.
+    """
+    addresses = task_gpu_addresses()
+    device = _serving.get(addresses)
+    if device is None:
+        device = _serving[addresses] = see_device("auto", f"{socket.gethostname()}-{os.getpid()}", addresses)
+        logger.info("models serve on %s in tasks holding GPU(s) %s (%s)",
+                    f"GPU {device.address}" if device.kind == "gpu" else "the CPU", ",".join(addresses) or "none",
+                    device.reason)
+    use_device(device)
+    return device
+
+
+def serving_spec(spec: dict, device: NodeDevice) -> dict:
+    """``spec`` for a replica serving on ``device``: its ``device`` the task's, ``precision`` float32 on the CPU."""
+    if "device" not in spec:
+        return spec
+    serving = {**spec, "device": device.kind}
+    if device.kind == "cpu" and serving.get("precision", "float32") != "float32":
+        serving["precision"] = "float32"  # the tensor-core settings apply on GPUs only
+    return serving
+
+
+def warm_up_key(model: Any, device: NodeDevice) -> str:
+    """What a warm-up is done for: the model's spec and input shape, on one GPU of one process."""
+    return json.dumps([model.to_spec(), getattr(model, "input_shape_", None) or model.n_features_in_, device.address,
+                       device.index], sort_keys=True, default=str)
+
+
 def warm_up_once(model: Any, device: NodeDevice) -> NodeDevice:
-    """``device`` with the seconds :func:`rbm.warm_up` took: once per model and process, 0 after (and on the CPU)."""
+    """``device`` with the seconds :func:`rbm.warm_up` took: once per model, GPU and process, 0 after (and on the CPU).
+
+    The warm-up trains on synthetic rows in the model's own minibatch size, so the cuDNN plans
+    and kernels it builds are those the first real partition uses.
+    """
     if device.kind != "gpu":
         return device
-    key = json.dumps([model.to_spec(), getattr(model, "input_shape_", None) or model.n_features_in_],
-                     sort_keys=True, default=str)
+    key = warm_up_key(model, device)
     if key in _warmed:
         return device
     seconds = rbm.warm_up(model)

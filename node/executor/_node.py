@@ -27,6 +27,7 @@ import os
 import signal
 import socket
 import time
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
@@ -39,7 +40,7 @@ from .._contract import NodeConfig, NodeDevice, PartitionReport, TaskSpec
 from .._errors import InputDataError, NodeDeviceError
 from ..data import encode_labels
 from ..modes import NodeScaling, PartitionWork, Trained, schedule_epoch, schedule_place
-from ._device import build_replica, device_failure, see_device, task_gpu_addresses, use_device, warm_up_once
+from ._device import build_replica, device_failure, release_gpu_memory, see_device, use_device, warm_up_once
 from ._network import choose_node_address
 from ._resident import NodeData
 
@@ -91,7 +92,6 @@ class ExecutorNode:
         self.device: NodeDevice | None = None  # where the replica computes (set by start)
         self.device_data: rbm.DeviceDataCache | None = None  # the partitions kept on the node's GPU
         self._xp: Any = np
-        self._said_other_gpu = False
         self.scaling = NodeScaling(config.scale_rule, config.spec, config.warmup_partitions, config.fanout,
                                    n_samples=config.n_samples or None, fit_nodes=config.nodes or None,
                                    node_batch=config.node_batch_size or None)
@@ -115,6 +115,8 @@ class ExecutorNode:
         self.weights = storage.WeightStore(self.store, config.run, config.key)
         self.runs = storage.RunStore(self.store, config.run, config.key)
         self.model = build_replica(replica_spec(config), config.feature_shape, self.classes, self.device)
+        if self.device.kind == "gpu" and config.spec.get("kind") == "convnet":
+            self.device = replace(self.device, convolutions=rbm.conv.convolution_backend())
         self.device = warm_up_once(self.model, self.device)
         if self.device.kind == "gpu":
             self.device_data = rbm.DeviceDataCache(config.gpu_data_budget_bytes or None)
@@ -135,23 +137,21 @@ class ExecutorNode:
         return self
 
     def use_device(self) -> None:
-        """Before each task: the node's GPU is this thread's current one (a task Spark assigned another is said once).
+        """Before each task: the node's GPU is this thread's current one (cupy allocates and launches there).
 
-        The replica stays where the node started: Spark may hand this Python worker a task holding
-        another address, while the tasks running at once still hold distinct ones.
+        A task holding another address than the node's GPU does not reach here: the worker replaces
+        its node first (:func:`~node.executor._device.moved_from`, in :mod:`node.executor._tasks`).
         """
         if self.device is None or self.device.kind != "gpu":
             return
         use_device(self.device)
-        addresses = task_gpu_addresses()
-        if addresses and self.device.address not in addresses and not self._said_other_gpu:
-            self._said_other_gpu = True
-            logger.info("node %s keeps its replica on GPU %s in a task Spark assigned GPU %s", self.name,
-                        self.device.address, ",".join(addresses))
 
     def stop(self) -> None:
         """Stop the actor and close the transport (idempotent)."""
         handle, self.handle = self.handle, None
+        if self.device_data is not None:  # the partitions on the GPU go, and the node's share of its pool
+            self.device_data.clear()
+            release_gpu_memory()
         if handle is None:
             return
         try:

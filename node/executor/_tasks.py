@@ -18,13 +18,13 @@ import threading
 import time
 from typing import Any, Iterator
 
-import numpy as np
 from pyspark import Broadcast
 
 from .._contract import ContractError, NodeConfig, TaskSpec, decode, encode
 from ..modes import mode_named
-from ._device import build_replica, see_device
-from ._node import ExecutorNode, node_id, replica_spec
+from ._device import moved_from, task_gpu_addresses
+from ._node import ExecutorNode, node_id
+from ._probe import probe_here, probe_in_child
 from ._worker_heap import settle_worker_heap
 
 __all__ = ["probe_device_task", "release_run_task", "run_training_task", "start_worker_task"]
@@ -56,8 +56,11 @@ def _node_for(config: NodeConfig) -> ExecutorNode:
     """The process-wide node of this fit, started on first use; nodes of other fits are stopped."""
     with _registry_lock:
         node = _nodes.get(config.run)
-        if node is not None and node.config.fit_id == config.fit_id:
+        moved = moved_from(node.device, task_gpu_addresses()) if node is not None else None
+        if node is not None and node.config.fit_id == config.fit_id and moved is None:
             return node
+        if moved:
+            logger.warning("%s", moved)
         stale = list(_nodes.values())
         _nodes.clear()
     for old in stale:  # another run (or an earlier fit of this run) used this worker before
@@ -129,15 +132,14 @@ def release_run_task(run: str, _partition: int, _elements: Iterator[Any]) -> Ite
 def probe_device_task(encoded_config: bytes, _partition: int, elements: Iterator[Any]) -> Iterator[bytes]:
     """Where a node of the fit would compute in this task, and whether its replica builds there: one encoded
     :class:`~node._contract.NodeDevice` whose ``problem`` says what stands in the way (never raised: Spark
-    would retry it, and the same task fails the same way)."""
+    would retry it, and the same task fails the same way).  The GPU is opened in a child process
+    (:func:`~node.executor._probe.probe_in_child`): its CUDA context and memory end with it."""
     list(elements)
     config = decode(encoded_config, NodeConfig)
-    device = see_device(str(config.spec.get("device", "cpu")), node_id())
-    if device.problem is None:
-        try:  # what the node would refuse at its start (a precision its dtype does not take, ...)
-            build_replica(replica_spec(config), config.feature_shape,
-                          None if config.classes is None else np.asarray(config.classes), device)
-        except ValueError as error:
-            device = dataclasses.replace(device, problem=f"the model cannot be built on its {device.kind}: {error}")
+    requested, addresses = str(config.spec.get("device", "cpu")), task_gpu_addresses()
+    if requested in ("gpu", "auto") and addresses:
+        device = probe_in_child(encoded_config, node_id(), addresses)
+    else:
+        device = probe_here(config, node_id(), addresses)
     logger.info("device probe: %s", device)
     yield encode(device)

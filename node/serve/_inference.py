@@ -4,8 +4,12 @@ The model object is never pickled.  The driver turns it into *payload bytes* -- 
 written by ``model.save`` (an ``.npz`` of named arrays plus the JSON spec, see
 :func:`rbm.save_model`) -- and broadcasts those bytes.  Each Python worker rebuilds the
 model once with :func:`rbm.load_model` (``allow_pickle=False``) and keeps it in a small
-process-wide cache keyed by the payload's sha256, so a reused worker does not rebuild it for
-every task.  Features move through Arrow (``mapInArrow``), a whole record batch at a time.
+process-wide cache keyed by the payload's sha256 and the device, so a reused worker does not
+rebuild it for every task.  Features move through Arrow (``mapInArrow``), a whole record batch at a time.
+
+A replica serves where its task is given to compute (:func:`node.executor.serving_device`): on
+the GPU Spark assigned the task (``spark.task.resource.gpu.amount``), else on the CPU -- whatever
+device the model was fitted on, so a model fitted on GPUs serves on CPU executors too.
 """
 
 from __future__ import annotations
@@ -29,9 +33,9 @@ import storage
 
 from .._errors import InputDataError
 from ..data import feature_column_kind, features_from_arrow
-from ..executor import settle_worker_heap
+from ..executor import serving_device, serving_spec, settle_worker_heap
 
-__all__ = ["predict_dataframe", "model_payload", "model_from_payload", "predict_proba_batched", "raw_predictions"]
+__all__ = ["predict_dataframe", "model_payload", "model_from_payload", "load_model_here", "predict_proba_batched", "raw_predictions"]
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +72,9 @@ def model_payload(model: Any) -> bytes:
 
 
 def model_from_payload(payload: bytes) -> Any:
-    """Rebuild a model from :func:`model_payload` bytes, once per process (cached by sha256)."""
-    key = storage.sha256_hex(payload)
+    """Rebuild a model from :func:`model_payload` bytes where this task serves, once per process and device."""
+    device = serving_device()
+    key = f"{storage.sha256_hex(payload)}/{device.kind}/{device.index}"
     with _cache_lock:
         if key in _cache:
             _cache.move_to_end(key)
@@ -79,6 +84,10 @@ def model_from_payload(payload: bytes) -> Any:
         path = os.path.join(directory, "model.npz")
         with open(path, "wb") as handle:
             handle.write(payload)
+        spec, arrays = rbm.read_model_file(path)
+        serving = serving_spec(spec, device)
+        if serving != spec:  # fitted for another device than this task's: the same weights, rebuilt here
+            rbm.save_model(path, serving, arrays)
         model = rbm.load_model(path)
     with _cache_lock:
         _cache[key] = model
@@ -86,6 +95,15 @@ def model_from_payload(payload: bytes) -> Any:
             _cache.popitem(last=False)
     settle_worker_heap()  # the evicted model collected, this one out of Spark's per-task collection
     return model
+
+
+def load_model_here(path: str) -> Any:
+    """:func:`rbm.load_model`, on the CPU when the file asks for a GPU this machine cannot give (a driver)."""
+    spec, arrays = rbm.read_model_file(path)
+    if spec.get("device") == "gpu" and not rbm.gpu_available():
+        log.info("%s was fitted on a GPU and this machine has none usable: loaded on the CPU in float32", path)
+        rbm.save_model(path, {**spec, "device": "cpu", "precision": "float32"}, arrays)
+    return rbm.load_model(path)
 
 
 def model_classes(model: Any) -> np.ndarray:

@@ -53,13 +53,16 @@ import storage
 from .._errors import InputDataError
 from ..driver import Trainer
 from ..modes import MODE_NAMES
-from ._inference import model_payload, predict_dataframe
+from ._inference import load_model_here, model_payload, predict_dataframe
 
 __all__ = ["DBNClassifier", "DBNClassificationModel"]
 
 log = logging.getLogger(__name__)
 
 MODEL_FILE = "model.npz"
+
+#: Where the nodes may compute (rbm's ``device``).
+DEVICES = ("cpu", "gpu", "auto")
 
 
 class _DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProbabilityCol, HasRawPredictionCol,
@@ -98,6 +101,12 @@ class _DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasPro
     trainingMode: Param[str] = Param(
         Params._dummy(), "trainingMode", f"how nodes combine their progress: {', '.join(MODE_NAMES)}",
         typeConverter=TypeConverters.toString)
+    device: Param[str] = Param(
+        Params._dummy(), "device", "where the nodes compute: cpu, gpu (the GPU Spark assigns each task; refused "
+        "where it assigns none) or auto (that GPU where usable, else the CPU)", typeConverter=TypeConverters.toString)
+    precision: Param[str] = Param(
+        Params._dummy(), "precision", f"GEMM precision on GPUs: {', '.join(rbm.PRECISIONS)} (float32 on CPUs)",
+        typeConverter=TypeConverters.toString)
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -105,7 +114,7 @@ class _DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasPro
             featuresCol="features", labelCol="label", predictionCol="prediction", probabilityCol="probability",
             rawPredictionCol="rawPrediction", hiddenLayerSizes=[256, 256], pretrainEpochs=5, finetuneEpochs=10,
             batchSize=32, learningRate=0.05, finetuneLearningRate=0.1, storeUrl="", numPartitions=0, fanout=0,
-            runId="", progress=True, seed=0, trainingMode="async")
+            runId="", progress=True, seed=0, trainingMode="async", device="cpu", precision="float32")
 
     def getHiddenLayerSizes(self) -> list[int]:
         return self.getOrDefault(self.hiddenLayerSizes)
@@ -140,6 +149,12 @@ class _DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasPro
     def getProgress(self) -> bool:
         return self.getOrDefault(self.progress)
 
+    def getDevice(self) -> str:
+        return self.getOrDefault(self.device)
+
+    def getPrecision(self) -> str:
+        return self.getOrDefault(self.precision)
+
 
 class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, DefaultParamsWritable):
     """Spark ML estimator: a deep belief net classifier trained by decentralized nodes on Spark.
@@ -161,7 +176,8 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
                  hiddenLayerSizes: list[int] | None = None,
                  pretrainEpochs: int = 5, finetuneEpochs: int = 10, batchSize: int = 32, learningRate: float = 0.05,
                  finetuneLearningRate: float = 0.1, storeUrl: str = "", numPartitions: int = 0, fanout: int = 0,
-                 runId: str = "", progress: bool = True, seed: int = 0, trainingMode: str = "async") -> None:
+                 runId: str = "", progress: bool = True, seed: int = 0, trainingMode: str = "async",
+                 device: str = "cpu", precision: str = "float32") -> None:
         super().__init__()
         kwargs = {key: value for key, value in self._input_kwargs.items() if value is not None}
         self._set(**kwargs)
@@ -173,7 +189,7 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
                   pretrainEpochs: int = 5, finetuneEpochs: int = 10, batchSize: int = 32, learningRate: float = 0.05,
                   finetuneLearningRate: float = 0.1, storeUrl: str = "", numPartitions: int = 0, fanout: int = 0,
                   runId: str = "", progress: bool = True, seed: int = 0,
-                  trainingMode: str = "async") -> "DBNClassifier":
+                  trainingMode: str = "async", device: str = "cpu", precision: str = "float32") -> "DBNClassifier":
         """Set any of the constructor's params; returns self."""
         kwargs = {key: value for key, value in self._input_kwargs.items() if value is not None}
         return self._set(**kwargs)
@@ -198,12 +214,18 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
         sizes = self.getHiddenLayerSizes()
         if not sizes or min(sizes) < 1:
             raise InputDataError(f"hiddenLayerSizes must be a non-empty list of positive ints, got {sizes}")
+        if self.getDevice() not in DEVICES:
+            raise InputDataError(f"device must be one of {', '.join(DEVICES)}, got {self.getDevice()!r}")
+        if self.getPrecision() not in rbm.PRECISIONS:
+            raise InputDataError(f"precision must be one of {', '.join(rbm.PRECISIONS)}, got {self.getPrecision()!r}")
         return rbm.DBN(
             hidden_layer_sizes=list(sizes),
             pretrain_learning_rate=self.getLearningRate(),
             finetune_learning_rate=self.getFinetuneLearningRate(),
             batch_size=self.getBatchSize(),
             random_state=self.getOrDefault(self.seed),
+            device=self.getDevice(),
+            precision=self.getPrecision(),
         )
 
     def _fit(self, dataset: Any) -> "DBNClassificationModel":
@@ -250,6 +272,10 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
 
 class DBNClassificationModel(Model, _DBNClassifierParams, MLReadable, MLWritable):
     """A trained DBN (or any sparkdbn classifier) as a Spark ML transformer.
+
+    It serves on each executor where the task computes (its GPU, else the CPU), whatever
+    ``device`` the model was fitted with; :meth:`read` loads a GPU-fitted model on a machine
+    without a GPU as a CPU model.
 
     ``transform(df)`` adds pyspark.ml's classifier columns: ``rawPredictionCol`` (a dense Vector,
     ``log`` of the probabilities), ``probabilityCol`` (a dense Vector of class probabilities) --
@@ -334,7 +360,7 @@ class _ModelReader(MLReader):
             local = os.path.join(directory, MODEL_FILE)
             with open(local, "wb") as handle:
                 handle.write(store.read_bytes(name))
-            model = rbm.load_model(local)  # allow_pickle=False inside
+            model = load_model_here(local)  # allow_pickle=False inside
         instance = self.cls(model)
         instance._resetUid(metadata["uid"])
         DefaultParamsReader.getAndSetParams(instance, metadata)

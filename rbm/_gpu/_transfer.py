@@ -4,7 +4,7 @@ a per-node cache that keeps partitions on the GPU across epochs within a memory 
 A pageable ``cupy.asarray`` of 60k x 784 float32 took 0.125 s of a 0.23 s ``RBM.fit`` on an
 H100: the driver stages pageable memory through a bounce buffer at a fraction of the link's
 speed.  :func:`upload` copies through two pinned staging buffers instead, the host filling one
-while the GPU reads the other.
+while the GPU reads the other, on the current stream (ordered after what is already queued there).
 """
 
 from __future__ import annotations
@@ -33,7 +33,10 @@ def upload(array: np.ndarray, xp: Any) -> Any:
     if size == 0:
         return out
     chunk = min(PINNED_CHUNK_BYTES, size)
-    stream = cupy.cuda.Stream(non_blocking=True)
+    # The copies run on the current stream, the one ``out`` was allocated on and the one its readers
+    # use: memory the pool hands back after a kernel queued there freed it is only written once that
+    # kernel is done (a separate stream would need to wait on this one to be as safe).
+    stream = cupy.cuda.get_current_stream()
     buffers = [np.frombuffer(cupy.cuda.alloc_pinned_memory(chunk), dtype=np.uint8, count=chunk) for _ in range(2)]
     events: list[Any] = [None, None]
     for index, start in enumerate(range(0, size, chunk)):
@@ -75,20 +78,53 @@ def download_all(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
 class DeviceDataCache:
     """Partitions kept on the GPU across epochs, least recently used first out, within a budget.
 
-    For the node side: ``cache.get((run, phase, partition), X)`` returns the device copy of
+    For the node side: ``cache.get((run, phase, partition), X, xp)`` returns the device copy of
     ``X``, uploading it (:func:`upload`) only the first time that key is seen.  The key must
     name the data's content (a staged dataset's partition does); the cache never compares bytes.
+
+    The cache evicts *before* it uploads, so it never holds more than its budget, not even for
+    the length of one upload.  A partition larger than the whole budget is uploaded for each
+    pass and not kept: said once in the log, and counted (``oversize``) in :meth:`report`.
 
     Parameters
     ----------
     budget_bytes : int or None
-        Device memory the cache may hold; None: half of the GPU's free memory at the first call.
+        Device memory the cache may hold.  None: this process's share of the GPU's pool, agreed
+        with the other processes on that GPU (:class:`~rbm._gpu._budget.SharedGpuBudget`) and
+        read again before every upload.
+    shared : SharedGpuBudget, optional
+        The agreement to use when ``budget_bytes`` is None (default: the current GPU's, by its
+        PCI bus id).
     """
 
-    def __init__(self, budget_bytes: int | None = None) -> None:
-        self.budget_bytes = budget_bytes
+    def __init__(self, budget_bytes: int | None = None, shared: Any = None) -> None:
+        if budget_bytes is not None and int(budget_bytes) < 0:
+            raise ValueError(f"budget_bytes must be >= 0 or None, got {budget_bytes}")
+        self.budget_bytes = None if budget_bytes is None else int(budget_bytes)
+        self._fixed = budget_bytes is not None
+        self.shared = shared
+        self._joined = False
         self._entries: OrderedDict[Hashable, Any] = OrderedDict()
-        self.used_bytes = self.hits = self.misses = self.evictions = 0
+        self.used_bytes = self.hits = self.misses = self.evictions = self.oversize = 0
+        self.peak_bytes = 0  # the most the cache held at once, uploads included
+        self._said_oversize = False
+
+    def _budget(self, xp: Any) -> int:
+        """The bytes this cache may hold now."""
+        if self._fixed:
+            return int(self.budget_bytes)
+        if self.shared is None:
+            from ._budget import SharedGpuBudget
+
+            self.shared = SharedGpuBudget(str(xp.cuda.Device().pci_bus_id))
+        if not self._joined:
+            free_bytes, _ = xp.cuda.runtime.memGetInfo()
+            share = self.shared.join(int(free_bytes))
+            self._joined = True
+            logger.info("device data cache: a share of %.2f GB of the GPU's pool of %.2f GB (%s)", share / 1e9,
+                        self.shared.pool_bytes() / 1e9, self.shared.folder)
+        self.budget_bytes = self.shared.share_bytes()
+        return self.budget_bytes
 
     def get(self, key: Hashable, array: np.ndarray, xp: Any) -> Any:
         """The device copy of ``array`` cached under ``key`` (``array`` itself on numpy)."""
@@ -99,21 +135,40 @@ class DeviceDataCache:
             self._entries.move_to_end(key)
             return self._entries[key]
         self.misses += 1
-        if self.budget_bytes is None:
-            free_bytes, _ = xp.cuda.runtime.memGetInfo()
-            self.budget_bytes = int(free_bytes // 2)
-            logger.info("device data cache: budget %.2f GB (half the free GPU memory)", self.budget_bytes / 1e9)
+        budget, size = self._budget(xp), int(array.nbytes)
+        if size > budget:
+            self.oversize += 1
+            if not self._said_oversize:
+                self._said_oversize = True
+                logger.warning("device data cache: a partition of %.1f MB is larger than the cache's budget of %.1f MB: "
+                               "it is uploaded again for every pass (more nodes per GPU than its memory holds? "
+                               "fewer, or more partitions)", size / 1e6, budget / 1e6)
+            self._evict_to(budget - size)  # what the cache holds and this copy still fit the budget where they can
+            self.peak_bytes = max(self.peak_bytes, self.used_bytes + size)
+            return upload(array, xp)
+        self._evict_to(budget - size)
+        self.peak_bytes = max(self.peak_bytes, self.used_bytes + size)
         copy = upload(array, xp)
-        if copy.nbytes <= self.budget_bytes:
-            while self._entries and self.used_bytes + copy.nbytes > self.budget_bytes:
-                _, evicted = self._entries.popitem(last=False)
-                self.used_bytes -= evicted.nbytes
-                self.evictions += 1
-            self._entries[key] = copy
-            self.used_bytes += copy.nbytes
+        self._entries[key] = copy
+        self.used_bytes += int(copy.nbytes)
         return copy
 
+    def _evict_to(self, limit_bytes: int) -> None:
+        """Drop the least recently used partitions until the cache holds at most ``limit_bytes``."""
+        while self._entries and self.used_bytes > max(0, limit_bytes):
+            _, evicted = self._entries.popitem(last=False)
+            self.used_bytes -= int(evicted.nbytes)
+            self.evictions += 1
+
+    def clear(self) -> None:
+        """Drop every partition and give the share of the GPU's pool back."""
+        self._evict_to(0)
+        if self.shared is not None and self._joined:
+            self.shared.leave()
+            self._joined = False
+
     def report(self) -> dict[str, int | None]:
-        """What the cache holds and did: bytes used, budget, entries, hits, misses, evictions."""
-        return {"used_bytes": self.used_bytes, "budget_bytes": self.budget_bytes, "entries": len(self._entries),
-                "hits": self.hits, "misses": self.misses, "evictions": self.evictions}
+        """What the cache holds and did: bytes used, budget, peak, entries, hits, misses, evictions, oversize."""
+        return {"used_bytes": self.used_bytes, "budget_bytes": self.budget_bytes, "peak_bytes": self.peak_bytes,
+                "entries": len(self._entries), "hits": self.hits, "misses": self.misses,
+                "evictions": self.evictions, "oversize": self.oversize}

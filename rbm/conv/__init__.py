@@ -8,7 +8,8 @@
 """
 
 from ._convnet import ConvNet, lenet
+from ._cudnn import convolution_backend
 from ._ops import softmax_cross_entropy
 from ._spec import LENET_LAYERS
 
-__all__ = ["ConvNet", "lenet", "LENET_LAYERS", "softmax_cross_entropy"]
+__all__ = ["ConvNet", "lenet", "LENET_LAYERS", "softmax_cross_entropy", "convolution_backend"]

@@ -327,6 +327,9 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
         on the GPU.  On the CPU: as given."""
         if self._xp is np:
             return X, y, order
+        if not isinstance(X, np.ndarray):  # already on the device: its owner (a node's data cache) decides when it goes
+            self.__dict__.pop("_resident_data", None)  # no reference here keeps an evicted partition alive
+            return X, to_device(y, self._xp), to_device(order, self._xp)
         kept = self.__dict__.get("_resident_data")
         if kept is None or kept[0] is not X or kept[1] is not y:
             kept = self.__dict__["_resident_data"] = (X, y, to_device(X, self._xp), to_device(y, self._xp))

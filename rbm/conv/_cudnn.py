@@ -9,18 +9,31 @@ workspace; later calls only execute.  The tensors are described in the net's CHW
 engine supports that layout the graphs fall back to NCHW-packed buffers and one transpose
 each way.  Precision ``"float32"`` deselects the tensor-core (TF32) engines, ``"tf32"`` and
 ``"bfloat16"`` allow them.  im2col + GEMM stays the CPU branch (and the GPU's fallback when
-the frontend is not installed).
+the frontend is not installed; :func:`convolution_backend` says which, for the node's device report).
+
+Plans are cached per process in one :class:`PlanCache`, keyed by everything a plan depends on:
+the layer's shape (input, filters, kernel, stride, padding), the batch size, the dtype, the
+precision and the device (:func:`plan_key`).  It keeps the :data:`PLAN_CACHE_SIZE` most recently
+used: ``np.array_split`` partitions differ by a row, so a layer meets its training minibatch, the
+last minibatch of each partition length (two of them), and a prediction chunk -- all kept, none
+rebuilt partition after partition.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Hashable
 
 import numpy as np
 
-__all__ = ["CudnnConvolution", "cudnn_available"]
+__all__ = ["CudnnConvolution", "cudnn_available", "convolution_backend", "PlanCache", "plan_key", "PLAN_CACHE",
+           "PLAN_CACHE_SIZE"]
+
+#: Plans kept per process: a few layers' training, remainder and prediction batch sizes.
+PLAN_CACHE_SIZE = 32
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +51,61 @@ def _cudnn() -> Any:
 def cudnn_available() -> bool:
     """True when the cuDNN frontend imports (convolutions on cupy then use it)."""
     return _cudnn() is not None
+
+
+def convolution_backend() -> str:
+    """How convolutions on cupy arrays run in this process: ``"cudnn"``, or ``"im2col: <why>"``."""
+    if cudnn_available():
+        return "cudnn"
+    return "im2col: nvidia-cudnn-frontend is not installed (pip install 'sparkdbn[gpu]')"
+
+
+def plan_key(input_shape: tuple[int, ...], filters: int, kernel: tuple[int, int], stride: tuple[int, int],
+             padding: tuple[int, int], batch: int, dtype: Any, precision: str, device: int) -> tuple:
+    """What a layer's cuDNN plans depend on: its shape, the batch size, dtype, precision and device."""
+    return (tuple(int(v) for v in input_shape), int(filters), tuple(kernel), tuple(stride), tuple(padding),
+            int(batch), np.dtype(dtype).str, str(precision), int(device))
+
+
+class PlanCache:
+    """The most recently used plans of a process, built once per key (thread-safe).
+
+    Parameters
+    ----------
+    capacity : int
+        How many are kept; the least recently used goes first.
+    """
+
+    def __init__(self, capacity: int = PLAN_CACHE_SIZE) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = int(capacity)
+        self._plans: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self.builds = self.hits = 0
+
+    def get(self, key: Hashable, build: Callable[[], Any]) -> Any:
+        """The plan of ``key``, built by ``build()`` the first time (and after it was dropped)."""
+        with self._lock:
+            if key in self._plans:
+                self.hits += 1
+                self._plans.move_to_end(key)
+                return self._plans[key]
+        plan = build()
+        with self._lock:
+            self.builds += 1
+            self._plans[key] = plan
+            self._plans.move_to_end(key)
+            while len(self._plans) > self.capacity:
+                self._plans.popitem(last=False)
+        return plan
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+
+#: The process's cuDNN plans (:meth:`rbm.conv._layers.Conv2D._convolution` asks it).
+PLAN_CACHE = PlanCache()
 
 
 @functools.lru_cache(maxsize=None)

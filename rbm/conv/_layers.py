@@ -21,7 +21,7 @@ from . import _im2col as k
 from ._gemm import matmul_pixels, matmul_pixels_nt
 from .._backend import NamespacePickling, to_device
 from .._gpu import PhiloxStream, fused_ops, uses_philox
-from ._cudnn import CudnnConvolution, cudnn_available
+from ._cudnn import PLAN_CACHE, CudnnConvolution, cudnn_available, plan_key
 from ._ops import ACTIVATIONS, INITS, activate, activation_grad, initial_weights
 
 __all__ = ["Layer", "build_layer", "LAYER_TYPES", "ACTIVATIONS", "INITS"]
@@ -131,13 +131,10 @@ class Conv2D(Layer):
         """cuDNN's graphs for batches of ``n`` (built once per size), or None off cupy / without the frontend."""
         if self.xp is np or not cudnn_available():
             return None
-        convolutions = self.__dict__.setdefault("_convolutions", {})
-        if n not in convolutions:
-            if len(convolutions) >= 2:  # training size plus one prediction chunk size
-                convolutions.clear()
-            convolutions[n] = CudnnConvolution(self.input_shape, self.filters, self.kernel, self.stride, self.padding,
-                                               n, self.dtype, self.precision)
-        return convolutions[n]
+        key = plan_key(self.input_shape, self.filters, self.kernel, self.stride, self.padding, n, self.dtype,
+                       self.precision, self.xp.cuda.Device().id)
+        return PLAN_CACHE.get(key, lambda: CudnnConvolution(self.input_shape, self.filters, self.kernel, self.stride,
+                                                            self.padding, n, self.dtype, self.precision))
 
     def forward(self, x: Array, train: bool) -> Array:
         n = x.shape[3]

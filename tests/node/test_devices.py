@@ -8,7 +8,6 @@ discovery script Spark trusts); cupy itself is absent, or replaced where only sp
 from __future__ import annotations
 
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from node._contract import NodeDevice, PartitionReport, decode, encode
 from node.driver._devices import check_gpu_conf, driver_model, driver_spec, hand_back
 from node.executor import _device
 from node.watch._status import format_status
+from support.fake_gpu import install_fake_cupy
 
 
 def test_a_spark_gpu_address_is_cupys_index_through_cuda_visible_devices():
@@ -57,24 +57,15 @@ def test_a_task_assigned_a_gpu_that_cupy_cannot_use_says_which_and_why(monkeypat
                                            "'sparkdbn[gpu]')")
 
 
-def fake_cupy(visible_count: int) -> types.ModuleType:
-    """Only what see_device asks of cupy, for a machine with ``visible_count`` GPUs (sparkdbn's mapping under test)."""
-    module = types.ModuleType("cupy")
-    runtime = types.SimpleNamespace(getDeviceCount=lambda: visible_count,
-                                    getDeviceProperties=lambda index: {"name": f"Fake GPU {index}".encode(),
-                                                                       "totalGlobalMem": 80 * 2**30})
-    module.cuda = types.SimpleNamespace(runtime=runtime)
-    return module
-
-
 def test_a_node_takes_the_gpu_spark_assigned_its_task_by_cupys_index(monkeypatch):
     monkeypatch.setattr(_device, "task_gpu_addresses", lambda: ("3", "2"))
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(visible_count=2))
+    install_fake_cupy(monkeypatch, {"name": "Fake GPU 0"}, {"name": "Fake GPU 1", "free": 60 << 30})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     device = _device.see_device("gpu", "n1")
     assert (device.kind, device.address, device.index, device.name, device.problem) == ("gpu", "3", 1, "Fake GPU 1",
                                                                                          None)
-    assert device.memory_bytes == 80 * 2**30 and device.reason == "Spark assigned GPU 3"
+    assert device.memory_bytes == 80 * 2**30 and device.free_bytes == 60 * 2**30
+    assert device.reason == "Spark assigned GPU 3 (60.0 GiB free of 80.0 GiB)"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     hidden = _device.see_device("gpu", "n1")
     assert hidden.kind == "cpu" and "CUDA_VISIBLE_DEVICES='0,1' hides GPU 3" in hidden.problem

@@ -113,3 +113,15 @@ def test_sampling_generators_are_seeded_from_the_model_generator():
     first = _cd.device_generator(np.random.default_rng(3), np).random(5)
     second = _cd.device_generator(np.random.default_rng(3), np).random(5)
     np.testing.assert_array_equal(first, second)
+
+
+def test_a_gpu_held_in_exclusive_process_mode_elsewhere_is_not_available_so_auto_takes_the_cpu(monkeypatch):
+    from rbm import resolve_device
+    from support.fake_gpu import install_fake_cupy
+
+    install_fake_cupy(monkeypatch, {"busy": True})
+    assert not gpu_available() and resolve_device("auto") == "cpu"
+    with pytest.raises(ValueError, match="device='gpu' was requested but no GPU is usable"):
+        resolve_device("gpu")
+    install_fake_cupy(monkeypatch, {})
+    assert gpu_available() and resolve_device("auto") == "gpu"

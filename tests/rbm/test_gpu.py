@@ -258,3 +258,46 @@ def test_a_partition_kept_on_the_gpu_trains_as_its_host_rows_and_is_checked_ther
     bad[7, 3] = 2.0
     with pytest.raises(ValueError, match=r"must lie in \[0, 1\].*row 7"):
         models[0].train_partition(bad, y, "rbm0", np.random.default_rng(1))
+
+
+def test_the_data_cache_takes_its_share_of_the_gpus_pool_and_never_holds_more(cp, tmp_path):
+    from rbm._gpu._budget import SharedGpuBudget
+
+    free, _ = cp.cuda.runtime.memGetInfo()
+    cache = DeviceDataCache(shared=SharedGpuBudget("test-gpu", folder=str(tmp_path)))
+    part = np.zeros(64 << 20, dtype=np.uint8)
+    for key in range(3):
+        cache.get(key, part, cp)
+    report = cache.report()
+    assert 0.4 * free <= report["budget_bytes"] <= 0.5 * free and report["peak_bytes"] <= report["budget_bytes"]
+    cache.clear()
+    assert cache.report()["used_bytes"] == 0 and not list(tmp_path.glob("test-gpu/*.member"))
+
+
+def test_an_upload_on_a_non_default_stream_is_ordered_behind_that_streams_kernels(cp):
+    rng = np.random.default_rng(5)
+    host = rng.random((2000, 784), dtype=np.float32)
+    with cp.cuda.Stream(non_blocking=True):
+        busy = cp.ones((4096, 4096), dtype=cp.float32)
+        for _ in range(3):
+            busy = busy @ busy * 1e-4  # work queued on this stream before the upload
+        copy = upload(host, cp)
+        np.testing.assert_array_equal(copy.get(), host)
+
+
+def test_lenet_on_near_equal_partitions_builds_each_batch_sizes_plans_once(cp, digits):
+    from rbm.conv import _cudnn
+
+    if not _cudnn.cudnn_available():
+        pytest.skip("nvidia-cudnn-frontend is not installed: im2col")
+    assert _cudnn.convolution_backend() == "cudnn"
+    X = digits.X_train[:286].reshape(-1, 1, 8, 8)
+    y = np.asarray(digits.y_train[:286]) % 10
+    net = ConvNet(layers=[{"type": "conv", "filters": 4, "kernel": 3}, {"type": "flatten"}],
+                  input_shape=(1, 8, 8), n_classes=10, batch_size=64, device="gpu", random_state=0).initialize()
+    builds = _cudnn.PLAN_CACHE.builds
+    for _ in range(2):
+        for part in np.array_split(np.arange(286), 2):  # 143 rows each: minibatches of 64 and 15
+            net.train_partition(cp.asarray(X[part]), y[part], "train", np.random.default_rng(0))
+    assert _cudnn.PLAN_CACHE.builds - builds <= 2  # 64 and 15, once each
+    assert "_resident_data" not in net.__dict__  # no reference kept to a partition handed over on the device
