@@ -1,4 +1,4 @@
-"""Benchmark the GPU branch (issue 32) beside PyTorch doing the same math on the same GPU, and the CPUs.
+"""Benchmark the GPU branch beside PyTorch doing the same math on the same GPU, and the CPUs.
 
 Rows (samples per second, median of ``--repeats`` timings after a warm-up):
 
