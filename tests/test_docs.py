@@ -209,7 +209,11 @@ def test_the_grouped_parameter_check_finds_rows_that_share_everything_but_their_
     grouped = "<table>" + row.format("a", "float", "Both.", "0.01") + row.format("b", "float", "Both.", "0.01")
     split = "<table>" + row.format("a", "float", "A.", "0.01") + row.format("b", "float", "B.", "0.9")
     assert grouped_parameters(grouped) == [("a", "b")] and grouped_parameters(split) == []
-    assert raw_roles("see :meth:<code>fit</code> and <code>fit</code>") == ["see :meth:fit and fit"[4:]]
+
+
+def test_the_raw_role_check_finds_a_role_printed_raw_and_not_a_converted_one():
+    assert raw_roles("see :meth:<code>fit</code> and <code>fit</code>") == [":meth:fit and fit"]
+    assert raw_roles('see <autoref identifier="rbm.RBM.fit" optional><code>fit</code></autoref>') == []
 
 
 def test_the_api_page_prints_no_sphinx_role_and_one_entry_per_parameter(api_page_html):
@@ -255,7 +259,8 @@ def test_the_typed_figure_check_finds_measurements_and_leaves_settings_alone():
                          "```\nbench.py --took 3.2 s\n```\n<!-- bench-results: bench_rbm -->\n") == []
 
 
-BENCHMARK_PAGES = sorted((ROOT / "docs" / "benchmarks").glob("*.md"))
+# The pages of the site's Benchmarks section.
+BENCHMARK_PAGES = [*sorted((ROOT / "docs" / "benchmarks").glob("*.md")), ROOT / "docs" / "quality.md"]
 
 
 @pytest.mark.parametrize("page", [
@@ -272,7 +277,29 @@ def test_a_run_recorded_on_a_loaded_machine_carries_a_warning_and_a_quiet_one_no
     run = {"finished": "2026-11-27T03:20:27+00:00", "command": "scripts/bench_rbm.py", "tables": [],
            "machine": {"cpu": "x86_64", "cores": 2, "load_average_1min": 11.79, "python": "3.11.7"}}
     assert '!!! warning "Recorded on a loaded machine: load 5.9 per core"' in benchmarks.render_run(run)
+    run["machine"]["load_average_1min"] = 3.02  # 1.51 per core: just above the limit
+    assert '!!! warning "Recorded on a loaded machine: load 1.5 per core"' in benchmarks.render_run(run)
     run["machine"]["load_average_1min"] = 3.0  # 1.5 per core: at the limit, not above it
     assert "loaded machine" not in benchmarks.render_run(run)
     del run["machine"]["load_average_1min"]
     assert "loaded machine" not in benchmarks.render_run(run)
+
+
+def test_sphinx_roles_become_references_resolved_in_the_docstring_owners_scope():
+    import griffe
+
+    sphinx_roles = hook("sphinx_roles")
+    code = ('"""See :class:`Model` and :mod:`pkg.sub`."""\n'
+            "class Model:\n"
+            '    """:meth:`fit` trains it, :meth:`~pkg.Model.fit` too, :func:`the helper <helper>`."""\n'
+            "    def fit(self): ...\n"
+            "def helper(): ...\n")
+    with griffe.temporary_visited_package("pkg", {"__init__.py": code},
+                                          extensions=griffe.load_extensions(sphinx_roles.SphinxRoles)) as package:
+        assert package.docstring.value == (
+            'See <autoref identifier="pkg.Model" optional><code>Model</code></autoref> and '
+            '<autoref identifier="pkg.sub" optional><code>pkg.sub</code></autoref>.')
+        assert package["Model"].docstring.value == (
+            '<autoref identifier="pkg.Model.fit" optional><code>fit</code></autoref> trains it, '
+            '<autoref identifier="pkg.Model.fit" optional><code>fit</code></autoref> too, '
+            '<autoref identifier="pkg.helper" optional><code>the helper</code></autoref>.')
