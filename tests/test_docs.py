@@ -1,9 +1,11 @@
 """The documentation's build hooks (docs/hooks/) and the benchmark results they render (scripts/_results.py).
 
 ``mkdocs build --strict`` (run by scripts/test) builds the real site; these tests pin the rules the
-hooks add to it: a benchmark run is rendered from its JSON file with its stamp and tables, a data file
-that no page shows is an error, the README's links into docs/ work on the site, and a page still being
-written is left out of the nav until its file exists.
+hooks add to it: a benchmark run is rendered from its JSON file with its stamp and tables (and a
+warning when the machine was loaded), a data file that no page shows is an error, the README's links
+into docs/ work on the site, and a page still being written is left out of the nav until its file
+exists.  On the built site: the API page prints no raw Sphinx role and one entry per parameter, and a
+benchmark page types no measured figure of its own.
 """
 
 from __future__ import annotations
@@ -142,9 +144,11 @@ def test_a_data_file_that_cannot_be_rendered_fails_the_build_naming_it(tmp_path)
 
 def test_the_readmes_links_into_docs_become_links_within_the_site():
     readme = hook("readme")
-    text = "See [How it works](docs/how-it-works.md#phases) and [x](https://example.org/docs/a.md)."
+    text = ("See [How it works](docs/how-it-works.md#phases), [x](https://example.org/docs/a.md) and "
+            "[the changelog](CHANGELOG.md).")
     assert readme.front_page_markdown(text) == (
-        "See [How it works](how-it-works.md#phases) and [x](https://example.org/docs/a.md).")
+        "See [How it works](how-it-works.md#phases), [x](https://example.org/docs/a.md) and "
+        "[the changelog](changelog.md).")
 
 
 def test_the_command_line_reference_is_what_each_installed_command_prints_for_help():
