@@ -90,7 +90,8 @@ def render_load_warning(machine: dict[str, Any]) -> str:
     return (f'!!! warning "Recorded on a loaded machine: load {per_core:.1f} per core"\n'
             f"    The load average was {machine['load_average_1min']} on {machine['cores']} cores when this run "
             f"started (above {LOADED_PER_CORE} per core): other work shared the cores, so its times and "
-            f"throughputs, and the ratios between them, are not this code's. Counts and accuracies still hold.\n")
+            f"throughputs, and the ratios between them, measure that load as much as this code. It is to be "
+            f"recorded again on a quiet machine.\n")
 
 
 def render_run(run: dict[str, Any], page_dir: Path = DATA_DIR) -> str:
