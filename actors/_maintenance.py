@@ -73,10 +73,14 @@ class Maintenance:
 
     Parameters
     ----------
-    run, node : str
-        The run and this node's name.
-    weights, runs : storage.WeightStore, storage.RunStore
-        The run's snapshots and registry, under the run's key.
+    run : str
+        The run's name.
+    node : str
+        This node's name.
+    weights : storage.WeightStore
+        The run's snapshots, under the run's key.
+    runs : storage.RunStore
+        The run's registry, under the run's key.
     transport : Transport
         Told which endpoints to subscribe to.
     actor : pykka proxy of NodeActor
@@ -85,8 +89,10 @@ class Maintenance:
         ``anti_entropy_rounds``, ``store_errors``.
     log_once : LogOnce
         Where a capped registry is reported.
-    peer_refresh_interval_s, anti_entropy_interval_s : float
-        The two periods.
+    peer_refresh_interval_s : float
+        How often the peers registry is re-read.
+    anti_entropy_interval_s : float
+        How often the store is listed for missed versions.
     max_peers : int
         Subscribe to at most this many peers (those seen most recently).
     expected_peers : int

@@ -111,8 +111,10 @@ class NodeHandle:
         raises :class:`NodeAddressError` naming it.
     fanout : int, optional
         Merge at most this many peers per round (a random subset); all fresh peers when None.
-    anti_entropy_interval_s, peer_refresh_interval_s : float
-        How often to list the store for missed versions, and to re-read the peers registry.
+    anti_entropy_interval_s : float
+        How often to list the store for missed versions.
+    peer_refresh_interval_s : float
+        How often to re-read the peers registry.
     keep_versions : int
         How many of its own versions per phase a node keeps in the store.
     seed : int, optional
@@ -128,8 +130,10 @@ class NodeHandle:
 
     Attributes
     ----------
-    run, node : str
-        The run and this node's name.
+    run : str
+        The run's name.
+    node : str
+        This node's name.
     endpoint : str or None
         The ZeroMQ endpoint peers subscribe to, e.g. ``"tcp://127.0.0.1:40123"`` (once started).
     """

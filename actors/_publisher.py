@@ -33,8 +33,10 @@ class Publisher:
 
     Parameters
     ----------
-    run, node : str
-        Names stamped on announcements.
+    run : str
+        The run's name, stamped on announcements.
+    node : str
+        This node's name, stamped on announcements.
     weight_store : storage.WeightStore
         Where versions are written (``put_version``, ``list_versions``, ``prune``).
     announce : callable(WeightAnnouncement)

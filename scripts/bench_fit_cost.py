@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: where a fit's time goes, end to end, on the driver and on the nodes (issue 34).
+"""Benchmark: where a fit's time goes, end to end, on the driver and on the nodes.
 
 One process, one ``local[N]`` session (its start is timed), the same rows: fits through
 :class:`node.Trainer`, ``--fits`` of each input kind in ``--inputs`` in turn:

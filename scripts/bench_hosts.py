@@ -1,4 +1,4 @@
-"""Multi-host benchmark on the virtual cluster (needs root and iproute2; see README "Virtual cluster").
+"""Multi-host benchmark on the virtual cluster (needs root and iproute2; docs/cluster.md, the virtual cluster).
 
     sudo .venv/bin/python scripts/bench_hosts.py [--announcements 300] [--epochs 1] [--dataset digits28]
 

@@ -1,4 +1,4 @@
-"""Benchmark: the three training modes side by side, with and without a straggler (issue 11).
+"""Benchmark: the three training modes side by side, with and without a straggler.
 
 One ``local[N]`` Spark session, one store; for each mode (``async``, ``sync``, ``sharing``) and each
 straggler factor (1 = none, 3 = one node sleeps twice its compute time), a model is trained on the
@@ -165,7 +165,7 @@ def one_run(spark, store_url: str, args: argparse.Namespace, mode: str, straggle
     Besides the figures :func:`show` prints: ``pretrain_s``, seconds from the fit's start to the end
     of the last epoch of the phases before the last (the DBN's pretraining, its validation included;
     0 for LeNet's single phase), ``finetune_scale``, the learning-rate scale the nodes used in the
-    last phase's last epoch (see README, Scaling out), and ``timings``, where the fit's time went
+    last phase's last epoch (docs/scaling-out.md), and ``timings``, where the fit's time went
     (``Trainer.timings_``).
     """
     X, y, X_test, y_test = data

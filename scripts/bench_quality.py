@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Short-run quality benchmark: the DBN on digits28 and the RBM on digits, over seeds, against references.
 
-Issue 34 found the DBN's held-out accuracy after a short fit 1-2 points below round 1's, and no test
-noticed; this prints the figures that show such a loss, every row measured in this run, one BLAS thread:
+A change of defaults can lower the DBN's held-out accuracy after a short fit by 1-2 points with no
+test noticing; this prints the figures that show such a loss, every row measured in this run, one BLAS thread:
 
 * **DBN**: ``DBN((128, 128), pretrain_epochs=2, finetune_epochs=4)``, defaults otherwise, on
   ``load_digits28()`` (35,950 shifted training images, 359 held-out ones); held-out accuracy.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""How well RBM settings learn: the table behind the RBM's defaults (README, "Model defaults and quality").
+"""How well RBM settings learn: the table behind the RBM's defaults (docs/models.md, Defaults and quality).
 
 Two kinds of problems, mean over seeds (0, 1, 2 unless ``--seeds``), one BLAS thread:
 

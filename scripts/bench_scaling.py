@@ -1,4 +1,4 @@
-"""Benchmark: accuracy at equal epochs as nodes grow, for the ways to keep it (issue 18).
+"""Benchmark: accuracy at equal epochs as nodes grow, for the ways to keep it.
 
 Part 1 (in-process simulation, no Spark): ``n`` replicas of a model each train one partition per
 round on ``1/n`` of the data (as many partitions per epoch as a fit on ``local[n]`` takes by default,

@@ -5,13 +5,13 @@ a disjoint shard of digits28.  The pretraining phase runs once, in one process, 
 simulation (every node starts from the same pretrained weights); the fine-tuning phase is
 simulated.  A discrete-event clock orders the nodes' partitions:
 
-* a partition takes ``rows / rate`` seconds (``rate``: the README's fine-tuning samples/s of the
-  784-500-500 DBN on one Spark node, which the small model stands in for; ``--rate measured``
-  measures the small model in-process instead) times the node's speed (lognormal, fixed per
-  node; ``--straggler`` makes node 0 of several that many times slower) times a per-partition
+* a partition takes ``rows / rate`` seconds (``rate``: the fine-tuning samples/s of the
+  784-500-500 DBN on one Spark node as ``bench_spark.py`` measured it, which the small model stands
+  in for; ``--rate measured`` measures the small model in-process instead) times the node's speed
+  (lognormal, fixed per node; ``--straggler`` makes node 0 of several that many times slower) times a per-partition
   jitter, plus a fixed per-partition write cost and a read cost for every file the node reads from the store before it trains
-  (snapshots for ``async`` and ``sync``, small sparse updates for ``sharing``; the README's
-  local-store figures), all on the node's critical path;
+  (snapshots for ``async`` and ``sync``, small sparse updates for ``sharing``; the local store's
+  costs as ``bench_storage.py`` measured them), all on the node's critical path;
 * what a node publishes becomes visible to the others ``delay_s`` after the partition ends
   (the announcement latency measured by ``bench_actors.py``);
 * ``async`` with fan-out ``f``: before a partition a node merges at most ``f`` of the peers whose
@@ -71,15 +71,16 @@ PHASE = "finetune"
 
 @dataclass(frozen=True)
 class Clock:
-    """The time model (seconds): see the module docstring.  Defaults: the README's figures for the
-    784-500-500 DBN (a 2.6 MB snapshot) on the local store, the model the small one stands in for."""
+    """The time model (seconds): see the module docstring.  Defaults: figures measured on the quiet
+    build machine for the 784-500-500 DBN (a 2.6 MB snapshot) on the local store, the model the small
+    one stands in for."""
 
-    rate: float = 10_100.0  # samples/s of one node's fine-tuning (README: Spark, 1 node, 10.1k)
-    write_s: float = 0.008  # a snapshot written (README: put 4.8 ms for 1.6 MB)
-    read_s: float = 0.003  # a snapshot read (README: get 1.8 ms for 1.6 MB)
+    rate: float = 10_100.0  # samples/s of one node's fine-tuning (bench_spark.py: 1 node, 10.1k)
+    write_s: float = 0.008  # a snapshot written (bench_storage.py: put 4.8 ms for 1.6 MB)
+    read_s: float = 0.003  # a snapshot read (bench_storage.py: get 1.8 ms for 1.6 MB)
     update_write_s: float = 0.002  # a sparse update (about 1% of the entries) written ...
     update_read_s: float = 0.001  # ... and read: small files, the per-file cost dominates
-    delay_s: float = 0.012  # publish -> visible to peers (README: announcement latency 12 ms)
+    delay_s: float = 0.012  # publish -> visible to peers (bench_actors.py: announcement latency 12 ms)
     speed_sigma: float = 0.2  # node speeds: lognormal, fixed per node
     jitter_sigma: float = 0.1  # per-partition jitter: lognormal
     straggler: float = 1.0  # node 0 is this many times slower

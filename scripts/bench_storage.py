@@ -65,7 +65,7 @@ def _bench_snapshots(stores: dict, runs: int, tmp: str, run: BenchRun) -> None:
             os.fsync(handle.fileno())
         os.replace(path + ".tmp", path)
 
-    def plain_put_fsync_directory():  # what a local store put makes durable since #33: the rename too
+    def plain_put_fsync_directory():  # what a local store put makes durable: the rename too
         plain_put_fsync()
         descriptor = os.open(tmp, os.O_RDONLY)
         try:
@@ -139,7 +139,7 @@ def _bench_shards(stores: dict, n_rows: int, shards: int, repeats: int, tmp: str
 
 def _bench_records(stores: dict, runs: int, run: BenchRun) -> None:
     """A run record write: fenced (list the lease folder, read the holder, create the generation's next record
-    file, prune this writer's third newest) against what it was before #33 (one signed run.json, replaced)."""
+    file, prune this writer's third newest) against store layout 2's (one signed run.json, replaced)."""
     key = b"bench-key-0123456789abcdef"
     record = {"status": "running", "steps": {f"phase{index}": {"epochs_done": index, "nodes": ["a", "b"]}
                                              for index in range(4)}}

@@ -1,4 +1,4 @@
-"""Benchmark: sparkdbn's three modes against pyspark's TorchDistributor running PyTorch DDP (issue 11).
+"""Benchmark: sparkdbn's three modes against pyspark's TorchDistributor running PyTorch DDP.
 
 One process, one ``local[N]`` Spark session, the same data split for everyone.  For each straggler
 factor (1 = none, 3 = one node or rank sleeps twice its compute time):
@@ -6,7 +6,7 @@ factor (1 = none, 3 = one node or rank sleeps twice its compute time):
 * sparkdbn: a DBN trained by :class:`node.Trainer` in each ``--modes`` mode, as ``bench_modes.py``
   does (same settings: batch 10, SGD with momentum 0.9, learning rate 0.2 decaying as
   ``1 / (1 + 0.1 t)``, L2 1e-4 on the weights, no dropout; the trainer scales the learning rate
-  with the nodes merging, see README "Scaling out");
+  with the nodes merging, docs/scaling-out.md);
 * ``torch-ddp``: ``TorchDistributor(num_processes=N, local_mode=True, use_gpu=False)`` running
   ``DistributedDataParallel`` (gloo) on the DBN's fine-tuning network (sigmoid layers of the same
   widths, a softmax output, cross-entropy) from PyTorch's default initialisation, with the same

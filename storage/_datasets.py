@@ -201,8 +201,10 @@ def stage_arrays(
         Features; float32/float64 or integer dtype, stored as given (no NaN/Inf).
     y : array-like of int, shape (n_samples,), optional
         Class ids 0..C-1 (whole-number floats are accepted and stored as int64).
-    shards, shard_rows : int, optional
-        Number of shards, or rows per shard (default: shards of about 64 MiB).
+    shards : int, optional
+        Number of shards (default: shards of about 64 MiB).
+    shard_rows : int, optional
+        Rows per shard, instead of ``shards``.
     name : str, optional
         Dataset name for the meta (default: the directory name).
     compression : str

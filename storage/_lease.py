@@ -65,8 +65,8 @@ class LeaseView:
     released : bool
         Its holder let the run go: the next driver takes it at once.
     legacy : str or None
-        Only while ``generation`` is 0: the content of a ``lease.json`` left by sparkdbn 0.2, whose
-        driver rewrites it at each renewal (None: there is none).
+        Only while ``generation`` is 0: the content of a ``lease.json`` of store layout 2
+        (CHANGELOG.md), whose driver rewrites it at each renewal (None: there is none).
     """
 
     generation: int

@@ -1,4 +1,4 @@
-"""scripts/bench_scaling.py: the scaling rule's simulation, where the rule decides the outcome (issue 18)."""
+"""scripts/bench_scaling.py: the scaling rule's simulation, where the rule decides the outcome."""
 
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
 """The documentation's build hooks (docs/hooks/) and the benchmark results they render (scripts/_results.py).
 
 ``mkdocs build --strict`` (run by scripts/test) builds the real site; these tests pin the rules the
-hooks add to it: a benchmark run is rendered from its JSON file with its stamp and tables, a data file
-that no page shows is an error, the README's links into docs/ work on the site, and a page still being
-written is left out of the nav until its file exists.
+hooks add to it: a benchmark run is rendered from its JSON file with its stamp and tables (and a
+warning when the machine was loaded), a data file that no page shows is an error, the README's links
+into docs/ work on the site, and a page still being written is left out of the nav until its file
+exists.  On the built site: the API page prints no raw Sphinx role and one entry per parameter, and a
+benchmark page types no measured figure of its own.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import importlib.util
 import json
 import logging
 import os
+import re
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -104,11 +108,12 @@ def test_the_benchmark_page_shows_the_runs_stamp_tables_figure_and_output(result
     assert "    a line the script printed" in markdown
 
 
-def test_a_run_never_recorded_renders_as_a_note_saying_how_to_record_it(tmp_path):
+def test_a_run_never_recorded_renders_as_a_warning_saying_how_to_record_it(tmp_path):
     benchmarks = hook("benchmarks")
     benchmarks.DATA_DIR = tmp_path
     markdown = benchmarks.render_marker("bench_modes-lenet")
-    assert "No recorded run of bench_modes-lenet yet" in markdown
+    assert markdown.startswith('!!! warning "No recorded run of bench_modes-lenet yet"')
+    assert "This page shows no figure of this run until it is recorded" in markdown
     assert "scripts/bench_modes.py --json docs/benchmarks/data/bench_modes-lenet.json" in markdown
 
 
@@ -139,9 +144,11 @@ def test_a_data_file_that_cannot_be_rendered_fails_the_build_naming_it(tmp_path)
 
 def test_the_readmes_links_into_docs_become_links_within_the_site():
     readme = hook("readme")
-    text = "See [How it works](docs/how-it-works.md#phases) and [x](https://example.org/docs/a.md)."
+    text = ("See [How it works](docs/how-it-works.md#phases), [x](https://example.org/docs/a.md) and "
+            "[the changelog](CHANGELOG.md).")
     assert readme.front_page_markdown(text) == (
-        "See [How it works](how-it-works.md#phases) and [x](https://example.org/docs/a.md).")
+        "See [How it works](how-it-works.md#phases), [x](https://example.org/docs/a.md) and "
+        "[the changelog](changelog.md).")
 
 
 def test_the_command_line_reference_is_what_each_installed_command_prints_for_help():
@@ -151,3 +158,152 @@ def test_the_command_line_reference_is_what_each_installed_command_prints_for_he
     assert markdown.endswith("\n```\n") and "--run RUN" in markdown
     with pytest.raises(PluginError, match="'sparkdbn no-such-command --help' printed no usage"):
         cli_help.command_help("no-such-command")
+
+
+# -- The built site's API page ----------------------------------------------------------------------------
+
+# A Sphinx role as mkdocstrings prints it when nothing converts it: ``:meth:`fit``` renders as
+# ``:meth:<code>fit</code>``.
+RAW_ROLE = re.compile(r":(?:py:)?(?:mod|meth|class|data|func|attr|exc|obj|const|term|ref):(?:<code>|`)")
+_ROW = re.compile(r'<tr class="doc-section-item">(.*?)</tr>', re.DOTALL)
+_CELL = re.compile(r"<td>(.*?)</td>", re.DOTALL)
+_TAG = re.compile(r"<[^>]+>")
+
+
+def _newest_source_mtime() -> float:
+    sources = [ROOT / "mkdocs.yml", *(ROOT / "docs").rglob("*.py"), *(ROOT / "docs").rglob("*.md")]
+    for package in ("rbm", "storage", "actors", "node"):
+        sources += (ROOT / package).rglob("*.py")
+    return max(path.stat().st_mtime for path in sources)
+
+
+@pytest.fixture(scope="module")
+def api_page_html(tmp_path_factory) -> str:
+    """The built API page: site/ as scripts/test builds it when it is newer than every source, else built here."""
+    built = ROOT / "site" / "api" / "index.html"
+    if not built.exists() or built.stat().st_mtime < _newest_source_mtime():
+        site = tmp_path_factory.mktemp("site")
+        subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(site)],
+                       cwd=ROOT, check=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+        built = site / "api" / "index.html"
+    return built.read_text(encoding="utf-8")
+
+
+def raw_roles(page_html: str) -> list[str]:
+    """Each Sphinx role the page prints raw, with the text around it."""
+    return [_TAG.sub("", page_html[match.start():match.end() + 60]) for match in RAW_ROLE.finditer(page_html)]
+
+
+def grouped_parameters(page_html: str) -> list[tuple[str, str]]:
+    """Pairs of neighbouring parameter rows of one table that differ only by name: one numpydoc entry
+    written for several parameters (``a, b : float, int``) renders as rows sharing the first one's type,
+    description and default."""
+    pairs = []
+    for table in page_html.split("<table")[1:]:
+        rows = [[_TAG.sub("", cell).strip() for cell in _CELL.findall(row)] for row in _ROW.findall(table)]
+        for before, after in zip(rows, rows[1:]):
+            if len(before) >= 3 and before[1:] == after[1:] and any(before[2:]):
+                pairs.append((before[0], after[0]))
+    return pairs
+
+
+def test_the_grouped_parameter_check_finds_rows_that_share_everything_but_their_name():
+    row = ('<tr class="doc-section-item"><td><code>{}</code></td><td><code>{}</code></td>'
+           '<td><div><p>{}</p></div></td><td><code>{}</code></td></tr>')
+    grouped = "<table>" + row.format("a", "float", "Both.", "0.01") + row.format("b", "float", "Both.", "0.01")
+    split = "<table>" + row.format("a", "float", "A.", "0.01") + row.format("b", "float", "B.", "0.9")
+    assert grouped_parameters(grouped) == [("a", "b")] and grouped_parameters(split) == []
+
+
+def test_the_raw_role_check_finds_a_role_printed_raw_and_not_a_converted_one():
+    assert raw_roles("see :meth:<code>fit</code> and <code>fit</code>") == [":meth:fit and fit"]
+    assert raw_roles('see <autoref identifier="rbm.RBM.fit" optional><code>fit</code></autoref>') == []
+
+
+def test_the_api_page_prints_no_sphinx_role_and_one_entry_per_parameter(api_page_html):
+    assert raw_roles(api_page_html) == []
+    assert grouped_parameters(api_page_html) == []
+
+
+def test_the_api_page_links_the_names_its_docstrings_cross_reference(api_page_html):
+    # ConvNet's docstring names :meth:`fit`; the page shows ConvNet.fit, so the name links to it.
+    assert re.search(r'<a class="autorefs autorefs-internal"[^<]*href="#rbm\.ConvNet\.fit"[^<]*><code>fit</code></a>',
+                     api_page_html)
+
+
+def test_the_api_page_prints_each_packages_introduction_once(api_page_html):
+    text = _TAG.sub("", api_page_html)
+    assert text.count("Models on numpy or cupy") == 1
+
+
+# -- Benchmark pages: figures come from recorded runs ---------------------------------------------------
+
+# A measured figure typed into a page: a number (or a range) with a unit of time, size, throughput or a
+# ratio -- ``3.2k``, ``1.36x``, ``0.40-0.48x``, ``7.6 s``, ``282 kB``, ``5%``.  Settings a page describes
+# are counts without such units (``batch 64``, ``784-500``, ``5x5x20``) or code (``0.2 * 2``).
+TYPED_FIGURE = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?:-\d[\d,]*(?:\.\d+)?)?\s?(?:x|ms|s|k|kB|MB|GB|%|samples/s)"
+                          r"(?![\w/])")
+_NOT_PROSE = [re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL),  # code blocks
+              re.compile(r"^<!--.*?-->$", re.MULTILINE),  # the markers the hook renders runs at
+              re.compile(r"`[^`\n]+`"),  # code spans
+              re.compile(r"\]\([^)]*\)")]  # link targets
+
+
+def typed_figures(markdown: str) -> list[str]:
+    """The measured figures typed into a page's own prose (outside code, markers and link targets)."""
+    for pattern in _NOT_PROSE:
+        markdown = pattern.sub(" ", markdown)
+    return [match.group() for match in TYPED_FIGURE.finditer(markdown)]
+
+
+def test_the_typed_figure_check_finds_measurements_and_leaves_settings_alone():
+    assert typed_figures("3.2k samples/s against 2.5k (1.29x); 0.40-0.48x in 7.6 s, 282 kB, 5%.") == [
+        "3.2k", "2.5k", "1.29x", "0.40-0.48x", "7.6 s", "282 kB", "5%"]
+    assert typed_figures("A 784-500 RBM, batch 64, conv 5x5x20 on digits28, `0.2 x 2`, 0.95 accuracy.\n"
+                         "```\nbench.py --took 3.2 s\n```\n<!-- bench-results: bench_rbm -->\n") == []
+
+
+# The pages of the site's Benchmarks section.
+BENCHMARK_PAGES = [*sorted((ROOT / "docs" / "benchmarks").glob("*.md")), ROOT / "docs" / "quality.md"]
+
+
+@pytest.mark.parametrize("page", [
+    pytest.param(page, id=page.name, marks=pytest.mark.xfail(
+        reason="being rewritten on its own branch: its description of the quick run says '9x smaller data'",
+        strict=False) if page.name == "scaling.md" else ())
+    for page in BENCHMARK_PAGES])
+def test_a_benchmark_page_types_no_measured_figure_outside_its_recorded_runs(page):
+    assert typed_figures(page.read_text(encoding="utf-8")) == []
+
+
+def test_a_run_recorded_on_a_loaded_machine_carries_a_warning_and_a_quiet_one_none():
+    benchmarks = hook("benchmarks")
+    run = {"finished": "2026-11-27T03:20:27+00:00", "command": "scripts/bench_rbm.py", "tables": [],
+           "machine": {"cpu": "x86_64", "cores": 2, "load_average_1min": 11.79, "python": "3.11.7"}}
+    assert '!!! warning "Recorded on a loaded machine: load 5.9 per core"' in benchmarks.render_run(run)
+    run["machine"]["load_average_1min"] = 3.02  # 1.51 per core: just above the limit
+    assert '!!! warning "Recorded on a loaded machine: load 1.5 per core"' in benchmarks.render_run(run)
+    run["machine"]["load_average_1min"] = 3.0  # 1.5 per core: at the limit, not above it
+    assert "loaded machine" not in benchmarks.render_run(run)
+    del run["machine"]["load_average_1min"]
+    assert "loaded machine" not in benchmarks.render_run(run)
+
+
+def test_sphinx_roles_become_references_resolved_in_the_docstring_owners_scope():
+    import griffe
+
+    sphinx_roles = hook("sphinx_roles")
+    code = ('"""See :class:`Model` and :mod:`pkg.sub`."""\n'
+            "class Model:\n"
+            '    """:meth:`fit` trains it, :meth:`~pkg.Model.fit` too, :func:`the helper <helper>`."""\n'
+            "    def fit(self): ...\n"
+            "def helper(): ...\n")
+    with griffe.temporary_visited_package("pkg", {"__init__.py": code},
+                                          extensions=griffe.load_extensions(sphinx_roles.SphinxRoles)) as package:
+        assert package.docstring.value == (
+            'See <autoref identifier="pkg.Model" optional><code>Model</code></autoref> and '
+            '<autoref identifier="pkg.sub" optional><code>pkg.sub</code></autoref>.')
+        assert package["Model"].docstring.value == (
+            '<autoref identifier="pkg.Model.fit" optional><code>fit</code></autoref> trains it, '
+            '<autoref identifier="pkg.Model.fit" optional><code>fit</code></autoref> too, '
+            '<autoref identifier="pkg.helper" optional><code>the helper</code></autoref>.')

@@ -4,8 +4,10 @@ A page names a run with a line of its own, ``<!-- bench-results: bench_rbm -->``
 the run's stamp (date, command, commit, machine), its tables and, folded, everything the script
 printed -- all read from ``docs/benchmarks/data/bench_rbm.json`` (``scripts/bench_rbm.py --json``;
 the format is ``scripts/_results.py``'s).  No figure is typed by hand.  A run that was never
-recorded renders as a note saying how to record it; a data file that no page shows is a warning
-(an error under ``mkdocs build --strict``), and so is a file that cannot be read.
+recorded renders as a warning saying so and how to record it; a run recorded on a loaded machine
+(a load average above ``LOADED_PER_CORE`` per core when it started) carries a warning that its
+timings are not to be trusted; a data file that no page shows is a warning (an error under
+``mkdocs build --strict``), and so is a file that cannot be read.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ log = logging.getLogger("mkdocs.hooks.benchmarks")
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
 MARKER = re.compile(r"^<!--\s*bench-results:\s*([A-Za-z0-9_.-]+)\s*-->[ \t]*$", re.MULTILINE)
+# Above this 1-minute load average per core when a run started, other work competed with it for the
+# cores: its timings measure the machine's load as much as the code, and its page says so.
+LOADED_PER_CORE = 1.5
 _shown: set[str] = set()
 
 
@@ -69,6 +74,26 @@ def render_machine(machine: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def load_per_core(machine: dict[str, Any]) -> float | None:
+    """The 1-minute load average per core when the run started (None when the run did not record it)."""
+    load, cores = machine.get("load_average_1min"), machine.get("cores")
+    if load is None or not cores:
+        return None
+    return load / cores
+
+
+def render_load_warning(machine: dict[str, Any]) -> str:
+    """A warning for a run recorded on a loaded machine, or an empty string for one on a quiet machine."""
+    per_core = load_per_core(machine)
+    if per_core is None or per_core <= LOADED_PER_CORE:
+        return ""
+    return (f'!!! warning "Recorded on a loaded machine: load {per_core:.1f} per core"\n'
+            f"    The load average was {machine['load_average_1min']} on {machine['cores']} cores when this run "
+            f"started (above {LOADED_PER_CORE} per core): other work shared the cores, so its times and "
+            f"throughputs, and the ratios between them, measure that load as much as this code. It is to be "
+            f"recorded again on a quiet machine.\n")
+
+
 def render_run(run: dict[str, Any], page_dir: Path = DATA_DIR) -> str:
     """The Markdown of one recorded run (see ``scripts/_results.py`` for its fields)."""
     try:
@@ -79,6 +104,9 @@ def render_run(run: dict[str, Any], page_dir: Path = DATA_DIR) -> str:
             f"    `{run['command']}`  ",
             f"    on {render_machine(run['machine'])}.",
         ]
+        warning = render_load_warning(run["machine"])
+        if warning:
+            blocks += ["", warning]
         blocks += ["", *(render_table(table) + "\n" for table in run["tables"])]
         for figure in run.get("figures", []):
             path = os.path.relpath(DATA_DIR / figure["path"], page_dir).replace(os.sep, "/")
@@ -94,8 +122,9 @@ def render_run(run: dict[str, Any], page_dir: Path = DATA_DIR) -> str:
 
 
 def not_recorded(name: str) -> str:
-    return (f'!!! note "No recorded run of {name} yet"\n'
-            f"    Run `scripts/{name.split('-')[0]}.py --json docs/benchmarks/data/{name}.json` (with the settings "
+    return (f'!!! warning "No recorded run of {name} yet"\n'
+            f"    This page shows no figure of this run until it is recorded: run "
+            f"`scripts/{name.split('-')[0]}.py --json docs/benchmarks/data/{name}.json` (with the settings "
             f"this page names), then build the docs again.\n")
 
 

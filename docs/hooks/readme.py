@@ -1,7 +1,8 @@
-"""MkDocs hook: the site's home page is README.md, so the front page is written once.
+"""MkDocs hook: the site's home page is README.md and its changelog CHANGELOG.md, each written once.
 
-``docs/index.md`` is a placeholder; its Markdown is replaced by the README's, whose links into
-``docs/`` (``docs/how-it-works.md``, right on GitHub) are made relative to the site's root.
+``docs/index.md`` and ``docs/changelog.md`` are placeholders; their Markdown is replaced by the
+README's and the changelog's, whose links into ``docs/`` (``docs/how-it-works.md``, right on GitHub)
+are made relative to the site's root, and whose links to ``CHANGELOG.md`` go to the changelog page.
 """
 
 from __future__ import annotations
@@ -11,20 +12,26 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+CHANGELOG = ROOT / "CHANGELOG.md"
+# The pages whose Markdown is a file at the repository's root.
+ROOT_PAGES = {"index.md": README, "changelog.md": CHANGELOG}
 _DOCS_LINK = re.compile(r"\]\(docs/")
+_CHANGELOG_LINK = re.compile(r"\]\(CHANGELOG\.md")
 
 
 def front_page_markdown(readme_text: str) -> str:
     """The README's Markdown with its ``docs/...`` links made relative to the docs folder."""
-    return _DOCS_LINK.sub("](", readme_text)
+    return _CHANGELOG_LINK.sub("](changelog.md", _DOCS_LINK.sub("](", readme_text))
 
 
 def on_page_markdown(markdown, page, config, files):  # noqa: ARG001 -- MkDocs' hook signature
-    if page.file.src_uri == "index.md":
-        return front_page_markdown(README.read_text(encoding="utf-8"))
+    source = ROOT_PAGES.get(page.file.src_uri)
+    if source is not None:
+        return front_page_markdown(source.read_text(encoding="utf-8"))
     return markdown
 
 
 def on_serve(server, config, builder):  # noqa: ARG001 -- MkDocs' hook signature
-    server.watch(str(README))
+    for source in ROOT_PAGES.values():
+        server.watch(str(source))
     return server

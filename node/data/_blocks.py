@@ -68,8 +68,10 @@ class BlockSink:
         The fit's blocks folder (:func:`node.run.blocks_folder`).
     key : bytes
         The run key the names are signed with (it travels in the fit's tasks, as their config does).
-    run, fit_id : str
-        The context every name is signed for.
+    run : str
+        The run every name is signed for.
+    fit_id : str
+        The fit every name is signed for.
     """
 
     store_url: str

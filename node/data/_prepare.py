@@ -164,8 +164,10 @@ class DataOptions:
     partitions : int, optional
         Number of partitions (default: twice the default parallelism).  A staged dataset
         always uses one partition per shard.
-    features_col, label_col : str
-        DataFrame column names.
+    features_col : str
+        DataFrame column of the features.
+    label_col : str
+        DataFrame column of the labels.
     classes : ndarray, optional
         The class set the model already fixes; every label must be one of them.
     require_labels : bool

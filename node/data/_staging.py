@@ -40,8 +40,10 @@ def stage_dataframe(
 
     Parameters
     ----------
-    features_col, label_col : str
-        Column names (``label_col=None`` for unlabelled data).
+    features_col : str
+        Column of the features.
+    label_col : str or None
+        Column of the labels (None for unlabelled data).
     dtype : str
         Feature dtype to store (Spark vectors hold doubles).
     feature_shape : tuple of int, optional

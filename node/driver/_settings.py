@@ -23,7 +23,7 @@ class TrainingSettings:
     Attributes
     ----------
     mode : str
-        How nodes combine their progress (README "Training modes"): ``"async"`` merges fresh peer
+        How nodes combine their progress (docs/training-modes.md): ``"async"`` merges fresh peer
         snapshots per partition; ``"sync"`` averages every node's parameters every
         ``averaging_frequency`` partitions, behind a barrier; ``"sharing"`` exchanges
         threshold-quantized sparse updates and keeps the residual locally.
@@ -58,7 +58,7 @@ class TrainingSettings:
         where the scaling rule multiplies the learning rates by more than 2 (``"auto"``: more than
         2 nodes, each taking fewer than 100 minibatch steps per epoch) and every merge averages all
         nodes (no smaller ``fanout``; not ``"sharing"``): merging more often keeps more of one
-        node's accuracy there (README "Scaling out"); never fewer than a minibatch per partition.
+        node's accuracy there (docs/scaling-out.md); never fewer than a minibatch per partition.
         A staged dataset has one partition per shard.
     merge_alpha : float, optional
         Weight of the peers' mean in a merge (default ``m / (m + 1)`` for ``m`` fresh peers).
@@ -91,14 +91,18 @@ class TrainingSettings:
         A run's driver renews its lease every quarter of this; a lease whose renewal the next fit of the
         run has watched stand still for this long, on that fit's own clock (never comparing two hosts'
         clocks), belongs to a driver that is gone, and that fit takes it over (see docs/fenced-writes.md).
-    anti_entropy_interval_s, peer_refresh_interval_s : float
-        How often a node lists the store for missed versions and for new peers.
+    anti_entropy_interval_s : float
+        How often a node lists the store for missed versions.
+    peer_refresh_interval_s : float
+        How often a node re-reads the peers registry for new peers.
     store_retry_timeout_s : float
         How long store operations are retried before the store counts as unreachable.
     flush_timeout_s : float
         How long a node waits for its published weights to be written.
-    features_col, label_col : str
-        DataFrame column names.
+    features_col : str
+        DataFrame column of the features.
+    label_col : str
+        DataFrame column of the labels.
     key_file : str, optional
         A file holding the master secret of the run key (see :func:`node.resolve_run_key`;
         also ``SPARKDBN_KEY_FILE``/``SPARKDBN_KEY``, ``spark.authenticate.secret``, or a key kept

@@ -86,8 +86,10 @@ def choose_node_address(*, local_master: bool, driver_host: str | None, bind_hos
         The driver's master is ``local[...]``: loopback unless a host is given.
     driver_host : str, optional
         ``spark.driver.host``: the executors route to it.
-    bind_host, advertise_host : str, optional
-        The user's settings (win over every guess).
+    bind_host : str, optional
+        The user's setting of the address to bind (wins over every guess).
+    advertise_host : str, optional
+        The user's setting of the address peers are told (wins over every guess).
     environ : mapping, optional
         Where ``SPARK_LOCAL_IP`` / ``SPARK_LOCAL_HOSTNAME`` are read (default ``os.environ``).
     """

@@ -24,7 +24,7 @@ __all__ = ["MODE_NAMES", "TrainingMode", "check_mode", "mode_named"]
 
 _MODES: dict[str, TrainingMode] = {mode.name: mode for mode in (AsyncMode(), SyncMode(), SharingMode())}
 
-#: Every mode's name, in the order the README presents them.
+#: Every mode's name, in the order docs/training-modes.md presents them.
 MODE_NAMES = tuple(_MODES)
 
 

@@ -1,4 +1,4 @@
-"""Learning rates that follow the number of nodes: the scaling rule (issue 18).
+"""Learning rates that follow the number of nodes: the scaling rule.
 
 Averaging ``n`` replicas that each took a step on ``1/n`` of the data moves the model as far as
 one step of a batch ``n`` times larger at the same learning rate: without a correction every

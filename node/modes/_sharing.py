@@ -58,7 +58,7 @@ logger = logging.getLogger(__name__)
 _UPDATES = storage.SignedNames("sparkdbn sparse update v1", ".npz")
 _MIN_STEP, _MAX_STEP = 0.5, 4.0  # bounds of one threshold adaptation (a factor)
 
-#: Past this many nodes ``sharing`` lost accuracy or diverged where ``async`` did not (README, Training modes).
+#: Past this many nodes ``sharing`` lost accuracy or diverged where ``async`` did not (docs/training-modes.md).
 SHARING_NODES_MEASURED_WELL = 4
 
 

@@ -192,7 +192,7 @@ class RunRecord:
 
 
 def _migrate(record: dict[str, Any]) -> dict[str, Any]:
-    """Records of sparkdbn 0.1 (``phases_done``/``epochs_done``) in today's shape."""
+    """Records of store layout 1 (CHANGELOG.md: ``phases_done``/``epochs_done``) in today's shape."""
     if int(record.get("version", 1)) >= RECORD_VERSION:
         return dict(record)
     done, epochs = set(record.get("phases_done", [])), record.get("epochs_done", {})

@@ -53,9 +53,15 @@ class ClassificationReport:
     confusion_matrix : ndarray of shape (n_labels, n_labels), int64
         ``[i, j]`` = samples of true label ``labels[i]`` predicted as ``labels[j]``.
     accuracy : float
-    precision, recall, f1, support : ndarray of shape (n_labels,)
-        Per label; a ratio with a zero denominator is 0.0 (scikit-learn's ``zero_division``
-        default, without its warning).
+    precision : ndarray of shape (n_labels,)
+        Per label; a ratio with a zero denominator is 0.0 here and in ``recall`` and ``f1``
+        (scikit-learn's ``zero_division`` default, without its warning).
+    recall : ndarray of shape (n_labels,)
+        Per label: the rows of the label predicted as it, over the rows of the label.
+    f1 : ndarray of shape (n_labels,)
+        Per label: the harmonic mean of ``precision`` and ``recall``.
+    support : ndarray of shape (n_labels,)
+        Rows of each true label.
     """
 
     labels: np.ndarray
@@ -238,8 +244,10 @@ def evaluate(
         ``features_col`` (array or ml Vector) and ``label_col`` (integer or whole double).
     spark : SparkSession, optional
         Used for numpy input; defaults to the active session (or a new local one).
-    features_col, label_col : str
-        DataFrame column names.
+    features_col : str
+        DataFrame column of the features.
+    label_col : str
+        DataFrame column of the labels.
     batch_size : int
         Rows per ``predict_proba`` call on an executor.
     num_partitions : int, optional

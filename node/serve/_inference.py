@@ -239,8 +239,14 @@ def predict_dataframe(
     df : pyspark.sql.DataFrame
         Holds ``features_col``: ``array<float|double>`` of the model's width, or a
         ``pyspark.ml.linalg`` Vector.  All other columns pass through unchanged.
-    features_col, prediction_col, probability_col, raw_prediction_col : str
-        Column names; ``probability_col=None`` / ``raw_prediction_col=None`` leave that column out.
+    features_col : str
+        Column of the features read.
+    prediction_col : str
+        Column of the predicted label written.
+    probability_col : str or None
+        Column of the class probabilities written; None leaves it out.
+    raw_prediction_col : str or None
+        Column of the raw scores written; None leaves it out.
     batch_size : int
         Rows per ``predict_proba`` call on an executor.
     probability_type : {"vector", "array"}

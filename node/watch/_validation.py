@@ -63,7 +63,7 @@ VALIDATION_METRICS = ("val_loss", "val_accuracy", "val_reconstruction_error")
 LOG_LOSS_EPS = 1e-15
 #: Rows per model call.
 BATCH_ROWS = 1024
-#: What a Spark job takes to start before its tasks run (71-108 ms measured here; README, Training modes).
+#: What a Spark job takes to start before its tasks run (71-108 ms measured here; docs/training-modes.md).
 JOB_START_S = 0.1
 #: Rows the driver times to estimate what the whole validation set would take it.
 PROBE_ROWS = 256

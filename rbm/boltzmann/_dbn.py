@@ -45,7 +45,7 @@ LAYER_OVERRIDES = frozenset(RBM._get_param_names()) - {"n_components", "device",
                                                        "random_state", "anneal_fraction"}
 # How the DBN pretrains its RBMs unless ``layer_params`` says otherwise: CD-1 with a momentum
 # schedule, which pretrained better for fine-tuning here than the RBM's own defaults (persistent
-# CD without momentum, the best for RBM features alone; see the README), from BernoulliRBM's
+# CD without momentum, the best for RBM features alone; docs/models.md), from BernoulliRBM's
 # initial weight spread 0.01, with which the DBN's defaults were tuned.
 PRETRAIN_LAYER_DEFAULTS = {"persistent": False, "momentum": 0.5, "final_momentum": 0.9, "weight_init_std": 0.01}
 
@@ -56,7 +56,7 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
 
     The fine-tuning defaults (100 epochs of SGD with momentum at 0.1, decaying as
     ``1 / (1 + 0.1 t)``, dropout 0.3 on the hidden units) were tuned on a validation split
-    of the digits (see the README): a 64-256-256 DBN then beats a plain
+    of the digits (docs/models.md, Defaults and quality): a 64-256-256 DBN then beats a plain
     ``MLPClassifier((256, 256))``.  So that a fit of a few epochs over many rows (where the
     per-epoch decay has barely begun) does as well, :meth:`fit` lowers the fine-tuning rate
     linearly to zero over the last half of its updates, and dropout grows from 0 over the
@@ -72,12 +72,18 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
     layer_params : list of dict or None, optional
         One dict (or None) per layer overriding that layer's RBM hyperparameters, e.g.
         ``[{"learning_rate": 0.01, "visible": "gaussian"}, None, {"n_iter": 5}]``.
-    pretrain_learning_rate, pretrain_epochs : float, int
-        Default RBM learning rate and passes (``n_iter``) per layer.
+    pretrain_learning_rate : float
+        Default RBM learning rate of each layer's pretraining.
+    pretrain_epochs : int
+        Default RBM passes (``n_iter``) of each layer's pretraining.
     batch_size : int
         Minibatch rows for pretraining and fine-tuning.
-    finetune_learning_rate, finetune_momentum, finetune_epochs : float, float, int
-        The supervised phase (``finetune_momentum`` applies to SGD only).
+    finetune_learning_rate : float
+        Learning rate of the supervised phase.
+    finetune_momentum : float
+        Momentum of the supervised phase (SGD only).
+    finetune_epochs : int
+        Passes of the supervised phase.
     finetune_lr_decay : float
         The fine-tuning learning rate of pass ``t`` (counted from 0: epochs of :meth:`fit`,
         calls of :meth:`train_partition`, or the distributed trainer's epoch, which it sets
@@ -108,8 +114,14 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         Hold out ``validation_fraction`` of the labelled rows (stratified) and stop
         fine-tuning after ``n_iter_no_change`` epochs without a better validation
         accuracy; the best weights are kept.
-    device, dtype, precision, random_state
-        As for :class:`~rbm.RBM` (``precision`` applies to pretraining and fine-tuning alike).
+    device : {"cpu", "gpu", "auto"}
+        numpy on the CPU, cupy on the GPU, as for :class:`~rbm.RBM`.
+    dtype : float32 or float64
+        Precision of parameters and arithmetic, as for :class:`~rbm.RBM`.
+    precision : {"float32", "tf32", "bfloat16"}
+        Of the GEMMs on a GPU, as for :class:`~rbm.RBM`; it applies to pretraining and fine-tuning alike.
+    random_state : None, int or numpy Generator
+        Seeds every layer's RBM and the fine-tuning, as for :class:`~rbm.RBM`.
     verbose : int
         When > 0, :meth:`fit` (and :meth:`pretrain`, :meth:`finetune`) print a line per pass to
         stdout: ``[DBN rbm0] Iteration 1, reconstruction error = 0.012345, time = 1.23s`` for each

@@ -57,10 +57,10 @@ class RBM(RBMInference, RBMSeam, NamespacePickling, ClassNamePrefixFeaturesOutMi
     The defaults are scikit-learn's ``BernoulliRBM`` algorithm, persistent CD-1 without
     momentum, with two changes that let its chains follow the true gradient well: initial
     weights of spread ``1 / sqrt(n_features)`` (not 0.01) and a learning rate that
-    :meth:`fit` lowers to zero over its last quarter of updates.  Measured here (see the
-    README), this gives better features than ``BernoulliRBM`` (digits + logistic
-    regression) and, given enough passes, a higher exact likelihood than plain CD-1 on
-    bars-and-stripes; and ``BernoulliRBM``'s own tests pass with ``RBM`` in its place.
+    :meth:`fit` lowers to zero over its last quarter of updates.  Measured by
+    ``scripts/bench_rbm_defaults.py`` (docs/models.md), this gives better features than
+    ``BernoulliRBM`` (digits + logistic regression) and, given enough passes, a higher exact
+    likelihood than plain CD-1 on bars-and-stripes; and ``BernoulliRBM``'s own tests pass with ``RBM`` in its place.
     Input may be dense or scipy sparse (densified one minibatch at a time).
 
     Parameters
@@ -92,9 +92,11 @@ class RBM(RBMInference, RBMSeam, NamespacePickling, ClassNamePrefixFeaturesOutMi
         Persistent chains (persistent CD only), each taking one Gibbs step per update whatever
         the minibatch's rows (Tieleman, 2008); ``None``: ``batch_size``.  The distributed trainer
         keeps them when it gives its nodes smaller minibatches (:meth:`spec_for_batch_size`).
-    momentum, final_momentum : float
-        Momentum for the first ``momentum_switch_iter`` passes, then ``final_momentum``
-        (0 by default; 0.5 then 0.9 is the classic schedule for CD-k, too much for persistent chains).
+    momentum : float
+        Momentum for the first ``momentum_switch_iter`` passes (0 by default; 0.5 then 0.9 is the
+        classic schedule for CD-k, too much for persistent chains).
+    final_momentum : float
+        Momentum from pass ``momentum_switch_iter`` on.
     momentum_switch_iter : int
         Passes (epochs of :meth:`fit`, or calls of :meth:`partial_fit` /
         :meth:`train_partition`, or the distributed trainer's epochs, which it sets with

@@ -64,13 +64,22 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
         the first ``partial_fit`` without ``classes``): labels ``0 .. n_classes - 1``.
         ``fit`` takes the classes from ``y``.
     updater : {"sgd", "adagrad", "adam"}
-    learning_rate, momentum, nesterov, l2 : float, float, bool, float
-        Updater settings (``momentum``/``nesterov`` apply to SGD only); ``l2`` decays weights, not biases.
+    learning_rate : float
+        Step size of the updater.
+    momentum : float
+        Momentum of the SGD updater (the others ignore it).
+    nesterov : bool
+        Nesterov momentum for the SGD updater (the others ignore it).
+    l2 : float
+        L2 penalty's weight; it decays weights, not biases.
     lr_decay : float
         The learning rate of pass ``t`` (counted from 0: epochs of :meth:`fit`, calls of
         :meth:`partial_fit` or :meth:`train_partition`, or the distributed trainer's epoch, which
         it sets with ``set_schedule_epoch``) is ``learning_rate / (1 + lr_decay * t)``.
-    batch_size, epochs : int
+    batch_size : int
+        Minibatch rows.
+    epochs : int
+        Passes over the data of :meth:`fit`.
     device : {"cpu", "gpu", "auto"}
     dtype : {"float32", "float64"}
     precision : {"float32", "tf32", "bfloat16"}

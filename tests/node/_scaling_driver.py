@@ -20,7 +20,7 @@ import rbm
 from rbm.datasets import load_digits01
 
 NODES = 8
-#: DBN(64, 64) on digits, epochs rbm0/rbm1/finetune as in the issue's table.
+#: DBN(64, 64) on digits, epochs rbm0/rbm1/finetune as in docs/scaling-out.md's table.
 DBN_EPOCHS = {"rbm0": 3, "rbm1": 3, "finetune": 10}
 RBM_EPOCHS = {"rbm": 5}
 KEY = b"scaling-test-key-0123456789abcdef"

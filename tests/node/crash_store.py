@@ -31,9 +31,9 @@ HARNESS_EPOCHS = {"rbm0": 2, "finetune": 6}
 #: this long before taking the run over.  Renewals (every quarter of it) are not counted as writes.
 HARNESS_LEASE_TIMEOUT_S = 1.0
 
-#: How far a resumed run of the harness may lie from the uninterrupted one in held-out accuracy: issue
-#: #33's 0.02.  The harness trains in ``sync`` mode, where every round averages both nodes, so a run
-#: does not depend on which node merged what when: 3 uninterrupted runs 0.9415-0.9471 and resumes
+#: How far a resumed run of the harness may lie from the uninterrupted one in held-out accuracy: the
+#: fenced driver's promise, 0.02.  The harness trains in ``sync`` mode, where every round averages both
+#: nodes, so a run does not depend on which node merged what when: 3 uninterrupted runs 0.9415-0.9471 and resumes
 #: after a death at each of the 17 writes 0.9415-0.9554, on 2 cores at load 4-7 (the suite and other
 #: work beside it).  What the tests guard against lies far outside: a resume to untrained weights
 #: gives 0.10, to a phase's initial weights about 0.77, merged intruder values near chance.

@@ -48,8 +48,8 @@ def test_a_phase_result_is_the_float64_mean_of_the_newest_snapshots_of_the_last_
 
     # Partitions long enough (tens of ms) that both nodes train the last epoch: async starts an epoch's job
     # before the one before ends, and on partitions of a few ms one worker may run both of its tasks.  On a
-    # loaded machine one worker still may (seen once in a suite run at load 11 on 2 cores): then the rule
-    # has nothing to show, and the fit is tried again, at most three times.
+    # loaded machine one worker still may (a load of 11 on 2 cores is enough): then the rule has nothing
+    # to show, and the fit is tried again, at most three times.
     X, y = np.tile(digits.X_train, (8, 1)), np.tile(digits.y_train, 8)
     for attempt in range(3):
         run_id = f"mean-{attempt}"

@@ -194,7 +194,7 @@ def test_a_lease_kept_by_the_earlier_layout_is_watched_the_same_way(store_url):
     store.write_bytes(legacy, json.dumps({"run": "r1", "host": "old-host", "pid": 7, "renewed": 1.0}).encode())
     stop_renewing = time.monotonic() + 2.0
 
-    def old_driver_renews() -> None:  # sparkdbn 0.2 rewrites lease.json at every renewal
+    def old_driver_renews() -> None:  # a layout-2 driver rewrites lease.json at each renewal
         while time.monotonic() < stop_renewing:
             store.write_bytes(legacy, json.dumps({"run": "r1", "host": "old-host", "pid": 7,
                                                   "renewed": time.monotonic()}).encode())

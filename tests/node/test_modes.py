@@ -57,7 +57,7 @@ def fit_no_more_than_a_point_below_one_process(spark, store_url, digits, dbn_rec
     ...), assert their mean accuracy is no more than a point below one process's, and return the first run's model.
 
     One-sided: a mode that loses what it should keep lands below; since the DBN anneals its fine-tuning
-    rate by the phase's plan (issue 34), one process on this small recipe lands lower (0.9666 on the
+    rate by the phase's plan, one process on this small recipe lands lower (0.9666 on the
     shared split, from 0.975) while sync's two nodes land 0.978 (every run alike), more than a point
     above it -- not what these tests guard against.
 

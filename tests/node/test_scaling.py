@@ -1,4 +1,4 @@
-"""The learning-rate scaling rule (issue 18): what factor a node trains with for ``k`` merging nodes."""
+"""The learning-rate scaling rule: what factor a node trains with for ``k`` merging nodes."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Eight real nodes on ``local[8]`` train with the learning rates and partitions the scaling rule gives them (issue 18).
+"""Eight real nodes on ``local[8]`` train with the learning rates and partitions the scaling rule gives them.
 
 Measured without the rule (``scale_rule="none"``), the same run reaches 0.19 test accuracy; one
 process reaches 0.958, 8 nodes with the defaults 0.929-0.936 (5 runs; 0.924-0.940 with the full
-factor as learning rate; ``scripts/bench_scaling.py --spark``, README "Scaling out").  The fits run
+factor as learning rate; ``scripts/bench_scaling.py --spark``, docs/scaling-out.md).  The fits run
 in a driver process of their own (``_scaling_driver.py``): the suite's session is ``local[2,4]``.
 """
 

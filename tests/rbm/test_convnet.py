@@ -39,7 +39,7 @@ def small_net(**settings) -> ConvNet:
     return ConvNet(**options)
 
 
-# The README's LeNet recipe: the 8x8 digits upsampled to 28x28, the training images shifted
+# The LeNet recipe of the README and docs/models.md: the 8x8 digits upsampled to 28x28, the training images shifted
 # by up to 2 pixels (13 shifts: about 18.7k images; held-out images are split off before
 # augmentation, so no copy of them is trained on); Adam for 3 epochs at 3e-3, the step
 # divided by 1 + 4t in epoch t.  Tuned on a validation split of the training part of split 0.
