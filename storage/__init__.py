@@ -33,7 +33,7 @@ from ._errors import (
     StorePermissionError,
     StoreUnavailableError,
 )
-from ._lease import LeaseFolder, LeaseView
+from ._lease import LeaseFolder, LeaseView, run_generation_floor
 from ._npz import decode_params, encode_params, snapshot_size_bound
 from ._runs import RunStore, has_run_record
 from ._signed_names import SignedName, SignedNames
@@ -74,6 +74,7 @@ __all__ = [
     "open_store",
     "parse_store_url",
     "read_idx",
+    "run_generation_floor",
     "sha256_hex",
     "sign_json",
     "snapshot_size_bound",

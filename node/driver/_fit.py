@@ -130,7 +130,7 @@ class Fit:
         self.key = self._resolve_key()
         self.runs = storage.RunStore(self.store, self.run_id, self.key)
         self.weights = storage.WeightStore(self.store, self.run_id, self.key)
-        self.lease = DriverLease(self.store, self.run_id, settings.lease_timeout_s, fit_id=self.fit_id,
+        self.lease = DriverLease(self.store, self.run_id, self.key, settings.lease_timeout_s, fit_id=self.fit_id,
                                  on_lost=self._lease_lost)
         try:
             with self.lease:  # a second driver of the run is refused here, before any work
