@@ -207,8 +207,8 @@ class RunStore:
         return self._newest(done=True)
 
     def _newest(self, *, done: bool) -> dict | None:
-        refused: list[str] = []  # signed envelopes whose MAC does not verify: another key
-        damaged: list[str] = []  # not a signed record at all: truncated, not JSON, too large, unreadable
+        refused: list[str] = []  # JSON that does not verify: another key, or written without one
+        damaged: list[str] = []  # truncated (not JSON), too large, unreadable
         folder = join(self.prefix, "record")
         for _ in range(_RECORD_READ_ATTEMPTS):
             vanished = 0
@@ -230,7 +230,7 @@ class RunStore:
                     record = verify_json(self._key, data, _RECORD_PURPOSE, self.run, generation, seq,
                                          where=f"{self.store.url}/{path}")
                 except AuthenticationError as error:
-                    if _is_envelope(data):
+                    if _is_json(data):
                         self._refusals.refuse("records", path, folder, str(error))
                         refused.append(str(error))
                     else:
@@ -380,13 +380,14 @@ class RunStore:
         return join(self.prefix, "model", f"{int(generation):08d}", "model.npz")
 
 
-def _is_envelope(data: bytes) -> bool:
-    """Whether ``data`` parses as a signed envelope (so a failed check means another key, not damage)."""
+def _is_json(data: bytes) -> bool:
+    """Whether ``data`` parses as JSON: a record that does not verify then was signed with another key or by
+    someone without one; one that does not parse is damaged (truncated, not written whole)."""
     try:
-        value = json.loads(data.decode("utf-8"))
+        json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return False
-    return isinstance(value, dict) and "hmac_sha256" in value and "signed" in value
+    return True
 
 
 def has_run_record(store: Store, run: str) -> bool:
