@@ -147,7 +147,7 @@ def _bench_records(stores: dict, runs: int, run: BenchRun) -> None:
     print(f"{'backend':<10} {'replace ms':>10} {'fenced ms':>10} {'fenced / replace':>17}")
     rows = []
     for name, store in stores.items():
-        folder = storage.LeaseFolder(store, "records")
+        folder = storage.LeaseFolder(store, "records", key)
         folder.take(1, {"token": "bench"})
         runs_store = storage.RunStore(store, "records", key)
 

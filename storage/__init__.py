@@ -19,7 +19,9 @@ Hadoop can be installed where this project is built.
 import logging
 
 from ._auth import MIN_KEY_BYTES, mac_hex, sha256_hex, sign_json, verify_json, verify_mac
-from ._datasets import Dataset, check_stage_destination, open_dataset, stage_arrays
+from ._dataset_lease import DatasetLease
+from ._dataset_staging import check_stage_destination, stage_arrays
+from ._datasets import Dataset, open_dataset, open_split
 from ._errors import (
     AuthenticationError,
     ChecksumError,
@@ -33,7 +35,7 @@ from ._errors import (
     StorePermissionError,
     StoreUnavailableError,
 )
-from ._lease import LeaseFolder, LeaseView
+from ._lease import LeaseFolder, LeaseView, run_generation_floor
 from ._npz import decode_params, encode_params, snapshot_size_bound
 from ._runs import RunStore, has_run_record
 from ._signed_names import SignedName, SignedNames
@@ -47,6 +49,7 @@ __all__ = [
     "Consolidation",
     "DEFAULT_MAX_SNAPSHOT_BYTES",
     "Dataset",
+    "DatasetLease",
     "DatasetError",
     "FileTooLargeError",
     "LeaseFolder",
@@ -71,9 +74,11 @@ __all__ = [
     "has_run_record",
     "mac_hex",
     "open_dataset",
+    "open_split",
     "open_store",
     "parse_store_url",
     "read_idx",
+    "run_generation_floor",
     "sha256_hex",
     "sign_json",
     "snapshot_size_bound",

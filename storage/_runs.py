@@ -182,40 +182,80 @@ class RunStore:
         """The run record: the newest record file that verifies; None when the run has none.
 
         Runs stored by sparkdbn up to 0.2 have ``run.json`` instead, read when ``record/`` holds
-        no record that verifies.
+        no record that verifies.  An entry that cannot be read (a directory, a file the store
+        refuses) or is damaged (truncated, not JSON) is skipped with a warning: the newest
+        readable record is the run's.
 
         Raises
         ------
         AuthenticationError
             Records exist and none verifies under the key given: the run was started with another
             key (a wrong key on resume), or the files were written or changed without the key.
+        StoreError
+            Records exist and every one is unreadable or damaged (the message says which, and that
+            the key is not the cause).
         """
-        refused: list[str] = []
+        return self._newest(done=False)
+
+    def read_done_record(self) -> dict | None:
+        """The newest record that verifies and says ``status == "done"``; None when the run never finished.
+
+        A later fit of a finished run (a refit, a resume with more epochs) that is running, failed
+        or was interrupted leaves the finished fit's record and model in place: this is what a
+        reader serves until a newer fit is done.
+        """
+        return self._newest(done=True)
+
+    def _newest(self, *, done: bool) -> dict | None:
+        refused: list[str] = []  # JSON that does not verify: another key, or written without one
+        damaged: list[str] = []  # truncated (not JSON), too large, unreadable
+        folder = join(self.prefix, "record")
         for _ in range(_RECORD_READ_ATTEMPTS):
-            names = self._record_names()
             vanished = 0
-            for generation, seq, name in names:
-                path = join(self.prefix, "record", name)
+            for generation, seq, name in self._record_names():
+                path = join(folder, name)
                 try:
-                    record = read_signed_json(self.store, self._key, path, _RECORD_PURPOSE, self.run, generation, seq,
-                                              max_bytes=RECORD_MAX_BYTES)
-                except AuthenticationError as error:
-                    self._refusals.refuse("records", path, join(self.prefix, "record"), str(error))
-                    refused.append(str(error))
-                    continue
-                if record is None:
+                    data = self.store.read_bytes(path, max_bytes=RECORD_MAX_BYTES)
+                except StoreNotFoundError:
                     vanished += 1  # pruned by its writer since the listing
                     continue
-                return self._checked(record, path)
+                except StoreError as error:  # a directory, a file the store cannot read, one too large
+                    if not self._refusals.known("unreadable_records", path):
+                        logger.warning("run %s: skipping the record entry %s/%s, which cannot be read: %s; the newest "
+                                       "readable record is used", self.run, self.store.url, path, error)
+                    self._refusals.refuse("unreadable_records", path, folder, str(error))
+                    damaged.append(f"{name}: unreadable ({error})")
+                    continue
+                try:
+                    record = verify_json(self._key, data, _RECORD_PURPOSE, self.run, generation, seq,
+                                         where=f"{self.store.url}/{path}")
+                except AuthenticationError as error:
+                    if _is_json(data):
+                        self._refusals.refuse("records", path, folder, str(error))
+                        refused.append(str(error))
+                    else:
+                        self._refusals.refuse("damaged_records", path, folder, f"{error} (damaged: truncated or "
+                                              "not written whole); skipped")
+                        damaged.append(f"{name}: {error}")
+                    continue
+                if not done or (isinstance(record, dict) and record.get("status") == "done"):
+                    return self._checked(record, path)
             if not vanished:
                 break
         legacy = self._read_legacy_record()
-        if legacy is None and refused:
+        if legacy is not None and (not done or legacy.get("status") == "done"):
+            return legacy
+        if refused:
             raise AuthenticationError(
-                f"the record of run {self.run!r} ({self.store.url}/{self.prefix}/record, {len(refused)} file(s)) does "
+                f"the record of run {self.run!r} ({self.store.url}/{folder}, {len(refused)} file(s)) does "
                 f"not verify under the key given (wrong key? a run must be resumed with the key it was started with; "
                 f"or the files were written by someone without the key): {refused[0]}")
-        return legacy
+        if damaged and not done:
+            raise StoreError(
+                f"every record of run {self.run!r} in {self.store.url}/{folder} is damaged or unreadable "
+                f"({len(damaged)} file(s); the key is not the cause): {damaged[0]}. Restore the folder from a "
+                "backup, or fit again under a new run id")
+        return None
 
     def _read_legacy_record(self) -> dict | None:
         path = join(self.prefix, "run.json")
@@ -338,6 +378,16 @@ class RunStore:
         if generation is None:
             return join(self.prefix, "model", "model.npz")
         return join(self.prefix, "model", f"{int(generation):08d}", "model.npz")
+
+
+def _is_json(data: bytes) -> bool:
+    """Whether ``data`` parses as JSON: a record that does not verify then was signed with another key or by
+    someone without one; one that does not parse is damaged (truncated, not written whole)."""
+    try:
+        json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return True
 
 
 def has_run_record(store: Store, run: str) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._datasets import stage_arrays
+from ._dataset_staging import stage_arrays
 from ._errors import DatasetError
 from ._store import Store
 

@@ -31,12 +31,8 @@ def run_dataset_url(record: dict | None) -> str | None:
 
 def held_out_split(url: str) -> tuple[np.ndarray, np.ndarray] | None:
     """``(X_test, y_test)`` of the dataset's held-out split (``<url>/test``), None when it has none."""
-    meta = storage.open_dataset(url).meta
-    relative = (meta.get("splits") or {}).get("test")
-    if not relative:
-        return None
-    X, y = storage.open_dataset(url.rstrip("/") + "/" + relative).read_all()
-    return X, y
+    split = storage.open_split(url, "test")  # refuses a split staged by another staging than the training set
+    return None if split is None else split.read_all()
 
 
 def dataset_scaling(url: str | None) -> dict | None:

@@ -3,8 +3,10 @@
 Spark's ``overwrite`` mode empties the output folder first, whatever it holds -- including the
 input being read.  :func:`write_parquet_safely` refuses instead:
 
-* an output that is the input, lies inside it or contains it -- on the local file system with
-  symlinks resolved (``os.path.realpath``), so a link into the input is the input;
+* an output that is the input, lies inside it or contains it -- on the local file system compared
+  by file identity (device and inode, ``st_dev``/``st_ino``) along the whole path, so a symlink, a
+  bind mount or a second mount of the same file system into the input is the input; and by name
+  with symlinks resolved, for the parts of a path that do not exist yet;
 * an output folder that holds anything, unless ``overwrite`` is asked *and* the folder is one this
   function wrote before (it holds the :data:`MARKER` file and nothing but Spark's own output files).
 
@@ -51,9 +53,11 @@ def write_parquet_safely(frame: Any, output: str, *, inputs: tuple[str, ...] = (
     resolved = _qualified(jvm, conf, _resolved(output))
     for source in inputs:
         origin = _qualified(jvm, conf, _resolved(source))
-        if _inside(resolved, origin) or _inside(origin, resolved):
-            raise InputDataError(f"--output {output} {'is' if resolved == origin else 'overlaps'} the input {source} "
-                                 "(symlinks followed); choose an output folder outside the input")
+        same = resolved == origin or _same_file(output, source)
+        if same or _inside(resolved, origin) or _inside(origin, resolved) or _overlap_by_identity(output, source):
+            raise InputDataError(f"--output {output} {'is' if same else 'overlaps'} the input {source} (compared by "
+                                 "device and inode: symlinks and bind mounts followed); choose an output folder "
+                                 "outside the input")
     Path = jvm.org.apache.hadoop.fs.Path
     path = Path(target)
     fs = path.getFileSystem(conf)
@@ -104,6 +108,54 @@ def _resolved(location: str) -> str:
     if not parts.scheme:
         return os.path.realpath(os.path.expanduser(location))
     return location  # hdfs:// and others: the file system's own paths, checked as they are
+
+
+def _local_path(location: str) -> str | None:
+    """The local file-system path of ``location``; None for other file systems (hdfs://, ...)."""
+    parts = urlsplit(location)
+    if parts.scheme == "file":
+        return parts.path
+    return None if parts.scheme else os.path.abspath(os.path.expanduser(location))
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def _identity_chain(path: str) -> list[tuple[int, int]]:
+    """(st_dev, st_ino) of ``path`` (when it exists) and of every folder above it, up to the root."""
+    chain, current = [], os.path.abspath(path)
+    while True:
+        identity = _identity(current)
+        if identity is not None:
+            chain.append(identity)
+        parent = os.path.dirname(current)
+        if parent == current:
+            return chain
+        current = parent
+
+
+def _same_file(first: str, second: str) -> bool:
+    a, b = _local_path(first), _local_path(second)
+    return a is not None and b is not None and _identity(a) is not None and _identity(a) == _identity(b)
+
+
+def _overlap_by_identity(output: str, source: str) -> bool:
+    """Whether ``output`` is ``source``, lies inside it or contains it, by the identity of the files on the path.
+
+    Names can differ for one folder (a bind mount, a second mount of a file system); the device and
+    inode of a folder cannot.
+    """
+    out, inp = _local_path(output), _local_path(source)
+    if out is None or inp is None:
+        return False
+    out_id, inp_id = _identity(out), _identity(inp)
+    return (inp_id is not None and inp_id in _identity_chain(out)) or (
+        out_id is not None and out_id in _identity_chain(inp))
 
 
 def _qualified(jvm: Any, conf: Any, location: str) -> str:

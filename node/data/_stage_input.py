@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import uuid
 from typing import Any, Sequence
 
 import numpy as np
@@ -168,10 +169,12 @@ def stage_input(source: str, url: str, *, label_col: str | None = "label", featu
         X = apply_scaling(X, extra["scaling"])
     ys = (lambda rows: None if y is None else y[rows])
     if test_fraction:
+        # One id in both metas: a pair staged by different stagings (killed between the two swaps) is refused.
+        pair = uuid.uuid4().hex
         stage_arrays(store.child("test"), X[test_rows], ys(test_rows), shards=min(shards or 1, len(test_rows)),
                      name=f"{store.root.rstrip('/').rsplit('/', 1)[-1]}-test", overwrite=overwrite,
-                     extra_meta={**extra, "split": "test"})
-        extra.update(split="train", splits={"test": "test"}, test_fraction=test_fraction, seed=seed)
+                     extra_meta={**extra, "split": "test", "split_pair": pair})
+        extra.update(split="train", splits={"test": "test"}, test_fraction=test_fraction, seed=seed, split_pair=pair)
     meta = stage_arrays(store, X[train_rows], ys(train_rows), shards=shards, overwrite=overwrite,
                         keep=("test",) if test_fraction else (), extra_meta=extra)
     logger.info("staged %s at %s: %d training rows%s", source, store.url, len(train_rows),

@@ -7,6 +7,7 @@ files, runs, weights and datasets, not Spark and not the models, so the two are 
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 from rbm import datasets
@@ -92,12 +93,13 @@ def stage_recipe(recipe: str, url: str | Store, *, shards: int | None = None, ra
     check_stage_destination(store, overwrite=overwrite, keep=("test",))  # both checked before anything is written
     check_stage_destination(store.child("test"), overwrite=overwrite)
     test_shards = None if shards is None else min(shards, len(split.X_test))
+    pair = uuid.uuid4().hex  # in both metas: a pair staged by different stagings is refused (storage.open_split)
     test_meta = stage_arrays(store.child("test"), split.X_test, split.y_test, shards=test_shards,
-                             name=f"{name}-test", extra_meta={**extra, "split": "test"}, overwrite=overwrite,
-                             **stage_options)
+                             name=f"{name}-test", extra_meta={**extra, "split": "test", "split_pair": pair},
+                             overwrite=overwrite, **stage_options)
     meta = stage_arrays(store, split.X_train, split.y_train, shards=shards, name=name, overwrite=overwrite,
-                        keep=("test",), extra_meta={**extra, "split": "train", "splits": {"test": "test"}},
-                        **stage_options)
+                        keep=("test",), extra_meta={**extra, "split": "train", "splits": {"test": "test"},
+                                                    "split_pair": pair}, **stage_options)
     logger.info("recipe %s: %d training samples at %s, %d held out at %s/test", recipe, meta["n_samples"],
                 store.url, test_meta["n_samples"], store.url)
     return meta

@@ -41,7 +41,7 @@ from .._contract import NodeConfig, PartitionReport, params_digest
 from .._errors import TrainingError, short_error
 from ..data import PreparedData, filled_partitions
 from ..executor import block_sink
-from ..modes import max_learning_rate_factor, mode_named
+from ..modes import max_learning_rate_factor, mode_named, untrained_partitions_error
 from ..run import (STALE_TEMPORARY_S, DriverLease, LeaseLostError, RunRecord, open_checked_store, remove_work_folders,
                    resolve_run_key, sweep_temporaries)
 from ..watch import ReachabilityWatch, RunWatch, ValidationSet
@@ -130,7 +130,7 @@ class Fit:
         self.key = self._resolve_key()
         self.runs = storage.RunStore(self.store, self.run_id, self.key)
         self.weights = storage.WeightStore(self.store, self.run_id, self.key)
-        self.lease = DriverLease(self.store, self.run_id, settings.lease_timeout_s, fit_id=self.fit_id,
+        self.lease = DriverLease(self.store, self.run_id, self.key, settings.lease_timeout_s, fit_id=self.fit_id,
                                  on_lost=self._lease_lost)
         try:
             with self.lease:  # a second driver of the run is refused here, before any work
@@ -364,11 +364,9 @@ class Fit:
             logger.warning("run %s %s epoch %d: %s (said once per phase)", self.run_id, phase, epoch + 1,
                            summary["warning"])
         untrained = self._untrained_partitions(reports)
-        if untrained:
+        if untrained:  # never recorded as trained: the fit fails, a resume trains the epoch again
             summary["untrained_partitions"] = untrained
-            logger.warning("run %s %s epoch %d trained without partition(s) %s: no node of the run trained them "
-                           "(a stored copy that did not verify, or a claim no node of this fit made; the executors' "
-                           "logs say which)", self.run_id, phase, epoch + 1, untrained)
+            raise untrained_partitions_error(self.run_id, phase, epoch, untrained)
         unreachable = self.reachability.end_epoch(phase, summary["records"])
         if unreachable:
             summary["reachability_warning"] = unreachable
@@ -434,7 +432,7 @@ class Fit:
         """
         prefix = self.runs.prefix
         unnamed = [f"{prefix}/phases/{name}" for name in self.store.list(f"{prefix}/phases") if _BEST.match(name)]
-        for name in self.store.list(f"{prefix}/model"):  # the model.npz of sparkdbn 0.2 stays
+        for name in self.store.list(f"{prefix}/model"):  # the model.npz of store layout 2 stays
             if name.isdigit() and int(name) < self.lease.generation:
                 unnamed += [f"{prefix}/model/{name}/model.npz", f"{prefix}/model/{name}"]  # the file, then its folder
         for path in unnamed:

@@ -19,9 +19,12 @@ others idle.  Instead, per epoch, a node
    partitions of this one.
 
 So a partition of an epoch is trained by exactly one node -- the one that created its *claim*
-first (an exclusive create, atomic in every store)::
+first (an exclusive create, atomic in every store).  Claims are only ever created, never replaced
+(a store whose rename cannot overwrite would replace by DELETE then RENAME, and a stealer's create
+in that gap would take a partition its owner is training)::
 
-    runs/<run>/claims/<fit>/<phase>/<epoch:04d>-<partition:05d>      "<slot> <node>-<nonce> claimed|finished"
+    runs/<run>/claims/<fit>/<phase>/<epoch:04d>-<partition:05d>            "<slot> <node>-<nonce> claimed"
+    runs/<run>/claims/<fit>/<phase>/<epoch:04d>-<partition:05d>.finished   "<slot> <node>-<nonce> finished"
 
 A node takes a peer's partition from its memory or from the store, where the fit stores every
 partition before its first training job (:mod:`node.executor._resident`; a partition is taken only once it is there).  The
@@ -31,7 +34,7 @@ A lone node steals nothing (its job is exactly its own partitions, in order) but
 partition as well: the claims tell the driver's progress bar how far a job is
 (:func:`claimed_partitions`), and a retried task what its dead attempt finished.
 
-A node marks a claim finished when it has trained the partition.  When a worker dies, Spark
+A node marks a claim finished (creates its ``.finished``) when it has trained the partition.  When a worker dies, Spark
 retries its task (the same slot) on a fresh node, which trains the partitions its slot had
 claimed and not finished -- and only those: nothing is trained twice in an epoch, nothing is
 lost.  (This needs Spark's speculative execution off, its default: two attempts of one task at
@@ -51,20 +54,33 @@ from typing import Iterator
 import storage
 
 from .._contract import TaskSpec
+from .._errors import TrainingError
 from ..data import Block
 from ..run import claims_folder
 from ._protocols import ModeNode
 
-__all__ = ["PartitionQueue", "claimed_partitions", "stop_epoch"]
+__all__ = ["PartitionQueue", "claimed_partitions", "stop_epoch", "untrained_partitions_error"]
 
 logger = logging.getLogger(__name__)
 
 _CLAIM_MAX_BYTES = 1024
 _STOPPED = b"- driver stopped"  # a claim no slot holds (see stop_epoch)
+_FINISHED = ".finished"
 
 
 def _claim_name(epoch: int, index: int) -> str:
     return f"{epoch:04d}-{index:05d}"
+
+
+def untrained_partitions_error(run: str, phase: str, epoch: int, untrained: list[int]) -> TrainingError:
+    """The error that ends an epoch no node trained every partition of (``epoch`` 0-based).
+
+    Such an epoch is never recorded: the fit fails, and fitting again trains it again, whole.
+    """
+    return TrainingError(
+        f"run {run!r} {phase} epoch {epoch + 1}: no node of the fit trained partition(s) {untrained} (a stored copy "
+        "that did not verify, or a claim no node of this fit made; the executors' logs say which). The epoch is not "
+        "recorded and the fit stops; fit again with the same run id to train it again")
 
 
 # ---------------------------------------------------------------------- driver
@@ -73,7 +89,7 @@ def claimed_partitions(store: storage.Store, run: str, fit_id: str, phase: str, 
     count = 0
     for name in store.list(claims_folder(run, fit_id, phase)):
         epoch = name.split("-", 1)[0]
-        count += epoch.isdigit() and int(epoch) in epochs
+        count += epoch.isdigit() and int(epoch) in epochs and "." not in name
     return count
 
 
@@ -156,12 +172,13 @@ class PartitionQueue:
 
     def _still_training(self, epoch: int, claimed: set[str]) -> bool:
         """Whether a node is still training a partition of ``epoch`` (one of its listed claims is not finished)."""
-        for name in sorted(name for name in claimed if epoch >= 0 and name.startswith(f"{epoch:04d}-")):
+        for name in sorted(name for name in claimed if epoch >= 0 and name.startswith(f"{epoch:04d}-")
+                           and "." not in name and name + _FINISHED not in claimed):
             try:
                 held = self.node.store.read_bytes(f"{self.claims}/{name}", max_bytes=_CLAIM_MAX_BYTES).split()
             except (storage.StoreNotFoundError, storage.FileTooLargeError):
                 continue
-            if held[-1:] == [b"claimed"]:
+            if held[-1:] == [b"claimed"]:  # not a stopped epoch's claim
                 return True
         return False
 
@@ -185,12 +202,14 @@ class PartitionQueue:
             return False
         if held[:2] == [str(self.slot), self.token]:  # a retried create whose first attempt succeeded unseen
             return True
-        if len(held) == 3 and held[0] == str(self.slot) and held[2] == "claimed":
+        if len(held) == 3 and held[0] == str(self.slot) and held[2] == "claimed" and not self.node.store.exists(
+                path + _FINISHED):
+            # The claim stays as it is (never replaced): this attempt finishes it in the dead one's stead.
             logger.warning("node %s trains partition %d of epoch %d again: an earlier attempt of its task "
                            "claimed it and did not finish", self.node.name, index, epoch)
-            self.node.store.write_bytes(path, mine)
             return True
         return False
 
     def _finish(self, epoch: int, index: int) -> None:
-        self.node.store.write_bytes(self._claim_path(epoch, index), f"{self.slot} {self.token} finished".encode())
+        finished = f"{self.slot} {self.token} finished".encode()
+        self.node.store.create_exclusive(self._claim_path(epoch, index) + _FINISHED, finished)  # False: a retry landed

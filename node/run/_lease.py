@@ -1,10 +1,12 @@
 """One driver per run: a fenced lease, taken as a new generation and renewed while training.
 
-The lease files are :class:`storage.LeaseFolder`'s (``runs/<run>/lease/``): a driver takes the
-run by creating generation ``highest + 1`` exclusively, so of two drivers taking over at once
-exactly one wins, and everything the driver writes is tied to that generation (run records,
-the model; see :mod:`node.run._record`), so a driver that lost the run can never replace what a
-newer one wrote.
+The lease files are :class:`storage.LeaseFolder`'s (``runs/<run>/lease/``), signed with the run
+key: a driver takes the run by creating, exclusively, the generation above every generation
+found anywhere in the run (lease files, records, models: :func:`storage.run_generation_floor`),
+so of two drivers taking over at once exactly one wins, a deleted ``lease/`` never brings an old
+generation back, and everything the driver writes is tied to that generation (run records, the
+model; see :mod:`node.run._record`), so a driver that lost the run can never replace what a newer
+one wrote.
 
 Staleness is judged on this process's own monotonic clock, never by comparing two hosts' clocks:
 a fit that finds the run held watches the holder's renewal counter.  If it advances, the holder
@@ -14,8 +16,9 @@ quarter of the timeout, the holder's renewal interval.  If it stays unchanged fo
 or cut off) and the fit takes the run over, with a log line.  A released lease is taken at once.
 
 The holder renews every quarter of the timeout from a daemon thread; each renewal, and each
-record write (:meth:`DriverLease.check_store`), lists the lease folder for a newer generation.
-When it finds one -- this driver was paused (Ctrl-Z, a frozen VM) or cut off for longer than the
+record write (:meth:`DriverLease.check_store`), lists the lease folder: the newest verified
+holder must be this driver's own generation *and token*, and (at record writes) no record or model
+may name a newer generation.  When either is not so -- this driver was paused (Ctrl-Z, a frozen VM) or cut off for longer than the
 timeout and another took over -- it stops renewing (it never re-creates a lease it lost), calls
 ``on_lost`` (the fit cancels its Spark jobs) and the fit fails with :class:`LeaseLostError`
 naming the driver that took the run.
@@ -58,6 +61,8 @@ class DriverLease:
     ----------
     store : storage.Store
     run : str
+    key : bytes
+        The run key: the lease files are signed with it, and those that do not verify are ignored.
     timeout_s : float
         A lease whose renewal has not changed for this long (on the observer's clock) may be taken over.
     fit_id : str, optional
@@ -66,11 +71,11 @@ class DriverLease:
         Called once, from the renewal thread, when another driver took the run over.
     """
 
-    def __init__(self, store: storage.Store, run: str, timeout_s: float, *, fit_id: str | None = None,
+    def __init__(self, store: storage.Store, run: str, key: bytes, timeout_s: float, *, fit_id: str | None = None,
                  on_lost: Callable[[], None] | None = None) -> None:
         self.store = store
         self.run = run
-        self.folder = storage.LeaseFolder(store, run)
+        self.folder = storage.LeaseFolder(store, run, key)
         self.timeout_s = float(timeout_s)
         self.token = uuid.uuid4().hex
         self.fit_id = fit_id or self.token
@@ -94,9 +99,11 @@ class DriverLease:
         view = self.folder.view()
         if not view.free:
             view = self._watch(view)
-        if not self.folder.take(view.generation + 1, self._entry()):
-            self._refuse(view.generation + 1, "took the run at the same moment as this fit")
-        self.generation = view.generation + 1
+        # Above every generation found anywhere in the run: no deletion of lease/ brings one back.
+        generation = max(view.generation, view.highest, storage.run_generation_floor(self.store, self.run)) + 1
+        if not self.folder.take(generation, self._entry()):
+            self._refuse(generation, "took the run at the same moment as this fit")
+        self.generation = generation
         self._thread = threading.Thread(target=self._renew_loop, name=f"sparkdbn-lease-{self.run}", daemon=True)
         self._thread.start()
         logger.info("run %s: lease generation %d taken (timeout %.0f s)", self.run, self.generation, self.timeout_s)
@@ -104,7 +111,8 @@ class DriverLease:
     def _watch(self, first: storage.LeaseView) -> storage.LeaseView:
         """Watch a held lease on this process's clock; returns the view to take over from when it stays silent."""
         holder = self.folder.holder(first.generation) or {}
-        timeout_s = max(self.timeout_s, _seconds(holder.get("timeout_s")))  # the holder renews at its own pace
+        # The holder renews at its own pace; an unsigned 0.2 lease.json's timeout is not trusted.
+        timeout_s = max(self.timeout_s, _seconds(holder.get("timeout_s")) if first.generation else 0.0)
         logger.info("run %s is held by driver %s (lease generation %d); watching its renewals for up to %.0f s "
                     "before taking the run over", self.run, _describe(holder), first.generation, timeout_s)
         poll_s = min(MAX_WATCH_POLL_S, self.timeout_s / 8.0)
@@ -135,9 +143,19 @@ class DriverLease:
             raise LeaseLostError(self._lost)
 
     def check_store(self) -> None:
-        """List the lease folder now; raise :class:`LeaseLostError` when a newer generation holds the run."""
+        """Look at the store now; raise :class:`LeaseLostError` unless this driver's token is still the newest.
+
+        It is not when a newer verified holder exists, when this generation's entry is gone or names
+        another token, or when a record or model of the run names a newer generation.
+        """
         self.check()
         self._look(self.folder.view())
+        if not self.lost:
+            floor = storage.run_generation_floor(self.store, self.run)
+            if floor > self.generation:
+                self._lose(f"run {self.run!r} has records or a model of lease generation {floor}, newer than this "
+                           f"driver's ({self.generation}, pid {os.getpid()}): another driver took the run; this fit "
+                           "stops and writes nothing more to the run")
         self.check()
 
     @property
@@ -152,7 +170,9 @@ class DriverLease:
         if self.generation == 0 or self.lost:
             return
         try:
-            self.folder.release(self.generation, self._count)
+            if not self.folder.release(self.generation, self._count, self.token):  # only its own generation
+                logger.warning("run %s: lease generation %d is no longer this driver's; it is left as it is", self.run,
+                               self.generation)
         except storage.StoreError as error:
             logger.warning("run %s: could not release the lease (%s); the next fit takes it over after watching it "
                            "for %.0f s", self.run, error, self.timeout_s)
@@ -170,7 +190,7 @@ class DriverLease:
                 "started": time.time(), "timeout_s": self.timeout_s}
 
     def _renew(self) -> None:
-        self.folder.renew(self.generation, self._count + 1)
+        self.folder.renew(self.generation, self._count + 1, self.token)
         self._count += 1
 
     def _look(self, view: storage.LeaseView) -> None:
@@ -181,11 +201,19 @@ class DriverLease:
                       f"{view.generation}) while this one (generation {self.generation}, pid {os.getpid()}) was "
                       f"paused or cut off for longer than its lease timeout ({self.timeout_s:.0f} s); this fit stops "
                       "and writes nothing more to the run")
-        elif self.folder.holder(self.generation) is None:
-            reason = (f"the lease of run {self.run!r} (generation {self.generation}) was removed from the store "
-                      f"while this driver held it; this fit stops and writes nothing more to the run")
         else:
-            return
+            own = self.folder.holder(self.generation, cached=False)
+            if own is None:
+                reason = (f"the lease of run {self.run!r} (generation {self.generation}) was removed from the store "
+                          f"while this driver held it; this fit stops and writes nothing more to the run")
+            elif own.get("token") != self.token:
+                reason = (f"the lease of run {self.run!r} (generation {self.generation}) now names another driver "
+                          f"({_describe(own)}); this fit stops and writes nothing more to the run")
+            else:
+                return
+        self._lose(reason)
+
+    def _lose(self, reason: str) -> None:
         with self._lock:
             if self._lost is not None:
                 return

@@ -2,15 +2,22 @@
 
 Everything in a run's folder is authenticated under the run key, so reading a run needs it too:
 :func:`open_run` finds the key where the fit kept it (see :func:`node.resolve_run_key`; never
-creating one) and :func:`load_run_model` returns the final model only when the record says the
-run is done and the stored file has the sha256 the record names.
+creating one) and :func:`load_run_model` returns the model of the newest record that says
+"done", when the stored file has the sha256 that record names.
+
+A finished run stays available whatever later fits of it do: a refit or resume that is running,
+failed, or was interrupted (Ctrl-C, a full disk) writes records of a newer generation, but the
+finished fit's record and model stay until a newer fit is done, and readers serve them, saying
+that a newer fit is running or failed (:func:`newer_fit_note`).
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -22,12 +29,18 @@ import storage
 from .._errors import InputDataError, StoreAccessError, TrainingError
 from ._keys import resolve_run_key
 
-__all__ = ["RunView", "open_run", "load_run_model", "run_model_arrays"]
+__all__ = ["RunView", "newer_fit_note", "open_run", "load_run_model", "run_model_arrays"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class RunView:
-    """One run's store handles and its record (``record`` is None for a run without one yet)."""
+    """One run's store handles, its newest record and its newest "done" record.
+
+    ``record`` is None for a run without one yet; ``done_record`` is None for a run never finished,
+    and is ``record`` itself when the newest record says done.
+    """
 
     run: str
     store_url: str
@@ -35,6 +48,7 @@ class RunView:
     runs: storage.RunStore
     weights: storage.WeightStore
     record: dict | None
+    done_record: dict | None = None
 
 
 def open_run(store_url: str, run: str, *, key: bytes | None = None, key_file: str | None = None,
@@ -61,11 +75,25 @@ def open_run(store_url: str, run: str, *, key: bytes | None = None, key_file: st
     runs, weights = storage.RunStore(store, run, run_key), storage.WeightStore(store, run, run_key)
     try:
         record = runs.read_record()
+        done = record if (record or {}).get("status") == "done" else (runs.read_done_record() if record else None)
     except storage.AuthenticationError as error:
         raise TrainingError(f"run {run!r} cannot be read with this key: {error}") from error
     except storage.StoreError as error:
         raise StoreAccessError(f"cannot read run {run!r} from the store {store_url!r}: {error}") from error
-    return RunView(run, store_url, store, runs, weights, record)
+    return RunView(run, store_url, store, runs, weights, record, done)
+
+
+def newer_fit_note(view: RunView) -> str | None:
+    """When the served (newest done) model is not the newest record's: what the newer fit is doing; else None."""
+    record, done = view.record or {}, view.done_record
+    if done is None or record is done or record.get("status") == "done":
+        return None
+    status = record.get("status", "unknown")
+    error = f": {str(record['error'])[:300]}" if record.get("error") else ""
+    what = {"running": "is running (or was interrupted)", "failed": f"failed{error}"}.get(
+        str(status), f"stopped with status {status!r}")
+    return (f"run {view.run!r}: a newer fit of this run {what}; the model of the last finished fit (finished "
+            f"{_when(done.get('finished'))}) is served")
 
 
 def load_run_model(view: RunView) -> Any:
@@ -90,11 +118,15 @@ def run_model_arrays(view: RunView) -> dict[str, np.ndarray]:
 
 
 def _verified_model_bytes(view: RunView) -> bytes:
-    record = view.record or {}
+    record = view.done_record or {}
     model = record.get("model") if isinstance(record.get("model"), dict) else None
     if record.get("status") != "done" or model is None:
-        raise TrainingError(f"run {view.run!r} has no finished model in {view.store_url} (status "
-                            f"{record.get('status', 'unknown')!r}); finish it by fitting again with the same run id")
+        status = (view.record or {}).get("status", "unknown")
+        raise TrainingError(f"run {view.run!r} has no finished model in {view.store_url} (status {status!r}); finish "
+                            "it by fitting again with the same run id")
+    note = newer_fit_note(view)
+    if note is not None:
+        logger.warning("%s", note)
     try:
         payload = view.store.read_bytes(model["path"])
     except storage.StoreError as error:
@@ -103,3 +135,10 @@ def _verified_model_bytes(view: RunView) -> bytes:
         raise TrainingError(f"run {view.run!r}: the model file {model['path']} is not the one its record names "
                             "(sha256 differs): it was changed after the run finished")
     return payload
+
+
+def _when(timestamp: Any) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(timestamp)))
+    except (TypeError, ValueError):
+        return "at an unknown time"

@@ -25,15 +25,24 @@ def run_status(store_url: str, run: str, *, key: bytes | None = None) -> str:
         As :func:`node.open_run`.
     """
     view = open_run(store_url, run, key=key)
-    return format_status(run, view.record or {}, view.runs.list_peers(), now=time.time())
+    return format_status(run, view.record or {}, view.runs.list_peers(), now=time.time(), done_record=view.done_record)
 
 
-def format_status(run: str, record: dict[str, Any], peers: dict[str, dict], *, now: float) -> str:
-    """Lines: the run and its status, one per phase, the validation set, one per node."""
+def format_status(run: str, record: dict[str, Any], peers: dict[str, dict], *, now: float,
+                  done_record: dict[str, Any] | None = None) -> str:
+    """Lines: the run and its status, one per phase, the validation set, one per node.
+
+    When the newest record is not "done" but an earlier fit of the run finished (``done_record``),
+    a line says that its model is the one served, and the status line says what the newer fit does.
+    """
     status = record.get("status", "no record yet")
-    lines = [f"run {run}: {status}" + _ages(record, now)]
+    newer = done_record is not None and status != "done"
+    lines = [f"run {run}: {'newer fit ' if newer else ''}{status}" + _ages(record, now)]
     if record.get("error"):
         lines.append(f"  error: {str(record['error'])[:300]}")
+    if newer:
+        lines.append(f"  served model: the last finished fit's (done{_ages(done_record, now)}), "
+                     f"{(done_record.get('model') or {}).get('path', '?')}")
     steps = record.get("steps") or {}
     lines.append("phases:")
     for phase in record.get("phases") or []:

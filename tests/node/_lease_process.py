@@ -28,6 +28,8 @@ import storage
 from node.run import DriverLease
 
 BARRIER_POLL_S = 0.0005
+#: The run key of the leases (test_lease.KEY).
+KEY = b"lease-test-run-key-32-bytes-long"
 
 
 def barrier(folder: str, point: str, parties: int) -> None:
@@ -47,7 +49,7 @@ def main() -> None:
     if config["mode"] == "race":
         for trial in range(int(config["trials"])):
             barrier(config["barrier"], f"go-{trial}", int(config["parties"]))
-            lease = DriverLease(store, f"{config['prefix']}{trial}", timeout_s)
+            lease = DriverLease(store, f"{config['prefix']}{trial}", KEY, timeout_s)
             try:
                 lease.acquire()
                 outcome = {"generation": lease.generation}
@@ -57,13 +59,13 @@ def main() -> None:
             barrier(config["barrier"], f"done-{trial}", int(config["parties"]))  # renewing until both are done
             lease._stop.set()  # then neither renew nor release: the next trial is another run
     elif config["mode"] == "hold":
-        lease = DriverLease(store, config["run"], timeout_s)
+        lease = DriverLease(store, config["run"], KEY, timeout_s)
         lease.acquire()
         print(json.dumps({"held": lease.generation, "time": time.time()}), flush=True)
         threading.Event().wait()  # renewing in the lease's thread until the test kills this process
     else:
         try:
-            lease = DriverLease(store, config["run"], timeout_s)
+            lease = DriverLease(store, config["run"], KEY, timeout_s)
             lease.acquire()
             print(json.dumps({"took": lease.generation, "time": time.time()}), flush=True)
             lease.release()

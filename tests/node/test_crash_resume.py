@@ -194,7 +194,8 @@ def test_a_driver_killed_with_sigkill_at_a_write_of_each_kind_is_taken_over_and_
         accuracy, saved = resume_after(spark, digits, store_url, run_id, crash_at, killed["killed_before"])
         assert time.monotonic() - watching >= HARNESS_LEASE_TIMEOUT_S  # the dead driver's lease was watched first
         assert abs(accuracy - reference) <= TOLERANCE and accuracy == saved, crash_at
-        holder = storage.LeaseFolder(storage.open_store(store_url), run_id).holder(2)
+        run_key = node.resolve_run_key(run_id, store_url, create=False).key
+        holder = storage.LeaseFolder(storage.open_store(store_url), run_id, run_key).holder(2)
         assert holder["pid"] == os.getpid()  # taken over as the lease's next generation
 
 

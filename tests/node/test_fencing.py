@@ -149,3 +149,32 @@ def test_a_run_on_a_webhdfs_server_that_cannot_replace_a_file_never_needs_to_and
             assert assert_record_names_only_what_is_stored(store_url, run_id)["status"] == "done"
             assert abs(resumed.score(digits.X_test, digits.y_test)
                        - reference.score(digits.X_test, digits.y_test)) <= HARNESS_TOLERANCE
+
+
+def test_an_operator_removing_the_lease_folder_of_a_training_run_brings_back_no_old_generation(spark, digits,
+                                                                                               tmp_path):
+    store_url = "file://" + str(tmp_path / "store")
+    store = storage.open_store(store_url)
+    driver = start_paused_driver(store_url, "unlocked", "/record/00000001-00000005\\.json$")  # mid-finetune
+    try:
+        wait_until_paused(driver)
+        store.delete("runs/unlocked/lease", recursive=True)  # the natural "unlock" of a run that looks stuck
+        model = harness_model()
+        node.Trainer(spark, store_url, run_id="unlocked", **harness_settings(lease_timeout_s=LEASE_TIMEOUT_S)).fit(
+            model, digits.X_train, digits.y_train)  # taken at once: lease/ is empty
+        finished = what_readers_see(store_url, "unlocked")
+        os.killpg(driver.pid, signal.SIGCONT)
+        out, err = driver.communicate(timeout=PROCESS_TIMEOUT_S)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)  # the process group this test started
+            driver.communicate(timeout=60)
+    assert driver.returncode != 0 and '"finished"' not in out and "LeaseLostError" in err, err[-3000:]
+    assert what_readers_see(store_url, "unlocked") == finished  # byte for byte
+    newest = max(store.list("runs/unlocked/record"))
+    assert newest.startswith("00000002-"), newest  # above the records of generation 1, not generation 1 again
+    view = node.open_run(store_url, "unlocked")
+    assert view.record["status"] == "done"
+    assert node.load_run_model(view).score(digits.X_test, digits.y_test) == model.score(digits.X_test, digits.y_test)
+    key = node.resolve_run_key("unlocked", store_url, create=False).key
+    assert storage.LeaseFolder(store, "unlocked", key).holder(2)["pid"] == os.getpid()

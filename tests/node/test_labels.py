@@ -80,4 +80,4 @@ def test_raw_pixels_for_a_bernoulli_model_fail_on_the_driver_without_a_failed_ta
     assert failed_tasks_since(spark, before) == 0
     store = storage.open_store(store_url)
     assert store.list("runs/raw") == ["lease"]  # no record, no weights, no metrics: the lease's generations only
-    assert storage.LeaseFolder(store, "raw").view().released
+    assert storage.LeaseFolder(store, "raw", node.resolve_run_key("raw", store_url, create=False).key).view().released

@@ -199,9 +199,9 @@ def test_with_one_node_slowed_3x_async_gives_the_fast_node_most_partitions_and_s
         assert _started(later) >= _started(earlier) + earlier["train_s"] + earlier["slowed_s"], (later, earlier)
 
 
-def test_an_epoch_trained_without_a_partition_names_it_in_its_summary_and_the_log(spark, store_url, digits, caplog):
+def test_an_epoch_no_node_trained_every_partition_of_ends_the_fit_with_an_error_naming_them(spark, store_url, digits):
     # A process that is no node of the fit claims partition 1 of the last epoch before any node can:
-    # nobody trains it (a claim is an exclusive create), and the driver says so instead of nothing.
+    # nobody trains it (a claim is an exclusive create); the epoch is not recorded, the fit never "done".
     X, y, _X_test, _y_test = digits
     claims = os.path.join(store_url[len("file://"):], "runs", "forged-claim", "claims")
     done = threading.Event()
@@ -218,15 +218,16 @@ def test_an_epoch_trained_without_a_partition_names_it_in_its_summary_and_the_lo
     forger.start()
     summaries = []
     try:
-        with caplog.at_level(logging.WARNING, logger="node.driver._fit"):
+        with pytest.raises(node.TrainingError, match=r"train epoch 3: no node of the fit trained partition\(s\) \[1\]"):
             node.Trainer(spark, store_url, run_id="forged-claim", mode="async", epochs={"train": 3}, partitions=4,
                          progress=False, on_epoch=summaries.append).fit(small_conv_net(), X, y)
     finally:
         done.set()
         forger.join()
 
-    assert [summary.get("untrained_partitions") for summary in summaries] == [None, None, [1]]
-    assert "train epoch 3 trained without partition(s) [1]" in caplog.text
+    assert len(summaries) == 2  # epochs 1 and 2 recorded, not 3
+    record = node.open_run(store_url, "forged-claim").record
+    assert record["status"] == "failed" and record["steps"]["train"]["epochs_done"] == 2
     trained = [record["partition"] for record in reports_of(store_url, "forged-claim") if record["epoch"] == 2]
     assert sorted(trained) == [0, 2, 3]
 

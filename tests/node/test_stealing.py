@@ -12,6 +12,7 @@ from node.data import encode_block
 from node.executor._resident import NodeData, write_partition
 from node.modes._stealing import PartitionQueue, claimed_partitions, stop_epoch
 from node.run._work_folders import remove_work_folders
+from support.webhdfs_server import WebHDFSServer
 
 KEY = b"k" * 32
 SLOTS = [[0, 2, 4, 6], [1, 3, 5, 7]]  # deal_partitions(8 partitions, 2 nodes)
@@ -202,3 +203,20 @@ def test_the_driver_removes_one_fits_work_folders_or_every_fits(store):
     assert store.list("runs/r1/blocks") == ["b" * 12] and store.list("runs/r1/claims") == ["b" * 12]
     remove_work_folders(store, "r1")
     assert store.list("runs/r1") == ["run.json"]
+
+
+def test_claims_are_only_created_never_replaced_so_a_store_that_cannot_overwrite_loses_no_partition(tmp_path):
+    # A gateway that ignores renameoptions=OVERWRITE replaces by DELETE then RENAME: a stealer's exclusive
+    # create in that gap would take a partition its owner trains (and the owner's rename then fails).
+    with WebHDFSServer(tmp_path / "hdfs", rename_overwrite=False) as server:
+        gateway = storage.open_store(server.store_url("/store"), retry_timeout_s=5.0)
+        dead, peer = make_queue(gateway, "dead", 1), make_queue(gateway, "peer", 0)
+        store_own(dead, peer)
+        dead_epoch = dead.epoch(0)
+        assert [next(dead_epoch)[0][0] for _ in range(2)] == [1, 3]  # 1 finished; the worker dies training 3
+        peer_trained = [index for index, _ in trained(peer, 0)]
+        retry_trained = [index for index, _ in trained(make_queue(gateway, "retry", 1), 0)]
+        assert sorted([1] + peer_trained + retry_trained) == list(range(8)), (peer_trained, retry_trained)
+        assert 3 in retry_trained  # what the dead attempt claimed is trained by its retry, once
+        assert claimed_partitions(gateway, "r1", "f" * 32, "finetune", range(1)) == 8
+        assert gateway.backend.replaces_atomically is None  # nothing on the claims' path replaced a file

@@ -141,7 +141,7 @@ def test_staging_over_a_dataset_killed_at_any_write_leaves_the_old_or_the_new_da
         first = len(counting.writes)
         stage_arrays(counting, X[:30], y[:30], shards=2, overwrite=True)
         points = len(counting.writes) - first
-        assert points == 1 + 2 + 2  # the marker, the shards, the version's meta, then the meta swap
+        assert points == 1 + 1 + 2 + 2  # the lease, the marker, the shards, the version's meta, then the meta swap
         for die_at in range(1, points + 1):
             url = f"{root}/d{die_at}"
             stage_arrays(url, X, y, shards=3)

@@ -1,0 +1,130 @@
+"""Stagings of one dataset exclude each other; a training set and its held-out split are one pair.
+
+Real local store, no Spark: a staging held at one of its shard writes (as a slow or paused stager is)
+while a second staging of the same dataset starts; a ``--test-fraction --overwrite`` staging killed
+between its two datasets.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import node.data._stage_input as stage_input_module
+from node.cli._data import held_out_split
+from node.data import stage_input
+from storage import DatasetError, Store, StoreUnavailableError, open_dataset, open_split, open_store, stage_arrays
+
+#: Renewals every 0.1 s: a second staging sees the first renew within a fraction of a second.
+LEASE_TIMEOUT_S = 0.4
+DEADLINE_S = 60.0
+
+
+def _data(n: int, offset: float) -> tuple[np.ndarray, np.ndarray]:
+    X = (np.arange(n * 4, dtype=np.float32).reshape(n, 4) + offset) / (n * 4 + offset)
+    return X, np.arange(n) % 3
+
+
+class HeldStore(Store):
+    """A store whose write of a second shard waits until ``go`` is set (``held`` says it got there)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.held, self.go = threading.Event(), threading.Event()
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        if path.endswith("part-00001.parquet"):
+            self.held.set()
+            assert self.go.wait(DEADLINE_S), "the test never let the held staging go on"
+        super().write_bytes(path, data)
+
+
+def test_a_second_staging_of_a_dataset_is_refused_while_the_first_runs_and_the_first_completes_whole(tmp_path):
+    url = str(tmp_path / "d")
+    X0, y0 = _data(30, 0.0)
+    stage_arrays(url, X0, y0, shards=3)
+    (XA, yA), (XB, yB) = _data(60, 1.0), _data(45, 2.0)
+    first = HeldStore(url)
+    outcome: list[BaseException | dict] = []
+
+    def stage_first() -> None:
+        try:
+            outcome.append(stage_arrays(first, XA, yA, shards=3, overwrite=True, lease_timeout_s=LEASE_TIMEOUT_S))
+        except BaseException as error:  # noqa: BLE001 - handed to the test thread
+            outcome.append(error)
+
+    thread = threading.Thread(target=stage_first, daemon=True)
+    thread.start()
+    assert first.held.wait(DEADLINE_S)  # the first staging is writing its shards
+    with pytest.raises(DatasetError, match=r"another staging of .* is running \(host .*, pid \d+.*renewed its lease"):
+        stage_arrays(url, XB, yB, shards=3, overwrite=True, lease_timeout_s=LEASE_TIMEOUT_S)
+    first.go.set()
+    thread.join(DEADLINE_S)
+    assert len(outcome) == 1 and isinstance(outcome[0], dict), outcome
+    X, y = open_dataset(url).read_all()  # every shard the meta names is there and verifies
+    np.testing.assert_array_equal(X, XA)
+    np.testing.assert_array_equal(y, yA)
+    folder = open_dataset(url).meta["shards"][0]["name"].split("/")[0]
+    assert sorted(open_store(url).list("")) == ["_meta.json", folder]  # no lease left between stagings
+
+
+def test_a_staging_that_ended_without_releasing_is_taken_over_at_once_by_the_same_command(tmp_path):
+    url = str(tmp_path / "d")
+    X, y = _data(30, 0.0)
+
+    class FailingAtTheSwap(Store):
+        def write_bytes(self, path: str, data: bytes) -> None:
+            if path == "_meta.json":
+                raise OSError("injected: the disk filled up at the swap")
+            super().write_bytes(path, data)
+
+        def delete(self, path: str, recursive: bool = False) -> bool:  # its cleanup fails too: the lease stays
+            raise StoreUnavailableError("injected: the store refuses")
+
+    with pytest.raises(OSError, match="disk filled up"):
+        stage_arrays(FailingAtTheSwap(url), X, y, shards=2, lease_timeout_s=3600.0)
+    assert open_store(url).list("_staging-lease")  # its lease was left behind
+    started = time.monotonic()
+    stage_arrays(url, X, y, shards=2, lease_timeout_s=3600.0)  # not an hour of watching: its holder ended
+    assert time.monotonic() - started < 3600.0
+    np.testing.assert_array_equal(open_dataset(url).read_all()[0], X)
+    assert "_staging-lease" not in open_store(url).list("")
+
+
+def _split_source(tmp_path, n: int, offset: int) -> str:
+    rows = [",".join([str(k % 3)] + [str(offset + k + j) for j in range(4)]) for k in range(n)]
+    path = tmp_path / f"source-{offset}.csv"
+    path.write_text("label,a,b,c,d\n" + "\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_a_test_fraction_staging_killed_between_its_two_datasets_is_refused_as_a_pair_then_completed(tmp_path,
+                                                                                                     monkeypatch):
+    url = "file://" + str(tmp_path / "store" / "mine")
+    stage_input(_split_source(tmp_path, 90, 0), url, test_fraction=0.2)
+    first_test = open_split(url).read_all()[0]
+    real_stage_arrays, calls = stage_input_module.stage_arrays, []
+
+    def killed_after_the_test_split(*args, **kwargs):  # noqa: ANN002, ANN003 - stage_arrays' signature
+        calls.append(args[0])
+        if len(calls) == 2:  # the training set: killed before it
+            raise KeyboardInterrupt
+        return real_stage_arrays(*args, **kwargs)
+
+    monkeypatch.setattr(stage_input_module, "stage_arrays", killed_after_the_test_split)
+    new_source = _split_source(tmp_path, 120, 1000)
+    with pytest.raises(KeyboardInterrupt):
+        stage_input(new_source, url, test_fraction=0.2, overwrite=True)
+    monkeypatch.undo()
+    with pytest.raises(DatasetError, match=r"is not the test split of .*different stagings.*run the same staging "
+                                           r"command again") as refused:
+        held_out_split(url)
+    assert "\n" not in str(refused.value)  # one line
+    stage_input(new_source, url, test_fraction=0.2, overwrite=True)  # the same command again completes the pair
+    X_test, _ = held_out_split(url)
+    X_train, _ = open_dataset(url).read_all()
+    assert len(X_test) + len(X_train) == 120 and not np.array_equal(X_test, first_test)
+    assert not {tuple(row) for row in X_test} & {tuple(row) for row in X_train}  # no training row held out
