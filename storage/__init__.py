@@ -36,6 +36,7 @@ from ._errors import (
 from ._lease import LeaseFolder, LeaseView
 from ._npz import decode_params, encode_params, snapshot_size_bound
 from ._runs import RunStore, has_run_record
+from ._say_once import SayOnce
 from ._signed_names import SignedName, SignedNames
 from ._sources import read_idx, stage_csv, stage_idx
 from ._store import Store, open_store, parse_store_url
@@ -54,6 +55,7 @@ __all__ = [
     "MIN_KEY_BYTES",
     "NoUsableSnapshotError",
     "RunStore",
+    "SayOnce",
     "SnapshotRef",
     "SignedName",
     "SignedNames",
