@@ -179,7 +179,8 @@ class Maintenance:
             wanted[name] = (float(last_seen), endpoint)
         if len(wanted) > self._max_peers:
             self._log_once.say(("too_many_peers", "registry"),
-                               "node %s: %d live peers registered, subscribing to the %d seen most recently (max_peers)",
+                               "node %s: %d live peers registered, subscribing to the %d seen most recently "
+                               "(max_peers)",
                                self._node, len(wanted), self._max_peers)
             wanted = dict(sorted(wanted.items(), key=lambda item: item[1][0], reverse=True)[: self._max_peers])
         self._transport.set_peers(endpoint for _, endpoint in wanted.values())

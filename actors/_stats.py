@@ -1,4 +1,7 @@
-"""Thread-safe counters shared by a node's threads (I/O, fetchers, writer, actor), and a log-every filter (the log-once one is :class:`storage.SayOnce`)."""
+"""Thread-safe counters shared by a node's threads (I/O, fetchers, writer, actor), and a log-every filter.
+
+A refusal said once per peer is :class:`storage.SayOnce`'s.
+"""
 
 from __future__ import annotations
 

@@ -50,8 +50,9 @@ class SayOnce:
         """Log ``message % args`` as a warning the first time ``key`` is seen, later at ``repeats_at``;
         returns whether it was the first time."""
         first = self.first(key)
+        # stacklevel=2: the record names the caller's file and line, not this helper's
         if first:
-            self._logger.warning(message, *args)
+            self._logger.warning(message, *args, stacklevel=2)
         elif self._repeats_at is not None:
-            self._logger.log(self._repeats_at, message, *args)
+            self._logger.log(self._repeats_at, message, *args, stacklevel=2)
         return first

@@ -2,7 +2,8 @@
 
 :class:`RunWatch` holds the per-epoch validation (:mod:`node.watch._validation`), early stopping
 (:mod:`node.watch._early_stopping`), the live TensorBoard log (:mod:`node.watch._live`) and the optional
-MLflow run (:mod:`node.watch._mlflow_log`) of one fit.  The fit starts it (:meth:`RunWatch.start`) and calls it at three
+MLflow run (:mod:`node.watch._mlflow_log`) of one fit.  The fit starts it with its values
+(:meth:`RunWatch.start`, which says what the run record should say of it) and calls it at three
 points: :meth:`end_epoch` (before the epoch is marked in the record, so the figures and the
 early-stopping state are written with it), :meth:`end_phase` and :meth:`finish`.
 
@@ -204,7 +205,8 @@ class RunWatch:
     def end_phase(self, phase: str, result: Mapping[str, np.ndarray]) -> None:
         if self.live is not None:
             epochs = self.record.epochs_done(phase)
-            self._safely("TensorBoard log", lambda: self.live.phase_end(phase, result, epochs=epochs, feature_shape=self.feature_shape))
+            self._safely("TensorBoard log",
+                         lambda: self.live.phase_end(phase, result, epochs=epochs, feature_shape=self.feature_shape))
 
     def finish(self, status: str, model_path: str | None = None) -> None:
         """The fit ended with ``status``: the model artifact to MLflow (when given), writers closed."""

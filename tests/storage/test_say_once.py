@@ -14,6 +14,7 @@ def test_a_key_is_said_once_at_warning_level_and_its_repeats_at_debug(caplog):
     assert [(record.levelno, record.getMessage()) for record in caplog.records] == [
         (logging.WARNING, "refused a"), (logging.WARNING, "refused b"), (logging.DEBUG, "refused a"),
         (logging.WARNING, "refused ('c', 1)"), (logging.DEBUG, "refused ('c', 1)")]
+    assert {record.filename for record in caplog.records} == {"test_say_once.py"}  # the caller's line, not the helper's
 
 
 def test_repeats_can_be_left_unsaid(caplog):
