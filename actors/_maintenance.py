@@ -32,7 +32,7 @@ import pykka
 import storage
 
 from ._messages import WeightAnnouncement
-from ._stats import Counters, LogOnce
+from ._stats import Counters
 from ._transport import Transport
 
 __all__ = ["MAX_PEERS", "Maintenance"]
@@ -87,7 +87,7 @@ class Maintenance:
         Offered the snapshots found in the store.
     counters : Counters
         ``anti_entropy_rounds``, ``store_errors``.
-    log_once : LogOnce
+    log_once : storage.SayOnce
         Where a capped registry is reported.
     peer_refresh_interval_s : float
         How often the peers registry is re-read.
@@ -109,7 +109,7 @@ class Maintenance:
         transport: Transport,
         actor: Any,
         counters: Counters,
-        log_once: LogOnce,
+        log_once: storage.SayOnce,
         *,
         peer_refresh_interval_s: float,
         anti_entropy_interval_s: float,
@@ -184,8 +184,10 @@ class Maintenance:
                 continue  # killed without a goodbye (SIGKILL, OOM)
             wanted[name] = (float(last_seen), endpoint)
         if len(wanted) > self._max_peers:
-            self._log_once.log("too_many_peers", "registry", "node %s: %d live peers registered, subscribing to "
-                               "the %d seen most recently (max_peers)", self._node, len(wanted), self._max_peers)  # fmt: skip
+            self._log_once.say(("too_many_peers", "registry"),
+                               "node %s: %d live peers registered, subscribing to the %d seen most recently "
+                               "(max_peers)",
+                               self._node, len(wanted), self._max_peers)
             wanted = dict(sorted(wanted.items(), key=lambda item: item[1][0], reverse=True)[: self._max_peers])
         self._transport.set_peers(endpoint for _, endpoint in wanted.values())
         added = len(set(wanted) - self._subscribed)
@@ -204,7 +206,7 @@ class Maintenance:
         if len(self._malformed) < MAX_PEERS:
             self._malformed.add(entry)
         self._counters.add("malformed_peer_endpoints")
-        self._log_once.log("malformed_endpoint", peer, "node %s skips peer %s: its registered endpoint %s is not "
+        self._log_once.say(("malformed_endpoint", peer), "node %s skips peer %s: its registered endpoint %s is not "
                            "tcp://host:port", self._node, peer, entry[1])
 
     def anti_entropy(self) -> None:

@@ -42,7 +42,7 @@ from ._maintenance import MAX_PEERS, Maintenance
 from ._merge import check_compatible, check_snapshot, merge_snapshots
 from ._messages import Goodbye, Snapshot, WeightAnnouncement
 from ._publisher import Publisher
-from ._stats import Counters, LogOnce
+from ._stats import Counters
 from ._transport import Transport
 from ._wire import decode_frames, encode_message
 
@@ -183,7 +183,7 @@ class NodeHandle:
         self._weights = storage.WeightStore(store, run, self._secret, max_snapshot_bytes=max_snapshot_bytes)
         self._runs = storage.RunStore(store, run, self._secret)
         self._counters = Counters()
-        self._log_once = LogOnce(logger)
+        self._log_once = storage.SayOnce(logger)
         self._stop_lock = threading.Lock()
         self._started = False
         self._stopped = False
@@ -393,8 +393,8 @@ class NodeHandle:
             return
         if self._actor_ref.actor_inbox.qsize() >= MAX_INBOX_MESSAGES:
             self._counters.add("dropped_overloaded")
-            self._log_once.log("overloaded", "inbox", "node %s drops announcements: its actor has %d waiting",
-                           self.node, MAX_INBOX_MESSAGES)  # fmt: skip
+            self._log_once.say(("overloaded", "inbox"), "node %s drops announcements: its actor has %d waiting",
+                               self.node, MAX_INBOX_MESSAGES)
             return
         try:
             if isinstance(message, WeightAnnouncement):
@@ -440,24 +440,24 @@ class NodeHandle:
         try:
             params = self._weights.get_version(ref, max_bytes=max_bytes)
         except storage.AuthenticationError as error:
-            self._log_once.log("unauthenticated", ref.node, "node %s refuses %s: %s", self.node, what, error)
+            self._log_once.say(("unauthenticated", ref.node), "node %s refuses %s: %s", self.node, what, error)
             return None, "unauthenticated"
         except storage.FileTooLargeError as error:
-            self._log_once.log("oversized", ref.node, "node %s refuses %s: %s", self.node, what, error)
+            self._log_once.say(("oversized", ref.node), "node %s refuses %s: %s", self.node, what, error)
             return None, "oversized"
         except storage.ChecksumError as error:
-            self._log_once.log("corrupt", ref.node, "node %s refuses %s: %s", self.node, what, error)
+            self._log_once.say(("corrupt", ref.node), "node %s refuses %s: %s", self.node, what, error)
             return None, "corrupt"
         except storage.StoreNotFoundError:
             logger.debug("node %s: %s was pruned before it was read", self.node, what)
             return None, "missing"
         except storage.StoreError as error:
-            self._log_once.log("fetch_error", ref.node, "node %s could not fetch %s: %s", self.node, what, error)
+            self._log_once.say(("fetch_error", ref.node), "node %s could not fetch %s: %s", self.node, what, error)
             return None, "fetch_error" if not isinstance(error, ValueError) else "corrupt"
         try:
             check_snapshot(params, reference, source=f"peer {ref.node} version {ref.version}")
         except MergeError as error:
-            self._log_once.log("bad_snapshot", ref.node, "node %s refuses a snapshot: %s", self.node, error)
+            self._log_once.say(("bad_snapshot", ref.node), "node %s refuses a snapshot: %s", self.node, error)
             return None, "bad_snapshot"
         return params, None
 

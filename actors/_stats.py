@@ -1,4 +1,7 @@
-"""Thread-safe counters shared by a node's threads (I/O, fetchers, writer, actor), and a log-once filter."""
+"""Thread-safe counters shared by a node's threads (I/O, fetchers, writer, actor), and a log-every filter.
+
+A refusal said once per peer is :class:`storage.SayOnce`'s.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import time
 from collections import Counter, OrderedDict
 from typing import Mapping
 
-__all__ = ["Counters", "DROP_REASONS", "COUNTERS", "LogOnce", "LogEvery"]
+__all__ = ["Counters", "DROP_REASONS", "COUNTERS", "LogEvery"]
 
 #: Counters always reported (0 when nothing happened yet).
 COUNTERS = (
@@ -80,28 +83,6 @@ class Counters:
             counts.setdefault(f"dropped_{reason}", 0)
         counts["dropped"] = sum(counts[f"dropped_{reason}"] for reason in DROP_REASONS)
         return counts
-
-
-class LogOnce:
-    """Logs a refusal at warning level the first time its ``(reason, source)`` is seen, later ones at debug.
-
-    A hostile or broken peer then costs one warning, however often it repeats; the counters
-    still count every refusal.  At most ``max_remembered`` pairs are remembered.
-    """
-
-    def __init__(self, logger: logging.Logger, max_remembered: int = 4096) -> None:
-        self._logger = logger
-        self._max = max_remembered
-        self._lock = threading.Lock()
-        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
-
-    def log(self, reason: str, source: str, message: str, *args: object) -> None:
-        with self._lock:
-            first = (reason, source) not in self._seen
-            self._seen[(reason, source)] = None
-            if len(self._seen) > self._max:
-                self._seen.popitem(last=False)
-        self._logger.log(logging.WARNING if first else logging.DEBUG, message, *args)
 
 
 class LogEvery:

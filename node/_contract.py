@@ -5,7 +5,7 @@ training mode's options: :class:`AsyncOptions`, :class:`SyncOptions` or :class:`
 and returns one :class:`PartitionReport` per partition it trained.  Both cross the process boundary
 as msgpack bytes with an explicit :data:`CONTRACT_VERSION`, never as pickles or loose dicts:
 a driver and an executor from different sparkdbn versions fail with a :class:`ContractError`
-that says so, instead of a ``KeyError`` deep in a task.
+that says so, instead of a ``KeyError`` deep in a task.  The codec itself is :mod:`node._codec`.
 
 Arrays (the phase's start parameters, the class labels) travel in Spark broadcasts as ``.npz``
 bytes; the contract carries their sha256 so a reused node can tell fits and phases apart.
@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any, Mapping, TypeVar
 
-import msgpack
 import numpy as np
 
-from ._errors import NodeError
+from . import _codec
+from ._codec import ContractError
 
 __all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "AsyncOptions", "SyncOptions", "SharingOptions",
            "ModeOptions", "TaskSpec", "NodeDevice", "PartitionReport", "encode", "decode", "params_digest"]
@@ -32,10 +30,6 @@ __all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "AsyncOptions", "S
 CONTRACT_VERSION = 12
 
 T = TypeVar("T")
-
-
-class ContractError(NodeError, ValueError):
-    """A task or a report that this side of the contract cannot read (version or fields)."""
 
 
 @dataclass(frozen=True)
@@ -308,101 +302,10 @@ def params_digest(params: Mapping[str, np.ndarray]) -> str:
 
 
 def encode(value: Any) -> bytes:
-    """msgpack bytes of a contract dataclass, tagged with its type and :data:`CONTRACT_VERSION`."""
-    return msgpack.packb({"contract": CONTRACT_VERSION, "type": type(value).__name__,
-                          "fields": _plain(value)}, use_bin_type=True)
+    """msgpack bytes of a contract dataclass, tagged with its type and :data:`CONTRACT_VERSION` (:mod:`node._codec`)."""
+    return _codec.encode(value, version=CONTRACT_VERSION)
 
 
 def decode(data: bytes, cls: type[T]) -> T:
-    """The ``cls`` instance :func:`encode` made, or :class:`ContractError` saying what differs."""
-    try:
-        envelope = msgpack.unpackb(data, raw=False, strict_map_key=True)
-    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:
-        raise ContractError(f"not a sparkdbn {cls.__name__}: {error}") from error
-    version = envelope.get("contract") if isinstance(envelope, dict) else None
-    if version != CONTRACT_VERSION:
-        raise ContractError(f"the driver and this executor speak different sparkdbn contracts ({version!r} and "
-                            f"{CONTRACT_VERSION}): install the same sparkdbn version on the driver and every executor")
-    if envelope.get("type") != cls.__name__:
-        raise ContractError(f"expected a {cls.__name__}, got a {envelope.get('type')!r}")
-    return _build(cls, envelope.get("fields"), cls.__name__)
-
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        hints = typing.get_type_hints(type(value))
-        return {f.name: _tagged(getattr(value, f.name), hints[f.name]) for f in dataclasses.fields(value)}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    if isinstance(value, Mapping):
-        return {str(key): _plain(item) for key, item in value.items()}
-    return value
-
-
-def _tagged(value: Any, hint: Any) -> Any:
-    """``value`` as plain data; one of a union of contract dataclasses goes as ``{"type": name, "fields": ...}``."""
-    if _dataclass_union(hint):
-        return {"type": type(value).__name__, "fields": _plain(value)}
-    return _plain(value)
-
-
-def _dataclass_union(hint: Any) -> dict[str, type] | None:
-    """The members of a union of dataclasses (e.g. :data:`ModeOptions`) by name; else None."""
-    if typing.get_origin(hint) not in (typing.Union, types.UnionType):
-        return None
-    members = typing.get_args(hint)
-    if not all(dataclasses.is_dataclass(member) for member in members):
-        return None
-    return {member.__name__: member for member in members}
-
-
-def _build(cls: type[T], fields: Any, where: str) -> T:
-    if not isinstance(fields, dict):
-        raise ContractError(f"{where}: expected a map of fields, got {type(fields).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    required = {f.name for f in dataclasses.fields(cls)
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
-    unknown, missing = set(fields) - names, required - set(fields)
-    if unknown or missing:
-        raise ContractError(f"{where}: fields differ from this executor's sparkdbn (unknown {sorted(unknown)}, "
-                            f"missing {sorted(missing)}): install the same version on driver and executors")
-    return cls(**{name: _convert(value, hints[name], f"{where}.{name}") for name, value in fields.items()})
-
-
-def _convert(value: Any, hint: Any, where: str) -> Any:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    members = _dataclass_union(hint)
-    if members is not None:
-        if not isinstance(value, dict) or value.get("type") not in members:
-            kind = value.get("type") if isinstance(value, dict) else type(value).__name__
-            raise ContractError(f"{where}: expected one of {sorted(members)}, got {kind!r}")
-        return _build(members[value["type"]], value.get("fields"), where)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        options = [arg for arg in args if arg is not type(None)]
-        errors = []
-        for option in options:
-            try:
-                return _convert(value, option, where)
-            except ContractError as error:
-                errors.append(str(error))
-        raise ContractError(errors[0])
-    if hint is Any:
-        return value
-    if dataclasses.is_dataclass(hint):
-        return _build(hint, value, where)
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise ContractError(f"{where}: expected a list, got {type(value).__name__}")
-        return tuple(_convert(item, args[0], where) for item in value)
-    if hint is dict or origin is dict:
-        if not isinstance(value, dict):
-            raise ContractError(f"{where}: expected a map, got {type(value).__name__}")
-        return value
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint in (str, int, float, bytes, bool) and isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
-        return value
-    raise ContractError(f"{where}: expected {getattr(hint, '__name__', hint)}, got {type(value).__name__}")
+    """The ``cls`` instance :func:`encode` made, or :class:`ContractError` saying what differs (:mod:`node._codec`)."""
+    return _codec.decode(data, cls, version=CONTRACT_VERSION)

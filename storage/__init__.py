@@ -38,6 +38,7 @@ from ._errors import (
 from ._lease import LeaseFolder, LeaseView, run_generation_floor
 from ._npz import decode_params, encode_params, snapshot_size_bound
 from ._runs import RunStore, has_run_record
+from ._say_once import SayOnce
 from ._signed_names import SignedName, SignedNames
 from ._sources import read_idx, stage_csv, stage_idx
 from ._store import Store, open_store, parse_store_url
@@ -57,6 +58,7 @@ __all__ = [
     "MIN_KEY_BYTES",
     "NoUsableSnapshotError",
     "RunStore",
+    "SayOnce",
     "SnapshotRef",
     "SignedName",
     "SignedNames",

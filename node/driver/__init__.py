@@ -1,7 +1,9 @@
 """The driver side: the Trainer, one fit of a run, its Spark jobs, its settings and its session.
 
 * :mod:`._trainer` -- :class:`Trainer` and :func:`train`, the driver API;
-* :mod:`._fit` -- :class:`Fit`, one ``Trainer.fit``: lease, record, phases, the model saved;
+* :mod:`._fit` -- :class:`Fit`, one ``Trainer.fit``: lease, data, record, what it holds released;
+* :mod:`._fit_state`, :mod:`._fit_phases` -- its values once the lease is held, and its phases
+  completed with them, the model saved;
 * :mod:`._fit_data`, :mod:`._node_config` -- what a fit trains on and tells its nodes;
 * :mod:`._devices` -- where its nodes compute: the driver's CPU copy, Spark's GPU settings, the probe;
 * :mod:`._fit_jobs`, :mod:`._training_job`, :mod:`._progress` -- its Spark jobs (what a training

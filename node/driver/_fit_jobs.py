@@ -28,6 +28,7 @@ from .._errors import TrainingError, short_error
 from ..data import PreparedData, filled_partitions
 from ..executor import release_run_task, run_training_task, write_partition
 from ..run import RunRecord
+from ._fit_state import FitState
 from ._progress import EpochProgress
 from ._settings import TrainingSettings
 from ._timings import FitTimings
@@ -57,28 +58,27 @@ class FitJobs:
     Parameters
     ----------
     sc : SparkContext
+    state : FitState
+        The fit's values: its run, nodes (tasks per training job) and phases.
     settings : TrainingSettings
-    nodes : int
-        Tasks per training job.
     prepared : PreparedData
         The fit's checked partitions (held on the driver, or stored by the job that read them).
     node_config : NodeConfig
         What every task of the fit carries.
     record : RunRecord
         The run's record (the nodes of each phase's last finished epoch).
-    phases : list of str
     store : storage.Store
     timings : FitTimings, optional
         The fit's (storing the partitions is a step of it).
     """
 
-    def __init__(self, sc: SparkContext, settings: TrainingSettings, nodes: int, prepared: PreparedData,
-                 node_config: NodeConfig, record: RunRecord, phases: list[str], store: storage.Store,
+    def __init__(self, sc: SparkContext, *, state: FitState, settings: TrainingSettings, prepared: PreparedData,
+                 node_config: NodeConfig, record: RunRecord, store: storage.Store,
                  timings: FitTimings | None = None) -> None:
-        self.sc, self._settings, self._nodes = sc, settings, int(nodes)
-        self.prepared, self.node_config, self.record, self.phases, self.store = (prepared, node_config, record, phases,
-                                                                                 store)
-        self.run_id, self.fit_id = node_config.run, node_config.fit_id
+        self.sc, self._settings, self._nodes = sc, settings, int(state.nodes)
+        self.prepared, self.node_config, self.record, self.phases, self.store = (prepared, node_config, record,
+                                                                                 state.phases, store)
+        self.run_id, self.fit_id = state.run_id, state.fit_id
         self._timings = timings or FitTimings()
         self._stored = False  # the fit's partitions are in the store (store_partitions)
         self._slots: tuple[tuple[int, ...], ...] | None = None  # dealt on first use
@@ -90,7 +90,7 @@ class FitJobs:
         self._progress: EpochProgress | None = None
         self._queued: TrainingJob | None = None  # a job started behind the running one (queue_job)
         self._nodes_started = False
-        self._said: set[str] = set()
+        self._say_once = storage.SayOnce(logger, repeats_at=None)
 
     # ------------------------------------------------------------------ what a mode's driver half uses
     @property
@@ -136,9 +136,7 @@ class FitJobs:
 
     def warn_once(self, message: str) -> None:
         """Log ``message`` as a warning of the run, once per fit."""
-        if message not in self._said:
-            self._said.add(message)
-            logger.warning("run %s: %s", self.run_id, message)
+        self._say_once.say(message, "run %s: %s", self.run_id, message)
 
     # ------------------------------------------------------------------ what the fit uses
     def begin_phase(self, phase: str, whole: Mapping[str, np.ndarray], progress: EpochProgress,

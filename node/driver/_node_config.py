@@ -16,27 +16,38 @@ from ..executor import is_local_master
 from ..modes import default_warmup_partitions, mode_named
 from ._settings import TrainingSettings
 
-__all__ = ["node_config"]
+__all__ = ["SETTINGS_FIELDS", "node_config", "settings_fields"]
+
+#: The :class:`TrainingSettings` a node takes as they are: each is a field of :class:`NodeConfig` of the
+#: same name and meaning.  A node setting added to both goes here, and nowhere else on the driver.
+SETTINGS_FIELDS = (
+    "store_retry_timeout_s", "seed", "fanout", "merge_alpha", "keep_versions", "anti_entropy_interval_s",
+    "peer_refresh_interval_s", "flush_timeout_s", "scale_rule", "kill_worker_once_at", "straggler_factor",
+    "bind_host", "advertise_host", "port_range",
+)
+
+
+def settings_fields(settings: TrainingSettings) -> dict[str, Any]:
+    """The :data:`SETTINGS_FIELDS` of ``settings``, by name, plus the GPU data budget (None is the contract's 0)."""
+    return {**{name: getattr(settings, name) for name in SETTINGS_FIELDS},
+            "gpu_data_budget_bytes": int(settings.gpu_data_budget_bytes or 0)}
 
 
 def node_config(settings: TrainingSettings, prepared: PreparedData, spec: dict, *, run: str, fit_id: str,
                 store_url: str, key: bytes, nodes: int, sc: Any, max_rate_factor: float | None = None) -> NodeConfig:
     """The config every task of the fit carries (``nodes``: tasks per job; ``sc``: the driver's SparkContext;
-    ``max_rate_factor``: the model's own cap on the scaling rule's rates, :func:`node.modes._scaling.max_learning_rate_factor`)."""
+    ``max_rate_factor``: the model's own cap on the scaling rule's rates, :func:`node.modes._scaling.max_learning_rate_factor`).
+
+    The node settings come from ``settings`` by :data:`SETTINGS_FIELDS`; the rest is the fit's and the data's.
+    """
     return NodeConfig(
-        run=run, fit_id=fit_id, store_url=store_url, store_retry_timeout_s=settings.store_retry_timeout_s, key=key,
-        spec=spec, feature_shape=tuple(int(d) for d in prepared.feature_shape),
-        classes=None if prepared.classes is None else tuple(prepared.classes.tolist()), seed=settings.seed,
-        fanout=settings.fanout, merge_alpha=settings.merge_alpha, keep_versions=settings.keep_versions,
-        anti_entropy_interval_s=settings.anti_entropy_interval_s,
-        peer_refresh_interval_s=settings.peer_refresh_interval_s, flush_timeout_s=settings.flush_timeout_s,
-        scale_rule=settings.scale_rule, warmup_partitions=_warmup_partitions(settings, prepared, nodes),
-        n_samples=int(prepared.n_samples), nodes=int(nodes),
-        node_batch_size=_node_batch_size(settings, spec, nodes, prepared.n_samples, max_rate_factor),
-        kill_worker_once_at=settings.kill_worker_once_at, straggler_factor=settings.straggler_factor,
+        run=run, fit_id=fit_id, store_url=store_url, key=key, spec=spec,
+        feature_shape=tuple(int(d) for d in prepared.feature_shape),
+        classes=None if prepared.classes is None else tuple(prepared.classes.tolist()),
+        warmup_partitions=_warmup_partitions(settings, prepared, nodes), n_samples=int(prepared.n_samples),
+        nodes=int(nodes), node_batch_size=_node_batch_size(settings, spec, nodes, prepared.n_samples, max_rate_factor),
         local_master=is_local_master(sc.master), driver_host=sc.getConf().get("spark.driver.host"),
-        bind_host=settings.bind_host, advertise_host=settings.advertise_host, port_range=settings.port_range,
-        gpu_data_budget_bytes=int(settings.gpu_data_budget_bytes or 0))
+        **settings_fields(settings))
 
 
 def _warmup_partitions(settings: TrainingSettings, prepared: PreparedData, nodes: int) -> int:

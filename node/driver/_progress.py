@@ -188,7 +188,7 @@ class EpochProgress:
         Mean rows of a partition, for the samples per second.
     """
 
-    def __init__(self, enabled: bool, sc: Any, group: str, total: int, description: str,
+    def __init__(self, *, enabled: bool, sc: Any, group: str, total: int, description: str,
                  samples_per_partition: float = 0.0) -> None:
         self.enabled = enabled
         self.sc = sc

@@ -75,7 +75,7 @@ class Trainer:
     """
 
     def __init__(self, spark: SparkSession | None = None, store_url: str | None = None,
-                 settings: TrainingSettings | None = None, on_epoch: Callable[[dict], None] | None = None,
+                 settings: TrainingSettings | None = None, *, on_epoch: Callable[[dict], None] | None = None,
                  key: bytes | None = None, **overrides: Any) -> None:
         self.settings = dataclasses.replace(settings or TrainingSettings(), **overrides)
         self.settings.validate()
@@ -129,7 +129,8 @@ class Trainer:
         """
         settings = apply_spark_conf(self.settings, self.spark.sparkContext.getConf().getAll(), self._explicit)
         self.store_url = self._given_store_url or settings.store_url or default_store_url()
-        fit = Fit(settings, self.spark, self.store_url, model, data, y, self.on_epoch, self._key)
+        fit = Fit(settings, self.spark, store_url=self.store_url, model=model, data=data, y=y, on_epoch=self.on_epoch,
+                  key=self._key)
         self.run_id_ = fit.run_id
         self.history_ = fit.history
         try:

@@ -99,7 +99,7 @@ class LiveLog:
             self._write(self._summary.scalar(f"{phase}.run/{name}", float(value)), step)
         self._writer.flush()
 
-    def phase_end(self, phase: str, params: Mapping[str, np.ndarray], epochs: int,
+    def phase_end(self, phase: str, params: Mapping[str, np.ndarray], *, epochs: int,
                   feature_shape: tuple[int, ...] | None) -> None:
         """Weight histograms and the first layer's filters of a phase result."""
         for name, value in sorted(params.items()):

@@ -2,7 +2,8 @@
 
 :class:`RunWatch` holds the per-epoch validation (:mod:`node.watch._validation`), early stopping
 (:mod:`node.watch._early_stopping`), the live TensorBoard log (:mod:`node.watch._live`) and the optional
-MLflow run (:mod:`node.watch._mlflow_log`) of one fit.  :class:`~node.driver._fit.Fit` calls it at three
+MLflow run (:mod:`node.watch._mlflow_log`) of one fit.  The fit starts it with its values
+(:meth:`RunWatch.start`, which says what the run record should say of it) and calls it at three
 points: :meth:`end_epoch` (before the epoch is marked in the record, so the figures and the
 early-stopping state are written with it), :meth:`end_phase` and :meth:`finish`.
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -52,19 +53,6 @@ class WatchSettings(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
-class WatchedFit(Protocol):
-    """What :meth:`RunWatch.start` reads of the fit it watches (:class:`node.driver.Fit`), its record written."""
-
-    settings: WatchSettings
-    run_id: str
-    spec: dict
-    driver_spec: dict  # the spec on the CPU: what the validation tasks build (node.driver._devices)
-    phases: list[str]
-    spark: Any
-    record: RunRecord
-    weights: storage.WeightStore
-    prepared: Any  # node.data.PreparedData: feature_shape, classes
-
 logger = logging.getLogger(__name__)
 
 
@@ -81,7 +69,7 @@ def learning_rate_of(spec: Mapping[str, Any], phase: str) -> float | None:
 class RunWatch:
     """Validation, early stopping, TensorBoard and MLflow of one fit (see the module docstring)."""
 
-    def __init__(self, settings: WatchSettings, run: str, spec: dict, record: RunRecord,
+    def __init__(self, *, settings: WatchSettings, run: str, spec: dict, record: RunRecord,
                  weights: storage.WeightStore, feature_shape: tuple[int, ...], validator: Validator | None) -> None:
         self.settings, self.run, self.spec = settings, run, spec
         self.record, self.weights = record, weights
@@ -92,22 +80,55 @@ class RunWatch:
         self.mlflow = self._open_mlflow()
 
     @classmethod
-    def start(cls, fit: WatchedFit, validation: ValidationSet | None, model_input: Any) -> "RunWatch":
-        """The watch of ``fit`` (a :class:`~node.driver._fit.Fit` whose record and data are ready)."""
-        validator = None
+    def start(cls, *, settings: WatchSettings, run: str, spec: dict, driver_spec: dict, phases: Sequence[str],
+              feature_shape: tuple[int, ...], classes: np.ndarray | None, spark: Any, record: RunRecord,
+              weights: storage.WeightStore, validation: ValidationSet | None,
+              model_input: Any) -> tuple["RunWatch", dict[str, Any]]:
+        """The watch of one fit whose record is written and whose data is checked, and what its record should say.
+
+        Parameters
+        ----------
+        settings : WatchSettings
+        run : str
+        spec, driver_spec : dict
+            The model's spec, and its driver's CPU copy's (what the validation tasks build).
+        phases : sequence of str
+        feature_shape : tuple of int
+        classes : ndarray or None
+            The training data's classes (None: unsupervised).
+        spark : SparkSession
+        record : RunRecord
+            The run's record: the watch keeps its phases' validation and early-stopping state in it.
+        weights : storage.WeightStore
+        validation : ValidationSet or None
+        model_input : callable
+            Rows to the model's input shape (:func:`node.driver._fit_data.model_input`).
+
+        Returns
+        -------
+        watch : RunWatch
+        record_facts : dict
+            What the run record should say of the watch: ``validation`` (what is validated on) where a set is.
+
+        Raises
+        ------
+        InputDataError
+            The validation set has no labels while a phase is validated on labels.
+        """
+        validator, facts = None, {}
         if validation is not None:
-            if validation.y is None and any(is_supervised(phase) for phase in fit.phases):
+            if validation.y is None and any(is_supervised(phase) for phase in phases):
                 raise InputDataError(f"{validation.source} has no labels, but phase(s) "
-                                     f"{[phase for phase in fit.phases if is_supervised(phase)]} are validated on labels")
-            prepared = fit.prepared
-            validator = Validator(fit.spark, validation, fit.driver_spec, model_input, prepared.classes,
-                                  partitions=fit.spark.sparkContext.defaultParallelism)
-            fit.record.data["validation"] = validation.describe()
-        return cls(fit.settings, fit.run_id, fit.spec, fit.record, fit.weights,
-                   tuple(int(d) for d in fit.prepared.feature_shape), validator)
+                                     f"{[phase for phase in phases if is_supervised(phase)]} are validated on labels")
+            validator = Validator(spark, validation, driver_spec, model_input, classes,
+                                  partitions=spark.sparkContext.defaultParallelism)
+            facts["validation"] = validation.describe()
+        watch = cls(settings=settings, run=run, spec=spec, record=record, weights=weights,
+                    feature_shape=tuple(int(d) for d in feature_shape), validator=validator)
+        return watch, facts
 
     # ------------------------------------------------------------------ epochs
-    def end_epoch(self, phase: str, epoch: int, summary: dict, model: Any, validate: bool = True,
+    def end_epoch(self, phase: str, epoch: int, summary: dict, *, model: Any, validate: bool = True,
                   executors_busy: bool = False) -> bool:
         """Validate the epoch's consolidation, update early stopping, log; True when the phase should stop.
 
@@ -129,7 +150,7 @@ class RunWatch:
             step["validation"].append({"epoch": epoch, "time": time.time(),
                                        "seconds": time.perf_counter() - started,
                                        "evaluated_on": self.validator.last_evaluated_on, **metrics})
-            stop = self._early_stop(phase, epoch, metrics, phase_params)
+            stop = self._early_stop(phase, epoch, metrics=metrics, phase_params=phase_params)
         if self.live is not None:
             base = learning_rate_of(self.spec, phase)  # times the scaling rule's mean factor of the epoch
             rate = None if base is None else base * float(summary.get("learning_rate_scale") or 1.0)
@@ -140,7 +161,7 @@ class RunWatch:
             self._safely("MLflow", lambda: self.mlflow.epoch(phase, epoch, figures))
         return stop
 
-    def _early_stop(self, phase: str, epoch: int, metrics: Mapping[str, float],
+    def _early_stop(self, phase: str, epoch: int, *, metrics: Mapping[str, float],
                     phase_params: dict[str, np.ndarray]) -> bool:
         rule = self.early_stopping
         if rule is None or not rule.applies_to(phase):
@@ -184,7 +205,8 @@ class RunWatch:
     def end_phase(self, phase: str, result: Mapping[str, np.ndarray]) -> None:
         if self.live is not None:
             epochs = self.record.epochs_done(phase)
-            self._safely("TensorBoard log", lambda: self.live.phase_end(phase, result, epochs, self.feature_shape))
+            self._safely("TensorBoard log",
+                         lambda: self.live.phase_end(phase, result, epochs=epochs, feature_shape=self.feature_shape))
 
     def finish(self, status: str, model_path: str | None = None) -> None:
         """The fit ended with ``status``: the model artifact to MLflow (when given), writers closed."""

@@ -91,7 +91,8 @@ def test_each_task_reports_what_it_spent_before_its_first_partition_once(spark, 
 def test_a_fit_starts_the_python_workers_before_it_checks_its_data(spark, store_url, digits):
     settings = TrainingSettings(run_id="early-workers", epochs={"rbm0": 1, "finetune": 1}, partitions=4,
                                 progress=False, log_dir=None)
-    fit = Fit(settings, spark, store_url, small_dbn(), digits.X_train[:ROWS], digits.y_train[:ROWS])
+    fit = Fit(settings, spark, store_url=store_url, model=small_dbn(), data=digits.X_train[:ROWS],
+              y=digits.y_train[:ROWS])
     fit.run()
     workers = fit._workers.wait()  # a job of one task per node, each answering with its worker's pid
     assert len(workers) == spark.sparkContext.defaultParallelism and os.getpid() not in workers

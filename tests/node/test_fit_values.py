@@ -1,0 +1,84 @@
+"""A fit hands on values: its spec is final before a model is built from it, its facts are frozen once its
+lease is held, and its watch says what the record should say instead of writing into it."""
+
+import dataclasses
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import node
+import rbm
+import storage
+from node.driver import Fit, TrainingSettings
+from node.driver._fit_data import model_input
+from node.driver._fit_state import FitState
+from node.watch import RunWatch
+from node.watch._validation import ValidationSet
+
+KEY = b"k" * 32
+ROWS = 200
+
+
+def small_rbm(**settings) -> rbm.RBM:
+    return rbm.RBM(n_components=16, batch_size=20, learning_rate=0.05, n_iter=1, random_state=0, **settings)
+
+
+def a_fit_state() -> FitState:
+    return FitState(run_id="r1", fit_id="f1", group="sparkdbn-r1-f1", store_url="file:///tmp/store", key=KEY,
+                    spec={"kind": "rbm"}, driver_spec={"kind": "rbm"}, phases=("rbm",), nodes=2, feature_shape=(64,))
+
+
+def test_a_fit_state_is_frozen_and_never_shows_the_run_key():
+    state = a_fit_state()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        state.nodes = 3  # type: ignore[misc]
+    assert "kkkk" not in repr(state) and "r1" in repr(state)
+
+
+def test_the_driver_copy_of_a_gpu_model_is_built_from_the_spec_with_the_settings_batch_size(spark, store_url):
+    # The nodes build the spec; the driver's CPU copy (checks, validation, the saved model) must be the same model.
+    fit = Fit(TrainingSettings(batch_size=7, log_dir=None), spark, store_url=store_url, model=small_rbm(device="gpu"),
+              data=np.zeros((4, 64)))
+    assert fit.spec["batch_size"] == 7 and fit.spec["device"] == "gpu"
+    assert fit.model.to_spec()["batch_size"] == 7 and fit.model.to_spec()["device"] == "cpu"
+
+
+def test_a_fit_trains_and_records_the_spec_it_was_made_with(spark, store_url, digits):
+    settings = TrainingSettings(run_id="final-spec", batch_size=10, epochs={"rbm": 1}, partitions=2, progress=False,
+                                log_dir=None)
+    fit = Fit(settings, spark, store_url=store_url, model=small_rbm(), data=digits.X_train[:ROWS], key=KEY)
+    made_with = dict(fit.spec)
+    assert made_with["batch_size"] == 10  # the model's 20 is overridden before anything is built
+    fit.run()
+    assert fit.spec == made_with
+    record = node.open_run(store_url, "final-spec", key=KEY).runs.read_record()  # the run key is derived from KEY
+    assert record["status"] == "done" and record["spec"] == made_with
+
+
+def test_the_watch_says_what_the_record_should_say_and_leaves_the_record_as_it_was(spark, store_url, digits):
+    record = SimpleNamespace(data={"status": "running"})
+    validation = ValidationSet(digits.X_test[:30], digits.y_test[:30], "30 held-out rows")
+    spec = small_rbm().to_spec()
+    watch, facts = RunWatch.start(
+        settings=TrainingSettings(log_dir=None), run="r1", spec=spec, driver_spec=spec, phases=("rbm",),
+        feature_shape=(64,), classes=np.arange(10), spark=spark, record=record,
+        weights=storage.WeightStore(storage.open_store(store_url), "r1", KEY), validation=validation,
+        model_input=model_input((64,)))
+    try:
+        assert facts == {"validation": {"source": "30 held-out rows", "n_samples": 30}}
+        assert record.data == {"status": "running"}
+        assert watch.validator is not None and watch.feature_shape == (64,)
+    finally:
+        watch.close()
+
+
+def test_a_fit_without_validation_has_nothing_for_its_record_to_say_of_its_watch(spark, store_url):
+    spec = small_rbm().to_spec()
+    watch, facts = RunWatch.start(
+        settings=TrainingSettings(log_dir=None), run="r1", spec=spec, driver_spec=spec, phases=("rbm",),
+        feature_shape=(64,), classes=None, spark=spark, record=SimpleNamespace(data={}),
+        weights=storage.WeightStore(storage.open_store(store_url), "r1", KEY), validation=None,
+        model_input=model_input((64,)))
+    watch.close()
+    assert facts == {} and watch.validator is None
