@@ -58,7 +58,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import rbm  # noqa: E402
-from actors import merge_snapshots  # noqa: E402
+from actors import OuterState, merge_snapshots, outer_step, outer_step_enabled  # noqa: E402
 from node import TrainingSettings  # noqa: E402
 from node.modes import NodeScaling, max_learning_rate_factor, mode_named, schedule_epoch  # noqa: E402
 from node.modes._sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
@@ -178,8 +178,13 @@ def partitions_per_node(option: str, nodes: int, rows: int, batch_size: int, mod
 def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.ndarray, *, nodes: int, mode: str,
              fanout: int | None, epochs: int, partitions_per_node: int, clock: Clock, seed: int,
              evaluations_per_epoch: int = 4, scale_rule: str = "auto", warmup_partitions: int = 2,
-             sharing_threshold: float = 1e-3, sharing_sparsity: float = 0.01, evaluate: bool = True):
+             sharing_threshold: float = 1e-3, sharing_sparsity: float = 0.01, evaluate: bool = True,
+             outer_learning_rate: float = 1.0, outer_momentum: float = 0.0):
     """Simulate ``nodes`` nodes fine-tuning ``base`` in ``mode`` ("async", "sync", "sharing").
+
+    ``outer_learning_rate`` and ``outer_momentum``: the outer step of ``async`` and ``sync``
+    (:func:`actors.outer_step`), applied after each partition (``async``) or round's average (``sync``)
+    where more than one node trains, as the executor does; ``1.0, 0.0``: plain merging.
 
     Returns the :class:`Curve` and the nodes' final parameters (list of dicts).
     """
@@ -201,7 +206,17 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
     for scaling in scalings:
         scaling.enter_phase(PHASE)
     probe = copy.deepcopy(base)
+    outer = nodes > 1 and mode in ("async", "sync") and outer_step_enabled(outer_learning_rate, outer_momentum)
+    outer_states = [OuterState.start(r.parameters(PHASE)) for r in replicas] if outer else []
+
+    def step_outer(i: int) -> None:  # node i's outer step on what merging and training changed
+        params, outer_states[i] = outer_step(outer_states[i], replicas[i].parameters(PHASE), outer_learning_rate,
+                                             outer_momentum)
+        replicas[i].set_parameters(params)
+
     label = {"async": f"async f={fanout or 'all'}"}.get(mode, mode)
+    if outer:
+        label += f" outer {outer_learning_rate:g}/{outer_momentum:g}"
     curve = Curve(label, nodes)
     total_partitions = epochs * partitions_per_node
     done = np.zeros(nodes, dtype=int)
@@ -241,8 +256,10 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
             curve.reads += nodes * (nodes - 1)
             if nodes > 1:
                 average = _mean([r.parameters(PHASE) for r in replicas])
-                for replica in replicas:
+                for i, replica in enumerate(replicas):
                     replica.set_parameters(average)
+                    if outer:
+                        step_outer(i)
             check(now)
         return curve, [r.parameters(PHASE) for r in replicas]
 
@@ -292,6 +309,8 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
         before = replicas[i].parameters(PHASE)
         compute_s = train(i, merged_from)
         if mode == "async":
+            if outer:
+                step_outer(i)
             end = now + reads * clock.read_s + compute_s + clock.write_s
             published[i].append((end + clock.delay_s, int(done[i]), replicas[i].parameters(PHASE)))
         else:

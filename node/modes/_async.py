@@ -66,6 +66,7 @@ class AsyncMode(TrainingMode):
                 yield self.train_partition(node, task, index, X, y, stolen, node.data.take_read_bytes())
             except InputDataError as error:  # reported, not raised: the same data fails on a retry
                 yield node.refusal(task, index, error)
+        node.save_outer(task.phase)  # once per task: a node that starts later continues the momentum
 
     def train_partition(self, node: ModeNode, task: TaskSpec, partition: int, X: np.ndarray,
                         y: np.ndarray | None, stolen: bool = False, data_read_bytes: int = 0) -> PartitionReport:
@@ -100,6 +101,7 @@ class AsyncMode(TrainingMode):
             node.model.set_minibatch_hook(None)
         node.also_merged(snapshot.node for snapshot in during)
         used = before + during
+        node.outer_step(task.phase)  # on what this partition's merges and training changed
 
         tick = time.perf_counter()
         params = node.model.parameters(task.phase)

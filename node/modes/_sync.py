@@ -113,6 +113,7 @@ class SyncMode(TrainingMode):
                         return
                 sync_started = time.perf_counter()
                 sent, peers, read = self._average(node, epoch_task, spark_partition, slots, frequency, round_index)
+                node.outer_step(task.phase)  # DiLoCo: every node steps on the same average from the same anchor
                 sync_s = time.perf_counter() - sync_started
                 for position, (trained, started) in enumerate(pending):
                     if position < len(pending) - 1:
@@ -120,6 +121,10 @@ class SyncMode(TrainingMode):
                     else:  # the round's barrier is charged to its last partition
                         yield node.report(epoch_task, PartitionWork(trained, started, merge_s=sync_s, merged_from=peers,
                                                                     sent_bytes=sent, read_bytes=read))
+            node.save_outer(task.phase)
+        if node.outer_enabled:  # the phase's result is the anchor of the last outer step, not the round's average
+            node.weights.put_version(task.phase, node.name, self._next_version(node, task.phase),
+                                     node.model.parameters(task.phase))
 
     def _average(self, node: ModeNode, task: TaskSpec, slot: int, slots: list[list[int]], frequency: int,
                  round_index: int) -> tuple[int, list[str], int]:
