@@ -12,7 +12,10 @@ progress as the asynchronous nodes do when every peer's snapshot is fresh.  Stra
 * ``delta-D``        -- add the peers' progress since their last merged version, damped by D,
   instead of averaging whole models;
 * ``every-K``        -- average only every K rounds (merge less often);
-* ``linear-every-2`` -- a combination.
+* ``linear-every-2`` -- a combination;
+* ``average+outer``, ``auto+outer`` -- ``average`` / ``auto`` with the outer step after each average
+  (:func:`actors.outer_step`, DiLoCo: every replica steps from the same anchor on the same average;
+  ``--outer ETA/MU``, the fit's default when not given), its state reset at each phase.
 
 Part 2 (``--spark``): the chosen default confirmed on ``local[n]`` Spark through the real
 :class:`node.Trainer` (``scale_rule="auto"`` vs ``"none"``).
@@ -52,6 +55,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import node  # noqa: E402
 import rbm  # noqa: E402
+from actors import OuterState, outer_step  # noqa: E402
 from node import TrainingSettings  # noqa: E402
 from node.modes import mode_named  # noqa: E402
 from node.modes._scaling import (default_warmup_partitions, learning_rate_scale, max_learning_rate_factor,  # noqa: E402
@@ -61,7 +65,7 @@ from rbm.datasets import load_digits01, load_digits28  # noqa: E402
 from _results import BenchRun, add_json_option  # noqa: E402
 
 STRATEGIES = ("average", "linear", "sqrt", "auto", "linear-nowarmup", "delta-1.0", "delta-0.5", "every-2", "every-4",
-              "linear-every-2")
+              "linear-every-2", "average+outer", "auto+outer")
 
 
 # ----------------------------------------------------------------------------- models and data
@@ -103,7 +107,7 @@ def _mean(params_list):
 
 
 def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: int | str = "default",
-             warmup: int | None = None) -> float:
+             warmup: int | None = None, outer: tuple[float, float] | None = None) -> float:
     """Train ``nodes`` replicas with ``strategy`` on ``per_node * nodes`` partitions per epoch
     (``"default"``: as many as an ``async`` fit takes by default,
     :meth:`node.modes._base.TrainingMode.default_partitions`), warming up over each node's first epoch of a
@@ -113,6 +117,10 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
 
     base = make_model(kind, seed)
     X, y = split.X_train, split.y_train
+    strategy, with_outer = strategy.removesuffix("+outer"), strategy.endswith("+outer")
+    if with_outer and outer is None:
+        defaults = TrainingSettings()
+        outer = (defaults.outer_learning_rate, defaults.outer_momentum)
     rule = {"average": "none", "linear-nowarmup": "linear", "linear-every-2": "linear"}.get(strategy, strategy)
     if strategy.startswith(("delta", "every")):
         rule = "none"
@@ -137,6 +145,7 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
     for phase_index, phase in enumerate(base.phases()):
         resolved = resolve_rule(rule)
         bases = [r.parameters(phase) for r in replicas]
+        outer_state = OuterState.start(bases[0]) if with_outer and nodes > 1 else None  # a phase starts without one
         done = 0
         rounds = EPOCHS[kind][phase] * per_node
         for round_index in range(rounds):
@@ -157,6 +166,8 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
             params = [r.parameters(phase) for r in replicas]
             if damping is None:
                 merged = _mean(params)
+                if outer_state is not None:  # the replicas are equal: one step for all
+                    merged, outer_state = outer_step(outer_state, merged, *outer)
                 for replica in replicas:
                     replica.set_parameters(merged)
                 bases = [merged] * nodes
@@ -191,7 +202,7 @@ def part_simulation(args) -> None:
                 cells = []
                 for n in args.nodes:
                     try:
-                        values = [simulate(args.kind, split, n, strategy, seed, per_node, args.warmup)
+                        values = [simulate(args.kind, split, n, strategy, seed, per_node, args.warmup, args.outer)
                                   for seed in range(args.seeds)]
                     except ValueError as error:  # rbm.DivergenceError: the scaled rates were past the stable range
                         cells.append(f"{'diverged':>14}")
@@ -291,6 +302,14 @@ def part_spark(args) -> None:
         spark.stop()
 
 
+def _outer(text: str) -> tuple[float, float]:
+    try:
+        eta, mu = (float(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--outer takes ETA/MU, e.g. 0.7/0.9, got {text!r}") from None
+    return eta, mu
+
+
 def _per_node(text: str) -> int | str:
     return text if text == "default" else int(text)
 
@@ -308,6 +327,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=None,
                         help="warm-up partitions per node and phase (default: a node's first epoch, as a fit)")
     parser.add_argument("--spark", action="store_true", help="confirm on local[n] Spark instead of simulating")
+    parser.add_argument("--outer", type=_outer, default=None, metavar="ETA/MU",
+                        help="the outer step's rate and momentum (strategies '+outer'; --spark: the fits'; 1/0: off); "
+                             "default: the fit's defaults")
     parser.add_argument("--rules", nargs="+", default=["none", "auto"])
     parser.add_argument("--target", type=float, default=None,
                         help="--spark: also count the last phase's epochs until this test accuracy (classifiers)")
