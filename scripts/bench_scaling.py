@@ -145,7 +145,8 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
     for phase_index, phase in enumerate(base.phases()):
         resolved = resolve_rule(rule)
         bases = [r.parameters(phase) for r in replicas]
-        outer_state = OuterState.start(bases[0]) if with_outer and nodes > 1 else None  # a phase starts without one
+        # A phase starts without one; none where the nodes' minibatch is split (as the executor decides).
+        outer_state = OuterState.start(bases[0]) if with_outer and nodes > 1 and node_batch == batch_size else None
         done = 0
         rounds = EPOCHS[kind][phase] * per_node
         for round_index in range(rounds):
@@ -261,7 +262,7 @@ def part_bound(args) -> None:
 
 
 # ----------------------------------------------------------------------------- Spark confirmation
-def part_spark(args) -> None:
+def part_spark(args, run: BenchRun | None = None) -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -272,8 +273,12 @@ def part_spark(args) -> None:
     target = args.target if args.kind != "rbm" else None  # a classifier's last phase is validated on the test rows
     print(f"# Spark local[n], partitions {partitions}, {args.kind} on {args.data}, epochs {EPOCHS[args.kind]}"
           + (f"; epochs of the last phase to {target} test accuracy" if target else ""))
+    outer = args.outer or (TrainingSettings().outer_learning_rate, TrainingSettings().outer_momentum)
+    print(f"# outer step {outer[0]:g}/{outer[1]:g} (1/0: off); the one-process line: 1 node")
     print(f"{'nodes':>5} {'rule':>6} {'score':>8} {'fit_s':>7} {'max factor':>10} {'nodes merging':>13} "
           f"{'epochs to':>9} {'s/epoch':>7}")
+    scores: dict[tuple[int, str], list[float]] = {}
+    fit_times: dict[tuple[int, str], list[float]] = {}
     for n in args.nodes:
         spark = (SparkSession.builder.master(f"local[{n}]").config("spark.ui.enabled", "false")
                  .config("spark.ui.showConsoleProgress", "false")
@@ -287,19 +292,33 @@ def part_spark(args) -> None:
                     trainer = node.Trainer(spark=spark, store_url=store, epochs=EPOCHS[args.kind],
                                            partitions=None if per_node == "default" else per_node * n,
                                            progress=False, seed=seed, scale_rule=rule, key=b"bench-scaling-key",
-                                           log_dir=None, **validation)
+                                           log_dir=None, outer_learning_rate=outer[0], outer_momentum=outer[1],
+                                           **validation)
                     trainer.fit(model, split.X_train, None if args.kind == "rbm" else split.y_train)
                     fit_s = time.perf_counter() - started
                 records = [r for summary in trainer.history_ for r in summary["records"]]
                 last = [summary for summary in trainer.history_ if summary["phase"] == model.phases()[-1]]
                 reached = [index + 1 for index, summary in enumerate(last)
                            if target and (summary.get("validation") or {}).get("val_accuracy", 0.0) >= target]
+                scores.setdefault((n, rule), []).append(score(model, args.kind, split))
+                fit_times.setdefault((n, rule), []).append(fit_s)
                 print(f"{n:>5} {rule:>6} {score(model, args.kind, split):>8.4f} {fit_s:>7.1f} "
                       f"{max(r['learning_rate_scale'] for r in records):>10.2f} "
                       f"{max(r['nodes_merging'] for r in records):>13} "
                       f"{(reached[0] if reached else '-') if target else '':>9} "
                       f"{np.mean([summary['wall_s'] for summary in last]):>7.2f}", flush=True)
         spark.stop()
+    if run is not None:
+        one = [values for (n, _), values in scores.items() if n == 1]
+        reference = float(np.mean(one[0])) if one else None
+        rows = [[n, rule, len(values), float(np.mean(values)), float(np.min(values)), float(np.max(values)),
+                 None if reference is None else 100.0 * (float(np.mean(values)) - reference),
+                 float(np.mean(fit_times[n, rule]))] for (n, rule), values in scores.items()]
+        run.table(f"{args.kind} on {args.data}, Spark local[n], epochs {EPOCHS[args.kind]}, outer step "
+                  f"{outer[0]:g}/{outer[1]:g}", ["nodes", "rule", "runs", "score (mean)", "min", "max",
+                                                 "gap to 1 node (points)", "fit (s)"], rows,
+                  "1 node: one process's line (a fit on local[1]). Fit times are the driver's wall time on a "
+                  "shared machine: not a speed measurement.")
 
 
 def _outer(text: str) -> tuple[float, float]:
@@ -341,7 +360,7 @@ def main() -> None:
     if args.bound:
         part_bound(args)
     else:
-        part_spark(args) if args.spark else part_simulation(args)
+        part_spark(args, run) if args.spark else part_simulation(args)
     run.finish()
 
 

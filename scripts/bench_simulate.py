@@ -207,7 +207,8 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
     for scaling in scalings:
         scaling.enter_phase(PHASE)
     probe = copy.deepcopy(base)
-    outer = nodes > 1 and mode in ("async", "sync") and outer_step_enabled(outer_learning_rate, outer_momentum)
+    outer = (nodes > 1 and mode in ("async", "sync") and node_batch == base.batch_size  # as the executor decides
+             and outer_step_enabled(outer_learning_rate, outer_momentum))
     outer_states = [OuterState.start(r.parameters(PHASE)) for r in replicas] if outer else []
 
     def step_outer(i: int) -> None:  # node i's outer step on what merging and training changed

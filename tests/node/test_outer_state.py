@@ -16,11 +16,13 @@ KEY = b"outer-state-test-key-0123456789ab"
 ETA, MU = 0.7, 0.9
 
 
-def a_node_config(store_url: str, spec: dict, *, nodes: int = 2, eta: float = ETA, mu: float = MU) -> NodeConfig:
+def a_node_config(store_url: str, spec: dict, *, nodes: int = 2, eta: float = ETA, mu: float = MU,
+                  node_batch_size: int = 0) -> NodeConfig:
     return NodeConfig(run="outer", fit_id="f1", store_url=store_url, store_retry_timeout_s=5.0, key=KEY,
                       spec=spec, feature_shape=(16,), classes=None, seed=0, fanout=None, merge_alpha=None,
                       keep_versions=3, anti_entropy_interval_s=60.0, peer_refresh_interval_s=60.0,
-                      flush_timeout_s=10.0, nodes=nodes, outer_learning_rate=eta, outer_momentum=mu)
+                      flush_timeout_s=10.0, nodes=nodes, outer_learning_rate=eta, outer_momentum=mu,
+                      node_batch_size=node_batch_size)
 
 
 def shifted(params: dict, by: dict) -> dict:
@@ -96,10 +98,11 @@ def test_the_momentum_is_stored_apart_from_the_weights_and_a_phase_nobody_traine
     assert other.outer_momentum("rbm") is None  # written under another key: never read
 
 
-def test_a_node_of_a_one_node_fit_or_with_the_outer_step_off_keeps_its_weights(an_rbm_run):
+def test_a_node_of_a_one_node_fit_with_a_split_minibatch_or_with_the_outer_step_off_keeps_its_weights(an_rbm_run):
     store_url, spec, start, payload = an_rbm_run
     change = {name: np.full_like(value, 0.5) for name, value in start.items()}
-    for config in (a_node_config(store_url, spec, nodes=1), a_node_config(store_url, spec, eta=1.0, mu=0.0)):
+    for config in (a_node_config(store_url, spec, nodes=1), a_node_config(store_url, spec, eta=1.0, mu=0.0),
+                   a_node_config(store_url, spec, node_batch_size=3)):
         plain = ExecutorNode(config).start()
         try:
             plain.enter_phase("rbm", "digest", lambda: payload)
@@ -112,3 +115,12 @@ def test_a_node_of_a_one_node_fit_or_with_the_outer_step_off_keeps_its_weights(a
         finally:
             plain.stop()
     assert storage.WeightStore(storage.open_store(store_url), "outer", KEY).outer_momentum("rbm") is None
+
+
+@pytest.mark.parametrize("field, value", [("outer_learning_rate", 0.0), ("outer_learning_rate", 2.5),
+                                          ("outer_momentum", 1.0), ("outer_momentum", -0.5)])
+def test_outer_settings_outside_the_stable_range_are_refused_naming_the_setting(field, value):
+    import node
+
+    with pytest.raises(ValueError, match=field):
+        node.TrainingSettings(**{field: value}).validate()
