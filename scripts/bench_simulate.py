@@ -24,6 +24,13 @@ simulated.  A discrete-event clock orders the nodes' partitions:
   applies every visible peer update not applied yet, each once (summed with ``np.bincount``,
   equal to :meth:`SparseUpdate.apply_to` one after the other).
 
+The outer step (``--outer ETA/MU``, by default both plain merging and the fit's default): after a
+partition (``async``) or a round's average (``sync``) a node steps from its anchor with Nesterov
+momentum on what merging and training changed (:func:`actors.outer_step`), as the executor does, and
+not where the nodes' minibatch is split.  ``--seeds N`` repeats everything for N seeds (each its own
+pretraining, shards and node speeds) and adds a table of accuracy at equal epochs (mean, std, gap to
+one node) and simulated time to one node's final accuracy.
+
 Learning rates follow the project's default rule through the executor's own
 :class:`node.modes._scaling.NodeScaling` (``"auto"``, warm-up 2): ``async`` counts the peers merged
 in the last 4 partitions, ``sync`` the round's nodes, ``sharing`` none (as the real modes do).
@@ -35,6 +42,7 @@ accuracy at equal samples and samples and time to a target; a PNG with one panel
     .venv/bin/python scripts/bench_simulate.py                   # 8, 64, 256 nodes (a few minutes)
     .venv/bin/python scripts/bench_simulate.py --quick           # a smoke run
     .venv/bin/python scripts/bench_simulate.py --straggler 3 --png /tmp/simulate-straggler.png
+    .venv/bin/python scripts/bench_simulate.py --nodes 8 64 --fanouts --modes async --seeds 5 --outer 1/0 0.7/0.8
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Per node, per partition: merge the fresh peer snapshots the node's actor has fetched (at most
 ``fanout`` of them; ``w <- (1 - a) w + a mean(peers)``, ``a = m / (m + 1)``), train one pass --
 merging the same way, between two minibatches, each snapshot fetched while it trains (at most
-``fanout`` peers in all per partition) -- publish the new weights and wait until they are
+``fanout`` peers in all per partition) -- take the outer step on what the merges and the partition
+changed (:meth:`~node.modes.ModeNode.outer_step`, NoLoCo-like: each node on what its own merges
+brought) -- publish the new weights and wait until they are
 written (so that the driver finds every finished task's snapshot when it consolidates), then
 report.  Nobody waits for a peer: only for reads of versions already announced, before the
 partition.

@@ -26,8 +26,11 @@ Executor half (one task = one node's share of every epoch of the phase)
     and waits until every slot of the round has written its record -- the barrier, through the
     store, so it works wherever the store is shared.  It reads the named snapshots (MAC and
     sha256 checked), averages them with its own (sum in float64 / n; one node's average is
-    itself, bit for bit) and continues from the average.  Optimizer state (momentum) stays local,
-    as in Deeplearning4j without ``saveUpdater``.  A slot whose node does not reach the barrier
+    itself, bit for bit) and continues from the average, then takes the outer step from its anchor
+    on the average (DiLoCo: every node holds the same anchor and momentum, so they stay one model;
+    after its last round a node stores that anchor as its newest snapshot, which the phase
+    consolidates).  Optimizer state (momentum) stays local, as in Deeplearning4j without
+    ``saveUpdater``.  A slot whose node does not reach the barrier
     within ``barrier_timeout_s`` fails the task with a message that says what to check.
 
 A slow node holds every other node at each barrier: that is the price of this mode.
