@@ -24,7 +24,7 @@ simulated.  A discrete-event clock orders the nodes' partitions:
   applies every visible peer update not applied yet, each once (summed with ``np.bincount``,
   equal to :meth:`SparseUpdate.apply_to` one after the other).
 
-The outer step (``--outer ETA/MU``, by default both plain merging and the fit's default): after a
+The outer step (``--outer ETA/MU``, by default both plain merging and 0.7/0.8): after a
 partition (``async``) or a round's average (``sync``) a node steps from its anchor with Nesterov
 momentum on what merging and training changed (:func:`actors.outer_step`), as the executor does, and
 not where the nodes' minibatch is split.  ``--seeds N`` repeats everything for N seeds (each its own
@@ -75,6 +75,9 @@ from rbm.datasets import load_digits28, shift_images  # noqa: E402
 from _results import BenchRun, add_json_option  # noqa: E402
 
 PHASE = "finetune"
+
+#: The outer step measured beside plain merging when ``--outer`` names none (docs/scaling-out.md, "The outer step").
+CANDIDATE_OUTER = (0.7, 0.8)
 
 
 @dataclass(frozen=True)
@@ -422,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", nargs="+", default=["async", "sync", "sharing"], choices=("async", "sync", "sharing"))
     parser.add_argument("--outer", type=outer_settings, nargs="+", default=None, metavar="ETA/MU",
                         help="the outer step(s) run for async and sync: ETA/MU, or 'default' (the fit's); "
-                             "1/0 is plain merging (default: 1/0 and 'default')")
+                             "1/0 is plain merging (default: 1/0 and 0.7/0.8)")
     parser.add_argument("--seeds", type=int, default=1,
                         help="seeds 0 .. N-1 (each its own pretraining, shards and node speeds): the table of accuracy "
                              "at equal epochs is their mean; the figure and the per-run table show --seed")
@@ -452,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sizes = args.nodes or ([8, 32] if args.quick else [8, 64, 256])
     epochs = args.epochs or (2 if args.quick else 6)
-    outers = args.outer or [(1.0, 0.0), outer_settings("default")]
+    outers = args.outer or [(1.0, 0.0), CANDIDATE_OUTER]
     seeds = [args.seed] + [seed for seed in range(args.seeds) if seed != args.seed]
     started = time.perf_counter()
     results: dict[tuple[int, str], list[Curve]] = {}

@@ -75,9 +75,10 @@ class TrainingSettings:
         each node of a fit of several nodes keeps an anchor (its weights after its last outer step)
         and a momentum ``v``; after it merged and trained to ``w`` it steps on ``d = anchor - w``:
         ``v <- mu v + d``, ``w <- anchor - eta (d + mu v)`` (Nesterov), with ``eta`` the outer learning
-        rate in (0, 2] and ``mu`` the outer momentum in [0, 1) (defaults 0.7 and 0.8, measured in
-        docs/scaling-out.md).  ``1.0`` and ``0.0`` turn the step off (plain merging); it is also off on
-        one node and where the scaling rule splits the nodes' minibatch.  The momentum is stored beside
+        rate in (0, 2] and ``mu`` the outer momentum in [0, 1).  The defaults, ``1.0`` and ``0.0``, are
+        plain merging (no step): 0.7 / 0.8 gained in simulation but lost on Spark (docs/scaling-out.md,
+        "The outer step").  The step is off on one node and where the scaling rule splits the nodes'
+        minibatch.  The momentum is stored beside
         the node's snapshots, so a restarted or new node continues it; each phase starts with none.
     warmup_partitions : int, optional
         At each phase start the factor ramps up from 1 over this many partitions of each node
@@ -167,8 +168,8 @@ class TrainingSettings:
     merge_alpha: float | None = None
     fanout: int | None = None
     scale_rule: str = "auto"
-    outer_learning_rate: float = 0.7
-    outer_momentum: float = 0.8
+    outer_learning_rate: float = 1.0
+    outer_momentum: float = 0.0
     warmup_partitions: int | None = None
     keep_versions: int = 3
     run_id: str | None = None
