@@ -16,6 +16,7 @@ from ._errors import ActorsError, MergeError, MessageError, NodeAddressError, No
 from ._merge import merge_snapshots
 from ._messages import SCHEMA_VERSION, Goodbye, Snapshot, WeightAnnouncement
 from ._node import NodeHandle, start_node
+from ._outer import OuterState, check_outer_settings, outer_step, outer_step_enabled
 from ._transport import parse_port_range
 from ._wire import decode_frames, encode_message
 
@@ -24,6 +25,10 @@ __all__ = [
     "NodeHandle",
     "Snapshot",
     "merge_snapshots",
+    "OuterState",
+    "outer_step",
+    "outer_step_enabled",
+    "check_outer_settings",
     "WeightAnnouncement",
     "Goodbye",
     "SCHEMA_VERSION",

@@ -58,6 +58,8 @@ class NodeConfig:
     scale_rule : str
         The learning-rate scaling rule (see :mod:`node.modes._scaling`).
     warmup_partitions : int
+    outer_learning_rate, outer_momentum : float
+        The outer step (see :class:`~node.TrainingSettings`); ``1.0, 0.0``: off.
     n_samples : int
         Training rows of the run (0: unknown); with the spec's ``batch_size``, the steps per node and epoch.
     nodes : int
@@ -98,6 +100,8 @@ class NodeConfig:
     flush_timeout_s: float
     scale_rule: str = "auto"
     warmup_partitions: int = 2
+    outer_learning_rate: float = 1.0
+    outer_momentum: float = 0.0
     n_samples: int = 0
     nodes: int = 0
     node_batch_size: int = 0

@@ -24,6 +24,13 @@ simulated.  A discrete-event clock orders the nodes' partitions:
   applies every visible peer update not applied yet, each once (summed with ``np.bincount``,
   equal to :meth:`SparseUpdate.apply_to` one after the other).
 
+The outer step (``--outer ETA/MU``, by default both plain merging and 0.7/0.8): after a
+partition (``async``) or a round's average (``sync``) a node steps from its anchor with Nesterov
+momentum on what merging and training changed (:func:`actors.outer_step`), as the executor does, and
+not where the nodes' minibatch is split.  ``--seeds N`` repeats everything for N seeds (each its own
+pretraining, shards and node speeds) and adds a table of accuracy at equal epochs (mean, std, gap to
+one node) and simulated time to one node's final accuracy.
+
 Learning rates follow the project's default rule through the executor's own
 :class:`node.modes._scaling.NodeScaling` (``"auto"``, warm-up 2): ``async`` counts the peers merged
 in the last 4 partitions, ``sync`` the round's nodes, ``sharing`` none (as the real modes do).
@@ -35,6 +42,7 @@ accuracy at equal samples and samples and time to a target; a PNG with one panel
     .venv/bin/python scripts/bench_simulate.py                   # 8, 64, 256 nodes (a few minutes)
     .venv/bin/python scripts/bench_simulate.py --quick           # a smoke run
     .venv/bin/python scripts/bench_simulate.py --straggler 3 --png /tmp/simulate-straggler.png
+    .venv/bin/python scripts/bench_simulate.py --nodes 8 64 --fanouts --modes async --seeds 5 --outer 1/0 0.7/0.8
 """
 
 from __future__ import annotations
@@ -58,7 +66,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import rbm  # noqa: E402
-from actors import merge_snapshots  # noqa: E402
+from actors import OuterState, merge_snapshots, outer_step, outer_step_enabled  # noqa: E402
 from node import TrainingSettings  # noqa: E402
 from node.modes import NodeScaling, max_learning_rate_factor, mode_named, schedule_epoch  # noqa: E402
 from node.modes._sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
@@ -67,6 +75,9 @@ from rbm.datasets import load_digits28, shift_images  # noqa: E402
 from _results import BenchRun, add_json_option  # noqa: E402
 
 PHASE = "finetune"
+
+#: The outer step measured beside plain merging when ``--outer`` names none (docs/scaling-out.md, "The outer step").
+CANDIDATE_OUTER = (0.7, 0.8)
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,7 @@ class Curve:
 
     label: str
     nodes: int
+    parts: int = 0  # partitions per node and epoch
     samples: list[int] = field(default_factory=list)
     time_s: list[float] = field(default_factory=list)
     accuracy: list[float] = field(default_factory=list)
@@ -179,8 +191,13 @@ def partitions_per_node(option: str, nodes: int, rows: int, batch_size: int, mod
 def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.ndarray, *, nodes: int, mode: str,
              fanout: int | None, epochs: int, partitions_per_node: int, clock: Clock, seed: int,
              evaluations_per_epoch: int = 4, scale_rule: str = "auto", warmup_partitions: int = 2,
-             sharing_threshold: float = 1e-3, sharing_sparsity: float = 0.01, evaluate: bool = True):
+             sharing_threshold: float = 1e-3, sharing_sparsity: float = 0.01, evaluate: bool = True,
+             outer_learning_rate: float = 1.0, outer_momentum: float = 0.0):
     """Simulate ``nodes`` nodes fine-tuning ``base`` in ``mode`` ("async", "sync", "sharing").
+
+    ``outer_learning_rate`` and ``outer_momentum``: the outer step of ``async`` and ``sync``
+    (:func:`actors.outer_step`), applied after each partition (``async``) or round's average (``sync``)
+    where more than one node trains, as the executor does; ``1.0, 0.0``: plain merging.
 
     Returns the :class:`Curve` and the nodes' final parameters (list of dicts).
     """
@@ -202,7 +219,18 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
     for scaling in scalings:
         scaling.enter_phase(PHASE)
     probe = copy.deepcopy(base)
+    outer = (nodes > 1 and mode in ("async", "sync") and node_batch == base.batch_size  # as the executor decides
+             and outer_step_enabled(outer_learning_rate, outer_momentum))
+    outer_states = [OuterState.start(r.parameters(PHASE)) for r in replicas] if outer else []
+
+    def step_outer(i: int) -> None:  # node i's outer step on what merging and training changed
+        params, outer_states[i] = outer_step(outer_states[i], replicas[i].parameters(PHASE), outer_learning_rate,
+                                             outer_momentum)
+        replicas[i].set_parameters(params)
+
     label = {"async": f"async f={fanout or 'all'}"}.get(mode, mode)
+    if outer:
+        label += f" outer {outer_learning_rate:g}/{outer_momentum:g}"
     curve = Curve(label, nodes)
     total_partitions = epochs * partitions_per_node
     done = np.zeros(nodes, dtype=int)
@@ -242,8 +270,10 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
             curve.reads += nodes * (nodes - 1)
             if nodes > 1:
                 average = _mean([r.parameters(PHASE) for r in replicas])
-                for replica in replicas:
+                for i, replica in enumerate(replicas):
                     replica.set_parameters(average)
+                    if outer:
+                        step_outer(i)
             check(now)
         return curve, [r.parameters(PHASE) for r in replicas]
 
@@ -293,6 +323,8 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
         before = replicas[i].parameters(PHASE)
         compute_s = train(i, merged_from)
         if mode == "async":
+            if outer:
+                step_outer(i)
             end = now + reads * clock.read_s + compute_s + clock.write_s
             published[i].append((end + clock.delay_s, int(done[i]), replicas[i].parameters(PHASE)))
         else:
@@ -312,7 +344,7 @@ def configurations(nodes: int, fanouts: list[int]) -> list[tuple[str, int | None
     return [("async", f) for f in fanouts if f < nodes - 1] + [("async", None), ("sync", None), ("sharing", None)]
 
 
-def plot(curves: dict[int, list[Curve]], png: str, target: float) -> None:
+def plot(curves: dict[int, list[Curve]], png: str, target: float, one_node: float | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -332,6 +364,8 @@ def plot(curves: dict[int, list[Curve]], png: str, target: float) -> None:
         for row, xlabel in enumerate(("samples processed (thousands)", "simulated time (s)")):
             axis = axes[row][column]
             axis.axhline(target, color="grey", linewidth=0.6, linestyle=":")
+            if one_node is not None:  # one node's final accuracy: the line the nodes are to reach
+                axis.axhline(one_node, color="black", linewidth=0.8, linestyle="--")
             axis.set_ylim(max(0.0, target - 0.25), 1.0)
             axis.set_xlabel(xlabel)
             axis.grid(alpha=0.3)
@@ -347,15 +381,60 @@ def plot(curves: dict[int, list[Curve]], png: str, target: float) -> None:
     plt.close(figure)
 
 
+def outer_settings(text: str) -> tuple[float, float]:
+    """``ETA/MU`` -> (eta, mu); ``default``: the fit's defaults (:class:`node.TrainingSettings`)."""
+    if text == "default":
+        defaults = TrainingSettings()
+        return float(defaults.outer_learning_rate), float(defaults.outer_momentum)
+    try:
+        eta, mu = (float(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--outer takes ETA/MU (e.g. 0.7/0.9) or 'default', got {text!r}") from None
+    return eta, mu
+
+
+def equal_epochs_rows(results: dict, sizes: list[int], epochs: int, rows_per_epoch: int) -> list[list]:
+    """Per node count and configuration, over the seeds: accuracy after ``epochs`` (mean, std), its gap to one
+    node's, and the simulated time to one node's final accuracy (mean over the seeds that reach it)."""
+    one = results[1, "1 node"]
+    rows = [[1, "1 node", "-", float(np.mean([c.accuracy[-1] for c in one])), float(np.std([c.accuracy[-1] for c in one])),
+             0.0, float(np.mean([c.time_s[-1] for c in one])), f"{len(one)}/{len(one)}", 1.0]]
+    for n in sizes:
+        for (size, label), curves in results.items():
+            if size != n:
+                continue
+            final = [c.accuracy[-1] for c in curves]
+            times, reached = [], 0
+            for curve, reference in zip(curves, one):
+                hit = curve.first_reaching(reference.accuracy[-1])
+                if hit is not None:
+                    reached += 1
+                    times.append(hit[1])
+            time_s = float(np.mean(times)) if times else None
+            one_s = float(np.mean([c.time_s[-1] for c in one]))
+            rows.append([n, label, curves[0].parts, float(np.mean(final)), float(np.std(final)),
+                         100.0 * (float(np.mean(final)) - rows[0][3]), time_s, f"{reached}/{len(curves)}",
+                         None if time_s is None else one_s / time_s])
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: 9x smaller data, 8 and 32 nodes, 2 epochs")
     parser.add_argument("--nodes", type=int, nargs="+", default=None, help="default 8 64 256 (quick: 8 32)")
-    parser.add_argument("--fanouts", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--fanouts", type=int, nargs="*", default=[2, 4, 8])
+    parser.add_argument("--modes", nargs="+", default=["async", "sync", "sharing"], choices=("async", "sync", "sharing"))
+    parser.add_argument("--outer", type=outer_settings, nargs="+", default=None, metavar="ETA/MU",
+                        help="the outer step(s) run for async and sync: ETA/MU, or 'default' (the fit's); "
+                             "1/0 is plain merging (default: 1/0 and 0.7/0.8)")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="seeds 0 .. N-1 (each its own pretraining, shards and node speeds): the table of accuracy "
+                             "at equal epochs is their mean; the figure and the per-run table show --seed")
     parser.add_argument("--epochs", type=int, default=None, help="fine-tuning epochs (default 6, quick 2)")
     parser.add_argument("--partitions-per-node", default="default",
                         help="per epoch, or 'default': what a fit takes for these rows and nodes "
                              "(node.modes._scaling.default_partitions: 2, or 8 where the nodes take few steps)")
+    parser.add_argument("--scale-rule", default="auto", choices=("auto", "linear", "sqrt", "none"))
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--target", type=float, default=0.90)
     parser.add_argument("--straggler", type=float, default=1.0, help="node 0 this many times slower")
@@ -377,40 +456,52 @@ def main(argv: list[str] | None = None) -> int:
 
     sizes = args.nodes or ([8, 32] if args.quick else [8, 64, 256])
     epochs = args.epochs or (2 if args.quick else 6)
+    outers = args.outer or [(1.0, 0.0), CANDIDATE_OUTER]
+    seeds = [args.seed] + [seed for seed in range(args.seeds) if seed != args.seed]
     started = time.perf_counter()
+    results: dict[tuple[int, str], list[Curve]] = {}
     with threadpool_limits(limits=1):
         X, y, X_test, y_test = load_data(args.quick)
-        base = pretrained_model(X, y, args.hidden, args.seed)
-        rate = measure_rate(base, X, y) if args.rate == "measured" else float(args.rate)
-        clock = Clock(rate=rate, write_s=args.write_s, read_s=args.read_s, delay_s=args.delay_s,
-                      straggler=args.straggler)
-        print(f"# DBN 784-{args.hidden}-10 fine-tuning on digits28: {len(X)} training rows, {len(X_test)} test rows; "
-              f"{epochs} epochs; partitions per node and epoch: {args.partitions_per_node} (column 'parts'), a warm-up "
-              f"of a node's first epoch; scale rule auto")
-        print(f"# clock: {rate:.0f} samples/s per node, snapshot write / read {clock.write_s * 1e3:.1f} / "
-              f"{clock.read_s * 1e3:.1f} ms, update write / read {clock.update_write_s * 1e3:.1f} / "
-              f"{clock.update_read_s * 1e3:.1f} ms, announcement delay {clock.delay_s * 1e3:.1f} ms, "
-              f"speeds lognormal sigma {clock.speed_sigma}, jitter {clock.jitter_sigma}, "
-              f"straggler x{clock.straggler:g}")
-        one = partitions_per_node(args.partitions_per_node, 1, len(X), base.batch_size, "sync", None)
-        per_node = {(1, "1 node"): one}
-        reference, _ = simulate(base, X, y, X_test, y_test, nodes=1, mode="sync", fanout=None, epochs=epochs,
-                                partitions_per_node=per_node[1, "1 node"], warmup_partitions=per_node[1, "1 node"],
-                                clock=clock, seed=args.seed)
-        reference.label = "1 node"
-        curves: dict[int, list[Curve]] = {}
-        for n in sizes:
-            curves[n] = [reference]
-            for mode, fanout in configurations(n, args.fanouts):
-                tick = time.perf_counter()
-                parts = partitions_per_node(args.partitions_per_node, n, len(X), base.batch_size, mode, fanout)
-                curve, _ = simulate(base, X, y, X_test, y_test, nodes=n, mode=mode, fanout=fanout, epochs=epochs,
-                                    partitions_per_node=parts, warmup_partitions=parts, clock=clock, seed=args.seed)
-                per_node[n, curve.label] = parts
-                curves[n].append(curve)
-                print(f"#   {n} nodes, {curve.label}: {time.perf_counter() - tick:.1f} s", file=sys.stderr, flush=True)
+        rate = None
+        for seed in seeds:
+            base = pretrained_model(X, y, args.hidden, seed)
+            if rate is None:
+                rate = measure_rate(base, X, y) if args.rate == "measured" else float(args.rate)
+                clock = Clock(rate=rate, write_s=args.write_s, read_s=args.read_s, delay_s=args.delay_s,
+                              straggler=args.straggler)
+                print(f"# DBN 784-{args.hidden}-10 fine-tuning on digits28: {len(X)} training rows, {len(X_test)} "
+                      f"test rows; {epochs} epochs; partitions per node and epoch: {args.partitions_per_node} (column "
+                      f"'parts'), a warm-up of a node's first epoch; scale rule {args.scale_rule}; seeds {seeds}")
+                print(f"# clock: {rate:.0f} samples/s per node, snapshot write / read {clock.write_s * 1e3:.1f} / "
+                      f"{clock.read_s * 1e3:.1f} ms, update write / read {clock.update_write_s * 1e3:.1f} / "
+                      f"{clock.update_read_s * 1e3:.1f} ms, announcement delay {clock.delay_s * 1e3:.1f} ms, "
+                      f"speeds lognormal sigma {clock.speed_sigma}, jitter {clock.jitter_sigma}, "
+                      f"straggler x{clock.straggler:g}")
+            one = partitions_per_node(args.partitions_per_node, 1, len(X), base.batch_size, "sync", None)
+            reference, _ = simulate(base, X, y, X_test, y_test, nodes=1, mode="sync", fanout=None, epochs=epochs,
+                                    partitions_per_node=one, warmup_partitions=one, clock=clock, seed=seed)
+            reference.label, reference.parts = "1 node", one
+            results.setdefault((1, "1 node"), []).append(reference)
+            for n in sizes:
+                for mode, fanout in configurations(n, args.fanouts):
+                    if mode not in args.modes:
+                        continue
+                    for eta, mu in (outers if mode in ("async", "sync") else [(1.0, 0.0)]):
+                        tick = time.perf_counter()
+                        parts = partitions_per_node(args.partitions_per_node, n, len(X), base.batch_size, mode, fanout)
+                        curve, _ = simulate(base, X, y, X_test, y_test, nodes=n, mode=mode, fanout=fanout,
+                                            epochs=epochs, partitions_per_node=parts, warmup_partitions=parts,
+                                            clock=clock, seed=seed, scale_rule=args.scale_rule,
+                                            outer_learning_rate=eta, outer_momentum=mu)
+                        curve.parts = parts
+                        results.setdefault((n, curve.label), []).append(curve)
+                        print(f"#   seed {seed}, {n} nodes, {curve.label}: {curve.accuracy[-1]:.4f} "
+                              f"({time.perf_counter() - tick:.1f} s)", file=sys.stderr, flush=True)
+    curves = {n: [results[1, "1 node"][0]] + [found[0] for (size, _), found in results.items() if size == n]
+              for n in sizes}  # the figure and the per-run table: the first seed
     marks = sorted({len(X) * k // 2 for k in (1, 2, 4, epochs * 2)})
-    print(f"\n{'nodes':>5} {'mode':<12}{'parts':>6} " + "".join(f"{f'acc @{m / len(X):g} ep':>11}" for m in marks)
+    print(f"\n## seed {args.seed}")
+    print(f"{'nodes':>5} {'mode':<24}{'parts':>6} " + "".join(f"{f'acc @{m / len(X):g} ep':>11}" for m in marks)
           + f"{f'epochs to {args.target}':>15}{f'time to {args.target}':>14}{'sim time':>10}{'reads/part':>11}"
           f"{'age ms':>8}"
           f"{'best':>7}")
@@ -420,23 +511,41 @@ def main(argv: list[str] | None = None) -> int:
             reached = curve.first_reaching(args.target)
             to_samples = "never" if reached is None else f"{reached[0] / len(X):.1f}"
             to_time = "never" if reached is None else f"{reached[1]:.2f} s"
-            parts = per_node[1 if curve.label == "1 node" else n, curve.label]
+            parts = curve.parts
             per_partition = curve.reads / max(1, curve.nodes * epochs * parts)
-            age_ms = f"{curve.age_s / curve.reads * 1e3:.0f}" if curve.reads and curve.label != "sync" else "-"
-            print(f"{n:>5} {curve.label:<12}{parts:>6} " + "".join(f"{curve.at_samples(m):>11.3f}" for m in marks)
+            age_ms = f"{curve.age_s / curve.reads * 1e3:.0f}" if curve.reads and not curve.label.startswith("sync") else "-"
+            print(f"{n:>5} {curve.label:<24}{parts:>6} " + "".join(f"{curve.at_samples(m):>11.3f}" for m in marks)
                   + f"{to_samples:>15}{to_time:>14}{curve.time_s[-1]:>9.2f}s{per_partition:>11.1f}{age_ms:>8}"
                   f"{max(curve.accuracy):>7.3f}")
             rows.append([n, curve.label, parts, *(curve.at_samples(m) for m in marks), to_samples, to_time,
                          curve.time_s[-1], per_partition, age_ms, max(curve.accuracy)])
-    plot(curves, args.png, args.target)
-    run.table(f"DBN 784-{args.hidden}-10 fine-tuning on digits28, {len(X)} training rows, {epochs} epochs, simulated",
+    one_final = float(np.mean([c.accuracy[-1] for c in results[1, "1 node"]]))
+    plot(curves, args.png, args.target, one_final)
+    equal = equal_epochs_rows(results, sizes, epochs, len(X))
+    print(f"\n## accuracy after {epochs} epochs over {len(seeds)} seed(s), and simulated time to one node's accuracy")
+    print(f"{'nodes':>5} {'mode':<24}{'parts':>6}{'accuracy':>10}{'std':>7}{'gap (points)':>13}{'time to 1-node acc':>19}"
+          f"{'reached':>8}{'speed-up':>9}")
+    for row in equal:
+        time_s = "never" if row[6] is None else f"{row[6]:.3f} s"
+        speed = "-" if row[8] is None else f"{row[8]:.1f}x"
+        print(f"{row[0]:>5} {row[1]:<24}{row[2]:>6}{row[3]:>10.4f}{row[4]:>7.4f}{row[5]:>+13.2f}{time_s:>19}"
+              f"{row[7]:>8}{speed:>9}")
+    run.table(f"Accuracy after {epochs} epochs (mean over {len(seeds)} seeds) and simulated time to one node's "
+              f"accuracy: DBN 784-{args.hidden}-10 fine-tuning on digits28, simulated",
+              ["nodes", "mode", "partitions per node and epoch", "accuracy", "std", "gap to 1 node (points)",
+               "simulated time to 1 node's accuracy (s)", "seeds reaching it", "speed-up over 1 node"], equal,
+              "Speed-up: one node's simulated time for its epochs over the time the nodes take to reach its final "
+              "accuracy (mean over the seeds that reach it). 'outer ETA/MU': the outer step; none: plain merging.")
+    run.table(f"DBN 784-{args.hidden}-10 fine-tuning on digits28, {len(X)} training rows, {epochs} epochs, simulated, "
+              f"seed {args.seed}",
               ["nodes", "mode", "partitions per node and epoch", *(f"accuracy at {m / len(X):g} epochs" for m in marks),
                f"epochs to {args.target}", f"simulated time to {args.target}", "simulated time (s)",
                "store reads per partition", "age of what is merged (ms)", "best accuracy"], rows,
               f"Clock: {rate:.0f} samples/s per node, snapshot write / read {clock.write_s * 1e3:.1f} / "
               f"{clock.read_s * 1e3:.1f} ms, announcement delay {clock.delay_s * 1e3:.1f} ms, straggler "
               f"x{clock.straggler:g}. Each block of rows starts with the 1-node reference.")
-    run.figure(args.png, "accuracy against samples and simulated time, one panel per node count")
+    run.figure(args.png, "accuracy against samples and simulated time, one panel per node count; dotted: one node's "
+                         "final accuracy (mean over the seeds)")
     print("parts: partitions per node and epoch; reads/part: store files read per node and partition; "
           "age ms: mean time since a merged snapshot or applied update was published (sync: none, it waits)")
     print(f"\nfigure: {args.png}; runtime {time.perf_counter() - started:.0f} s")

@@ -50,13 +50,17 @@ from ._signed import read_signed_file
 from ._signed_names import SignedName, SignedNames
 from ._store import Store
 
-__all__ = ["Consolidation", "DEFAULT_MAX_SNAPSHOT_BYTES", "SnapshotRef", "WeightStore"]
+__all__ = ["Consolidation", "DEFAULT_MAX_SNAPSHOT_BYTES", "OUTER_SUFFIX", "SnapshotRef", "WeightStore"]
 
 logger = logging.getLogger(__name__)
 
 _SNAPSHOTS = SignedNames("sparkdbn snapshot v1", ".npz")
 _PHASE_RESULT_PURPOSE = "sparkdbn phase result v1"  # the signed pointers of sparkdbn up to 0.2
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+#: A node's outer momentum in a phase is stored as snapshots of the phase ``<phase>@outer``: authenticated
+#: like the weights, and bound to that name, so it is never taken for (or merged as) weights.
+OUTER_SUFFIX = "@outer"
 
 #: Largest snapshot read when the caller names no tighter bound (its expected shapes).
 DEFAULT_MAX_SNAPSHOT_BYTES = 1 << 30
@@ -316,6 +320,23 @@ class WeightStore:
         logger.info("consolidated phase %s of run %s from %d node(s)", phase, self.run, len(used))
         params = {name: (value / len(used)).astype(dtypes[name]) for name, value in total.items()}
         return Consolidation(params=params, refs=tuple(used))
+
+    # -- outer momentum ----------------------------------------------------------------------
+    def put_outer_momentum(self, phase: str, node: str, version: int, momentum: Mapping[str, np.ndarray],
+                           *, keep: int = 2) -> SnapshotRef:
+        """Store ``node``'s outer momentum in ``phase`` (the weights' names and shapes) as ``version``;
+        older ones beyond the newest ``keep`` are deleted."""
+        ref = self.put_version(phase + OUTER_SUFFIX, node, version, momentum)
+        self.prune(phase + OUTER_SUFFIX, node, max(1, keep))
+        return ref
+
+    def outer_momentum(self, phase: str, nodes: Iterable[str] | None = None) -> dict[str, np.ndarray] | None:
+        """The mean of the newest stored outer momentum of ``nodes`` (every node's when None) in ``phase``;
+        None when none of them stored one (a node then starts with none)."""
+        try:
+            return self.consolidate(phase + OUTER_SUFFIX, nodes).params
+        except (NoUsableSnapshotError, StoreNotFoundError):
+            return None
 
     # -- phase results ------------------------------------------------------------------------
     def put_phase_result(self, phase: str, params: Mapping[str, np.ndarray]) -> dict[str, Any]:

@@ -115,3 +115,29 @@ def test_summed_sparse_updates_equal_the_real_modes_apply_to_one_after_another(b
 def test_fanouts_at_or_above_the_peer_count_are_left_to_all_to_all(bench):
     assert bench.configurations(8, [2, 4, 8]) == [("async", 2), ("async", 4), ("async", None), ("sync", None),
                                                   ("sharing", None)]
+
+
+def test_sync_with_the_outer_step_is_diloco_every_round_from_the_same_anchor(bench, problem):
+    import actors
+
+    base, X, y = problem
+    clock = bench.Clock(rate=1000.0, delay_s=0.0, speed_sigma=0.0, jitter_sigma=0.0)
+    _curve, params = bench.simulate(base, X, y, X, y, nodes=NODES, mode="sync", fanout=None, epochs=1,
+                                    partitions_per_node=PARTITIONS_PER_NODE, clock=clock, seed=SEED, scale_rule="none",
+                                    evaluate=False, outer_learning_rate=0.7, outer_momentum=0.8)
+    # By hand: each round every node trains its partition, all average, then one outer step from the anchor.
+    parts = bench.node_partitions(len(X), NODES, PARTITIONS_PER_NODE, np.random.default_rng([SEED, NODES]))
+    replicas = [copy.deepcopy(base) for _ in range(NODES)]
+    state = actors.OuterState.start(base.parameters("finetune"))
+    for index in range(PARTITIONS_PER_NODE):
+        for i, replica in enumerate(replicas):
+            replica.set_schedule_epoch(0)
+            replica.train_partition(X[parts[i][index]], y[parts[i][index]], "finetune",
+                                    np.random.default_rng([SEED, i, index]))
+        stepped, state = actors.outer_step(state, bench._mean([r.parameters("finetune") for r in replicas]), 0.7, 0.8)
+        for replica in replicas:
+            replica.set_parameters(stepped)
+    for got in params:
+        assert_params_close(got, stepped)
+    plain = bench._mean(by_hand(bench, problem, average_after_first=True))
+    assert not all(np.allclose(params[0][name], plain[name], atol=1e-4) for name in plain)  # the step moved them

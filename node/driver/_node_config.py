@@ -23,7 +23,7 @@ __all__ = ["SETTINGS_FIELDS", "node_config", "settings_fields"]
 SETTINGS_FIELDS = (
     "store_retry_timeout_s", "seed", "fanout", "merge_alpha", "keep_versions", "anti_entropy_interval_s",
     "peer_refresh_interval_s", "flush_timeout_s", "scale_rule", "kill_worker_once_at", "straggler_factor",
-    "bind_host", "advertise_host", "port_range",
+    "bind_host", "advertise_host", "port_range", "outer_learning_rate", "outer_momentum",
 )
 
 

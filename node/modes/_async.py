@@ -3,7 +3,9 @@
 Per node, per partition: merge the fresh peer snapshots the node's actor has fetched (at most
 ``fanout`` of them; ``w <- (1 - a) w + a mean(peers)``, ``a = m / (m + 1)``), train one pass --
 merging the same way, between two minibatches, each snapshot fetched while it trains (at most
-``fanout`` peers in all per partition) -- publish the new weights and wait until they are
+``fanout`` peers in all per partition) -- take the outer step on what the merges and the partition
+changed (:meth:`~node.modes.ModeNode.outer_step`, NoLoCo-like: each node on what its own merges
+brought) -- publish the new weights and wait until they are
 written (so that the driver finds every finished task's snapshot when it consolidates), then
 report.  Nobody waits for a peer: only for reads of versions already announced, before the
 partition.
@@ -66,6 +68,7 @@ class AsyncMode(TrainingMode):
                 yield self.train_partition(node, task, index, X, y, stolen, node.data.take_read_bytes())
             except InputDataError as error:  # reported, not raised: the same data fails on a retry
                 yield node.refusal(task, index, error)
+        node.save_outer(task.phase)  # once per task: a node that starts later continues the momentum
 
     def train_partition(self, node: ModeNode, task: TaskSpec, partition: int, X: np.ndarray,
                         y: np.ndarray | None, stolen: bool = False, data_read_bytes: int = 0) -> PartitionReport:
@@ -100,6 +103,7 @@ class AsyncMode(TrainingMode):
             node.model.set_minibatch_hook(None)
         node.also_merged(snapshot.node for snapshot in during)
         used = before + during
+        node.outer_step(task.phase)  # on what this partition's merges and training changed
 
         tick = time.perf_counter()
         params = node.model.parameters(task.phase)

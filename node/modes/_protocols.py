@@ -181,6 +181,16 @@ class ModeNode(Protocol):
     def also_merged(self, peers: Iterable[str]) -> None:
         """Note peers merged while a partition trained (the learning rates follow the nodes merging)."""
 
+    @property
+    def outer_enabled(self) -> bool:
+        """The fit's nodes take an outer step (several nodes; not ``eta = 1, mu = 0``)."""
+
+    def outer_step(self, phase: str) -> None:
+        """The outer step on what merging and training changed since the last (a no-op where it is off)."""
+
+    def save_outer(self, phase: str) -> None:
+        """Store the node's outer momentum in ``phase``, where a restarted or new node finds it."""
+
     def report(self, task: TaskSpec, work: PartitionWork) -> PartitionReport:
         """The partition's report, also stored as the node's metrics record."""
 

@@ -26,8 +26,11 @@ Executor half (one task = one node's share of every epoch of the phase)
     and waits until every slot of the round has written its record -- the barrier, through the
     store, so it works wherever the store is shared.  It reads the named snapshots (MAC and
     sha256 checked), averages them with its own (sum in float64 / n; one node's average is
-    itself, bit for bit) and continues from the average.  Optimizer state (momentum) stays local,
-    as in Deeplearning4j without ``saveUpdater``.  A slot whose node does not reach the barrier
+    itself, bit for bit) and continues from the average, then takes the outer step from its anchor
+    on the average (DiLoCo: every node holds the same anchor and momentum, so they stay one model;
+    after its last round a node stores that anchor as its newest snapshot, which the phase
+    consolidates).  Optimizer state (momentum) stays local, as in Deeplearning4j without
+    ``saveUpdater``.  A slot whose node does not reach the barrier
     within ``barrier_timeout_s`` fails the task with a message that says what to check.
 
 A slow node holds every other node at each barrier: that is the price of this mode.
@@ -113,6 +116,7 @@ class SyncMode(TrainingMode):
                         return
                 sync_started = time.perf_counter()
                 sent, peers, read = self._average(node, epoch_task, spark_partition, slots, frequency, round_index)
+                node.outer_step(task.phase)  # DiLoCo: every node steps on the same average from the same anchor
                 sync_s = time.perf_counter() - sync_started
                 for position, (trained, started) in enumerate(pending):
                     if position < len(pending) - 1:
@@ -120,6 +124,10 @@ class SyncMode(TrainingMode):
                     else:  # the round's barrier is charged to its last partition
                         yield node.report(epoch_task, PartitionWork(trained, started, merge_s=sync_s, merged_from=peers,
                                                                     sent_bytes=sent, read_bytes=read))
+            node.save_outer(task.phase)
+        if node.outer_enabled:  # the phase's result is the anchor of the last outer step, not the round's average
+            node.weights.put_version(task.phase, node.name, self._next_version(node, task.phase),
+                                     node.model.parameters(task.phase))
 
     def _average(self, node: ModeNode, task: TaskSpec, slot: int, slots: list[list[int]], frequency: int,
                  round_index: int) -> tuple[int, list[str], int]:

@@ -12,6 +12,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
+import actors
+
 import rbm
 from actors import Snapshot
 from node.modes._async import AsyncMode
@@ -52,11 +54,26 @@ class FakeHandle:
 class FakeNode:
     """What AsyncMode uses of a node (node.modes.ModeNode): a real model and scaling, a fake actor handle."""
 
-    def __init__(self, model, handle) -> None:
+    def __init__(self, model, handle, outer: tuple[float, float] | None = None) -> None:
         self.model, self.handle, self.samples_seen = model, handle, {PHASE: 0}
         self.scaling = NodeScaling("none", {"batch_size": model.batch_size})
         self.scaling.enter_phase(PHASE)
         self.weights_when_merged = None
+        self.outer_settings = outer  # (eta, mu): the outer step, anchored at the model's start
+        self.outer = actors.OuterState.start(model.parameters(PHASE)) if outer else None
+        self.saved_outer = 0
+
+    @property
+    def outer_enabled(self):
+        return self.outer is not None
+
+    def outer_step(self, phase):
+        if self.outer is not None:
+            params, self.outer = actors.outer_step(self.outer, self.model.parameters(phase), *self.outer_settings)
+            self.model.set_parameters(params)
+
+    def save_outer(self, phase):
+        self.saved_outer += 1
 
     def train(self, task, partition, X, y, merged_from=()):
         self.scaling.merged(merged_from)
@@ -108,6 +125,23 @@ def test_a_snapshot_fetched_mid_partition_is_merged_before_the_partition_ends():
     alone.train_partition(X, y, PHASE, np.random.default_rng(0))
     assert not np.allclose(handle.published["out.W"], alone.parameters(PHASE)["out.W"])
     assert "_minibatch_hook" not in vars(node.model)  # the hook lives for the partition only
+
+
+def test_the_published_snapshot_is_the_outer_step_on_what_the_merges_and_the_partition_changed():
+    X, y = digits200()
+    plain = FakeHandle([peer_snapshot("peer", X, y, 9)], arrivals=[5])
+    AsyncMode().train_partition(FakeNode(small_net(), plain), task(), 0, X, y)
+    stepped = FakeHandle([peer_snapshot("peer", X, y, 9)], arrivals=[5])
+    node = FakeNode(small_net(), stepped, outer=(0.7, 0.8))
+
+    AsyncMode().train_partition(node, task(), 0, X, y)
+
+    # The same merges and minibatches, then one outer step from the start: x - 0.7 (d + 0.8 d), d = x - w.
+    expected, _ = actors.outer_step(actors.OuterState.start(small_net().parameters(PHASE)), plain.published, 0.7, 0.8)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(stepped.published[name], value)
+    assert not np.allclose(stepped.published["out.W"], plain.published["out.W"])
+    np.testing.assert_array_equal(node.outer.anchor["out.W"], stepped.published["out.W"])  # the next anchor
 
 
 def test_with_a_fanout_a_partition_merges_at_most_that_many_peers_in_all():

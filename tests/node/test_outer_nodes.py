@@ -1,0 +1,77 @@
+"""Spark nodes at the defaults keep one process's accuracy at equal epochs, where the outer step would not.
+
+DBN(64, 64) on digits, 3/3/10 epochs, on ``local[4]`` (the scaling rule's factor 4 as rates, no
+minibatch split: where the outer step applies when it is set) in a driver process of its own
+(``_scaling_driver.py``: the suite's session is ``local[2,4]``), three seeds, against one process
+trained through the same seam on the same seeds; the bound's margin is in the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from node.modes import schedule_place
+from rbm.datasets import load_digits01
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+DRIVER_TIMEOUT_S = 1800
+SEEDS = [0, 1, 2]
+NODES = 4
+
+pytestmark = pytest.mark.slow
+
+
+def spark_node_scores(store: Path, settings: dict) -> list[float]:
+    config = {"store": f"file://{store}", "runs": ["dbn"], "partitions_per_node": None, "seeds": SEEDS,
+              "settings": settings, "nodes": NODES}
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT)]), SPARK_LOCAL_IP="127.0.0.1",
+               PYSPARK_PYTHON=sys.executable)
+    done = subprocess.run([sys.executable, str(HERE / "_scaling_driver.py"), json.dumps(config)], env=env,
+                          capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line)["score"] for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def one_process_score(seed: int) -> float:
+    """The model, phases and epochs trained by one process through the same seam (2 partitions), BLAS on one thread."""
+    import _scaling_driver as driver
+    from threadpoolctl import threadpool_limits
+
+    split = load_digits01(test_fraction=0.25)
+    model = driver.make("dbn", seed)
+    model.initialize(split.X_train.shape[1], np.unique(split.y_train))
+    parts = np.array_split(np.random.default_rng(seed).permutation(len(split.X_train)), 2)
+    with threadpool_limits(limits=1):
+        for phase_index, phase in enumerate(model.phases()):
+            for epoch in range(driver.DBN_EPOCHS[phase]):
+                model.set_schedule_epoch(epoch)  # as the trainer does
+                for index, rows in enumerate(parts):
+                    model.set_schedule_plan(driver.DBN_EPOCHS[phase], *schedule_place(epoch, [[0, 1]], index))
+                    model.train_partition(split.X_train[rows], split.y_train[rows], phase,
+                                          np.random.default_rng([seed, phase_index, epoch, index]))
+        return float(model.score(split.X_test, split.y_test))
+
+
+def test_four_nodes_at_the_defaults_end_within_the_measured_bound_of_one_process(tmp_path):
+    # Measured (3 seeds, BLAS on one thread in the one-process reference, a loaded 2-core machine):
+    # one process 0.9533 / 0.9511 / 0.9533 (mean 0.9526); four nodes at the defaults (no outer step)
+    # 0.9556 / 0.9533 / 0.9467 (mean 0.9519, gap 0.07 points) under SkylakeX kernels, 0.9511 / 0.9511 /
+    # 0.9489 (mean 0.9504, gap 0.22 points) under Haswell kernels (the reference the same under both):
+    # margins of 1.43 and 1.28 points to the bound.  With the outer step at 0.7/0.8 (SkylakeX),
+    # 0.8889 / 0.8156 / 0.7622 (mean 0.8222, gap 13 points): the bound fails it.
+    scores = spark_node_scores(tmp_path / "defaults", {})
+    reference = [one_process_score(seed) for seed in SEEDS]
+    gap = float(np.mean(reference) - np.mean(scores))
+    assert gap <= MAX_GAP, (scores, reference)
+
+
+#: Points of accuracy (mean over the seeds) four nodes may end below one process.
+MAX_GAP = 0.015
