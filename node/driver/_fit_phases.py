@@ -24,7 +24,7 @@ import storage
 from .._contract import NodeConfig, PartitionReport, params_digest
 from .._errors import TrainingError
 from ..data import PreparedData, filled_partitions
-from ..modes import mode_named, untrained_partitions_error
+from ..modes import mode_named, trained_by_lost_attempts, untrained_partitions_error
 from ..run import STALE_TEMPORARY_S, DriverLease, LeaseLostError, RunRecord
 from ..watch import ReachabilityWatch, RunWatch
 from ._devices import probe_nodes
@@ -233,7 +233,7 @@ class LeasedFit:
         if summary["warning"]:  # every summary carries it
             self.say_once.say(f"small-partition warning of {phase}", "run %s %s epoch %d: %s (said once per phase)",
                               self.state.run_id, phase, epoch + 1, summary["warning"])
-        untrained = self._untrained_partitions(reports)
+        untrained = self._untrained_partitions(phase, epoch, reports)
         if untrained:  # never recorded as trained: the fit fails, a resume trains the epoch again
             summary["untrained_partitions"] = untrained
             raise untrained_partitions_error(self.state.run_id, phase, epoch, untrained)
@@ -251,10 +251,18 @@ class LeasedFit:
         if stop:
             raise _PhaseStopped(phase)
 
-    def _untrained_partitions(self, reports: list[PartitionReport]) -> list[int]:
-        """The partitions holding data that no report of the epoch trained."""
-        trained = {report.partition for report in reports}
-        return [index for index in filled_partitions(self.prepared.rows_per_partition) if index not in trained]
+    def _untrained_partitions(self, phase: str, epoch: int, reports: list[PartitionReport]) -> list[int]:
+        """The partitions holding data that no node of the epoch trained: no report, and no claim marked trained
+        (an attempt Spark gave up on may have trained one whose report was lost with it)."""
+        reported = {report.partition for report in reports}
+        missing = [index for index in filled_partitions(self.prepared.rows_per_partition) if index not in reported]
+        if not missing:
+            return []
+        trained = trained_by_lost_attempts(self.store, self.state.run_id, self.state.fit_id, phase, epoch, missing)
+        if trained:
+            logger.warning("run %s %s epoch %d: partition(s) %s were trained by task attempts Spark gave up on "
+                           "(their reports were lost with them)", self.state.run_id, phase, epoch + 1, trained)
+        return [index for index in missing if index not in trained]
 
     def _sweep_phase(self, phase: str) -> None:
         folder = f"runs/{self.state.run_id}/weights/{phase}"

@@ -24,7 +24,7 @@ first (an exclusive create, atomic in every store).  Claims are only ever create
 in that gap would take a partition its owner is training)::
 
     runs/<run>/claims/<fit>/<phase>/<epoch:04d>-<partition:05d>            "<slot> <node>-<nonce> claimed"
-    runs/<run>/claims/<fit>/<phase>/<epoch:04d>-<partition:05d>.finished   "<slot> <node>-<nonce> finished"
+    runs/<run>/claims/<fit>/<phase>/<epoch:04d>-<partition:05d>.finished   "<slot> <node>-<nonce> finished|skipped"
 
 A node takes a peer's partition from its memory or from the store, where the fit stores every
 partition before its first training job (:mod:`node.executor._resident`; a partition is taken only once it is there).  The
@@ -59,7 +59,7 @@ from ..data import Block
 from ..run import claims_folder
 from ._protocols import ModeNode
 
-__all__ = ["PartitionQueue", "claimed_partitions", "stop_epoch", "untrained_partitions_error"]
+__all__ = ["PartitionQueue", "claimed_partitions", "stop_epoch", "trained_by_lost_attempts", "untrained_partitions_error"]
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +102,27 @@ def stop_epoch(store: storage.Store, run: str, fit_id: str, phase: str, epoch: i
     """
     folder = claims_folder(run, fit_id, phase)
     return sum(store.create_exclusive(f"{folder}/{_claim_name(epoch, index)}", _STOPPED) for index in partitions)
+
+
+def trained_by_lost_attempts(store: storage.Store, run: str, fit_id: str, phase: str, epoch: int,
+                             partitions: list[int]) -> list[int]:
+    """Those of ``partitions`` of ``epoch`` whose claim a node marked trained in the store.
+
+    A task attempt Spark gave up on (an executor it lost touch with, slow rather than dead) may have
+    trained and published a partition whose report never reached the driver; its retry then finds
+    the partition finished and trains it no second time.  The marker says the partition was trained:
+    it is created after the partition's weights were published, never for one it could not train.
+    """
+    folder = claims_folder(run, fit_id, phase)
+    found = []
+    for index in partitions:
+        try:
+            marker = store.read_bytes(f"{folder}/{_claim_name(epoch, index)}{_FINISHED}", max_bytes=_CLAIM_MAX_BYTES)
+        except (storage.StoreNotFoundError, storage.FileTooLargeError):
+            continue
+        if marker.split()[-1:] == [b"finished"]:
+            found.append(index)
+    return found
 
 
 # ---------------------------------------------------------------------- executor
@@ -155,9 +176,9 @@ class PartitionQueue:
             takeable = owner in self.started or (self.behind and index != self.firsts[owner])
             if takeable and self.data.has(index) and self._claim(epoch, index):
                 block = self.data.peer(index, own=len(self.own))
-                if block is not None:  # claimed, not trainable (logged): this epoch goes without it
+                if block is not None:
                     yield (index, *block), True
-                self._finish(epoch, index)
+                self._finish(epoch, index, trained=block is not None)  # not trainable (logged): the epoch goes without it
 
     # ------------------------------------------------------------------ claims
     def _note_started(self) -> None:
@@ -210,6 +231,6 @@ class PartitionQueue:
             return True
         return False
 
-    def _finish(self, epoch: int, index: int) -> None:
-        finished = f"{self.slot} {self.token} finished".encode()
+    def _finish(self, epoch: int, index: int, trained: bool = True) -> None:
+        finished = f"{self.slot} {self.token} {'finished' if trained else 'skipped'}".encode()
         self.node.store.create_exclusive(self._claim_path(epoch, index) + _FINISHED, finished)  # False: a retry landed

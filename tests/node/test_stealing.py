@@ -10,7 +10,7 @@ import pytest
 import storage
 from node.data import encode_block
 from node.executor._resident import NodeData, write_partition
-from node.modes._stealing import PartitionQueue, claimed_partitions, stop_epoch
+from node.modes._stealing import PartitionQueue, claimed_partitions, stop_epoch, trained_by_lost_attempts
 from node.run._work_folders import remove_work_folders
 from support.webhdfs_server import WebHDFSServer
 
@@ -122,6 +122,20 @@ def test_a_retried_task_trains_what_its_dead_attempt_claimed_and_did_not_finish_
     retry = make_queue(store, "retry", 1)  # ... Spark retries the dead node's task (slot 1) on a fresh node
     assert trained(retry, 0) == [(3, False), (5, False)]  # 3 again (claimed, unfinished), 5 unclaimed; not 1, not 7
     assert [index for (index, *_), _stolen in peer_epoch] == []  # 7 finished; nothing left for the peer
+
+
+def test_a_partition_counts_as_trained_by_its_marker_once_trained_never_while_training_or_when_untrainable(store):
+    # The driver's last word on a partition whose report it lacks (an attempt Spark gave up on trained it):
+    # only a claim marked trained counts, not one being trained, nor a stolen one whose stored copy was replaced.
+    fast, slow = make_queue(store, "fast", 0), make_queue(store, "slow", 1)
+    store_own(fast, slow)
+    folder = f"runs/r1/blocks/{'f' * 12}"
+    name = next(name for name in store.list(folder) if name.startswith("00007-"))
+    store.write_bytes(f"{folder}/{name}", encode_block(np.ones((3, 2), np.float32), np.ones(3)))
+    next(slow.epoch(0))  # training partition 1
+    assert [index for index, _ in trained(fast, 0)] == [0, 2, 4, 6, 5, 3]  # 7 claimed, not trainable
+    assert trained_by_lost_attempts(store, "r1", "f" * 32, "finetune", 0, [0, 1, 3, 5, 7]) == [0, 3, 5]
+    assert trained_by_lost_attempts(store, "r1", "f" * 32, "finetune", 1, [0, 3]) == []  # another epoch
 
 
 def test_a_node_takes_nothing_from_a_peer_that_has_not_started_the_job(store):
