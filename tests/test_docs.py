@@ -267,11 +267,7 @@ def test_the_typed_figure_check_finds_measurements_and_leaves_settings_alone():
 BENCHMARK_PAGES = [*sorted((ROOT / "docs" / "benchmarks").glob("*.md")), ROOT / "docs" / "quality.md"]
 
 
-@pytest.mark.parametrize("page", [
-    pytest.param(page, id=page.name, marks=pytest.mark.xfail(
-        reason="being rewritten on its own branch: its description of the quick run says '9x smaller data'",
-        strict=False) if page.name == "scaling.md" else ())
-    for page in BENCHMARK_PAGES])
+@pytest.mark.parametrize("page", BENCHMARK_PAGES, ids=lambda page: page.name)
 def test_a_benchmark_page_types_no_measured_figure_outside_its_recorded_runs(page):
     assert typed_figures(page.read_text(encoding="utf-8")) == []
 
