@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.seed_bounds import assert_at_least
 
 from node.modes import schedule_place
 from rbm.datasets import load_digits01
@@ -60,6 +61,7 @@ def one_process_score(seed: int) -> float:
         return float(model.score(split.X_test, split.y_test))
 
 
+@pytest.mark.seed_bound
 def test_four_nodes_at_the_defaults_end_within_the_measured_bound_of_one_process(tmp_path):
     # Measured (3 seeds, BLAS on one thread in the one-process reference, a loaded 2-core machine):
     # one process 0.9533 / 0.9511 / 0.9533 (mean 0.9526); four nodes at the defaults (no outer step)
@@ -69,8 +71,8 @@ def test_four_nodes_at_the_defaults_end_within_the_measured_bound_of_one_process
     # 0.8889 / 0.8156 / 0.7622 (mean 0.8222, gap 13 points): the bound fails it.
     scores = spark_node_scores(tmp_path / "defaults", {})
     reference = [one_process_score(seed) for seed in SEEDS]
-    gap = float(np.mean(reference) - np.mean(scores))
-    assert gap <= MAX_GAP, (scores, reference)
+    assert_at_least(np.mean(scores) - np.mean(reference), -MAX_GAP,
+                    f"four nodes' mean accuracy minus one process's ({np.mean(reference):.4f}), seeds {SEEDS}", scores)
 
 
 #: Points of accuracy (mean over the seeds) four nodes may end below one process.
