@@ -79,8 +79,10 @@ def outer_step(state: OuterState, weights: Mapping[str, np.ndarray], learning_ra
         The anchor ``x`` and momentum ``v`` (each a dict of arrays, e.g. ``{"W": (784, 64), "b": (64,)}``).
     weights : dict of str to ndarray
         The node's weights ``w`` after merging and training, with the anchor's names and shapes.
-    learning_rate, momentum : float
-        ``eta`` and ``mu``.
+    learning_rate : float
+        ``eta``.
+    momentum : float
+        ``mu``.
 
     Returns
     -------

@@ -38,8 +38,10 @@ class NodeConfig:
 
     Attributes
     ----------
-    run, fit_id : str
-        The run, and this fit of it (a resumed run is a new fit: nodes of an earlier one stop).
+    run : str
+        The run.
+    fit_id : str
+        This fit of it (a resumed run is a new fit: nodes of an earlier one stop).
     store_url : str
     store_retry_timeout_s : float
     key : bytes
@@ -58,8 +60,10 @@ class NodeConfig:
     scale_rule : str
         The learning-rate scaling rule (see :mod:`node.modes._scaling`).
     warmup_partitions : int
-    outer_learning_rate, outer_momentum : float
-        The outer step (see :class:`~node.TrainingSettings`); ``1.0, 0.0``: off.
+    outer_learning_rate : float
+        The outer step's ``eta`` (see :class:`~node.TrainingSettings`); with ``outer_momentum`` 0, ``1.0`` is off.
+    outer_momentum : float
+        The outer step's ``mu``.
     n_samples : int
         Training rows of the run (0: unknown); with the spec's ``batch_size``, the steps per node and epoch.
     nodes : int

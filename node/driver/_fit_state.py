@@ -19,8 +19,10 @@ class FitState:
 
     Attributes
     ----------
-    run_id, fit_id : str
-        The run, and this fit of it.
+    run_id : str
+        The run.
+    fit_id : str
+        This fit of it.
     group : str
         The Spark job group of every job of the fit (cancelled when the fit ends).
     store_url : str

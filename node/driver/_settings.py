@@ -70,8 +70,10 @@ class TrainingSettings:
         ``"sqrt"`` by ``sqrt(n)``, ``"auto"`` is linear, but only as far as the nodes take few
         minibatch steps per epoch (fully below ``200 / n`` steps: see
         :mod:`node.modes._scaling`), ``"none"`` keeps the rates as given (scale by hand).
-    outer_learning_rate, outer_momentum : float
-        The outer step of ``"async"`` and ``"sync"`` (DiLoCo, SlowMo, NoLoCo; docs/scaling-out.md):
+    outer_learning_rate : float
+        ``eta`` of the outer step (below); in (0, 2], default ``1.0``.
+    outer_momentum : float
+        ``mu`` of the outer step of ``"async"`` and ``"sync"`` (DiLoCo, SlowMo, NoLoCo; docs/scaling-out.md):
         each node of a fit of several nodes keeps an anchor (its weights after its last outer step)
         and a momentum ``v``; after it merged and trained to ``w`` it steps on ``d = anchor - w``:
         ``v <- mu v + d``, ``w <- anchor - eta (d + mu v)`` (Nesterov), with ``eta`` the outer learning

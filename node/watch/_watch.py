@@ -90,8 +90,10 @@ class RunWatch:
         ----------
         settings : WatchSettings
         run : str
-        spec, driver_spec : dict
-            The model's spec, and its driver's CPU copy's (what the validation tasks build).
+        spec : dict
+            The model's spec.
+        driver_spec : dict
+            Its driver's CPU copy's (what the validation tasks build).
         phases : sequence of str
         feature_shape : tuple of int
         classes : ndarray or None
