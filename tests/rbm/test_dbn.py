@@ -46,7 +46,7 @@ def test_dbn_with_default_settings_matches_a_plain_mlp_and_reaches_98_percent_on
     # mean +0.1 or +0.2 (sd of a mean of six about 0.13 points): "the DBN's mean not below the MLP's" was about
     # one sd from failing, so the bound is now half a point below it (4 sd); the median stood 0.4-0.5 point (2 sd)
     # above the former 0.985, now 0.98.  A DBN that fine-tunes badly falls well below both.  (Those DBN figures
-    # predate issue 34's anneal and dropout ramp in fit; with them: mean 0.9893, median 0.9916.)
+    # predate fit's anneal and dropout ramp; with them: mean 0.9893, median 0.9916.)
     assert_at_least(np.median(ours), 0.98, "median DBN accuracy, splits 1-6", ours)
     assert_at_least(np.mean(ours) - np.mean(mlp), -0.005, "mean DBN minus mean MLP accuracy, splits 1-6",
                     np.subtract(ours, mlp))
