@@ -46,6 +46,21 @@ class OuterState:
             velocity = {name: np.asarray(momentum[name], dtype=anchor[name].dtype).copy() for name in anchor}
         return cls(anchor, velocity)
 
+    def moved(self, before: Mapping[str, np.ndarray], after: Mapping[str, np.ndarray]) -> "OuterState":
+        """The state with its anchor moved as a merge moved the weights, ``x <- x + (after - before)``.
+
+        In ``async`` a node's merges move its anchor with its weights, so that the next step's change
+        ``d`` is what its own training did: the merges' share of the change is the nodes'
+        disagreement, which momentum would carry past the peers instead of to them.
+        """
+        _check_layout(self.anchor, before, "weights before the merge")
+        _check_layout(self.anchor, after, "weights after the merge")
+        anchor = {}
+        for name, value in self.anchor.items():
+            dtype = value.dtype
+            anchor[name] = value + (np.asarray(after[name], dtype=dtype) - np.asarray(before[name], dtype=dtype))
+        return OuterState(anchor, self.momentum)
+
 
 def check_outer_settings(learning_rate: float, momentum: float) -> None:
     """Raise ``ValueError`` unless ``0 < learning_rate <= 2`` and ``0 <= momentum < 1`` (the step's stable range)."""

@@ -233,8 +233,18 @@ class ExecutorNode:
             logger.warning("node %s ignores the stored outer momentum of phase %s: %s", self.name, phase, error)
             self.outer = actors.OuterState.start(params)
 
+    def adopt_merge(self, phase: str, before: Mapping[str, np.ndarray], merged: Mapping[str, np.ndarray]) -> None:
+        """Take the weights a merge made from ``before``; the outer step's anchor moves with them.
+
+        So the next outer step's change is what this node's own training did since its last step,
+        not the nodes' disagreement that a merge takes away (:meth:`actors.OuterState.moved`).
+        """
+        self.model.set_parameters(merged)
+        if self.outer is not None and phase == self.phase:
+            self.outer = self.outer.moved(before, merged)
+
     def outer_step(self, phase: str) -> None:
-        """The outer step on what merging and training changed since the last one (:func:`actors.outer_step`)."""
+        """The outer step on what training changed since the last one (:func:`actors.outer_step`)."""
         if self.outer is None or phase != self.phase:
             return
         params, self.outer = actors.outer_step(self.outer, self.model.parameters(phase),

@@ -3,9 +3,9 @@
 Per node, per partition: merge the fresh peer snapshots the node's actor has fetched (at most
 ``fanout`` of them; ``w <- (1 - a) w + a mean(peers)``, ``a = m / (m + 1)``), train one pass --
 merging the same way, between two minibatches, each snapshot fetched while it trains (at most
-``fanout`` peers in all per partition) -- take the outer step on what the merges and the partition
-changed (:meth:`~node.modes.ModeNode.outer_step`, NoLoCo-like: each node on what its own merges
-brought) -- publish the new weights and wait until they are
+``fanout`` peers in all per partition) -- take the outer step on what the partition's training
+changed (:meth:`~node.modes.ModeNode.outer_step`, NoLoCo-like; a merge moves the step's anchor with
+the weights) -- publish the new weights and wait until they are
 written (so that the driver finds every finished task's snapshot when it consolidates), then
 report.  Nobody waits for a peer: only for reads of versions already announced, before the
 partition.
@@ -53,32 +53,34 @@ class AsyncMode(TrainingMode):
     def options(self, settings: ModeSettings) -> AsyncOptions:
         return AsyncOptions()
 
-    def run_epochs(self, driver: ModeDriver, phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
+    def run_epochs(self, driver: ModeDriver, phase: str, *, first: int, epochs: int) -> list[list[PartitionReport]]:
         options = self.options(driver.settings)
         job = driver.take_queued_job(phase, first) or driver.start_job(phase, range(first, first + 1), options)
         if first + 1 < epochs:  # queued behind this epoch's job: a node that ends its share starts the next at once
-            driver.queue_job(job, phase, range(first + 1, first + 2), options)
+            driver.queue_job(job, phase, epochs=range(first + 1, first + 2), options=options)
         return [job.reports()]
 
-    def train_task(self, node: ModeNode, task: TaskSpec, spark_partition: int,
+    def train_task(self, node: ModeNode, task: TaskSpec, *, spark_partition: int,
                    blocks: list[Block]) -> Iterator[PartitionReport]:
         queue = PartitionQueue(node, task, spark_partition, blocks)
         for (index, X, y), stolen in queue.epoch(task.epoch):
             try:
-                yield self.train_partition(node, task, index, X, y, stolen, node.data.take_read_bytes())
+                yield self.train_partition(node, task, index, X, y, stolen=stolen,
+                                            data_read_bytes=node.data.take_read_bytes())
             except InputDataError as error:  # reported, not raised: the same data fails on a retry
                 yield node.refusal(task, index, error)
         node.save_outer(task.phase)  # once per task: a node that starts later continues the momentum
 
     def train_partition(self, node: ModeNode, task: TaskSpec, partition: int, X: np.ndarray,
-                        y: np.ndarray | None, stolen: bool = False, data_read_bytes: int = 0) -> PartitionReport:
+                        y: np.ndarray | None, *, stolen: bool = False, data_read_bytes: int = 0) -> PartitionReport:
         started = time.time()
         tick = time.perf_counter()
         # Unusable peer snapshots are skipped and counted by the actor (stats: dropped_bad_snapshot);
         # a MergeError here means this node's own weights diverged, and the task fails saying so.
-        merged, before = node.handle.merge(task.phase, node.model.parameters(task.phase), task.node.merge_alpha)
+        own = node.model.parameters(task.phase)
+        merged, before = node.handle.merge(task.phase, own, task.node.merge_alpha)
         if before:
-            node.model.set_parameters(merged)
+            node.adopt_merge(task.phase, own, merged)
         merge_s = time.perf_counter() - tick
 
         during: list = []  # the snapshots merged while the partition trains
@@ -89,10 +91,10 @@ class AsyncMode(TrainingMode):
             if not node.handle.has_fresh() or (fanout is not None and len(before) + len(during) >= fanout):
                 return
             tick = time.perf_counter()
-            merged, used = node.handle.merge(task.phase, node.model.parameters(task.phase), task.node.merge_alpha,
-                                             wait_s=0.0)
+            own = node.model.parameters(task.phase)
+            merged, used = node.handle.merge(task.phase, own, task.node.merge_alpha, wait_s=0.0)
             if used:
-                node.model.set_parameters(merged)
+                node.adopt_merge(task.phase, own, merged)
                 during.extend(used)
             merge_s += time.perf_counter() - tick
 
@@ -103,7 +105,7 @@ class AsyncMode(TrainingMode):
             node.model.set_minibatch_hook(None)
         node.also_merged(snapshot.node for snapshot in during)
         used = before + during
-        node.outer_step(task.phase)  # on what this partition's merges and training changed
+        node.outer_step(task.phase)  # on what this partition's training changed
 
         tick = time.perf_counter()
         params = node.model.parameters(task.phase)

@@ -75,7 +75,7 @@ class ModeDriver(Protocol):
     def start_job(self, phase: str, epochs: range, options: ModeOptions) -> StartedJob:
         """Start the job that trains ``epochs`` of ``phase``."""
 
-    def queue_job(self, running: StartedJob, phase: str, epochs: range, options: ModeOptions) -> None:
+    def queue_job(self, running: StartedJob, phase: str, *, epochs: range, options: ModeOptions) -> None:
         """Start the job of ``epochs`` behind ``running``: its tasks take the slots as ``running``'s free them."""
 
     def take_queued_job(self, phase: str, epoch: int) -> StartedJob | None:
@@ -185,8 +185,11 @@ class ModeNode(Protocol):
     def outer_enabled(self) -> bool:
         """The fit's nodes take an outer step (several nodes; not ``eta = 1, mu = 0``)."""
 
+    def adopt_merge(self, phase: str, before: Mapping[str, np.ndarray], merged: Mapping[str, np.ndarray]) -> None:
+        """Take the weights a merge made from ``before`` (the outer step's anchor moves with them)."""
+
     def outer_step(self, phase: str) -> None:
-        """The outer step on what merging and training changed since the last (a no-op where it is off)."""
+        """The outer step on what training changed since the last (a no-op where it is off)."""
 
     def save_outer(self, phase: str) -> None:
         """Store the node's outer momentum in ``phase``, where a restarted or new node finds it."""

@@ -37,21 +37,36 @@ def test_one_outer_step_moves_the_anchor_by_the_nesterov_step_on_the_change():
     np.testing.assert_array_equal(weights["W"], f32(0.5, 2.5))
 
 
+def test_a_merge_moves_the_anchor_with_the_weights_and_leaves_the_momentum():
+    state = OuterState(anchor={"W": f32(1.0, 2.0)}, momentum={"W": f32(0.5, -1.0)})
+    before, after = {"W": f32(1.5, 1.0)}, {"W": f32(2.0, 0.0)}
+    moved = state.moved(before, after)
+    # x + (after - before) = (1, 2) + (0.5, -1) = (1.5, 1); the momentum as it was.
+    assert_within(moved.anchor["W"], f32(1.5, 1.0), few_roundings(f32(0, 0)), "anchor")
+    np.testing.assert_array_equal(moved.momentum["W"], f32(0.5, -1.0))
+    np.testing.assert_array_equal(state.anchor["W"], f32(1.0, 2.0))  # the inputs are left as they were
+    with pytest.raises(MergeError, match="'W' has shape"):
+        state.moved({"W": f32(1.0)}, after)
+
+
 def test_a_peers_snapshot_and_the_nodes_own_change_give_the_stated_update_and_the_momentum_carries_it_on():
     state = OuterState.start({"W": f32(1.0, 2.0)})  # anchored at the node's weights, no momentum yet
     np.testing.assert_array_equal(state.momentum["W"], f32(0.0, 0.0))
-    merged = merge_snapshots({"W": f32(1.0, 2.0)}, [{"W": f32(3.0, 0.0)}])  # (x + peer) / 2 = (2, 1)
+    own = {"W": f32(1.0, 2.0)}
+    merged = merge_snapshots(own, [{"W": f32(3.0, 0.0)}])  # (x + peer) / 2 = (2, 1)
+    state = state.moved(own, merged)  # the merge moves the anchor: (2, 1)
     trained = {"W": merged["W"] + f32(-0.5, 0.25)}  # the node's own training: w = (1.5, 1.25)
     first, state = outer_step(state, trained, learning_rate=0.7, momentum=0.9)
-    # d = (1, 2) - (1.5, 1.25) = (-0.5, 0.75); v = d; d + 0.9 v = 1.9 d = (-0.95, 1.425);
-    # x = (1, 2) - 0.7 (-0.95, 1.425) = (1.665, 1.0025).
-    assert_within(first["W"], f32(1.665, 1.0025), few_roundings(f32(0, 0)), "first step")
+    # d = (2, 1) - (1.5, 1.25) = (0.5, -0.25), the training alone; v = d; d + 0.9 v = 1.9 d = (0.95, -0.475);
+    # x = (2, 1) - 0.7 (0.95, -0.475) = (1.335, 1.3325).  With the anchor left where the merge found it
+    # (the merge's change in d as well): (1.665, 1.0025).
+    assert_within(first["W"], f32(1.335, 1.3325), few_roundings(f32(0, 0)), "first step")
     second, state = outer_step(state, {"W": first["W"] + f32(0.1, -0.1)}, learning_rate=0.7, momentum=0.9)
-    # d = (-0.1, 0.1); v = 0.9 (-0.5, 0.75) + d = (-0.55, 0.775); d + 0.9 v = (-0.595, 0.7975);
-    # x = (1.665, 1.0025) - 0.7 (-0.595, 0.7975) = (2.0815, 0.44425).  Without the momentum the
-    # second step would give (1.798, 0.8695).
-    assert_within(second["W"], f32(2.0815, 0.44425), few_roundings(f32(0, 0)), "second step")
-    assert_within(state.momentum["W"], f32(-0.55, 0.775), few_roundings(f32(0, 0)), "momentum")
+    # d = (-0.1, 0.1); v = 0.9 (0.5, -0.25) + d = (0.35, -0.125); d + 0.9 v = (0.215, -0.0125);
+    # x = (1.335, 1.3325) - 0.7 (0.215, -0.0125) = (1.1845, 1.34125).  Without the momentum the
+    # second step would give (1.405, 1.2625).
+    assert_within(second["W"], f32(1.1845, 1.34125), few_roundings(f32(0, 0)), "second step")
+    assert_within(state.momentum["W"], f32(0.35, -0.125), few_roundings(f32(0, 0)), "momentum")
 
 
 def test_an_outer_rate_of_one_without_momentum_is_plain_merging_and_is_skipped():

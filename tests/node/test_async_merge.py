@@ -30,6 +30,7 @@ class FakeHandle:
         self.waiting = list(zip(arrivals, snapshots))
         self.minibatches = 0
         self.published = None
+        self.jumps: list[dict] = []
 
     def _arrived(self) -> list[Snapshot]:
         return [snapshot for arrives_at, snapshot in self.waiting if self.minibatches >= arrives_at]
@@ -42,6 +43,8 @@ class FakeHandle:
         used = self._arrived()
         self.waiting = [(at, snapshot) for at, snapshot in self.waiting if snapshot not in used]
         merged = {name: (value + sum(s.params[name] for s in used)) / (1 + len(used)) for name, value in own.items()}
+        if used:
+            self.jumps.append({name: merged[name] - own[name] for name in own})  # what each merge moved
         return merged, used
 
     def publish(self, phase, params, samples_seen):
@@ -66,6 +69,11 @@ class FakeNode:
     @property
     def outer_enabled(self):
         return self.outer is not None
+
+    def adopt_merge(self, phase, before, merged):
+        self.model.set_parameters(merged)
+        if self.outer is not None:
+            self.outer = self.outer.moved(before, merged)
 
     def outer_step(self, phase):
         if self.outer is not None:
@@ -127,7 +135,7 @@ def test_a_snapshot_fetched_mid_partition_is_merged_before_the_partition_ends():
     assert "_minibatch_hook" not in vars(node.model)  # the hook lives for the partition only
 
 
-def test_the_published_snapshot_is_the_outer_step_on_what_the_merges_and_the_partition_changed():
+def test_the_published_snapshot_is_the_outer_step_on_what_the_partitions_training_changed():
     X, y = digits200()
     plain = FakeHandle([peer_snapshot("peer", X, y, 9)], arrivals=[5])
     AsyncMode().train_partition(FakeNode(small_net(), plain), task(), 0, X, y)
@@ -136,10 +144,17 @@ def test_the_published_snapshot_is_the_outer_step_on_what_the_merges_and_the_par
 
     AsyncMode().train_partition(node, task(), 0, X, y)
 
-    # The same merges and minibatches, then one outer step from the start: x - 0.7 (d + 0.8 d), d = x - w.
-    expected, _ = actors.outer_step(actors.OuterState.start(small_net().parameters(PHASE)), plain.published, 0.7, 0.8)
+    # The same merges and minibatches, then one outer step from the start moved by the merge (the
+    # anchor follows it): d = x - w is the training's change alone, and x - 0.7 (d + 0.8 d).
+    (jump,) = plain.jumps
+    start = small_net().parameters(PHASE)
+    state = actors.OuterState.start(start).moved(start, {name: start[name] + jump[name] for name in start})
+    expected, _ = actors.outer_step(state, plain.published, 0.7, 0.8)
+    # The step on what merging and training changed together (the anchor left behind) differs.
+    unmoved, _ = actors.outer_step(actors.OuterState.start(start), plain.published, 0.7, 0.8)
+    assert not np.allclose(expected["out.W"], unmoved["out.W"])
     for name, value in expected.items():
-        np.testing.assert_array_equal(stepped.published[name], value)
+        np.testing.assert_allclose(stepped.published[name], value, rtol=0, atol=1e-5)
     assert not np.allclose(stepped.published["out.W"], plain.published["out.W"])
     np.testing.assert_array_equal(node.outer.anchor["out.W"], stepped.published["out.W"])  # the next anchor
 
