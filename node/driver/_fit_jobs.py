@@ -115,7 +115,7 @@ class FitJobs:
         job = self._progress.start(rdd, f"{self.run_id} {phase} epoch {epochs.start + 1}")
         return TrainingJob(self._progress, task, job, self.prepared, self.store, self.fit_id)
 
-    def queue_job(self, running: TrainingJob, phase: str, epochs: range, options: ModeOptions) -> None:
+    def queue_job(self, running: TrainingJob, phase: str, *, epochs: range, options: ModeOptions) -> None:
         """Start the job of ``epochs`` behind ``running``: its tasks take the task slots as ``running``'s free them."""
         running.job.submitted()  # each job counts its own tasks: the group's first after it (node.driver._progress)
         self._queued = self.start_job(phase, epochs, options)

@@ -104,7 +104,7 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
     data_load_s = time.perf_counter() - loading
     node.enter_phase(task.phase, task.start_digest, lambda: start.value, task.start_nodes)
     setup_s = time.perf_counter() - started
-    for report in mode.train_task(node, task, partition, blocks):
+    for report in mode.train_task(node, task, spark_partition=partition, blocks=blocks):
         # The task's first report carries what the task spent before it (node.driver._timings).
         yield encode(dataclasses.replace(report, setup_s=setup_s, data_load_s=data_load_s))
         setup_s = data_load_s = 0.0

@@ -55,14 +55,14 @@ class TrainingMode(ABC):
         """What the driver half tells the executor half in every task of the fit."""
 
     @abstractmethod
-    def run_epochs(self, driver: ModeDriver, phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
+    def run_epochs(self, driver: ModeDriver, phase: str, *, first: int, epochs: int) -> list[list[PartitionReport]]:
         """Driver: train epoch ``first`` of ``phase`` (and maybe more, up to ``epochs``) over every partition.
 
         Returns the nodes' reports, one list per epoch trained (at least one), from ``first`` on.
         """
 
     @abstractmethod
-    def train_task(self, node: ModeNode, task: TaskSpec, spark_partition: int,
+    def train_task(self, node: ModeNode, task: TaskSpec, *, spark_partition: int,
                    blocks: list[Block]) -> Iterator[PartitionReport]:
         """Executor: the node's share of the job (``blocks``: its slot's partitions), one report per partition trained.
 

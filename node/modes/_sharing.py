@@ -217,7 +217,7 @@ class SharingMode(TrainingMode):
         return SharingOptions(threshold=float(settings.sharing_threshold), sparsity=float(settings.sharing_sparsity))
 
     # ------------------------------------------------------------------ driver
-    def run_epochs(self, driver: ModeDriver, phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
+    def run_epochs(self, driver: ModeDriver, phase: str, *, first: int, epochs: int) -> list[list[PartitionReport]]:
         warning = many_nodes_warning(driver.nodes)
         if warning:
             driver.warn_once(warning)
@@ -225,7 +225,7 @@ class SharingMode(TrainingMode):
         return [[report for report in reports if report.epoch == epoch] for epoch in range(first, epochs)]
 
     # ------------------------------------------------------------------ executor
-    def train_task(self, node: ModeNode, task: TaskSpec, spark_partition: int,
+    def train_task(self, node: ModeNode, task: TaskSpec, *, spark_partition: int,
                    blocks: list[Block]) -> Iterator[PartitionReport]:
         phase = task.phase
         state = node.mode_state(SharingState)

@@ -86,12 +86,12 @@ class SyncMode(TrainingMode):
                            barrier_timeout_s=float(settings.barrier_timeout_s))
 
     # ------------------------------------------------------------------ driver
-    def run_epochs(self, driver: ModeDriver, phase: str, first: int, epochs: int) -> list[list[PartitionReport]]:
+    def run_epochs(self, driver: ModeDriver, phase: str, *, first: int, epochs: int) -> list[list[PartitionReport]]:
         reports = driver.start_job(phase, range(first, epochs), self.options(driver.settings)).reports()
         return [[report for report in reports if report.epoch == epoch] for epoch in range(first, epochs)]
 
     # ------------------------------------------------------------------ executor
-    def train_task(self, node: ModeNode, task: TaskSpec, spark_partition: int,
+    def train_task(self, node: ModeNode, task: TaskSpec, *, spark_partition: int,
                    blocks: list[Block]) -> Iterator[PartitionReport]:
         slots = [list(partitions) for partitions in task.slots]
         frequency = int(task.options.averaging_frequency)

@@ -330,5 +330,5 @@ def test_sync_rounds_scale_the_learning_rates_by_the_slots_they_average(monkeypa
     X = np.random.default_rng(0).random((20, 6)).astype(np.float32)
     task = TaskSpec(node=config, mode="sync", phase="rbm", phase_index=0, epoch=0, start_digest="digest", end_epoch=1,
                     slots=((0, 3), (1, 4), (2, 5)), options=SyncOptions(averaging_frequency=1, barrier_timeout_s=300.0))
-    factors = list(SyncMode().train_task(node, task, 0, [(0, X, None), (3, X, None)]))
+    factors = list(SyncMode().train_task(node, task, spark_partition=0, blocks=[(0, X, None), (3, X, None)]))
     assert factors == [2.0, 3.0]  # every round averages the 3 slots: 1 + 2/2 while warming up, then 3

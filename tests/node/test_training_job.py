@@ -44,17 +44,17 @@ def fit() -> FitJobs:
 
 def test_async_starts_each_epochs_job_before_it_waits_for_the_one_before(fit):
     mode = AsyncMode()
-    assert mode.run_epochs(fit, "rbm0", 0, 3) == [["report of rbm0 epoch 0"]]
+    assert mode.run_epochs(fit, "rbm0", first=0, epochs=3) == [["report of rbm0 epoch 0"]]
     assert fit.log == [("start", "rbm0", 0), ("start", "rbm0", 1), ("reports", "rbm0", 0)]
-    mode.run_epochs(fit, "rbm0", 1, 3)  # epoch 1's job is the one queued: not started again
+    mode.run_epochs(fit, "rbm0", first=1, epochs=3)  # epoch 1's job is the one queued: not started again
     assert fit.log[3:] == [("start", "rbm0", 2), ("reports", "rbm0", 1)]
-    mode.run_epochs(fit, "rbm0", 2, 3)  # the phase's last epoch: nothing is queued behind it
+    mode.run_epochs(fit, "rbm0", first=2, epochs=3)  # the phase's last epoch: nothing is queued behind it
     assert fit.log[5:] == [("reports", "rbm0", 2)]
     assert fit._queued is None
 
 
 def test_a_queued_job_of_another_epoch_is_stopped_not_used(fit):
     mode = AsyncMode()
-    mode.run_epochs(fit, "rbm0", 0, 2)  # queues epoch 1 of rbm0 ...
-    mode.run_epochs(fit, "rbm1", 0, 1)  # ... but the driver asks for another phase (cannot happen in a fit)
+    mode.run_epochs(fit, "rbm0", first=0, epochs=2)  # queues epoch 1 of rbm0 ...
+    mode.run_epochs(fit, "rbm1", first=0, epochs=1)  # ... but the driver asks for another phase (cannot happen in a fit)
     assert fit.log[3:] == [("stop", "rbm0", 1), ("start", "rbm1", 0), ("reports", "rbm1", 0)]
