@@ -18,10 +18,11 @@ import hmac
 import json
 import logging
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from typing import Any
 
 from ._errors import AuthenticationError
+from ._say_once import SayOnce
 
 __all__ = ["MIN_KEY_BYTES", "Refusals", "check_key", "mac_hex", "sha256_hex", "sign_json", "verify_json", "verify_mac"]
 
@@ -130,51 +131,34 @@ class Refusals:
     An *item* is what is refused (a file path), a *source* is where it came from (a node's
     folder); a store writer planting thousands of files in one folder costs one log line.
     Each item is counted once; memory is bounded by ``max_remembered`` items and sources (the
-    oldest are forgotten, after which an item would be counted again).
+    least recently seen are forgotten, after which an item would be counted again).
 
     Parameters
     ----------
     logger : logging.Logger
-        Where the first refusal of each source is logged (warning).
+        Where the first refusal of each source is logged (warning; later ones at debug level).
     max_remembered : int
         How many items (and, separately, sources) are remembered.
     """
 
     def __init__(self, logger: logging.Logger, max_remembered: int = 4096) -> None:
-        self._logger = logger
-        self._max = int(max_remembered)
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
-        self._items: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._sources: OrderedDict[tuple[str, str], None] = OrderedDict()
-
-    @staticmethod
-    def _remember(memory: "OrderedDict[tuple[str, str], None]", key: tuple[str, str], limit: int) -> bool:
-        """True when ``key`` is new; keeps ``memory`` to ``limit`` entries (least recently seen go)."""
-        if key in memory:
-            memory.move_to_end(key)
-            return False
-        memory[key] = None
-        if len(memory) > limit:
-            memory.popitem(last=False)
-        return True
+        self._items = SayOnce(logger, repeats_at=None, max_remembered=max_remembered)  # the items counted
+        self._sources = SayOnce(logger, max_remembered=max_remembered)  # the sources said
 
     def known(self, kind: str, item: str) -> bool:
         """Whether ``item`` was already refused as ``kind`` (and is still remembered)."""
-        with self._lock:
-            return (kind, item) in self._items
+        return self._items.seen((kind, item))
 
     def refuse(self, kind: str, item: str, source: str, message: str) -> None:
         """Count ``item`` under ``kind`` (once) and log ``message`` the first time ``source`` is refused."""
+        if not self._items.first((kind, item)):
+            return
         with self._lock:
-            if not self._remember(self._items, (kind, item), self._max):
-                return
             self._counts[kind] += 1
-            first_of_source = self._remember(self._sources, (kind, source), self._max)
-        if first_of_source:
-            self._logger.warning("refused (%s): %s; further refusals from %s are counted, not logged", kind, message, source)
-        else:
-            self._logger.debug("refused (%s): %s", kind, message)
+        self._sources.say((kind, source), "refused (%s): %s; further refusals from %s are counted, not logged",
+                          kind, message, source)
 
     def counts(self) -> dict[str, int]:
         """Refusals so far, by kind."""

@@ -18,7 +18,7 @@ class SayOnce:
 
     A hostile or broken peer then costs one warning however often it repeats, and a condition every
     epoch shares is told once per fit.  Thread-safe; at most ``max_remembered`` keys are remembered
-    (the oldest is forgotten first, and would be said again).
+    (the least recently seen is forgotten first, and would be said again).
 
     Parameters
     ----------
@@ -38,13 +38,19 @@ class SayOnce:
         self._seen: OrderedDict[Hashable, None] = OrderedDict()
 
     def first(self, key: Hashable) -> bool:
-        """Whether ``key`` is seen for the first time (remembered from now on)."""
+        """Whether ``key`` is seen for the first time (remembered from now on; a repeat renews it)."""
         with self._lock:
             first = key not in self._seen
             self._seen[key] = None
+            self._seen.move_to_end(key)
             if len(self._seen) > self._max:
                 self._seen.popitem(last=False)
         return first
+
+    def seen(self, key: Hashable) -> bool:
+        """Whether ``key`` was seen (and is still remembered); does not remember it."""
+        with self._lock:
+            return key in self._seen
 
     def say(self, key: Hashable, message: str, *args: object) -> bool:
         """Log ``message % args`` as a warning the first time ``key`` is seen, later at ``repeats_at``;
