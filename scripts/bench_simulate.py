@@ -26,7 +26,8 @@ simulated.  A discrete-event clock orders the nodes' partitions:
 
 The outer step (``--outer ETA/MU``, by default both plain merging and 0.7/0.8): after a
 partition (``async``) or a round's average (``sync``) a node steps from its anchor with Nesterov
-momentum on what merging and training changed (:func:`actors.outer_step`), as the executor does, and
+momentum on what its training changed (:func:`actors.outer_step`; in ``async`` a merge moves the anchor
+with the weights), as the executor does, and
 not where the nodes' minibatch is split.  ``--seeds N`` repeats everything for N seeds (each its own
 pretraining, shards and node speeds) and adds a table of accuracy at equal epochs (mean, std, gap to
 one node) and simulated time to one node's final accuracy.
@@ -223,7 +224,7 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
              and outer_step_enabled(outer_learning_rate, outer_momentum))
     outer_states = [OuterState.start(r.parameters(PHASE)) for r in replicas] if outer else []
 
-    def step_outer(i: int) -> None:  # node i's outer step on what merging and training changed
+    def step_outer(i: int) -> None:  # node i's outer step on what training changed since its anchor
         params, outer_states[i] = outer_step(outer_states[i], replicas[i].parameters(PHASE), outer_learning_rate,
                                              outer_momentum)
         replicas[i].set_parameters(params)
@@ -253,7 +254,11 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
         scalings[i].merged(merged_from)
         scale = scalings[i].scale()
         replicas[i].set_learning_rate_scale(scale)
-        replicas[i].set_schedule_epoch(schedule_epoch(int(done[i]) // partitions_per_node, scale))  # as the trainer
+        epoch, index = divmod(int(done[i]), partitions_per_node)
+        replicas[i].set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer
+        # The partition's place in the phase's plan, as the trainer gives it (the fine-tuning's anneal and
+        # dropout ramp): position ``index`` of the node's ``partitions_per_node`` in epoch ``epoch``.
+        replicas[i].set_schedule_plan(epochs, epoch + index / partitions_per_node, 1.0 / partitions_per_node)
         replicas[i].train_partition(X[rows], y[rows], PHASE, np.random.default_rng([seed, i, int(done[i])]))
         scalings[i].trained()
         done[i] += 1
@@ -299,7 +304,10 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
             if fanout is not None and len(fresh) > fanout:
                 fresh = [fresh[k] for k in sorted(rng.choice(len(fresh), size=fanout, replace=False))]
             if fresh:
-                replicas[i].set_parameters(merge_snapshots(own, [entry[2] for _, entry in fresh]))
+                merged = merge_snapshots(own, [entry[2] for _, entry in fresh])
+                replicas[i].set_parameters(merged)
+                if outer:  # the anchor moves with the merge, as the executor's (node.adopt_merge)
+                    outer_states[i] = outer_states[i].moved(own, merged)
                 for j, entry in fresh:
                     merged_version[i, j] = entry[1]
                     curve.age_s += now - (entry[0] - clock.delay_s)

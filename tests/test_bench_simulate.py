@@ -55,6 +55,7 @@ def by_hand(bench, problem, average_after_first: bool) -> list[dict]:
         for i, replica in enumerate(replicas):
             rows = parts[i][index]
             replica.set_schedule_epoch(0)  # one epoch: both partitions in the schedules' epoch 0, as the trainer
+            replica.set_schedule_plan(1, index / PARTITIONS_PER_NODE, 1 / PARTITIONS_PER_NODE)  # its place in the plan
             replica.train_partition(X[rows], y[rows], "finetune", np.random.default_rng([SEED, i, index]))
     return [r.parameters("finetune") for r in replicas]
 
@@ -132,6 +133,7 @@ def test_sync_with_the_outer_step_is_diloco_every_round_from_the_same_anchor(ben
     for index in range(PARTITIONS_PER_NODE):
         for i, replica in enumerate(replicas):
             replica.set_schedule_epoch(0)
+            replica.set_schedule_plan(1, index / PARTITIONS_PER_NODE, 1 / PARTITIONS_PER_NODE)
             replica.train_partition(X[parts[i][index]], y[parts[i][index]], "finetune",
                                     np.random.default_rng([SEED, i, index]))
         stepped, state = actors.outer_step(state, bench._mean([r.parameters("finetune") for r in replicas]), 0.7, 0.8)

@@ -113,7 +113,7 @@ class FitJobs:
                         start_nodes=tuple(self.record.nodes(phase)), planned_epochs=self._planned_epochs)
         rdd = self._slot_numbers.mapPartitionsWithIndex(functools.partial(run_training_task, encode(task), self._start))
         job = self._progress.start(rdd, f"{self.run_id} {phase} epoch {epochs.start + 1}")
-        return TrainingJob(self._progress, task, job, self.prepared, self.store, self.fit_id)
+        return TrainingJob(self._progress, task, job=job, prepared=self.prepared, store=self.store, fit_id=self.fit_id)
 
     def queue_job(self, running: TrainingJob, phase: str, *, epochs: range, options: ModeOptions) -> None:
         """Start the job of ``epochs`` behind ``running``: its tasks take the task slots as ``running``'s free them."""
@@ -139,7 +139,7 @@ class FitJobs:
         self._say_once.say(message, "run %s: %s", self.run_id, message)
 
     # ------------------------------------------------------------------ what the fit uses
-    def begin_phase(self, phase: str, whole: Mapping[str, np.ndarray], progress: EpochProgress,
+    def begin_phase(self, phase: str, whole: Mapping[str, np.ndarray], *, progress: EpochProgress,
                     planned_epochs: int = 0) -> None:
         """Broadcast ``whole`` (the model, with the phase's start) for the jobs of ``phase``, shown on ``progress``;
         its tasks carry the phase's ``planned_epochs`` (the run record's, resumed or not: 0, not said)."""

@@ -145,7 +145,7 @@ class LeasedFit:
                 result, origin = consolidation.params, f"consolidated from {len(consolidation.refs)} node(s)"
             result, origin = self.watch.best_result(phase) or (result, origin)
             stored = self.weights.put_phase_result(phase, result)  # a new file named by its content
-            record.mark_phase(phase, params_digest(result), origin, stored)
+            record.mark_phase(phase, params_digest(result), origin=origin, stored=stored)
             self._sweep_phase(phase)
             logger.info("run %s phase %s done: %s", self.state.run_id, phase, origin)
             self.watch.end_phase(phase, result)
@@ -158,7 +158,7 @@ class LeasedFit:
                                  description=f"{self.state.run_id} {phase}",
                                  samples_per_partition=self.prepared.n_samples / max(1, self.prepared.partitions))
         # The whole model with ``start`` as the phase's parameters: the earlier phases' results too.
-        self.jobs.begin_phase(phase, {**self.model.parameters(), **start}, progress, planned_epochs=epochs)
+        self.jobs.begin_phase(phase, {**self.model.parameters(), **start}, progress=progress, planned_epochs=epochs)
         try:
             self.jobs.store_partitions()  # once per fit, before its first training job
             epoch, ended = first, time.perf_counter()

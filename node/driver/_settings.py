@@ -75,7 +75,8 @@ class TrainingSettings:
     outer_momentum : float
         ``mu`` of the outer step of ``"async"`` and ``"sync"`` (DiLoCo, SlowMo, NoLoCo; docs/scaling-out.md):
         each node of a fit of several nodes keeps an anchor (its weights after its last outer step)
-        and a momentum ``v``; after it merged and trained to ``w`` it steps on ``d = anchor - w``:
+        and a momentum ``v``; after it merged and trained to ``w`` it steps on ``d = anchor - w``
+        (in ``"async"`` a merge moves the anchor with the weights, so ``d`` is the node's own training):
         ``v <- mu v + d``, ``w <- anchor - eta (d + mu v)`` (Nesterov), with ``eta`` the outer learning
         rate in (0, 2] and ``mu`` the outer momentum in [0, 1).  The defaults, ``1.0`` and ``0.0``, are
         plain merging (no step): 0.7 / 0.8 gained in simulation but lost on Spark (docs/scaling-out.md,

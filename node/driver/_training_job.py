@@ -41,7 +41,7 @@ class TrainingJob:
     fit_id : str
     """
 
-    def __init__(self, progress: EpochProgress, task: TaskSpec, job: SparkJob, prepared: PreparedData,
+    def __init__(self, progress: EpochProgress, task: TaskSpec, *, job: SparkJob, prepared: PreparedData,
                  store: storage.Store, fit_id: str) -> None:
         self.task, self.job = task, job
         self._progress, self._prepared, self._store, self._fit_id = progress, prepared, store, fit_id

@@ -151,7 +151,7 @@ class RunRecord:
         self.lease.check_store()
         self.runs.write_record(self.data, generation=self.lease.generation)
 
-    def mark_epoch(self, phase: str, epoch: int, nodes: Sequence[str], scaling: dict | None = None,
+    def mark_epoch(self, phase: str, epoch: int, nodes: Sequence[str], *, scaling: dict | None = None,
                    devices: Mapping[str, dict] | None = None) -> None:
         """Epoch ``epoch`` (0-based) of ``phase`` ran and ``nodes`` flushed their snapshots.
 
@@ -166,7 +166,7 @@ class RunRecord:
             self.data.setdefault("devices", {}).update(devices)
         self.write()
 
-    def mark_phase(self, phase: str, digest: str, origin: str, stored: dict[str, Any]) -> None:
+    def mark_phase(self, phase: str, digest: str, *, origin: str, stored: dict[str, Any]) -> None:
         """The phase result is stored (:func:`~node._contract.params_digest` ``digest``, its file ``stored`` as
         :meth:`storage.WeightStore.put_phase_result` returned it); ``origin`` says how it was made."""
         self.step(phase)["result"] = {"sha256": digest, "origin": origin, "time": time.time(), **stored}
