@@ -166,7 +166,8 @@ class LeasedFit:
                 self.lease.check()
                 progress.epoch(epoch, epochs)
                 waited = self.timings.now_s()
-                per_epoch = mode.run_epochs(self.jobs, phase, first=epoch, epochs=epochs)  # one epoch, or (sync) all that are left
+                # one epoch, or (sync) all that are left
+                per_epoch = mode.run_epochs(self.jobs, phase, first=epoch, epochs=epochs)
                 self.timings.add(_epochs_name(phase, epoch, len(per_epoch)), waited, self.timings.now_s() - waited,
                                  nodes=node_shares(report.to_record() for reports in per_epoch for report in reports))
                 # An epoch's wall time runs from the end of the one before: a job queued behind another

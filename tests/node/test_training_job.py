@@ -56,5 +56,5 @@ def test_async_starts_each_epochs_job_before_it_waits_for_the_one_before(fit):
 def test_a_queued_job_of_another_epoch_is_stopped_not_used(fit):
     mode = AsyncMode()
     mode.run_epochs(fit, "rbm0", first=0, epochs=2)  # queues epoch 1 of rbm0 ...
-    mode.run_epochs(fit, "rbm1", first=0, epochs=1)  # ... but the driver asks for another phase (cannot happen in a fit)
+    mode.run_epochs(fit, "rbm1", first=0, epochs=1)  # ... but the driver asks for another phase (not in a fit)
     assert fit.log[3:] == [("stop", "rbm0", 1), ("start", "rbm1", 0), ("reports", "rbm1", 0)]
