@@ -49,7 +49,8 @@ def assert_at_least(value: float, bound: float, what: str, values: Sequence[floa
     bound : float
         Its lowest allowed value.
     what : str
-        What the statistic is, for the message and the log (``"mean accuracy, seeds 0-7"``).
+        What the statistic is, for the message and the log (``"mean accuracy, seeds 0-7"``): a fixed
+        label, no measured number in it, since scripts/check-seed-bounds matches each family's check by it.
     values : sequence of float
         The per-seed values it was computed from (reported, logged).
     """
