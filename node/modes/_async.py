@@ -77,10 +77,7 @@ class AsyncMode(TrainingMode):
         tick = time.perf_counter()
         # Unusable peer snapshots are skipped and counted by the actor (stats: dropped_bad_snapshot);
         # a MergeError here means this node's own weights diverged, and the task fails saying so.
-        own = node.model.parameters(task.phase)
-        merged, before = node.handle.merge(task.phase, own, task.node.merge_alpha)
-        if before:
-            node.adopt_merge(task.phase, own, merged)
+        before = _merge_fresh(node, task)
         merge_s = time.perf_counter() - tick
 
         during: list = []  # the snapshots merged while the partition trains
@@ -91,11 +88,7 @@ class AsyncMode(TrainingMode):
             if not node.handle.has_fresh() or (fanout is not None and len(before) + len(during) >= fanout):
                 return
             tick = time.perf_counter()
-            own = node.model.parameters(task.phase)
-            merged, used = node.handle.merge(task.phase, own, task.node.merge_alpha, wait_s=0.0)
-            if used:
-                node.adopt_merge(task.phase, own, merged)
-                during.extend(used)
+            during.extend(_merge_fresh(node, task, wait_s=0.0))
             merge_s += time.perf_counter() - tick
 
         node.model.set_minibatch_hook(merge_fetched)
@@ -120,3 +113,16 @@ class AsyncMode(TrainingMode):
             sent_bytes=sum(int(value.nbytes) for value in params.values()),
             read_bytes=sum(int(value.nbytes) for snapshot in used for value in snapshot.params.values()),
             stolen=stolen, data_read_bytes=data_read_bytes))
+
+
+def _merge_fresh(node: ModeNode, task: TaskSpec, **wait: float) -> list:
+    """Merge the fresh peer snapshots into the node's weights (its outer step's anchor moves with them).
+
+    ``wait``: the actor's ``wait_s`` for snapshots announced but not fetched yet (its own default when
+    not given).  Returns the snapshots merged.
+    """
+    own = node.model.parameters(task.phase)
+    merged, used = node.handle.merge(task.phase, own, task.node.merge_alpha, **wait)
+    if used:
+        node.adopt_merge(task.phase, own, merged)
+    return used
