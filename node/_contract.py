@@ -27,7 +27,7 @@ __all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "AsyncOptions", "S
            "ModeOptions", "TaskSpec", "NodeDevice", "PartitionReport", "encode", "decode", "params_digest"]
 
 #: Bumped whenever a field of the contract changes meaning, appears or goes.
-CONTRACT_VERSION = 12
+CONTRACT_VERSION = 13
 
 T = TypeVar("T")
 
@@ -254,6 +254,10 @@ class PartitionReport:
     partitions; both 0 on the task's later reports (what the driver's timings show:
     :mod:`node.driver._timings`).  ``train_cpu_s`` is the CPU seconds the node's training thread
     spent in the ``train_s`` of the pass: below ``train_s`` by what it waited for a core.
+    ``entered_from`` is set on the first report of a task in which the node entered the phase: where its
+    parameters came from (:meth:`node.executor.ExecutorNode.enter_phase`: ``"start"``, the phase's start,
+    or ``"store(<n> nodes)"``, the mean of what ``n`` nodes had stored: a restarted node, or one on an
+    executor that joined mid-phase); empty where the node had trained in the phase already.
     """
 
     node: str
@@ -291,6 +295,7 @@ class PartitionReport:
     setup_s: float = 0.0
     data_load_s: float = 0.0
     train_cpu_s: float = 0.0
+    entered_from: str = ""
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-able dict (the metrics record)."""

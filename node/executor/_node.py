@@ -79,6 +79,7 @@ class ExecutorNode:
         self.classes = None if config.classes is None else np.asarray(config.classes)
         self.phase: str | None = None
         self.start_digest: str | None = None
+        self.entered_from = ""  # where the node entered its phase from, until a report tells it
         self.samples_seen: dict[str, int] = {}
         self.partitions_done = 0
         self._mode_states: dict[type, Any] = {}  # what the training modes keep on this node between tasks
@@ -192,6 +193,7 @@ class ExecutorNode:
         except storage.StoreNotFoundError:
             origin = "start"
         self.phase, self.start_digest = phase, start_digest
+        self.entered_from = origin  # told by the next partition's report
         self._start_outer(phase, start_nodes)
         self.scaling.enter_phase(phase)
         self.samples_seen.setdefault(phase, 0)
@@ -376,7 +378,9 @@ class ExecutorNode:
             learning_rate_scale=self.learning_rate_scale, nodes_merging=self.scaling.nodes(),
             merged_announced=announced, merged_listed=listed, endpoint=self.handle.endpoint or "",
             stolen=bool(work.stolen), data_read_bytes=int(work.data_read_bytes), device=self.device,
-            device_data=self.device_data.report() if self.device_data is not None else {})
+            device_data=self.device_data.report() if self.device_data is not None else {},
+            entered_from=self.entered_from)
+        self.entered_from = ""
         self.runs.append_metrics(self.name, report.to_record())
         return report
 
