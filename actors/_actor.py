@@ -55,9 +55,12 @@ class NodeActor(pykka.ThreadingActor):
     counters : Counters
         Shared counters (``accepted``, ``discovered``, ``fetched``, ``merged``, ``dropped_*``).
     rng : numpy.random.Generator
-        Picks the random ``fanout`` subset.
+        Picks the peers read and merged under a ``fanout``.
     fanout : int or None
-        At most this many snapshots per :meth:`take_fresh`; all when None.
+        At most this many snapshots per :meth:`take_fresh`, and at most this many peers read ahead of
+        a merge: when a merge frees a read, a peer with a newer version is picked at random among
+        those waiting.  So a node reads about what it merges, not every version of every peer.  All
+        when None.
     on_phase_change : callable
         Called (in the actor thread; must not block) when the current phase changes, to
         trigger an immediate store listing: the late-joiner / new-phase catch-up.
@@ -183,6 +186,7 @@ class NodeActor(pykka.ThreadingActor):
             )
         self._update_fresh()
         self._maybe_fetch(state)
+        self._fetch_waiting()
 
     def fetching(self, phase: str) -> bool:
         """Whether a version of ``phase`` this node has heard of is being read now."""
@@ -204,7 +208,7 @@ class NodeActor(pykka.ThreadingActor):
                 state.fetched = None
                 continue
             fresh.append((state, snapshot))
-        if self._fanout is not None and len(fresh) > self._fanout:
+        if self._fanout is not None and len(fresh) > self._fanout:  # a fan-out that changed, or from the store
             chosen = self._rng.choice(len(fresh), size=self._fanout, replace=False)
             fresh = [fresh[index] for index in sorted(chosen)]
         now = time.time()
@@ -221,6 +225,7 @@ class NodeActor(pykka.ThreadingActor):
         self._counters.add("merged_announced", heard)
         self._counters.add("merged_listed", len(fresh) - heard)
         self._update_fresh()
+        self._fetch_waiting()
         return [snapshot for _, snapshot in fresh]
 
     def staleness(self) -> dict[str, float | int]:
@@ -266,6 +271,20 @@ class NodeActor(pykka.ThreadingActor):
         else:
             self._fresh.clear()
 
+    def _slots_held(self) -> int:
+        """Peers being read now or read and not merged yet."""
+        return sum(1 for state in self._peers.values() if _holds_slot(state))
+
+    def _fetch_waiting(self) -> None:
+        """With a fan-out, read the newest versions of peers picked at random among those waiting, up to the fan-out."""
+        if self._fanout is None:
+            return
+        waiting = [state for state in self._peers.values() if not _holds_slot(state) and state.announced is not None]
+        for index in self._rng.permutation(len(waiting)):
+            if self._slots_held() >= self._fanout:
+                return
+            self._maybe_fetch(waiting[index])
+
     def _maybe_fetch(self, state: _PeerState) -> None:
         announced = state.announced
         if announced is None or state.inflight is not None:
@@ -274,6 +293,8 @@ class NodeActor(pykka.ThreadingActor):
             return
         if self._phase is not None and announced.phase != self._phase:
             return
+        if self._fanout is not None and not _holds_slot(state) and self._slots_held() >= self._fanout:
+            return  # read when a merge frees a slot (_fetch_waiting): no more reads than merges
         state.inflight = announced.version
         proxy = self._self_proxy
         reference = self._reference.get(announced.phase)
@@ -291,3 +312,8 @@ class NodeActor(pykka.ThreadingActor):
             self._pool.submit(job)
         except RuntimeError:  # the pool is shut down: the node is stopping
             state.inflight = None
+
+
+def _holds_slot(state: _PeerState) -> bool:
+    """Whether the peer takes one of the fan-out's reads: being read, or read and not merged yet."""
+    return state.inflight is not None or (state.fetched is not None and state.fetched.version > state.last_merged)

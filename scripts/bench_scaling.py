@@ -292,7 +292,7 @@ def part_spark(args, run: BenchRun | None = None) -> None:
                                            partitions=None if per_node == "default" else per_node * n,
                                            progress=False, seed=seed, scale_rule=rule, key=b"bench-scaling-key",
                                            log_dir=None, outer_learning_rate=outer[0], outer_momentum=outer[1],
-                                           **validation)
+                                           fanout=args.fanout, **validation)
                     trainer.fit(model, split.X_train, None if args.kind == "rbm" else split.y_train)
                     fit_s = time.perf_counter() - started
                 records = [r for summary in trainer.history_ for r in summary["records"]]
@@ -349,6 +349,8 @@ def main() -> None:
                         help="the outer step's rate and momentum (strategies '+outer'; --spark: the fits'; 1/0: off); "
                              "default: 0.7/0.8 for the strategies, the fit's defaults (off) for --spark")
     parser.add_argument("--rules", nargs="+", default=["none", "auto"])
+    parser.add_argument("--fanout", type=int, default=None,
+                        help="--spark: peers a node merges per partition at most (default: the fit's, every fresh one)")
     parser.add_argument("--target", type=float, default=None,
                         help="--spark: also count the last phase's epochs until this test accuracy (classifiers)")
     parser.add_argument("--bound", type=float, nargs="+", default=None, metavar="K",

@@ -150,16 +150,20 @@ def test_merge_moves_own_weights_to_the_average_of_self_and_fresh_peers(node, st
     assert_within(merged["W"], expected, bound, "W")
 
 
-def test_fanout_limits_each_round_to_a_random_subset_of_fresh_peers(store):
+def test_fanout_limits_each_round_to_a_random_subset_of_fresh_peers_and_reads_no_more(store):
     weights = storage.WeightStore(store, RUN, SECRET)
     for index in range(5):
         weights.put_version("rbm", f"p{index}", 1, params(index))
     with actors.start_node(RUN, "picky", store, SECRET, fanout=2, seed=0, anti_entropy_interval_s=600.0) as node:
-        node.fresh_snapshots("rbm")
-        poll(lambda: node.stats()["fetched"] == 5, what="five snapshots")
+        node.fresh_snapshots("rbm")  # enters the phase: the store listing offers all five
+        # Two are read, and no more until a merge takes them (reading all five would never pass this).
+        poll(lambda: (node.stats()["discovered"], node.stats()["fetched"]) == (5, 2)
+             and not node._actor.fetching("rbm").get(), what="two of the five read, none being read")
         rounds = [node.fresh_snapshots("rbm") for _ in range(3)]
+        fetched = node.stats()["fetched"]
     assert [len(chosen) for chosen in rounds] == [2, 2, 1]
     assert sorted(snapshot.node for chosen in rounds for snapshot in chosen) == [f"p{index}" for index in range(5)]
+    assert fetched == 5  # each read once
 
 
 def test_stop_is_idempotent_marks_the_peer_gone_says_goodbye_and_leaves_no_threads(store, intruder):
