@@ -1,5 +1,5 @@
-"""A worker added to a standalone cluster while a fit trains gets nodes: they start from the store,
-train partitions in every following epoch, and their snapshots reach the other nodes and the result."""
+"""A worker added to a standalone cluster while a fit trains gets nodes: they start from the store, train
+their share of the epochs to the end of the fit, and their snapshots reach the other nodes and the result."""
 
 from __future__ import annotations
 
@@ -42,11 +42,11 @@ def test_a_worker_added_while_a_fit_trains_gets_nodes_that_start_from_the_store_
         command = [sys.executable, str(ROOT / "scripts" / "sparkdbn-submit"), "--master", cluster.url,
                    "--executor-cores", "1", "--total-executor-cores", "2", "--executor-memory", "512m",
                    "--python", sys.executable, "--store", store_url, "--conf", "spark.ui.enabled=false",
-                   "--", "train", "--dataset", "digits28", "--model", "dbn", "--layers", "64", "--epochs", str(EPOCHS), "--partitions", "4",
-                   "--run-id", "join", "--no-report", "--no-progress"]
-        log = open(tmp_path / "fit.log", "w")
-        fit = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, text=True,
-                               env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
+                   "--", "train", "--dataset", "digits28", "--model", "dbn", "--layers", "64",
+                   "--epochs", str(EPOCHS), "--partitions", "4", "--run-id", "join", "--no-report", "--no-progress"]
+        with open(tmp_path / "fit.log", "w") as log:
+            fit = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                   env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
         deadline = time.monotonic() + FIT_TIMEOUT_S
         while _epochs_done(store_url, "join") < 1:  # the fit trains on the first worker alone
             assert fit.poll() is None, (tmp_path / "fit.log").read_text()[-5000:]

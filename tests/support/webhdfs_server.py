@@ -236,8 +236,12 @@ class _Handler(BaseHTTPRequestHandler):
             if not exists:
                 raise missing
             if is_dir:
-                entries = [_file_status(os.path.join(local, n), n) for n in sorted(os.listdir(local))
-                           if os.path.lexists(os.path.join(local, n))]
+                entries = []
+                for name in sorted(os.listdir(local)):
+                    try:
+                        entries.append(_file_status(os.path.join(local, name), name))
+                    except FileNotFoundError:  # deleted while listed: a namenode lists atomically, without it
+                        continue
             else:
                 entries = [_file_status(local, "")]
             self._send_json({"FileStatuses": {"FileStatus": entries}})
