@@ -279,17 +279,17 @@ class NodeActor(pykka.ThreadingActor):
         """With a fan-out, read the newest versions of peers picked at random among those waiting, up to the fan-out."""
         if self._fanout is None:
             return
-        waiting = [state for state in self._peers.values() if not _holds_slot(state) and state.announced is not None]
+        held = self._slots_held()
+        waiting = [state for state in self._peers.values() if not _holds_slot(state) and _newer_announced(state)]
         for index in self._rng.permutation(len(waiting)):
-            if self._slots_held() >= self._fanout:
+            if held >= self._fanout:
                 return
             self._maybe_fetch(waiting[index])
+            held += _holds_slot(waiting[index])
 
     def _maybe_fetch(self, state: _PeerState) -> None:
         announced = state.announced
-        if announced is None or state.inflight is not None:
-            return
-        if announced.version <= max(state.tried, state.last_merged, state.fetched.version if state.fetched else -1):
+        if announced is None or state.inflight is not None or not _newer_announced(state):
             return
         if self._phase is not None and announced.phase != self._phase:
             return
@@ -317,3 +317,9 @@ class NodeActor(pykka.ThreadingActor):
 def _holds_slot(state: _PeerState) -> bool:
     """Whether the peer takes one of the fan-out's reads: being read, or read and not merged yet."""
     return state.inflight is not None or (state.fetched is not None and state.fetched.version > state.last_merged)
+
+
+def _newer_announced(state: _PeerState) -> bool:
+    """Whether the peer announced a version newer than any this node read, tried or merged."""
+    fetched = state.fetched.version if state.fetched else -1
+    return state.announced is not None and state.announced.version > max(state.tried, state.last_merged, fetched)
