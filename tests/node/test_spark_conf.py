@@ -5,13 +5,13 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from support.standalone import free_port
 
 from node.driver._session import START_WORKERS_GROUP, session_settings
 
@@ -94,12 +94,6 @@ def test_the_daemon_forks_from_a_process_with_no_threads_actors_zmq_context_or_c
     assert done.stdout.split() == ["1", "0", "True", "False"], done.stdout
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _ui_answers(port: int) -> str | None:
     """The page Spark's UI serves at /jobs/ on 127.0.0.1:port, or None while nothing answers there."""
     try:
@@ -113,7 +107,7 @@ def _ui_answers(port: int) -> str | None:
 
 @pytest.mark.slow
 def test_conf_turns_on_spark_ui_at_the_port_given_while_a_run_trains(tmp_path: Path):
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "node.cli", "train", "--store", str(tmp_path / "store"), "--run-id", "ui",
                "--layers", "16", "--epochs", "1", "--no-report", "--no-progress",
                "--conf", "spark.ui.enabled=true", "--conf", f"spark.ui.port={port}"]

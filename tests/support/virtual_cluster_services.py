@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .standalone import spark_class
 from .virtual_network import Host, VirtualClusterError
 
 __all__ = [
@@ -68,22 +69,13 @@ class ServiceSpec:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def _spark_class() -> str:
-    candidate = Path(sys.executable).parent / "spark-class"
-    if candidate.exists():
-        return str(candidate)
-    import pyspark  # only to find its bin/ folder when the venv has no spark-class on PATH
-
-    return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
-
-
 def _daemon_env(jvm_options: str) -> dict[str, str]:
     return {"SPARK_DAEMON_MEMORY": DEFAULT_DAEMON_MEMORY, "SPARK_DAEMON_JAVA_OPTS": jvm_options}
 
 
 def spark_master(host: Host, jvm_options: str = DEFAULT_JVM_OPTIONS) -> ServiceSpec:
     """A Spark standalone master on ``host`` (port :data:`SPARK_MASTER_PORT`)."""
-    argv = [_spark_class(), "org.apache.spark.deploy.master.Master", "--host", host.address,
+    argv = [spark_class(), "org.apache.spark.deploy.master.Master", "--host", host.address,
             "--port", str(SPARK_MASTER_PORT), "--webui-port", str(SPARK_MASTER_WEBUI_PORT)]
     return ServiceSpec("spark-master", argv, "I have been elected leader", _daemon_env(jvm_options))
 
@@ -91,7 +83,7 @@ def spark_master(host: Host, jvm_options: str = DEFAULT_JVM_OPTIONS) -> ServiceS
 def spark_worker(host: Host, master_url: str, work_dir: Path, cores: int = 1, memory: str = "1g",
                  jvm_options: str = DEFAULT_JVM_OPTIONS) -> ServiceSpec:
     """A Spark standalone worker on ``host`` offering ``cores`` and ``memory`` to executors."""
-    argv = [_spark_class(), "org.apache.spark.deploy.worker.Worker", "--host", host.address,
+    argv = [spark_class(), "org.apache.spark.deploy.worker.Worker", "--host", host.address,
             "--cores", str(cores), "--memory", memory, "--webui-port", str(SPARK_WORKER_WEBUI_PORT),
             "--work-dir", str(work_dir), master_url]
     return ServiceSpec("spark-worker", argv, "Successfully registered with master", _daemon_env(jvm_options))
