@@ -1,13 +1,15 @@
-"""Benchmark: a convergence simulation of 8, 64 and 256 nodes for every training mode (issues 11 and 18).
+"""Benchmark: a convergence simulation of 8, 64 and 256 nodes for every training mode (issues 11, 18 and 42).
 
-In one process, no Spark: ``n`` simulated nodes each hold a replica of a small DBN (784-64-10) and
-a disjoint shard of digits28.  The pretraining phase runs once, in one process, before the
-simulation (every node starts from the same pretrained weights); the fine-tuning phase is
-simulated.  A discrete-event clock orders the nodes' partitions:
+In one process, no Spark: ``n`` simulated nodes each hold a replica of a model and a disjoint shard
+of its data (``--model``): a small DBN (784-64-10) on digits28 (the default), the DBN(64, 64) on
+digits, or LeNet on digits28.  A DBN's pretraining phases run once, in one process, before the
+simulation (every node starts from the same pretrained weights); the last phase (the DBN's
+fine-tuning, LeNet's training) is simulated.  A discrete-event clock orders the nodes' partitions:
 
-* a partition takes ``rows / rate`` seconds (``rate``: the fine-tuning samples/s of the
-  784-500-500 DBN on one Spark node as ``bench_spark.py`` measured it, which the small model stands
-  in for; ``--rate measured`` measures the small model in-process instead) times the node's speed
+* a partition takes ``rows / rate`` seconds (``rate``: for the DBN on digits28, the fine-tuning
+  samples/s of the 784-500-500 DBN on one Spark node as ``bench_spark.py`` measured it, which the
+  small model stands in for; for the other models, and with ``--rate measured``, the model's own
+  speed measured in-process on one core) times the node's speed
   (lognormal, fixed per node; ``--straggler`` makes node 0 of several that many times slower) times a per-partition
   jitter, plus a fixed per-partition write cost and a read cost for every file the node reads from the store before it trains
   (snapshots for ``async`` and ``sync``, small sparse updates for ``sharing``; the local store's
@@ -44,6 +46,7 @@ accuracy at equal samples and samples and time to a target; a PNG with one panel
     .venv/bin/python scripts/bench_simulate.py --quick           # a smoke run
     .venv/bin/python scripts/bench_simulate.py --straggler 3 --png /tmp/simulate-straggler.png
     .venv/bin/python scripts/bench_simulate.py --nodes 8 64 --fanouts --modes async --seeds 5 --outer 1/0 0.7/0.8
+    .venv/bin/python scripts/bench_simulate.py --model lenet-digits28 --fanouts --modes async --outer default --seeds 5
 """
 
 from __future__ import annotations
@@ -71,11 +74,9 @@ from actors import OuterState, merge_snapshots, outer_step, outer_step_enabled  
 from node import TrainingSettings  # noqa: E402
 from node.modes import NodeScaling, max_learning_rate_factor, mode_named, schedule_epoch  # noqa: E402
 from node.modes._sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
-from rbm.datasets import load_digits28, shift_images  # noqa: E402
+from rbm.datasets import load_digits01, load_digits28, shift_images  # noqa: E402
 
 from _results import BenchRun, add_json_option  # noqa: E402
-
-PHASE = "finetune"
 
 #: The outer step measured beside plain merging when ``--outer`` names none (docs/scaling-out.md, "The outer step").
 CANDIDATE_OUTER = (0.7, 0.8)
@@ -123,33 +124,61 @@ class Curve:
 
 
 # ----------------------------------------------------------------------------- data and model
-def load_data(quick: bool):
-    """digits28: training rows, and held-out test images shifted by up to one pixel (more test rows)."""
-    split = load_digits28(shifts=[(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)] if quick else None)
-    images = split.X_test.reshape(-1, 28, 28)
-    shifts = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
-    X_test = shift_images(images, shifts).reshape(-1, 784)
-    return split.X_train, split.y_train, X_test, np.tile(split.y_test, len(shifts))
+@dataclass(frozen=True)
+class Workload:
+    """What ``--model`` simulates: a model on its data, the epochs of its simulated (last) phase, the
+    epochs of each pretraining phase run beforehand in one process, and the clock's samples/s
+    (``"measured"``: the model's own, in-process on one core)."""
+
+    title: str
+    data: str  # "digits28" or "digits"
+    epochs: int
+    pretrain_epochs: int = 0
+    rate: str = "measured"
 
 
-def pretrained_model(X: np.ndarray, y: np.ndarray, hidden: int, seed: int):
-    """A DBN whose RBM layer is pretrained in one process: the start of every simulated node."""
-    model = rbm.DBN((hidden,), random_state=seed)
-    model.initialize(X.shape[1], 10)
-    for phase in model.phases()[:-1]:
-        model.train_partition(X, None, phase, np.random.default_rng([seed, 0]))
-    return model
+WORKLOADS = {
+    "dbn-digits28": Workload("DBN 784-{hidden}-10 fine-tuning on digits28", "digits28", 6, 1, str(Clock.rate)),
+    "dbn-digits": Workload("DBN(64, 64) fine-tuning on digits", "digits", 10, 3),
+    "lenet-digits28": Workload("LeNet on digits28", "digits28", 2),
+}
+TEST_SHIFTS = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
+
+
+def load_data(quick: bool, model: str = "dbn-digits28"):
+    """Training rows and held-out rows: digits28's test images shifted by up to one pixel (more test
+    rows), as LeNet's images or flat; digits split as ``bench_scaling.py`` splits it."""
+    if WORKLOADS[model].data == "digits":
+        split = load_digits01(test_fraction=0.25, random_state=0)
+        return split.X_train, split.y_train, split.X_test, split.y_test
+    split = load_digits28(shifts=TEST_SHIFTS if quick else None, flatten=model != "lenet-digits28")
+    X_test = shift_images(split.X_test.reshape(-1, 28, 28), TEST_SHIFTS).reshape(-1, *split.X_test.shape[1:])
+    return split.X_train, split.y_train, X_test, np.tile(split.y_test, len(TEST_SHIFTS))
+
+
+def pretrained_model(X: np.ndarray, y: np.ndarray, hidden: int, seed: int, model: str = "dbn-digits28"):
+    """The start of every simulated node: the model initialized, a DBN's RBM layers pretrained in one
+    process (the workload's epochs per layer)."""
+    base = {"dbn-digits28": lambda: rbm.DBN((hidden,), random_state=seed),
+            "dbn-digits": lambda: rbm.DBN((64, 64), random_state=seed),
+            "lenet-digits28": lambda: rbm.lenet(random_state=seed)}[model]()
+    base.initialize(X.shape[1] if X.ndim == 2 else X.shape[1:], 10)
+    for phase in base.phases()[:-1]:
+        for epoch in range(WORKLOADS[model].pretrain_epochs):
+            base.train_partition(X, None, phase, np.random.default_rng([seed, epoch]))
+    return base
 
 
 def measure_rate(model, X: np.ndarray, y: np.ndarray) -> float:
-    """Fine-tuning samples/s of one replica (best of 3 passes over 2,000 rows)."""
+    """Samples/s of one replica's simulated phase (best of 3 passes over up to 2,000 rows)."""
     probe = copy.deepcopy(model)
+    rows = min(2000, len(X))
     best = float("inf")
     for attempt in range(3):
         started = time.perf_counter()
-        probe.train_partition(X[:2000], y[:2000], PHASE, np.random.default_rng(attempt))
+        probe.train_partition(X[:rows], y[:rows], probe.phases()[-1], np.random.default_rng(attempt))
         best = min(best, time.perf_counter() - started)
-    return 2000 / best
+    return rows / best
 
 
 # ----------------------------------------------------------------------------- the simulation
@@ -194,7 +223,7 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
              evaluations_per_epoch: int = 4, scale_rule: str = "auto", warmup_partitions: int = 2,
              sharing_threshold: float = 1e-3, sharing_sparsity: float = 0.01, evaluate: bool = True,
              outer_learning_rate: float = 1.0, outer_momentum: float = 0.0):
-    """Simulate ``nodes`` nodes fine-tuning ``base`` in ``mode`` ("async", "sync", "sharing").
+    """Simulate ``nodes`` nodes training ``base``'s last phase in ``mode`` ("async", "sync", "sharing").
 
     ``outer_learning_rate`` and ``outer_momentum``: the outer step of ``async`` and ``sync``
     (:func:`actors.outer_step`), applied after each partition (``async``) or round's average (``sync``)
@@ -202,6 +231,7 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
 
     Returns the :class:`Curve` and the nodes' final parameters (list of dicts).
     """
+    phase = base.phases()[-1]  # the simulated phase: a DBN's fine-tuning, LeNet's training
     rng = np.random.default_rng([seed, nodes])
     parts = node_partitions(len(X), nodes, partitions_per_node, rng)
     speeds = np.ones(nodes)  # one node alone: the reference, at the measured speed
@@ -218,14 +248,14 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
     scalings = [NodeScaling(scale_rule, spec, warmup_partitions, fanout if mode == "async" else None, n_samples=len(X),
                             node_batch=node_batch) for _ in range(nodes)]
     for scaling in scalings:
-        scaling.enter_phase(PHASE)
+        scaling.enter_phase(phase)
     probe = copy.deepcopy(base)
     outer = (nodes > 1 and mode in ("async", "sync") and node_batch == base.batch_size  # as the executor decides
              and outer_step_enabled(outer_learning_rate, outer_momentum))
-    outer_states = [OuterState.start(r.parameters(PHASE)) for r in replicas] if outer else []
+    outer_states = [OuterState.start(r.parameters(phase)) for r in replicas] if outer else []
 
     def step_outer(i: int) -> None:  # node i's outer step on what training changed since its anchor
-        params, outer_states[i] = outer_step(outer_states[i], replicas[i].parameters(PHASE), outer_learning_rate,
+        params, outer_states[i] = outer_step(outer_states[i], replicas[i].parameters(phase), outer_learning_rate,
                                              outer_momentum)
         replicas[i].set_parameters(params)
 
@@ -242,7 +272,7 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
         while next_eval and samples >= next_eval[0]:
             next_eval.pop(0)
             if evaluate:
-                probe.set_parameters(_mean([r.parameters(PHASE) for r in replicas]))
+                probe.set_parameters(_mean([r.parameters(phase) for r in replicas]))
                 curve.samples.append(samples)
                 curve.time_s.append(now)
                 curve.accuracy.append(float(probe.score(X_test, y_test)))
@@ -259,7 +289,7 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
         # The partition's place in the phase's plan, as the trainer gives it (the fine-tuning's anneal and
         # dropout ramp): position ``index`` of the node's ``partitions_per_node`` in epoch ``epoch``.
         replicas[i].set_schedule_plan(epochs, epoch + index / partitions_per_node, 1.0 / partitions_per_node)
-        replicas[i].train_partition(X[rows], y[rows], PHASE, np.random.default_rng([seed, i, int(done[i])]))
+        replicas[i].train_partition(X[rows], y[rows], phase, np.random.default_rng([seed, i, int(done[i])]))
         scalings[i].trained()
         done[i] += 1
         samples += len(rows)
@@ -274,13 +304,13 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
             now += max(ends) + (nodes - 1) * clock.read_s if nodes > 1 else ends[0]  # barrier, peers' snapshots
             curve.reads += nodes * (nodes - 1)
             if nodes > 1:
-                average = _mean([r.parameters(PHASE) for r in replicas])
+                average = _mean([r.parameters(phase) for r in replicas])
                 for i, replica in enumerate(replicas):
                     replica.set_parameters(average)
                     if outer:
                         step_outer(i)
             check(now)
-        return curve, [r.parameters(PHASE) for r in replicas]
+        return curve, [r.parameters(phase) for r in replicas]
 
     # async and sharing: every node on its own, ordered by a heap of (start time, node)
     published: list[list[tuple[float, int, object]]] = [[] for _ in range(nodes)]  # (visible at, version, payload)
@@ -290,7 +320,7 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
     heapq.heapify(events)
     while events:
         now, i = heapq.heappop(events)
-        own = replicas[i].parameters(PHASE)
+        own = replicas[i].parameters(phase)
         reads = 0
         if mode == "async":
             fresh = []
@@ -328,22 +358,22 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
             merged_from = []  # peers' updates are added, not averaged: learning rates stay as given
             reads = len(pending)
         curve.reads += reads
-        before = replicas[i].parameters(PHASE)
+        before = replicas[i].parameters(phase)
         compute_s = train(i, merged_from)
         if mode == "async":
             if outer:
                 step_outer(i)
             end = now + reads * clock.read_s + compute_s + clock.write_s
-            published[i].append((end + clock.delay_s, int(done[i]), replicas[i].parameters(PHASE)))
+            published[i].append((end + clock.delay_s, int(done[i]), replicas[i].parameters(phase)))
         else:
             end = now + reads * clock.update_read_s + compute_s + clock.update_write_s
-            after = replicas[i].parameters(PHASE)
+            after = replicas[i].parameters(phase)
             update = accumulators[i].add({name: after[name] - before[name] for name in after})
             published[i].append((end + clock.delay_s, len(published[i]), _as_indices(update)))
         check(end)
         if done[i] < total_partitions:
             heapq.heappush(events, (end, i))
-    return curve, [r.parameters(PHASE) for r in replicas]
+    return curve, [r.parameters(phase) for r in replicas]
 
 
 # ----------------------------------------------------------------------------- report
@@ -428,7 +458,10 @@ def equal_epochs_rows(results: dict, sizes: list[int], epochs: int, rows_per_epo
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 9x smaller data, 8 and 32 nodes, 2 epochs")
+    parser.add_argument("--model", default="dbn-digits28", choices=tuple(WORKLOADS),
+                        help="the model and data simulated (default: the DBN 784-64-10 on digits28)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 8 and 32 nodes, 2 epochs (digits28: 9x smaller data)")
     parser.add_argument("--nodes", type=int, nargs="+", default=None, help="default 8 64 256 (quick: 8 32)")
     parser.add_argument("--fanouts", type=int, nargs="*", default=[2, 4, 8])
     parser.add_argument("--modes", nargs="+", default=["async", "sync", "sharing"], choices=("async", "sync", "sharing"))
@@ -438,19 +471,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=1,
                         help="seeds 0 .. N-1 (each its own pretraining, shards and node speeds): the table of accuracy "
                              "at equal epochs is their mean; the figure and the per-run table show --seed")
-    parser.add_argument("--epochs", type=int, default=None, help="fine-tuning epochs (default 6, quick 2)")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="epochs of the simulated phase (default: the model's, 6 / 10 / 2; quick 2)")
     parser.add_argument("--partitions-per-node", default="default",
                         help="per epoch, or 'default': what a fit takes for these rows and nodes "
                              "(node.modes._scaling.default_partitions: 2, or 8 where the nodes take few steps)")
     parser.add_argument("--scale-rule", default="auto", choices=("auto", "linear", "sqrt", "none"))
-    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--hidden", type=int, default=64, help="the DBN on digits28's hidden units")
     parser.add_argument("--target", type=float, default=0.90)
     parser.add_argument("--straggler", type=float, default=1.0, help="node 0 this many times slower")
     parser.add_argument("--delay-s", type=float, default=Clock.delay_s)
     parser.add_argument("--read-s", type=float, default=Clock.read_s)
     parser.add_argument("--write-s", type=float, default=Clock.write_s)
-    parser.add_argument("--rate", default=str(Clock.rate),
-                        help="samples/s of a node's fine-tuning, or 'measured' (this small model, one core)")
+    parser.add_argument("--rate", default=None,
+                        help="samples/s of a node's training, or 'measured' (the model itself, one core); default: "
+                             f"{Clock.rate:.0f} for the DBN on digits28 (the 784-500-500 DBN's), else measured")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--png", default=None,
                         help="the figure (default: beside the --json file, else scripts/figures/simulate.png)")
@@ -463,21 +498,24 @@ def main(argv: list[str] | None = None) -> int:
     from threadpoolctl import threadpool_limits
 
     sizes = args.nodes or ([8, 32] if args.quick else [8, 64, 256])
-    epochs = args.epochs or (2 if args.quick else 6)
+    workload = WORKLOADS[args.model]
+    title = workload.title.format(hidden=args.hidden)
+    epochs = args.epochs or (2 if args.quick else workload.epochs)
+    rate_option = args.rate or workload.rate
     outers = args.outer or [(1.0, 0.0), CANDIDATE_OUTER]
     seeds = [args.seed] + [seed for seed in range(args.seeds) if seed != args.seed]
     started = time.perf_counter()
     results: dict[tuple[int, str], list[Curve]] = {}
     with threadpool_limits(limits=1):
-        X, y, X_test, y_test = load_data(args.quick)
+        X, y, X_test, y_test = load_data(args.quick, args.model)
         rate = None
         for seed in seeds:
-            base = pretrained_model(X, y, args.hidden, seed)
+            base = pretrained_model(X, y, args.hidden, seed, args.model)
             if rate is None:
-                rate = measure_rate(base, X, y) if args.rate == "measured" else float(args.rate)
+                rate = measure_rate(base, X, y) if rate_option == "measured" else float(rate_option)
                 clock = Clock(rate=rate, write_s=args.write_s, read_s=args.read_s, delay_s=args.delay_s,
                               straggler=args.straggler)
-                print(f"# DBN 784-{args.hidden}-10 fine-tuning on digits28: {len(X)} training rows, {len(X_test)} "
+                print(f"# {title}: {len(X)} training rows, {len(X_test)} "
                       f"test rows; {epochs} epochs; partitions per node and epoch: {args.partitions_per_node} (column "
                       f"'parts'), a warm-up of a node's first epoch; scale rule {args.scale_rule}; seeds {seeds}")
                 print(f"# clock: {rate:.0f} samples/s per node, snapshot write / read {clock.write_s * 1e3:.1f} / "
@@ -539,12 +577,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row[0]:>5} {row[1]:<24}{row[2]:>6}{row[3]:>10.4f}{row[4]:>7.4f}{row[5]:>+13.2f}{time_s:>19}"
               f"{row[7]:>8}{speed:>9}")
     run.table(f"Accuracy after {epochs} epochs (mean over {len(seeds)} seeds) and simulated time to one node's "
-              f"accuracy: DBN 784-{args.hidden}-10 fine-tuning on digits28, simulated",
+              f"accuracy: {title}, simulated",
               ["nodes", "mode", "partitions per node and epoch", "accuracy", "std", "gap to 1 node (points)",
                "simulated time to 1 node's accuracy (s)", "seeds reaching it", "speed-up over 1 node"], equal,
               "Speed-up: one node's simulated time for its epochs over the time the nodes take to reach its final "
               "accuracy (mean over the seeds that reach it). 'outer ETA/MU': the outer step; none: plain merging.")
-    run.table(f"DBN 784-{args.hidden}-10 fine-tuning on digits28, {len(X)} training rows, {epochs} epochs, simulated, "
+    run.table(f"{title}, {len(X)} training rows, {epochs} epochs, simulated, "
               f"seed {args.seed}",
               ["nodes", "mode", "partitions per node and epoch", *(f"accuracy at {m / len(X):g} epochs" for m in marks),
                f"epochs to {args.target}", f"simulated time to {args.target}", "simulated time (s)",
