@@ -18,7 +18,9 @@ progress as the asynchronous nodes do when every peer's snapshot is fresh.  Stra
   ``--outer ETA/MU``, 0.7/0.8 when not given), its state reset at each phase.
 
 Part 2 (``--spark``): the chosen default confirmed on ``local[n]`` Spark through the real
-:class:`node.Trainer` (``scale_rule="auto"`` vs ``"none"``).
+:class:`node.Trainer` (``scale_rule="auto"`` vs ``"none"``): the score at equal epochs per node count
+and rule over ``--seeds`` runs, against one process's (``local[1]``), and with ``--json`` a figure of
+it (``--png``).
 
 Part 3 (``--bound K [K ...]``): the large-batch bound -- what no way of combining ``n`` nodes'
 progress can beat at equal epochs short of merging after every minibatch: one process trained
@@ -310,6 +312,11 @@ def part_spark(args, run: BenchRun | None = None) -> None:
     if run is not None:
         one = [values for (n, _), values in scores.items() if n == 1]
         reference = float(np.mean(one[0])) if one else None
+        if args.png:
+            plot_spark(scores, reference, args.png, f"{args.kind} on {args.data}, Spark local[n], equal epochs",
+                       "test reconstruction MSE" if args.kind == "rbm" else "test accuracy")
+            run.figure(args.png, "score at equal epochs against nodes (mean over the runs, bars: min to max); "
+                                 "dashed: one process (local[1])")
         rows = [[n, rule, len(values), float(np.mean(values)), float(np.min(values)), float(np.max(values)),
                  None if reference is None else 100.0 * (float(np.mean(values)) - reference),
                  float(np.mean(fit_times[n, rule]))] for (n, rule), values in scores.items()]
@@ -318,6 +325,36 @@ def part_spark(args, run: BenchRun | None = None) -> None:
                                                  "gap to 1 node (points)", "fit (s)"], rows,
                   "1 node: one process's line (a fit on local[1]). Fit times are the driver's wall time on a "
                   "shared machine: not a speed measurement.")
+
+
+def plot_spark(scores: dict[tuple[int, str], list[float]], reference: float | None, png: str, title: str,
+               ylabel: str) -> None:
+    """Score against nodes, one line per rule (mean, min-max bars), the one-process line dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(5.6, 3.6))
+    for rule in dict.fromkeys(rule for _, rule in scores):
+        sizes = sorted(n for n, r in scores if r == rule)
+        means = np.array([np.mean(scores[n, rule]) for n in sizes])
+        spread = np.array([[means[k] - np.min(scores[n, rule]), np.max(scores[n, rule]) - means[k]]
+                           for k, n in enumerate(sizes)]).T
+        axis.errorbar(sizes, means, yerr=spread, marker="o", capsize=3, label=f"scale_rule={rule}")
+    if reference is not None:
+        axis.axhline(reference, color="black", linestyle="--", linewidth=0.8, label="one process")
+    axis.set_xscale("log", base=2)
+    axis.set_xticks(sorted({n for n, _ in scores}), [str(n) for n in sorted({n for n, _ in scores})])
+    axis.set_xlabel("nodes (local[n])")
+    axis.set_ylabel(ylabel)
+    axis.set_title(title, fontsize=9)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(png)), exist_ok=True)
+    figure.savefig(png, dpi=72)
+    plt.close(figure)
 
 
 def _outer(text: str) -> tuple[float, float]:
@@ -355,9 +392,13 @@ def main() -> None:
                         help="--spark: also count the last phase's epochs until this test accuracy (classifiers)")
     parser.add_argument("--bound", type=float, nargs="+", default=None, metavar="K",
                         help="the large-batch bound instead: one process, minibatch n x the model's, rates x K")
+    parser.add_argument("--png", default=None,
+                        help="--spark: the figure of score against nodes (default: beside the --json file)")
     add_json_option(parser)
     args = parser.parse_args()
     run = BenchRun(__file__, args).start()  # its tables are printed text: the JSON keeps the printed report
+    if args.spark and args.png is None and run.path:
+        args.png = os.path.splitext(run.path)[0] + ".png"
     if args.bound:
         part_bound(args)
     else:
