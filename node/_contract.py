@@ -27,7 +27,7 @@ __all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "AsyncOptions", "S
            "ModeOptions", "TaskSpec", "NodeDevice", "PartitionReport", "encode", "decode", "params_digest"]
 
 #: Bumped whenever a field of the contract changes meaning, appears or goes.
-CONTRACT_VERSION = 13
+CONTRACT_VERSION = 14
 
 T = TypeVar("T")
 
@@ -72,6 +72,9 @@ class NodeConfig:
     node_batch_size : int
         The minibatch each node trains with, where it differs from the spec's ``batch_size`` (0: the
         spec's; see :func:`node.modes._scaling.node_batch_size`).
+    rates_cap : float
+        Where ``node_batch_size`` is set, the most the learning rates take of the scaling rule's factor
+        (0: no cap; see :func:`node.modes._scaling.rates_cap`).
     kill_worker_once_at : str or None
         Test hook ``"<phase>:<epoch>"`` (see :class:`~node.TrainingSettings`).
     straggler_factor : float
@@ -109,6 +112,7 @@ class NodeConfig:
     n_samples: int = 0
     nodes: int = 0
     node_batch_size: int = 0
+    rates_cap: float = 0.0
     kill_worker_once_at: str | None = None
     straggler_factor: float = 1.0
     local_master: bool = True

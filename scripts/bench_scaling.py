@@ -61,7 +61,7 @@ from actors import OuterState, outer_step  # noqa: E402
 from node import TrainingSettings  # noqa: E402
 from node.modes import mode_named  # noqa: E402
 from node.modes._scaling import (default_warmup_partitions, learning_rate_scale, max_learning_rate_factor,  # noqa: E402
-                                 resolve_rule, schedule_epoch, schedule_place)
+                                 rates_cap, resolve_rule, schedule_epoch, schedule_place)
 from rbm.datasets import load_digits01, load_digits28  # noqa: E402
 
 from _results import BenchRun, add_json_option  # noqa: E402
@@ -154,7 +154,8 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
             epoch, half = divmod(round_index, per_node)
             for i, replica in enumerate(replicas):
                 steps = len(X) / (nodes * batch_size) if rule == "auto" else None
-                scale = learning_rate_scale(resolved, nodes, done, warmup, steps, node_batch / batch_size)
+                scale = learning_rate_scale(resolved, nodes, done, warmup, steps, node_batch / batch_size,
+                                            rates_cap(max_learning_rate_factor(base)))
                 replica.set_learning_rate_scale(scale)
                 replica.set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer (node.modes._scaling)
                 partition = half * nodes + i

@@ -72,7 +72,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import rbm  # noqa: E402
 from actors import OuterState, merge_snapshots, outer_step, outer_step_enabled  # noqa: E402
 from node import TrainingSettings  # noqa: E402
-from node.modes import NodeScaling, max_learning_rate_factor, mode_named, schedule_epoch  # noqa: E402
+from node.modes import NodeScaling, max_learning_rate_factor, mode_named, rates_cap, schedule_epoch  # noqa: E402
 from node.modes._sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
 from rbm.datasets import load_digits01, load_digits28, shift_images  # noqa: E402
 
@@ -246,7 +246,8 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
     replicas = [copy.deepcopy(base).set_params(batch_size=node_batch) for _ in range(nodes)]
     spec = {"batch_size": base.batch_size}
     scalings = [NodeScaling(scale_rule, spec, warmup_partitions, fanout if mode == "async" else None, n_samples=len(X),
-                            node_batch=node_batch) for _ in range(nodes)]
+                            node_batch=node_batch, rates_cap=rates_cap(max_learning_rate_factor(base)))
+                for _ in range(nodes)]
     for scaling in scalings:
         scaling.enter_phase(phase)
     probe = copy.deepcopy(base)

@@ -13,7 +13,7 @@ from typing import Any
 from .._contract import NodeConfig
 from ..data import PreparedData
 from ..executor import is_local_master
-from ..modes import default_warmup_partitions, mode_named
+from ..modes import default_warmup_partitions, mode_named, rates_cap
 from ._settings import TrainingSettings
 
 __all__ = ["SETTINGS_FIELDS", "node_config", "settings_fields"]
@@ -46,6 +46,7 @@ def node_config(settings: TrainingSettings, prepared: PreparedData, spec: dict, 
         classes=None if prepared.classes is None else tuple(prepared.classes.tolist()),
         warmup_partitions=_warmup_partitions(settings, prepared, nodes), n_samples=int(prepared.n_samples),
         nodes=int(nodes), node_batch_size=_node_batch_size(settings, spec, nodes, prepared.n_samples, max_rate_factor),
+        rates_cap=rates_cap(max_rate_factor),
         local_master=is_local_master(sc.master), driver_host=sc.getConf().get("spark.driver.host"),
         **settings_fields(settings))
 

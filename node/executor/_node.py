@@ -95,7 +95,7 @@ class ExecutorNode:
         self._xp: Any = np
         self.scaling = NodeScaling(config.scale_rule, config.spec, config.warmup_partitions, config.fanout,
                                    n_samples=config.n_samples or None, fit_nodes=config.nodes or None,
-                                   node_batch=config.node_batch_size or None)
+                                   node_batch=config.node_batch_size or None, rates_cap=config.rates_cap or None)
         self.learning_rate_scale = 1.0
         self.outer: actors.OuterState | None = None  # the outer step's anchor and momentum in self.phase
 

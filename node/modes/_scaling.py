@@ -25,7 +25,8 @@ where the model says so: an RBM with persistent chains takes none, see
 :meth:`rbm.RBM.max_learning_rate_factor`); the rest
 comes as more minibatch steps: each node trains with a minibatch of ``batch_size * 4 / factor``
 rows (at least 1, :func:`node_batch_size`; the factor for the fit's nodes), its rates times
-``factor * node_batch / batch_size``.  In the linear regime ``b`` steps of ``1/b`` the minibatch
+``factor * node_batch / batch_size`` and never more than the cap (where even one row leaves more,
+the rest of the factor is dropped).  In the linear regime ``b`` steps of ``1/b`` the minibatch
 move a model as far as one step at ``b`` times the rate, but each stays at a rate the model was
 tuned for (the large factor is where the nodes take fewest steps).  Measured
 (scripts/bench_scaling.py, 6 seeds): digits on 8 nodes 0.906 -> 0.930 (one node 0.947), on 16
@@ -187,7 +188,8 @@ def scale_target(rule: str, nodes: int, steps_per_node_epoch: float | None = Non
 
 def learning_rate_scale(rule: str, nodes: int, partitions_done: int = 0,
                         warmup_partitions: int = DEFAULT_WARMUP_PARTITIONS,
-                        steps_per_node_epoch: float | None = None, batch_ratio: float = 1.0) -> float:
+                        steps_per_node_epoch: float | None = None, batch_ratio: float = 1.0,
+                        rates_cap: float | None = None) -> float:
     """The learning-rate factor of a node that merges the progress of ``nodes`` nodes (itself included).
 
     Parameters
@@ -205,6 +207,11 @@ def learning_rate_scale(rule: str, nodes: int, partitions_done: int = 0,
     batch_ratio : float
         The node's minibatch over the model's (:func:`node_batch_size`): the learning rates take the
         factor times this.
+    rates_cap : float, optional
+        Where the minibatch is split (``batch_ratio`` below 1), the most the learning rates take
+        (:func:`rates_cap`): a minibatch cannot shrink below one row, and what of the factor it cannot
+        take is dropped, not given to the rates (digits on 64 simulated nodes, a minibatch of 1: the
+        rates times 6.4 left 0.20 accuracy, capped at 4 0.72; scripts/bench_simulate.py).
 
     The warm-up ramps the learning rates' factor up from 1 -- the model's own step -- and does not
     ramp a factor of at most 1: a node whose smaller minibatch takes steps no larger than the model's
@@ -213,6 +220,8 @@ def learning_rate_scale(rule: str, nodes: int, partitions_done: int = 0,
     reconstruction error at 5 epochs and 8.5% at 3; without, 2.2% and 5.1%).
     """
     target = scale_target(rule, nodes, steps_per_node_epoch) * batch_ratio
+    if batch_ratio < 1.0 and rates_cap is not None:
+        target = min(target, float(rates_cap))
     start = min(1.0, target)
     if warmup_partitions > 0 and partitions_done < warmup_partitions:
         return start + (target - start) * (partitions_done + 1) / (warmup_partitions + 1)
@@ -304,6 +313,9 @@ class NodeScaling:
     node_batch : int, optional
         The minibatch this node trains with (:func:`node_batch_size`; None: the spec's): where it is
         smaller than the spec's, the learning rates take the factor times their ratio.
+    rates_cap : float, optional
+        Where ``node_batch`` is smaller than the spec's, the most the learning rates take
+        (:func:`rates_cap`; see :func:`learning_rate_scale`).
     fit_nodes : int, optional
         The fit's nodes (tasks per job): at most this many count.  A Spark executor keeps more idle
         Python workers than it runs tasks at once after some jobs, and hands a job's tasks to any of
@@ -314,13 +326,14 @@ class NodeScaling:
 
     def __init__(self, rule: str, spec: Mapping[str, Any], warmup_partitions: int = DEFAULT_WARMUP_PARTITIONS,
                  fanout: int | None = None, n_samples: int | None = None, fit_nodes: int | None = None,
-                 node_batch: int | None = None) -> None:
+                 node_batch: int | None = None, rates_cap: float | None = None) -> None:
         self.rule = rule
         self.fit_nodes = fit_nodes
         self.spec = spec
         self.n_samples = n_samples
         batch_size = spec.get("batch_size")
         self.batch_ratio = node_batch / int(batch_size) if node_batch and batch_size else 1.0
+        self.rates_cap = rates_cap
         self.warmup_partitions = int(warmup_partitions)
         self.fanout = fanout
         self.phase: str | None = None
@@ -358,7 +371,8 @@ class NodeScaling:
         """The learning rates' factor for the next partition (call :meth:`merged` first, :meth:`trained` after it):
         the rule's factor, times the node's minibatch over the spec's."""
         return learning_rate_scale(resolve_rule(self.rule), self.nodes(), self.partitions_done, self.warmup_partitions,
-                                   self.steps_per_node_epoch() if self.rule == "auto" else None, self.batch_ratio)
+                                   self.steps_per_node_epoch() if self.rule == "auto" else None, self.batch_ratio,
+                                   self.rates_cap)
 
     def steps_per_node_epoch(self) -> float | None:
         """Minibatch steps of the spec's size each of the merging nodes takes per epoch (None: unknown)."""

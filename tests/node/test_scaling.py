@@ -13,7 +13,8 @@ from node._contract import NodeConfig, SyncOptions, TaskSpec
 from node.executor._node import ExecutorNode
 from node.driver._progress import small_partition_warning, summary_line
 from node.modes._registry import mode_named
-from node.driver._node_config import _node_batch_size
+from node.data import PreparedData
+from node.driver._node_config import _node_batch_size, node_config
 from node.modes._scaling import (MAX_RATE_FACTOR, STEP_LIMITED_STEPS, NodeScaling, default_partitions,
                            default_warmup_partitions, learning_rate_scale, max_learning_rate_factor, node_batch_size,
                            resolve_rule, scale_target, schedule_epoch, schedule_place)
@@ -76,6 +77,41 @@ def test_a_model_that_limits_its_rates_factor_takes_the_rest_as_a_smaller_miniba
     assert told(pcd, 8) == 1
     assert told(cd, 8) == 5
     assert told(pcd, 1) == 0
+
+
+def test_where_even_one_row_leaves_the_rates_more_than_their_cap_the_rest_of_the_factor_is_dropped():
+    # 1,347 digits on 64 nodes (factor 64): minibatches of 1 of the model's 10 leave the rates x6.4 without the cap
+    # (0.20 accuracy in scripts/bench_simulate.py); the rates take the cap, 4, or a model's own lower one.
+    after = {"partitions_done": 5, "warmup_partitions": 2}
+    assert learning_rate_scale("linear", 64, **after, batch_ratio=0.1) == pytest.approx(6.4)
+    assert learning_rate_scale("linear", 64, **after, batch_ratio=0.1, rates_cap=4.0) == 4.0
+    assert learning_rate_scale("linear", 16, **after, batch_ratio=0.1, rates_cap=1.0) == 1.0  # persistent chains
+    assert learning_rate_scale("linear", 8, **after, batch_ratio=0.5, rates_cap=4.0) == 4.0  # at the cap: unchanged
+    assert learning_rate_scale("linear", 8, **after, rates_cap=4.0) == 8.0  # no split (the "linear" rule): no cap
+    ramp = [learning_rate_scale("linear", 64, partitions_done=k, warmup_partitions=3, batch_ratio=0.1, rates_cap=4.0)
+            for k in range(5)]
+    assert ramp == pytest.approx([1.75, 2.5, 3.25, 4.0, 4.0])  # the warm-up ramps up to the cap
+    # The driver tells the nodes the cap, the executor's scaling takes it.
+    spec, prepared = rbm.RBM(4, batch_size=10).to_spec(), _prepared(1347)
+    sc = type("SC", (), {"master": "local[2]", "getConf": lambda self: {"spark.driver.host": "127.0.0.1"}})()
+    told = node_config(TrainingSettings(), prepared, spec, run="r", fit_id="f", store_url="file:///tmp", key=b"k",
+                       nodes=64, sc=sc, max_rate_factor=None)
+    assert (told.node_batch_size, told.rates_cap) == (1, 4.0)
+    pcd = node_config(TrainingSettings(), prepared, rbm.RBM(4, batch_size=10, persistent=True).to_spec(), run="r",
+                      fit_id="f", store_url="file:///tmp", key=b"k", nodes=16, sc=sc, max_rate_factor=1.0)
+    assert (pcd.node_batch_size, pcd.rates_cap) == (1, 1.0)
+    scaling = ExecutorNode(dataclasses.replace(_config(spec=spec, n_samples=1347, nodes=64), node_batch_size=1,
+                                               rates_cap=told.rates_cap)).scaling
+    scaling.enter_phase("rbm")
+    for _ in range(3):
+        scaling.merged([f"peer{k}" for k in range(63)])
+        scaling.trained()
+    assert scaling.scale() == 4.0
+
+
+def _prepared(rows: int) -> PreparedData:
+    return PreparedData(n_samples=rows, feature_shape=(4,), classes=None, partitions=2, rows_per_partition=[rows // 2,
+                        rows - rows // 2], source="arrays", summaries=[], held=None)
 
 
 def test_a_node_with_half_the_minibatch_takes_half_the_factor_as_learning_rate():
