@@ -283,6 +283,10 @@ def test_a_run_recorded_on_a_loaded_machine_carries_a_warning_and_a_quiet_one_no
     assert "loaded machine" not in benchmarks.render_run(run)
     del run["machine"]["load_average_1min"]
     assert "loaded machine" not in benchmarks.render_run(run)
+    # A simulation's times are its clock's, not the machine's: no warning however loaded the machine was.
+    simulated = {**run, "script": "bench_simulate.py", "machine": {**run["machine"], "load_average_1min": 11.79}}
+    assert "loaded machine" not in benchmarks.render_run(simulated)
+    assert "loaded machine" in benchmarks.render_run({**simulated, "script": "bench_rbm.py"})
 
 
 def test_sphinx_roles_become_references_resolved_in_the_docstring_owners_scope():

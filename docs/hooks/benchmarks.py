@@ -28,6 +28,8 @@ MARKER = re.compile(r"^<!--\s*bench-results:\s*([A-Za-z0-9_.-]+)\s*-->[ \t]*$", 
 # Above this 1-minute load average per core when a run started, other work competed with it for the
 # cores: its timings measure the machine's load as much as the code, and its page says so.
 LOADED_PER_CORE = 1.5
+#: Scripts whose times are a simulated clock's: the machine's load moves none of their figures.
+SIMULATED_CLOCK = frozenset({"bench_simulate.py"})
 _shown: set[str] = set()
 
 
@@ -82,8 +84,11 @@ def load_per_core(machine: dict[str, Any]) -> float | None:
     return load / cores
 
 
-def render_load_warning(machine: dict[str, Any]) -> str:
-    """A warning for a run recorded on a loaded machine, or an empty string for one on a quiet machine."""
+def render_load_warning(machine: dict[str, Any], script: str = "") -> str:
+    """A warning for a run recorded on a loaded machine, or an empty string for one on a quiet machine or
+    of a script whose times are simulated (:data:`SIMULATED_CLOCK`)."""
+    if script in SIMULATED_CLOCK:
+        return ""
     per_core = load_per_core(machine)
     if per_core is None or per_core <= LOADED_PER_CORE:
         return ""
@@ -104,7 +109,7 @@ def render_run(run: dict[str, Any], page_dir: Path = DATA_DIR) -> str:
             f"    `{run['command']}`  ",
             f"    on {render_machine(run['machine'])}.",
         ]
-        warning = render_load_warning(run["machine"])
+        warning = render_load_warning(run["machine"], run.get("script", ""))
         if warning:
             blocks += ["", warning]
         blocks += ["", *(render_table(table) + "\n" for table in run["tables"])]
