@@ -13,7 +13,7 @@ what a hostile peer can make a node hold is bounded; see ``NodeHandle.stats`` fo
 import logging
 
 from ._errors import ActorsError, MergeError, MessageError, NodeAddressError, NodeStoppedError, PublishError
-from ._merge import merge_snapshots
+from ._merge import check_snapshot, merge_snapshots
 from ._messages import SCHEMA_VERSION, Goodbye, Snapshot, WeightAnnouncement
 from ._node import NodeHandle, start_node
 from ._outer import OuterState, check_outer_settings, outer_step, outer_step_enabled
@@ -25,6 +25,7 @@ __all__ = [
     "NodeHandle",
     "Snapshot",
     "merge_snapshots",
+    "check_snapshot",
     "OuterState",
     "outer_step",
     "outer_step_enabled",

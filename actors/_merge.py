@@ -66,6 +66,8 @@ def merge_snapshots(
     own: Mapping[str, np.ndarray],
     peers: list[Mapping[str, np.ndarray]],
     alpha: float | None = None,
+    *,
+    checked: bool = False,
 ) -> dict[str, np.ndarray]:
     """Merge fresh peer weights into a node's own: ``(1 - a) * own + a * mean(peers)``.
 
@@ -77,6 +79,10 @@ def merge_snapshots(
         Fresh peer snapshots with exactly the same names and shapes.
     alpha : float in [0, 1], optional
         Weight of the peers' mean; ``m / (m + 1)`` for ``m`` peers by default.
+    checked : bool
+        The peers were checked against ``own`` already (:func:`check_compatible`, as
+        :meth:`actors.NodeHandle.merge_and_get` checks each before it merges): not again.  ``own`` is
+        always checked.
 
     Returns
     -------
@@ -92,7 +98,7 @@ def merge_snapshots(
     for name, value in own.items():
         if not all_finite(value):
             raise MergeError(f"own parameter {name!r} contains NaN or Inf; the local model has diverged")
-    for index, peer in enumerate(peers):
+    for index, peer in enumerate([] if checked else peers):
         check_compatible(own, peer, source=f"peer snapshot #{index}")
     m = len(peers)
     if alpha is None:

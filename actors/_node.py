@@ -313,7 +313,7 @@ class NodeHandle:
                 self._counters.add("dropped_bad_snapshot")
                 continue
             usable.append(snapshot)
-        return merge_snapshots(own, [snapshot.params for snapshot in usable], alpha), usable
+        return merge_snapshots(own, [snapshot.params for snapshot in usable], alpha, checked=True), usable
 
     def stats(self) -> dict[str, int | float]:
         """Counters (``received``, ``accepted``, ``discovered``, ``fetched``, ``merged`` with ``merged_announced``

@@ -70,7 +70,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import rbm  # noqa: E402
-from actors import OuterState, merge_snapshots, outer_step, outer_step_enabled  # noqa: E402
+from actors import OuterState, check_snapshot, merge_snapshots, outer_step, outer_step_enabled  # noqa: E402
 from node import TrainingSettings  # noqa: E402
 from node.modes import NodeScaling, max_learning_rate_factor, mode_named, rates_cap, schedule_epoch  # noqa: E402
 from node.modes._sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
@@ -335,7 +335,8 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
             if fanout is not None and len(fresh) > fanout:
                 fresh = [fresh[k] for k in sorted(rng.choice(len(fresh), size=fanout, replace=False))]
             if fresh:
-                merged = merge_snapshots(own, [entry[2] for _, entry in fresh])
+                # Each snapshot was checked once, when its author published it (as each reader's actor checks it).
+                merged = merge_snapshots(own, [entry[2] for _, entry in fresh], checked=True)
                 replicas[i].set_parameters(merged)
                 if outer:  # the anchor moves with the merge, as the executor's (node.adopt_merge)
                     outer_states[i] = outer_states[i].moved(own, merged)
@@ -365,7 +366,9 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
             if outer:
                 step_outer(i)
             end = now + reads * clock.read_s + compute_s + clock.write_s
-            published[i].append((end + clock.delay_s, int(done[i]), replicas[i].parameters(phase)))
+            snapshot = replicas[i].parameters(phase)
+            check_snapshot(snapshot, None, source=f"node-{i} version {int(done[i])}")  # once, not by every reader
+            published[i].append((end + clock.delay_s, int(done[i]), snapshot))
         else:
             end = now + reads * clock.update_read_s + compute_s + clock.update_write_s
             after = replicas[i].parameters(phase)

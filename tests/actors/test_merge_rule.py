@@ -70,6 +70,21 @@ def test_own_non_finite_weights_are_reported_as_divergence():
     own["b"][0] = np.nan
     with pytest.raises(MergeError, match="diverged"):
         merge_snapshots(own, [params(rng)])
+    with pytest.raises(MergeError, match="diverged"):  # own is checked even where the peers were checked before
+        merge_snapshots(own, [params(rng)], checked=True)
+
+
+def test_peers_checked_before_are_not_checked_again_and_merge_alike():
+    # The node's handle checks each peer against its own weights before it merges (NodeHandle.merge_and_get);
+    # merge_snapshots(checked=True) takes that check as done and merges exactly as it does after its own.
+    rng = np.random.default_rng(6)
+    own, peers = params(rng), [params(rng), params(rng)]
+    expected = merge_snapshots(own, peers)
+    merged = merge_snapshots(own, peers, checked=True)
+    for name in own:
+        np.testing.assert_array_equal(merged[name], expected[name])
+    peers[0]["W"][0, 0] = np.nan
+    assert np.isnan(merge_snapshots(own, peers, checked=True)["W"][0, 0])  # not refused: the caller checked
 
 
 def test_mismatched_shapes_or_names_are_refused():
