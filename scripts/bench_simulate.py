@@ -594,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
               f"Clock: {rate:.0f} samples/s per node, snapshot write / read {clock.write_s * 1e3:.1f} / "
               f"{clock.read_s * 1e3:.1f} ms, announcement delay {clock.delay_s * 1e3:.1f} ms, straggler "
               f"x{clock.straggler:g}. Each block of rows starts with the 1-node reference.")
-    run.figure(args.png, "accuracy against samples and simulated time, one panel per node count; dotted: one node's "
+    run.figure(args.png, "accuracy against samples and simulated time, one panel per node count; dashed: one node's "
                          "final accuracy (mean over the seeds)")
     print("parts: partitions per node and epoch; reads/part: store files read per node and partition; "
           "age ms: mean time since a merged snapshot or applied update was published (sync: none, it waits)")
