@@ -143,6 +143,7 @@ class BenchRun:
         self.tables: list[dict[str, Any]] = []
         self.figures: list[dict[str, str]] = []
         self.started = _now()
+        self._machine: dict[str, Any] | None = None  # stamped when the run starts (its load then)
         self._tee: _Tee | None = None
 
     def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], note: str = "") -> None:
@@ -160,7 +161,9 @@ class BenchRun:
         self.figures.append({"path": os.path.relpath(os.path.abspath(path), where), "caption": caption})
 
     def start(self) -> BenchRun:
-        """Copy what the script prints from now on (when there is a file to write)."""
+        """Stamp the machine (its load now, before the run adds its own) and copy what the script prints from
+        now on (when there is a file to write)."""
+        self.started, self._machine = _now(), machine()
         if self.path is not None and self._tee is None:
             self._tee = _Tee(sys.stdout)
             sys.stdout = self._tee
@@ -187,7 +190,7 @@ class BenchRun:
             "started": self.started,
             "finished": _now(),
             "commit": _git_commit(),
-            "machine": machine(),
+            "machine": self._machine or machine(),
             "tables": self.tables,
             "figures": self.figures,
             "output": output,

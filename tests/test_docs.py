@@ -67,6 +67,18 @@ def test_a_recorded_run_holds_its_stamp_settings_tables_figures_and_printed_repo
     assert "a line the script printed" in capsys.readouterr().out  # still printed, not only kept
 
 
+def test_a_run_stamps_the_machine_when_it_starts_not_when_it_ends(results, tmp_path, monkeypatch):
+    # The load that other work put on the machine is what a page warns of; a run's own load (16 nodes on
+    # 2 cores) at its end is not.
+    load = {"now": 0.5}
+    monkeypatch.setattr(results, "machine", lambda: {"load_average_1min": load["now"]})
+    path = tmp_path / "bench_example.json"
+    run = results.BenchRun("bench_example.py", argparse.Namespace(json=str(path))).start()
+    load["now"] = 23.0  # the run's own nodes
+    run.finish()
+    assert json.loads(path.read_text(encoding="utf-8"))["machine"] == {"load_average_1min": 0.5}
+
+
 def test_without_json_a_run_writes_nothing_and_leaves_stdout_alone(results, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     stdout = sys.stdout
