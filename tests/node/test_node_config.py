@@ -41,7 +41,7 @@ def test_the_derived_node_config_equals_the_one_built_field_by_field_for_setting
         run="r1", fit_id="f1", store_url="file:///tmp/store", store_retry_timeout_s=7.5, key=b"k" * 32, spec=spec,
         feature_shape=(64,), classes=tuple(range(10)), seed=42, fanout=3, merge_alpha=0.25, keep_versions=5,
         anti_entropy_interval_s=1.25, peer_refresh_interval_s=0.75, flush_timeout_s=12.0, scale_rule="linear",
-        warmup_partitions=3, n_samples=400, nodes=2, node_batch_size=derived.node_batch_size,
+        warmup_partitions=3, n_samples=400, nodes=2, node_batch_size=derived.node_batch_size, rates_cap=4.0,
         kill_worker_once_at="rbm:1", straggler_factor=2.5, local_master=True,
         driver_host=sc.getConf().get("spark.driver.host"), bind_host="127.0.0.1", advertise_host="127.0.0.2",
         port_range="41000-41099", gpu_data_budget_bytes=123456, outer_learning_rate=0.7, outer_momentum=0.8)
