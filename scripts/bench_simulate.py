@@ -77,6 +77,7 @@ from node.modes._sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
 from rbm.datasets import load_digits01, load_digits28, shift_images  # noqa: E402
 
 from _results import BenchRun, add_json_option  # noqa: E402
+from _simulate_report import report  # noqa: E402
 
 #: The outer step measured beside plain merging when ``--outer`` names none (docs/scaling-out.md, "The outer step").
 CANDIDATE_OUTER = (0.7, 0.8)
@@ -386,43 +387,6 @@ def configurations(nodes: int, fanouts: list[int]) -> list[tuple[str, int | None
     return [("async", f) for f in fanouts if f < nodes - 1] + [("async", None), ("sync", None), ("sharing", None)]
 
 
-def plot(curves: dict[int, list[Curve]], png: str, target: float, one_node: float | None = None) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sizes = sorted(curves)
-    labels = list(dict.fromkeys(curve.label for n in reversed(sizes) for curve in curves[n]))  # the most fan-outs first
-    colors = {label: plt.get_cmap("tab10")(index % 10) for index, label in enumerate(labels)}  # same in every panel
-    figure, axes = plt.subplots(2, len(sizes), figsize=(4.2 * len(sizes), 6.4), squeeze=False)
-    for column, n in enumerate(sizes):
-        for curve in curves[n]:
-            style = "--" if curve.label.startswith("async") else "-"
-            color = colors[curve.label]
-            axes[0][column].plot(np.array(curve.samples) / 1e3, curve.accuracy, style, color=color, label=curve.label,
-                                 linewidth=1.2)
-            axes[1][column].plot(curve.time_s, curve.accuracy, style, color=color, label=curve.label, linewidth=1.2)
-        for row, xlabel in enumerate(("samples processed (thousands)", "simulated time (s)")):
-            axis = axes[row][column]
-            axis.axhline(target, color="grey", linewidth=0.6, linestyle=":")
-            if one_node is not None:  # one node's final accuracy: the line the nodes are to reach
-                axis.axhline(one_node, color="black", linewidth=0.8, linestyle="--")
-            axis.set_ylim(max(0.0, target - 0.25), 1.0)
-            axis.set_xlabel(xlabel)
-            axis.grid(alpha=0.3)
-            if column == 0:
-                axis.set_ylabel("held-out accuracy")
-        axes[0][column].set_title(f"{n} nodes")
-        axes[1][column].set_xscale("log")
-    handles = {label: handle for axis in axes[0] for handle, label in zip(*axis.get_legend_handles_labels())}
-    axes[0][-1].legend([handles[label] for label in labels], labels, fontsize=7, loc="lower right")
-    figure.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(png)), exist_ok=True)
-    figure.savefig(png, dpi=72)
-    plt.close(figure)
-
-
 def outer_settings(text: str) -> tuple[float, float]:
     """``ETA/MU`` -> (eta, mu); ``default``: the fit's defaults (:class:`node.TrainingSettings`)."""
     if text == "default":
@@ -433,31 +397,6 @@ def outer_settings(text: str) -> tuple[float, float]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"--outer takes ETA/MU (e.g. 0.7/0.9) or 'default', got {text!r}") from None
     return eta, mu
-
-
-def equal_epochs_rows(results: dict, sizes: list[int], epochs: int, rows_per_epoch: int) -> list[list]:
-    """Per node count and configuration, over the seeds: accuracy after ``epochs`` (mean, std), its gap to one
-    node's, and the simulated time to one node's final accuracy (mean over the seeds that reach it)."""
-    one = results[1, "1 node"]
-    rows = [[1, "1 node", "-", float(np.mean([c.accuracy[-1] for c in one])), float(np.std([c.accuracy[-1] for c in one])),
-             0.0, float(np.mean([c.time_s[-1] for c in one])), f"{len(one)}/{len(one)}", 1.0]]
-    for n in sizes:
-        for (size, label), curves in results.items():
-            if size != n:
-                continue
-            final = [c.accuracy[-1] for c in curves]
-            times, reached = [], 0
-            for curve, reference in zip(curves, one):
-                hit = curve.first_reaching(reference.accuracy[-1])
-                if hit is not None:
-                    reached += 1
-                    times.append(hit[1])
-            time_s = float(np.mean(times)) if times else None
-            one_s = float(np.mean([c.time_s[-1] for c in one]))
-            rows.append([n, label, curves[0].parts, float(np.mean(final)), float(np.std(final)),
-                         100.0 * (float(np.mean(final)) - rows[0][3]), time_s, f"{reached}/{len(curves)}",
-                         None if time_s is None else one_s / time_s])
-    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -547,57 +486,8 @@ def main(argv: list[str] | None = None) -> int:
                         results.setdefault((n, curve.label), []).append(curve)
                         print(f"#   seed {seed}, {n} nodes, {curve.label}: {curve.accuracy[-1]:.4f} "
                               f"({time.perf_counter() - tick:.1f} s)", file=sys.stderr, flush=True)
-    curves = {n: [results[1, "1 node"][0]] + [found[0] for (size, _), found in results.items() if size == n]
-              for n in sizes}  # the figure and the per-run table: the first seed
-    marks = sorted({len(X) * k // 2 for k in (1, 2, 4, epochs * 2)})
-    print(f"\n## seed {args.seed}")
-    print(f"{'nodes':>5} {'mode':<24}{'parts':>6} " + "".join(f"{f'acc @{m / len(X):g} ep':>11}" for m in marks)
-          + f"{f'epochs to {args.target}':>15}{f'time to {args.target}':>14}{'sim time':>10}{'reads/part':>11}"
-          f"{'age ms':>8}"
-          f"{'best':>7}")
-    rows = []
-    for n in sizes:
-        for curve in curves[n]:
-            reached = curve.first_reaching(args.target)
-            to_samples = "never" if reached is None else f"{reached[0] / len(X):.1f}"
-            to_time = "never" if reached is None else f"{reached[1]:.2f} s"
-            parts = curve.parts
-            per_partition = curve.reads / max(1, curve.nodes * epochs * parts)
-            age_ms = f"{curve.age_s / curve.reads * 1e3:.0f}" if curve.reads and not curve.label.startswith("sync") else "-"
-            print(f"{n:>5} {curve.label:<24}{parts:>6} " + "".join(f"{curve.at_samples(m):>11.3f}" for m in marks)
-                  + f"{to_samples:>15}{to_time:>14}{curve.time_s[-1]:>9.2f}s{per_partition:>11.1f}{age_ms:>8}"
-                  f"{max(curve.accuracy):>7.3f}")
-            rows.append([n, curve.label, parts, *(curve.at_samples(m) for m in marks), to_samples, to_time,
-                         curve.time_s[-1], per_partition, age_ms, max(curve.accuracy)])
-    one_final = float(np.mean([c.accuracy[-1] for c in results[1, "1 node"]]))
-    plot(curves, args.png, args.target, one_final)
-    equal = equal_epochs_rows(results, sizes, epochs, len(X))
-    print(f"\n## accuracy after {epochs} epochs over {len(seeds)} seed(s), and simulated time to one node's accuracy")
-    print(f"{'nodes':>5} {'mode':<24}{'parts':>6}{'accuracy':>10}{'std':>7}{'gap (points)':>13}{'time to 1-node acc':>19}"
-          f"{'reached':>8}{'speed-up':>9}")
-    for row in equal:
-        time_s = "never" if row[6] is None else f"{row[6]:.3f} s"
-        speed = "-" if row[8] is None else f"{row[8]:.1f}x"
-        print(f"{row[0]:>5} {row[1]:<24}{row[2]:>6}{row[3]:>10.4f}{row[4]:>7.4f}{row[5]:>+13.2f}{time_s:>19}"
-              f"{row[7]:>8}{speed:>9}")
-    run.table(f"Accuracy after {epochs} epochs (mean over {len(seeds)} seeds) and simulated time to one node's "
-              f"accuracy: {title}, simulated",
-              ["nodes", "mode", "partitions per node and epoch", "accuracy", "std", "gap to 1 node (points)",
-               "simulated time to 1 node's accuracy (s)", "seeds reaching it", "speed-up over 1 node"], equal,
-              "Speed-up: one node's simulated time for its epochs over the time the nodes take to reach its final "
-              "accuracy (mean over the seeds that reach it). 'outer ETA/MU': the outer step; none: plain merging.")
-    run.table(f"{title}, {len(X)} training rows, {epochs} epochs, simulated, "
-              f"seed {args.seed}",
-              ["nodes", "mode", "partitions per node and epoch", *(f"accuracy at {m / len(X):g} epochs" for m in marks),
-               f"epochs to {args.target}", f"simulated time to {args.target}", "simulated time (s)",
-               "store reads per partition", "age of what is merged (ms)", "best accuracy"], rows,
-              f"Clock: {rate:.0f} samples/s per node, snapshot write / read {clock.write_s * 1e3:.1f} / "
-              f"{clock.read_s * 1e3:.1f} ms, announcement delay {clock.delay_s * 1e3:.1f} ms, straggler "
-              f"x{clock.straggler:g}. Each block of rows starts with the 1-node reference.")
-    run.figure(args.png, "accuracy against samples and simulated time, one panel per node count; dashed: one node's "
-                         "final accuracy (mean over the seeds)")
-    print("parts: partitions per node and epoch; reads/part: store files read per node and partition; "
-          "age ms: mean time since a merged snapshot or applied update was published (sync: none, it waits)")
+    report(run, results, sizes=sizes, training_rows=len(X), epochs=epochs, seeds=len(seeds), title=title, clock=clock,
+           seed=args.seed, target=args.target, png=args.png)
     print(f"\nfigure: {args.png}; runtime {time.perf_counter() - started:.0f} s")
     run.finish()
     return 0
