@@ -381,7 +381,7 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
     return curve, [r.parameters(phase) for r in replicas]
 
 
-# ----------------------------------------------------------------------------- report
+# ----------------------------------------------------------------------------- the runs and options
 def configurations(nodes: int, fanouts: list[int]) -> list[tuple[str, int | None]]:
     """The modes run at ``nodes``: async per fan-out (those below ``nodes - 1``), async all-to-all, sync, sharing."""
     return [("async", f) for f in fanouts if f < nodes - 1] + [("async", None), ("sync", None), ("sharing", None)]

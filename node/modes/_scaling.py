@@ -211,7 +211,7 @@ def learning_rate_scale(rule: str, nodes: int, partitions_done: int = 0,
         Where the minibatch is split (``batch_ratio`` below 1), the most the learning rates take
         (:func:`rates_cap`): a minibatch cannot shrink below one row, and what of the factor it cannot
         take is dropped, not given to the rates (digits on 64 simulated nodes, a minibatch of 1: the
-        rates times 6.4 left 0.20 accuracy, capped at 4 0.72; scripts/bench_simulate.py).
+        rates times 6.4 left 0.20 accuracy, capped at 4 they left 0.72; scripts/bench_simulate.py).
 
     The warm-up ramps the learning rates' factor up from 1 -- the model's own step -- and does not
     ramp a factor of at most 1: a node whose smaller minibatch takes steps no larger than the model's
