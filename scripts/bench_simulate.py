@@ -14,11 +14,19 @@ fine-tuning, LeNet's training) is simulated.  A discrete-event clock orders the 
   jitter, plus a fixed per-partition write cost and a read cost for every file the node reads from the store before it trains
   (snapshots for ``async`` and ``sync``, small sparse updates for ``sharing``; the local store's
   costs as ``bench_storage.py`` measured them), all on the node's critical path;
+* the partitions are dealt as the real nodes deal them (``async``, ``sharing``; :mod:`_simulate_queue`): a
+  free node trains its own, then a slower peer's not started yet, and ``async`` starts an epoch only
+  once the one before the last is finished (each epoch is a job, queued behind the running one) --
+  ``--no-stealing``: every node its own shard only, never waiting;
 * what a node publishes becomes visible to the others ``delay_s`` after the partition ends
   (the announcement latency measured by ``bench_actors.py``);
 * ``async`` with fan-out ``f``: before a partition a node merges at most ``f`` of the peers whose
   newest visible version it has not merged yet (a random subset, as the node's actor picks them),
-  with :func:`actors.merge_snapshots` (``a = m / (m + 1)``);
+  with :func:`actors.merge_snapshots` (``a = m / (m + 1)``), and between two of its minibatches those
+  that its actor fetched meanwhile (visible ``read_s`` earlier; ``f`` in all per partition; the time of a
+  minibatch is its share of the partition's compute time) -- ``--no-minibatch-merges``: before a
+  partition only.  A peer's version is known to the simulation once the peer's partition has started, so
+  one that a peer publishes from a partition it started after this one's start is merged next time;
 * ``sync``: every node trains one partition, then all nodes average (a barrier: the round ends
   with its slowest node, then each reads ``n - 1`` snapshots);
 * ``sharing``: the real mode's :class:`node.modes._sharing.ThresholdAccumulator` turns a node's
@@ -59,6 +67,7 @@ if __name__ == "__main__":  # started as a program: where the project is not imp
 
 import argparse
 import copy
+import functools
 import heapq
 import os
 import sys
@@ -77,6 +86,7 @@ from node.modes._sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
 from rbm.datasets import load_digits01, load_digits28, shift_images  # noqa: E402
 
 from _results import BenchRun, add_json_option  # noqa: E402
+from _simulate_queue import PartitionQueue  # noqa: E402
 from _simulate_report import report  # noqa: E402
 
 #: The outer step measured beside plain merging when ``--outer`` names none (docs/scaling-out.md, "The outer step").
@@ -98,6 +108,7 @@ class Clock:
     speed_sigma: float = 0.2  # node speeds: lognormal, fixed per node
     jitter_sigma: float = 0.1  # per-partition jitter: lognormal
     straggler: float = 1.0  # node 0 is this many times slower
+    cores: int | None = None  # the nodes share this many cores, a partition holding one all along (None: one each)
 
 
 @dataclass
@@ -112,6 +123,9 @@ class Curve:
     accuracy: list[float] = field(default_factory=list)
     reads: int = 0
     age_s: float = 0.0  # summed over the snapshots or updates merged: time since their author published them
+    rows_trained: int = 0
+    end_s: float = 0.0  # when the last partition ended (simulated)
+    partitions_by_node: list[int] = field(default_factory=list)  # the partitions each node trained
 
     def at_samples(self, samples: float) -> float:
         index = int(np.searchsorted(self.samples, samples))
@@ -223,12 +237,18 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
              fanout: int | None, epochs: int, partitions_per_node: int, clock: Clock, seed: int,
              evaluations_per_epoch: int = 4, scale_rule: str = "auto", warmup_partitions: int = 2,
              sharing_threshold: float = 1e-3, sharing_sparsity: float = 0.01, evaluate: bool = True,
-             outer_learning_rate: float = 1.0, outer_momentum: float = 0.0):
+             outer_learning_rate: float = 1.0, outer_momentum: float = 0.0, stealing: bool = True,
+             minibatch_merges: bool = True):
     """Simulate ``nodes`` nodes training ``base``'s last phase in ``mode`` ("async", "sync", "sharing").
 
     ``outer_learning_rate`` and ``outer_momentum``: the outer step of ``async`` and ``sync``
     (:func:`actors.outer_step`), applied after each partition (``async``) or round's average (``sync``)
     where more than one node trains, as the executor does; ``1.0, 0.0``: plain merging.
+
+    ``stealing``: the partitions dealt as the real nodes deal them (:mod:`_simulate_queue`); False: each
+    node trains its own shard only, never waiting for the others.  ``minibatch_merges`` (``async``): a node also
+    merges between minibatches what its actor fetched while it trains, as the real nodes do; False: before
+    each partition only.
 
     Returns the :class:`Curve` and the nodes' final parameters (list of dicts).
     """
@@ -279,30 +299,47 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
                 curve.time_s.append(now)
                 curve.accuracy.append(float(probe.score(X_test, y_test)))
 
-    def train(i: int, merged_from: list[str]) -> float:
-        """Node ``i`` trains its next partition; returns its compute time (simulated)."""
+    def train(i: int, merged_from: list[str], epoch: int, owner: int, index: int, between=None) -> float:
+        """Node ``i`` trains partition ``index`` of node ``owner``'s list in ``epoch``; returns its compute time
+        (simulated).  ``between(elapsed_s)``: called after each minibatch with the partition's compute time gone
+        (simulated); returns the peers it merged (for the rates they count as merged before the partition)."""
         nonlocal samples
-        rows = parts[i][done[i] % partitions_per_node]
+        rows = parts[owner][index]
+        jitter = rng.lognormal(0.0, clock.jitter_sigma) if clock.jitter_sigma else 1.0
+        compute_s = len(rows) / clock.rate * speeds[i] * jitter
         scalings[i].merged(merged_from)
         scale = scalings[i].scale()
         replicas[i].set_learning_rate_scale(scale)
-        epoch, index = divmod(int(done[i]), partitions_per_node)
         replicas[i].set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer
         # The partition's place in the phase's plan, as the trainer gives it (the fine-tuning's anneal and
-        # dropout ramp): position ``index`` of the node's ``partitions_per_node`` in epoch ``epoch``.
+        # dropout ramp): position ``index`` of its owner's ``partitions_per_node`` in epoch ``epoch``.
         replicas[i].set_schedule_plan(epochs, epoch + index / partitions_per_node, 1.0 / partitions_per_node)
-        replicas[i].train_partition(X[rows], y[rows], phase, np.random.default_rng([seed, i, int(done[i])]))
+        during: list[str] = []
+        if between is not None:
+            steps, step = -(-len(rows) // node_batch), 0
+
+            def hook() -> None:
+                nonlocal step
+                step += 1
+                during.extend(between(compute_s * step / steps))
+
+            replicas[i].set_minibatch_hook(hook)
+        try:
+            replicas[i].train_partition(X[rows], y[rows], phase, np.random.default_rng([seed, i, int(done[i])]))
+        finally:
+            replicas[i].set_minibatch_hook(None)
+        scalings[i].also_merged(during)
         scalings[i].trained()
         done[i] += 1
         samples += len(rows)
-        jitter = rng.lognormal(0.0, clock.jitter_sigma) if clock.jitter_sigma else 1.0
-        return len(rows) / clock.rate * speeds[i] * jitter
+        return compute_s
 
     if mode == "sync":
         now = 0.0
         names = [f"node-{j}" for j in range(nodes)]
-        for _round in range(total_partitions):
-            ends = [train(i, names[:i] + names[i + 1:]) + clock.write_s for i in range(nodes)]
+        for round_ in range(total_partitions):
+            epoch, index = divmod(round_, partitions_per_node)
+            ends = [train(i, names[:i] + names[i + 1:], epoch, i, index) + clock.write_s for i in range(nodes)]
             now += max(ends) + (nodes - 1) * clock.read_s if nodes > 1 else ends[0]  # barrier, peers' snapshots
             curve.reads += nodes * (nodes - 1)
             if nodes > 1:
@@ -312,41 +349,86 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
                     if outer:
                         step_outer(i)
             check(now)
+        curve.rows_trained, curve.partitions_by_node, curve.end_s = samples, done.tolist(), now
         return curve, [r.parameters(phase) for r in replicas]
 
     # async and sharing: every node on its own, ordered by a heap of (start time, node)
     published: list[list[tuple[float, int, object]]] = [[] for _ in range(nodes)]  # (visible at, version, payload)
     merged_version = np.full((nodes, nodes), -1)
     accumulators = [ThresholdAccumulator(sharing_threshold, sharing_sparsity) for _ in range(nodes)]
-    events = [(0.0, i) for i in range(nodes)]
+    def merge_fresh(i: int, at: float, now: float, limit: int | None, fetched_s: float = 0.0) -> list[str]:
+        """Node ``i`` merges, at simulated time ``at`` (its event's time ``now`` or later), the newest version of
+        each peer that is visible ``fetched_s`` before and that it has not merged yet -- at most ``limit`` of
+        them (a random subset, as the node's actor picks them).  Returns the peers merged."""
+        fresh = []
+        for j in range(nodes):
+            # Older versions than the newest visible ``now`` are never merged again: drop them (time only moves on).
+            while len(published[j]) > 1 and published[j][1][0] <= now:
+                published[j].pop(0)
+            newest = None
+            for entry in published[j]:
+                if entry[0] + fetched_s > at:
+                    break
+                newest = entry
+            if j != i and newest is not None and newest[1] > merged_version[i, j]:
+                fresh.append((j, newest))
+        if limit is not None and len(fresh) > limit:
+            fresh = [fresh[k] for k in sorted(rng.choice(len(fresh), size=limit, replace=False))]
+        if fresh:
+            own = replicas[i].parameters(phase)
+            # Each snapshot was checked once, when its author published it (as each reader's actor checks it).
+            merged = merge_snapshots(own, [entry[2] for _, entry in fresh], checked=True)
+            replicas[i].set_parameters(merged)
+            if outer:  # the anchor moves with the merge, as the executor's (node.adopt_merge)
+                outer_states[i] = outer_states[i].moved(own, merged)
+            for j, entry in fresh:
+                merged_version[i, j] = entry[1]
+                curve.age_s += at - (entry[0] - clock.delay_s)
+        return [f"node-{j}" for j, _ in fresh]
+
+    def merge_during(i: int, now: float, computing_from: float, merged_before: int, elapsed_s: float) -> list[str]:
+        """Between two minibatches of node ``i``'s partition (started ``now``, computing from ``computing_from``,
+        ``elapsed_s`` into it): what its actor fetched meanwhile, up to the fan-out (:mod:`node.modes._async`)."""
+        left = None if fanout is None else fanout - merged_before - merged_during[i]
+        if left is not None and left <= 0:
+            return []
+        names = merge_fresh(i, computing_from + elapsed_s, now, left, fetched_s=clock.read_s)
+        merged_during[i] += len(names)
+        curve.reads += len(names)
+        return names
+
+    merged_during = np.zeros(nodes, dtype=int)  # per node: peers merged during its current partition
+    queue = PartitionQueue(nodes, partitions_per_node, epochs, stealing=stealing, ahead=1 if mode == "async" else None)
+    training: list[int | None] = [None] * nodes  # the epoch of the partition each node is training
+    waiting: list[int] = []  # nodes that wait for an epoch to finish (async's next job)
+    cores = [0.0] * clock.cores if clock.cores else []  # when each core is free (a heap)
+    events = [(0.0, i) for i in range(nodes)]  # (time node i is free, i)
     heapq.heapify(events)
     while events:
         now, i = heapq.heappop(events)
-        own = replicas[i].parameters(phase)
-        reads = 0
+        if training[i] is not None:  # its partition ends now: an epoch may have finished, the waiting try again
+            queue.finished(training[i])
+            training[i] = None
+            for j in waiting:
+                heapq.heappush(events, (now, j))
+            waiting.clear()
+        if cores and cores[0] > now:  # every core busy: try again when one is free
+            heapq.heappush(events, (cores[0], i))
+            continue
+        taken = queue.take(i)
+        if taken is None:
+            if queue.epoch[i] < epochs:
+                waiting.append(i)
+            continue
+        training[i], merged_during[i] = taken[0], 0
+        between = None
         if mode == "async":
-            fresh = []
-            for j in range(nodes):
-                # The peer's newest visible version (its actor fetched each one when it was announced;
-                # older ones are never merged again, and time only moves on: drop them).
-                while len(published[j]) > 1 and published[j][1][0] <= now:
-                    published[j].pop(0)
-                if j != i and published[j] and published[j][0][0] <= now and published[j][0][1] > merged_version[i, j]:
-                    fresh.append((j, published[j][0]))
-            if fanout is not None and len(fresh) > fanout:
-                fresh = [fresh[k] for k in sorted(rng.choice(len(fresh), size=fanout, replace=False))]
-            if fresh:
-                # Each snapshot was checked once, when its author published it (as each reader's actor checks it).
-                merged = merge_snapshots(own, [entry[2] for _, entry in fresh], checked=True)
-                replicas[i].set_parameters(merged)
-                if outer:  # the anchor moves with the merge, as the executor's (node.adopt_merge)
-                    outer_states[i] = outer_states[i].moved(own, merged)
-                for j, entry in fresh:
-                    merged_version[i, j] = entry[1]
-                    curve.age_s += now - (entry[0] - clock.delay_s)
-            merged_from = [f"node-{j}" for j, _ in fresh]
-            reads = len(fresh)
+            merged_from = merge_fresh(i, now, now, fanout)
+            reads = len(merged_from)
+            if minibatch_merges:
+                between = functools.partial(merge_during, i, now, now + reads * clock.read_s, reads)
         else:  # sharing: every visible peer update not applied yet, each once
+            own = replicas[i].parameters(phase)
             pending = []
             for j in range(nodes):
                 applied = merged_version[i, j] + 1  # updates are numbered from 0 and become visible in order
@@ -362,7 +444,7 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
             reads = len(pending)
         curve.reads += reads
         before = replicas[i].parameters(phase)
-        compute_s = train(i, merged_from)
+        compute_s = train(i, merged_from, *taken, between=between)
         if mode == "async":
             if outer:
                 step_outer(i)
@@ -376,8 +458,11 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
             update = accumulators[i].add({name: after[name] - before[name] for name in after})
             published[i].append((end + clock.delay_s, len(published[i]), _as_indices(update)))
         check(end)
-        if done[i] < total_partitions:
-            heapq.heappush(events, (end, i))
+        curve.end_s = max(curve.end_s, end)
+        if cores:
+            heapq.heapreplace(cores, end)
+        heapq.heappush(events, (end, i))
+    curve.rows_trained, curve.partitions_by_node = samples, done.tolist()
     return curve, [r.parameters(phase) for r in replicas]
 
 
@@ -423,6 +508,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=64, help="the DBN on digits28's hidden units")
     parser.add_argument("--target", type=float, default=0.90)
     parser.add_argument("--straggler", type=float, default=1.0, help="node 0 this many times slower")
+    parser.add_argument("--no-stealing", dest="stealing", action="store_false",
+                        help="each node trains its own shard only, never waiting (the simulation before it "
+                             "modelled work stealing)")
+    parser.add_argument("--no-minibatch-merges", dest="minibatch_merges", action="store_false",
+                        help="async nodes merge before each partition only, not also between its minibatches")
+    parser.add_argument("--cores", type=int, default=None,
+                        help="the nodes share this many cores (async, sharing), as local[n] on a smaller machine "
+                             "(default: a core each)")
     parser.add_argument("--delay-s", type=float, default=Clock.delay_s)
     parser.add_argument("--read-s", type=float, default=Clock.read_s)
     parser.add_argument("--write-s", type=float, default=Clock.write_s)
@@ -457,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
             if rate is None:
                 rate = measure_rate(base, X, y) if rate_option == "measured" else float(rate_option)
                 clock = Clock(rate=rate, write_s=args.write_s, read_s=args.read_s, delay_s=args.delay_s,
-                              straggler=args.straggler)
+                              straggler=args.straggler, cores=args.cores)
                 print(f"# {title}: {len(X)} training rows, {len(X_test)} "
                       f"test rows; {epochs} epochs; partitions per node and epoch: {args.partitions_per_node} (column "
                       f"'parts'), a warm-up of a node's first epoch; scale rule {args.scale_rule}; seeds {seeds}")
@@ -481,7 +574,8 @@ def main(argv: list[str] | None = None) -> int:
                         curve, _ = simulate(base, X, y, X_test, y_test, nodes=n, mode=mode, fanout=fanout,
                                             epochs=epochs, partitions_per_node=parts, warmup_partitions=parts,
                                             clock=clock, seed=seed, scale_rule=args.scale_rule,
-                                            outer_learning_rate=eta, outer_momentum=mu)
+                                            outer_learning_rate=eta, outer_momentum=mu, stealing=args.stealing,
+                                            minibatch_merges=args.minibatch_merges)
                         curve.parts = parts
                         results.setdefault((n, curve.label), []).append(curve)
                         print(f"#   seed {seed}, {n} nodes, {curve.label}: {curve.accuracy[-1]:.4f} "

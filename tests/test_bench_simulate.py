@@ -143,3 +143,101 @@ def test_sync_with_the_outer_step_is_diloco_every_round_from_the_same_anchor(ben
         assert_params_close(got, stepped)
     plain = bench._mean(by_hand(bench, problem, average_after_first=True))
     assert not all(np.allclose(params[0][name], plain[name], atol=1e-4) for name in plain)  # the step moved them
+
+
+# ----------------------------------------------------------------------------- dealing partitions (work stealing)
+@pytest.fixture(scope="module")
+def queues():
+    with script_module("_simulate_queue.py") as module:
+        yield module
+
+
+def test_a_free_node_takes_its_own_partitions_first_then_a_slower_peers_from_the_end_of_its_list(queues):
+    queue = queues.PartitionQueue(2, 4, 1)
+    assert queue.take(1) == (0, 1, 0)  # node 1 is slow: it trains its first partition all along
+    assert [queue.take(0) for _ in range(6)] == [(0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 0, 3), (0, 1, 3), (0, 1, 2)]
+    assert queue.take(1) == (0, 1, 1)  # the owner keeps the front of its list
+    assert queue.take(0) is None and queue.take(1) is None
+
+
+def test_a_peer_still_busy_with_the_epoch_before_keeps_the_first_partition_of_its_list(queues):
+    queue = queues.PartitionQueue(2, 3, 2)
+    assert [queue.take(0) for _ in range(3)] == [(0, 0, 0), (0, 0, 1), (0, 0, 2)]
+    assert queue.take(1) == (0, 1, 0)
+    assert [queue.take(0) for _ in range(2)] == [(0, 1, 2), (0, 1, 1)]  # the rest of node 1's epoch 0
+    for _ in range(5):
+        queue.finished(0)  # all of epoch 0 but node 1's partition
+    assert [queue.take(0) for _ in range(3)] == [(1, 0, 0), (1, 0, 1), (1, 0, 2)]  # its own epoch 1 ...
+    assert [queue.take(0) for _ in range(3)] == [(1, 1, 2), (1, 1, 1), None]  # ... then node 1's but its first
+
+
+def test_async_starts_an_epoch_only_once_every_partition_of_the_one_before_the_last_is_finished(queues):
+    queue = queues.PartitionQueue(2, 1, 3)  # one partition per node and epoch
+    assert queue.take(1) == (0, 1, 0)  # node 1 is slow: its partition of epoch 0 stays unfinished
+    assert queue.take(0) == (0, 0, 0)
+    queue.finished(0)
+    assert queue.take(0) == (1, 0, 0)  # epoch 1's job is queued behind epoch 0's
+    queue.finished(1)
+    assert queue.take(0) is None and queue.epoch[0] == 2  # node 1 keeps epoch 1's partition; epoch 2 waits ...
+    queue.finished(0)  # ... for node 1's partition of epoch 0 to end
+    assert queue.take(0) == (2, 0, 0)
+    sharing = queues.PartitionQueue(2, 1, 3, ahead=None)  # one job for the phase: never waits
+    sharing.take(1)
+    assert [sharing.take(0) for _ in range(4)] == [(0, 0, 0), (1, 0, 0), (2, 0, 0), None]
+
+
+def test_without_stealing_every_node_trains_its_own_list_epoch_after_epoch_and_never_waits(queues):
+    queue = queues.PartitionQueue(2, 2, 3, stealing=False)
+    assert [queue.take(0) for _ in range(7)] == [(e, 0, i) for e in range(3) for i in range(2)] + [None]
+
+
+def test_with_a_straggler_every_partition_is_trained_once_and_the_fast_nodes_take_the_stragglers(bench, problem):
+    base, X, y = problem
+    clock = bench.Clock(rate=1000.0, delay_s=0.0, speed_sigma=0.0, jitter_sigma=0.0, straggler=5.0)
+    results = {}
+    for stealing in (True, False):
+        curve, _params = bench.simulate(base, X, y, X, y, nodes=NODES, mode="async", fanout=None, epochs=2,
+                                        partitions_per_node=PARTITIONS_PER_NODE, clock=clock, seed=SEED,
+                                        scale_rule="none", evaluate=False, stealing=stealing)
+        results[stealing] = curve
+    # Each run trained every row of both epochs once; with stealing the straggler (node 0) trained fewer partitions.
+    assert results[True].rows_trained == results[False].rows_trained == 2 * len(X)
+    by_node = {stealing: curve.partitions_by_node for stealing, curve in results.items()}
+    assert by_node[False] == [2 * PARTITIONS_PER_NODE] * NODES
+    assert sum(by_node[True]) == 2 * PARTITIONS_PER_NODE * NODES and by_node[True][0] < 2 * PARTITIONS_PER_NODE
+
+
+def test_async_nodes_also_merge_between_minibatches_what_arrived_while_they_train_up_to_the_fanout(bench, problem):
+    base, X, y = problem
+    clock = bench.Clock(rate=1000.0, speed_sigma=0.0, jitter_sigma=0.0, straggler=10.0)  # node 0 trains 10x slower
+
+    def reads(**options):
+        curve, params = bench.simulate(base, X, y, X, y, nodes=2, mode="async", epochs=2, partitions_per_node=4,
+                                       clock=clock, seed=SEED, scale_rule="none", evaluate=False, **options)
+        return curve.reads, params
+
+    before_only, params_before = reads(fanout=None, minibatch_merges=False)
+    between, params_between = reads(fanout=None)
+    # Node 1 publishes several versions while node 0 trains one partition: node 0 merges some of them
+    # between its minibatches, not only the newest one before its next partition.
+    assert between > before_only
+    assert any(not np.allclose(params_between[0][name], params_before[0][name]) for name in params_before[0])
+    with_fanout, _ = reads(fanout=1)  # one peer in all per partition: as many merges as without merging between
+    assert with_fanout <= 2 * 4 * 2 and with_fanout <= between
+
+
+def test_nodes_sharing_one_core_train_one_partition_at_a_time(bench, problem):
+    base, X, y = problem
+    clock = bench.Clock(rate=1000.0, delay_s=0.0, speed_sigma=0.0, jitter_sigma=0.0, cores=1)
+    curve, _params = bench.simulate(base, X, y, X, y, nodes=NODES, mode="async", fanout=None, epochs=1,
+                                    partitions_per_node=PARTITIONS_PER_NODE, clock=clock, seed=SEED, scale_rule="none",
+                                    evaluate=False, minibatch_merges=False)
+    # One after the other: the last ends after every partition's compute (10 rows at 1000/s) and write, and
+    # every snapshot read before a partition -- nobody trains while another does.
+    partitions = NODES * PARTITIONS_PER_NODE
+    assert curve.end_s == pytest.approx(partitions * (0.010 + clock.write_s) + curve.reads * clock.read_s, rel=1e-9)
+    alone = bench.Clock(rate=1000.0, delay_s=0.0, speed_sigma=0.0, jitter_sigma=0.0)
+    parallel, _ = bench.simulate(base, X, y, X, y, nodes=NODES, mode="async", fanout=None, epochs=1,
+                                 partitions_per_node=PARTITIONS_PER_NODE, clock=alone, seed=SEED, scale_rule="none",
+                                 evaluate=False)
+    assert parallel.end_s < curve.end_s / 2
