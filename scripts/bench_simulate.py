@@ -24,8 +24,8 @@ fine-tuning, LeNet's training) is simulated.  A discrete-event clock orders the 
   newest visible version it has not merged yet (a random subset, as the node's actor picks them),
   with :func:`actors.merge_snapshots` (``a = m / (m + 1)``), and between two of its minibatches those
   that its actor fetched meanwhile (visible ``read_s`` earlier; ``f`` in all per partition; the time of a
-  minibatch is its share of the partition's compute time) -- ``--no-minibatch-merges``: before a
-  partition only.  A peer's version is known to the simulation once the peer's partition has started, so
+  minibatch is its share of the partition's compute time; not with the outer step, as the executor) --
+  ``--no-minibatch-merges``: before a partition only.  A peer's version is known to the simulation once the peer's partition has started, so
   one that a peer publishes from a partition it started after this one's start is merged next time;
 * ``sync``: every node trains one partition, then all nodes average (a barrier: the round ends
   with its slowest node, then each reads ``n - 1`` snapshots);
@@ -425,7 +425,7 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
         if mode == "async":
             merged_from = merge_fresh(i, now, now, fanout)
             reads = len(merged_from)
-            if minibatch_merges:
+            if minibatch_merges and not outer:  # as node.modes._async.merges_between_minibatches
                 between = functools.partial(merge_during, i, now, now + reads * clock.read_s, reads)
         else:  # sharing: every visible peer update not applied yet, each once
             own = replicas[i].parameters(phase)

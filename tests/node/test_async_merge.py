@@ -137,14 +137,14 @@ def test_a_snapshot_fetched_mid_partition_is_merged_before_the_partition_ends():
 
 def test_the_published_snapshot_is_the_outer_step_on_what_the_partitions_training_changed():
     X, y = digits200()
-    plain = FakeHandle([peer_snapshot("peer", X, y, 9)], arrivals=[5])
+    plain = FakeHandle([peer_snapshot("peer", X, y, 9)], arrivals=[0])  # fetched before the partition
     AsyncMode().train_partition(FakeNode(small_net(), plain), task(), 0, X, y)
-    stepped = FakeHandle([peer_snapshot("peer", X, y, 9)], arrivals=[5])
+    stepped = FakeHandle([peer_snapshot("peer", X, y, 9)], arrivals=[0])
     node = FakeNode(small_net(), stepped, outer=(0.7, 0.8))
 
     AsyncMode().train_partition(node, task(), 0, X, y)
 
-    # The same merges and minibatches, then one outer step from the start moved by the merge (the
+    # The same merge and minibatches, then one outer step from the start moved by the merge (the
     # anchor follows it): d = x - w is the training's change alone, and x - 0.7 (d + 0.8 d).
     (jump,) = plain.jumps
     start = small_net().parameters(PHASE)
@@ -157,6 +157,24 @@ def test_the_published_snapshot_is_the_outer_step_on_what_the_partitions_trainin
         np.testing.assert_allclose(stepped.published[name], value, rtol=0, atol=1e-5)
     assert not np.allclose(stepped.published["out.W"], plain.published["out.W"])
     np.testing.assert_array_equal(node.outer.anchor["out.W"], stepped.published["out.W"])  # the next anchor
+
+
+def test_a_node_taking_the_outer_step_merges_what_arrives_mid_partition_before_its_next_partition():
+    X, y = digits200()
+    handle = FakeHandle([peer_snapshot("peer", X, y, 9)], arrivals=[5])  # fetched after the 5th of 20 minibatches
+    node = FakeNode(small_net(), handle, outer=(0.7, 0.8))
+
+    first = AsyncMode().train_partition(node, task(), 0, X, y)
+
+    # Merged mid-partition, the training the step has not taken yet would count twice: once averaged
+    # with the peer, once whole in the step's change (the anchor moves with the merge).
+    assert first["merged_from"] == [] and [snapshot.node for _, snapshot in handle.waiting] == ["peer"]
+    assert handle.minibatches == 0  # nothing was asked between minibatches
+    handle.minibatches = 20  # the partition's time has passed: the snapshot is fetched
+    second = AsyncMode().train_partition(node, task(), 1, X, y)
+    assert second["merged_from"] == ["peer"] and handle.waiting == []
+    assert AsyncMode().train_partition(FakeNode(small_net(), FakeHandle([peer_snapshot("peer", X, y, 9)], [5])),
+                                       task(), 0, X, y)["merged_from"] == ["peer"]  # plain merging: mid-partition
 
 
 def test_with_a_fanout_a_partition_merges_at_most_that_many_peers_in_all():
