@@ -39,7 +39,7 @@ class PartitionQueue:
 
     def take(self, node: int) -> tuple[int, int, int] | None:
         """The next partition of ``node`` as (epoch, owner, index in the owner's list), or None: it waits
-        for an epoch to finish (:meth:`waiting`) or has nothing left to train."""
+        for an epoch to finish (ask again after :meth:`finished`) or has nothing left to train."""
         while self.epoch[node] < self.epochs:
             epoch = self.epoch[node]
             if self.ahead is not None and epoch > self._oldest_unfinished() + self.ahead:
@@ -58,6 +58,3 @@ class PartitionQueue:
     def finished(self, epoch: int) -> None:
         """A partition of ``epoch`` has been trained."""
         self.unfinished[epoch] -= 1
-
-    def done(self) -> bool:
-        return not any(self.unfinished)

@@ -18,6 +18,8 @@ fine-tuning, LeNet's training) is simulated.  A discrete-event clock orders the 
   free node trains its own, then a slower peer's not started yet, and ``async`` starts an epoch only
   once the one before the last is finished (each epoch is a job, queued behind the running one) --
   ``--no-stealing``: every node its own shard only, never waiting;
+* ``--cores N``: the nodes share ``N`` cores, as ``local[n]`` on a smaller machine makes them (a
+  partition holds a core from its first read to its write; a node waits for a free one);
 * what a node publishes becomes visible to the others ``delay_s`` after the partition ends
   (the announcement latency measured by ``bench_actors.py``);
 * ``async`` with fan-out ``f``: before a partition a node merges at most ``f`` of the peers whose
@@ -25,8 +27,9 @@ fine-tuning, LeNet's training) is simulated.  A discrete-event clock orders the 
   with :func:`actors.merge_snapshots` (``a = m / (m + 1)``), and between two of its minibatches those
   that its actor fetched meanwhile (visible ``read_s`` earlier; ``f`` in all per partition; the time of a
   minibatch is its share of the partition's compute time; not with the outer step, as the executor) --
-  ``--no-minibatch-merges``: before a partition only.  A peer's version is known to the simulation once the peer's partition has started, so
-  one that a peer publishes from a partition it started after this one's start is merged next time;
+  ``--no-minibatch-merges``: before a partition only.  A peer's version is known to the simulation
+  once the peer's partition has started, so one that a peer publishes from a partition it started
+  after this one's start is merged next time;
 * ``sync``: every node trains one partition, then all nodes average (a barrier: the round ends
   with its slowest node, then each reads ``n - 1`` snapshots);
 * ``sharing``: the real mode's :class:`node.modes._sharing.ThresholdAccumulator` turns a node's
@@ -356,6 +359,7 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
     published: list[list[tuple[float, int, object]]] = [[] for _ in range(nodes)]  # (visible at, version, payload)
     merged_version = np.full((nodes, nodes), -1)
     accumulators = [ThresholdAccumulator(sharing_threshold, sharing_sparsity) for _ in range(nodes)]
+
     def merge_fresh(i: int, at: float, now: float, limit: int | None, fetched_s: float = 0.0) -> list[str]:
         """Node ``i`` merges, at simulated time ``at`` (its event's time ``now`` or later), the newest version of
         each peer that is visible ``fetched_s`` before and that it has not merged yet -- at most ``limit`` of
