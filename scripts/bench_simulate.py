@@ -246,8 +246,8 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
 
     def train(i: int, merged_from: list[str], epoch: int, owner: int, index: int, between=None) -> float:
         """Node ``i`` trains partition ``index`` of node ``owner``'s list in ``epoch``; returns its compute time
-        (simulated).  ``between(elapsed_s)``: called after each minibatch with the partition's compute time gone
-        (simulated); returns the peers it merged (for the rates they count as merged before the partition)."""
+        (simulated).  ``between(elapsed_s, merged)``: called after each minibatch with the partition's compute time
+        gone (simulated) and the peers merged so far during it; returns those it merged (for the rates they count as merged before the partition)."""
         nonlocal samples
         rows = parts[owner][index]
         jitter = rng.lognormal(0.0, clock.jitter_sigma) if clock.jitter_sigma else 1.0
@@ -266,7 +266,7 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
             def hook() -> None:
                 nonlocal step
                 step += 1
-                during.extend(between(compute_s * step / steps))
+                during.extend(between(compute_s * step / steps, len(during)))
 
             replicas[i].set_minibatch_hook(hook)
         try:
@@ -332,18 +332,18 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
                 curve.age_s += at - (entry[0] - clock.delay_s)
         return [f"node-{j}" for j, _ in fresh]
 
-    def merge_during(i: int, now: float, computing_from: float, merged_before: int, elapsed_s: float) -> list[str]:
+    def merge_during(i: int, now: float, computing_from: float, merged_before: int, elapsed_s: float,
+                     merged: int) -> list[str]:
         """Between two minibatches of node ``i``'s partition (started ``now``, computing from ``computing_from``,
-        ``elapsed_s`` into it): what its actor fetched meanwhile, up to the fan-out (:mod:`node.modes._async`)."""
-        left = None if fanout is None else fanout - merged_before - merged_during[i]
+        ``elapsed_s`` into it, ``merged`` peers merged during it so far): what its actor fetched meanwhile, up
+        to the fan-out (:mod:`node.modes._async`)."""
+        left = None if fanout is None else fanout - merged_before - merged
         if left is not None and left <= 0:
             return []
         names = merge_fresh(i, computing_from + elapsed_s, now, left, fetched_s=clock.read_s)
-        merged_during[i] += len(names)
         curve.reads += len(names)
         return names
 
-    merged_during = np.zeros(nodes, dtype=int)  # per node: peers merged during its current partition
     queue = PartitionQueue(nodes, partitions_per_node, epochs, stealing=stealing, ahead=1 if mode == "async" else None)
     training: list[int | None] = [None] * nodes  # the epoch of the partition each node is training
     waiting: list[int] = []  # nodes that wait for an epoch to finish (async's next job)
@@ -366,7 +366,7 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
             if queue.epoch[i] < epochs:
                 waiting.append(i)
             continue
-        training[i], merged_during[i] = taken[0], 0
+        training[i] = taken[0]
         between = None
         if mode == "async":
             merged_from = merge_fresh(i, now, now, fanout)
