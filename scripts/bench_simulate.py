@@ -245,9 +245,10 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
                 curve.accuracy.append(float(probe.score(X_test, y_test)))
 
     def train(i: int, merged_from: list[str], epoch: int, owner: int, index: int, between=None) -> float:
-        """Node ``i`` trains partition ``index`` of node ``owner``'s list in ``epoch``; returns its compute time
-        (simulated).  ``between(elapsed_s, merged)``: called after each minibatch with the partition's compute time
-        gone (simulated) and the peers merged so far during it; returns those it merged (for the rates they count as merged before the partition)."""
+        """Node ``i`` trains partition ``index`` of node ``owner``'s list in ``epoch``; returns its compute
+        time (simulated).  ``between(elapsed_s, merged)``: called after each minibatch with the partition's
+        compute time gone (simulated) and the peers merged during it so far; returns those it merged (for
+        the rates they count as merged before the partition)."""
         nonlocal samples
         rows = parts[owner][index]
         jitter = rng.lognormal(0.0, clock.jitter_sigma) if clock.jitter_sigma else 1.0
