@@ -15,8 +15,7 @@ progress as the asynchronous nodes do when every peer's snapshot is fresh.  Stra
 * ``linear-every-2`` -- a combination;
 * ``average+outer``, ``auto+outer`` -- ``average`` / ``auto`` with the outer step after each average
   (:func:`actors.outer_step`, DiLoCo: every replica steps from the same anchor on the same average;
-  ``--outer ETA/MU``, 0.7/0.8 when not given), its state reset at each phase; as on Spark, not in the
-  phases the model merges plainly (:func:`rbm.takes_outer_step`: an RBM's).
+  ``--outer ETA/MU``, 0.7/0.8 when not given), its state reset at each phase.
 
 Part 2 (``--spark``): the chosen default confirmed on ``local[n]`` Spark through the real
 :class:`node.Trainer` (``scale_rule="auto"`` vs ``"none"``): the score at equal epochs per node count
@@ -147,10 +146,8 @@ def simulate(kind: str, split, nodes: int, strategy: str, seed: int, per_node: i
     for phase_index, phase in enumerate(base.phases()):
         resolved = resolve_rule(rule)
         bases = [r.parameters(phase) for r in replicas]
-        # A phase starts without one; none where the nodes' minibatch is split or the model merges the phase
-        # plainly (as the executor decides).
-        outer_state = (OuterState.start(bases[0]) if with_outer and nodes > 1 and node_batch == batch_size
-                       and rbm.takes_outer_step(base, phase) else None)
+        # A phase starts without one; none where the nodes' minibatch is split (as the executor decides).
+        outer_state = OuterState.start(bases[0]) if with_outer and nodes > 1 and node_batch == batch_size else None
         done = 0
         rounds = EPOCHS[kind][phase] * per_node
         for round_index in range(rounds):
@@ -388,7 +385,7 @@ def main() -> None:
     parser.add_argument("--spark", action="store_true", help="confirm on local[n] Spark instead of simulating")
     parser.add_argument("--outer", type=_outer, default=None, metavar="ETA/MU",
                         help="the outer step's rate and momentum (strategies '+outer'; --spark: the fits'; 1/0: off); "
-                             "default: 0.7/0.8 for the strategies, the fit's defaults for --spark")
+                             "default: 0.7/0.8 for the strategies, the fit's defaults (off) for --spark")
     parser.add_argument("--rules", nargs="+", default=["none", "auto"])
     parser.add_argument("--fanout", type=int, default=None,
                         help="--spark: peers a node merges per partition at most (default: the fit's, every fresh one)")

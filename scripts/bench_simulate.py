@@ -85,7 +85,6 @@ from actors import OuterState, check_snapshot, merge_snapshots, outer_step, oute
 from node import TrainingSettings  # noqa: E402
 from node.modes import NodeScaling, max_learning_rate_factor, mode_named, rates_cap, schedule_epoch  # noqa: E402
 from node.modes._sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
-from rbm import takes_outer_step  # noqa: E402
 
 from _results import BenchRun, add_json_option  # noqa: E402
 from _simulate_queue import PartitionQueue  # noqa: E402
@@ -219,7 +218,7 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
         scaling.enter_phase(phase)
     probe = copy.deepcopy(base)
     outer = (nodes > 1 and mode in ("async", "sync") and node_batch == base.batch_size  # as the executor decides
-             and outer_step_enabled(outer_learning_rate, outer_momentum) and takes_outer_step(base, phase))
+             and outer_step_enabled(outer_learning_rate, outer_momentum))
     outer_states = [OuterState.start(r.parameters(phase)) for r in replicas] if outer else []
 
     def step_outer(i: int) -> None:  # node i's outer step on what training changed since its anchor

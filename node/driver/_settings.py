@@ -71,19 +71,18 @@ class TrainingSettings:
         minibatch steps per epoch (fully below ``200 / n`` steps: see
         :mod:`node.modes._scaling`), ``"none"`` keeps the rates as given (scale by hand).
     outer_learning_rate : float
-        ``eta`` of the outer step (below); in (0, 2], default ``0.7``.
+        ``eta`` of the outer step (below); in (0, 2], default ``1.0``.
     outer_momentum : float
         ``mu`` of the outer step of ``"async"`` and ``"sync"`` (DiLoCo, SlowMo, NoLoCo; docs/scaling-out.md):
         each node of a fit of several nodes keeps an anchor (its weights after its last outer step)
         and a momentum ``v``; after it merged and trained to ``w`` it steps on ``d = anchor - w``
         (in ``"async"`` a merge moves the anchor with the weights, so ``d`` is the node's own training):
         ``v <- mu v + d``, ``w <- anchor - eta (d + mu v)`` (Nesterov), with ``eta`` the outer learning
-        rate in (0, 2] and ``mu`` the outer momentum in [0, 1); default ``0.8``.  ``1.0`` and ``0.0`` are
-        plain merging (no step).  The step is off on one node, where the scaling rule splits the nodes'
-        minibatch, and in the phases the model keeps for plain merging (the RBMs' contrastive
-        divergence: the seam's ``takes_outer_step``); docs/scaling-out.md, "The outer step", has the
-        measurements.  The momentum is stored beside the node's snapshots, so a restarted or new node
-        continues it; each phase starts with none.
+        rate in (0, 2] and ``mu`` the outer momentum in [0, 1).  The defaults, ``1.0`` and ``0.0``, are
+        plain merging (no step): 0.7 / 0.8 gained in simulation but lost on Spark (docs/scaling-out.md,
+        "The outer step").  The step is off on one node and where the scaling rule splits the nodes'
+        minibatch.  The momentum is stored beside
+        the node's snapshots, so a restarted or new node continues it; each phase starts with none.
     warmup_partitions : int, optional
         At each phase start the factor ramps up from 1 over this many partitions of each node
         (default: a node's first epoch, its share of the partitions).
@@ -177,8 +176,8 @@ class TrainingSettings:
     merge_alpha: float | None = None
     fanout: int | None = None
     scale_rule: str = "auto"
-    outer_learning_rate: float = 0.7
-    outer_momentum: float = 0.8
+    outer_learning_rate: float = 1.0
+    outer_momentum: float = 0.0
     warmup_partitions: int | None = None
     keep_versions: int = 3
     run_id: str | None = None

@@ -203,9 +203,8 @@ class ExecutorNode:
     # ------------------------------------------------------------------ the outer step
     @property
     def outer_enabled(self) -> bool:
-        """In its phase the node takes an outer step: the fit has several nodes, an outer step that is not
-        plain merging (``eta = 1, mu = 0``), its nodes train with the model's own minibatch, and the model
-        takes the step in the phase (:func:`rbm.takes_outer_step`).
+        """The fit has several nodes, an outer step that is not plain merging (``eta = 1, mu = 0``), and its
+        nodes train with the model's own minibatch.
 
         Where the scaling rule splits the nodes' minibatch (they take few steps per epoch, its factor is
         past the rates' share) the split already makes up the steps the nodes do not take one after the
@@ -214,8 +213,7 @@ class ExecutorNode:
         """
         config = self.config
         return (config.nodes > 1 and not config.node_batch_size
-                and actors.outer_step_enabled(config.outer_learning_rate, config.outer_momentum)
-                and self.phase is not None and rbm.takes_outer_step(self.model, self.phase))
+                and actors.outer_step_enabled(config.outer_learning_rate, config.outer_momentum))
 
     def _start_outer(self, phase: str, start_nodes: Sequence[str]) -> None:
         """Anchor the outer step where the node enters ``phase``, with the momentum the store holds for it.

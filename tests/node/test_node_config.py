@@ -14,7 +14,7 @@ NON_DEFAULT = dict(store_retry_timeout_s=7.5, seed=42, fanout=3, merge_alpha=0.2
                    anti_entropy_interval_s=1.25, peer_refresh_interval_s=0.75, flush_timeout_s=12.0,
                    scale_rule="linear", kill_worker_once_at="rbm:1", straggler_factor=2.5, bind_host="127.0.0.1",
                    advertise_host="127.0.0.2", port_range="41000-41099", gpu_data_budget_bytes=123456,
-                   warmup_partitions=3, mode="sync", outer_learning_rate=0.6, outer_momentum=0.9)
+                   warmup_partitions=3, mode="sync", outer_learning_rate=0.7, outer_momentum=0.8)
 
 
 def prepared_digits() -> PreparedData:
@@ -44,7 +44,7 @@ def test_the_derived_node_config_equals_the_one_built_field_by_field_for_setting
         warmup_partitions=3, n_samples=400, nodes=2, node_batch_size=derived.node_batch_size, rates_cap=4.0,
         kill_worker_once_at="rbm:1", straggler_factor=2.5, local_master=True,
         driver_host=sc.getConf().get("spark.driver.host"), bind_host="127.0.0.1", advertise_host="127.0.0.2",
-        port_range="41000-41099", gpu_data_budget_bytes=123456, outer_learning_rate=0.6, outer_momentum=0.9)
+        port_range="41000-41099", gpu_data_budget_bytes=123456, outer_learning_rate=0.7, outer_momentum=0.8)
     assert derived == by_hand
 
 
