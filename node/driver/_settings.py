@@ -79,8 +79,9 @@ class TrainingSettings:
         (in ``"async"`` a merge moves the anchor with the weights, so ``d`` is the node's own training):
         ``v <- mu v + d``, ``w <- anchor - eta (d + mu v)`` (Nesterov), with ``eta`` the outer learning
         rate in (0, 2] and ``mu`` the outer momentum in [0, 1).  The defaults, ``1.0`` and ``0.0``, are
-        plain merging (no step): 0.7 / 0.8 gained in simulation but lost on Spark (docs/scaling-out.md,
-        "The outer step").  The step is off on one node and where the scaling rule splits the nodes'
+        plain merging (no step): 0.7 / 0.8 gains up to a point on the DBNs and LeNet on Spark, but a
+        small ConvNet whose rates the scaling rule doubles diverges with it (docs/scaling-out.md, "The outer
+        step").  The step is off on one node and where the scaling rule splits the nodes'
         minibatch.  The momentum is stored beside
         the node's snapshots, so a restarted or new node continues it; each phase starts with none.
     warmup_partitions : int, optional
