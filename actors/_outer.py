@@ -24,7 +24,7 @@ import numpy as np
 
 from ._errors import MergeError
 
-__all__ = ["OuterState", "outer_step", "outer_step_enabled", "outer_step_within", "check_outer_settings"]
+__all__ = ["OuterState", "outer_step", "outer_step_enabled", "check_outer_settings"]
 
 
 @dataclass(frozen=True)
@@ -73,31 +73,6 @@ def check_outer_settings(learning_rate: float, momentum: float) -> None:
 def outer_step_enabled(learning_rate: float, momentum: float) -> bool:
     """False for ``eta = 1, mu = 0``: the step would return the weights themselves, so it is skipped."""
     return not (float(learning_rate) == 1.0 and float(momentum) == 0.0)
-
-
-def outer_step_within(learning_rate: float, momentum: float, nodes: int, rates_factor: float) -> tuple[float, float]:
-    """The ``(eta, mu)`` a node steps with: the settings' step where the learning rates' factor leaves the
-    room for it, toward plain merging (``1, 0``) where it does not.
-
-    On a steady change the step multiplies a node's progress by its *gain* ``eta / (1 - mu)`` (3.5 at
-    0.7/0.8), and the scaling rule's ``rates_factor`` multiplies it too, where ``nodes`` nodes need about
-    ``nodes`` times one node's pace.  So the gain is ``g = min(G, max(1, nodes / rates_factor))`` of the
-    settings' ``G``, and the step slides with it from plain merging (``g = 1``: ``mu = 0``, ``eta = 1``)
-    to the settings' (``g = G``): ``mu = momentum * (g - 1) / (G - 1)``, ``eta = g * (1 - mu)``.  Settings
-    whose gain is at most 1 (plain merging, a damped step) are returned as they are.
-
-    Measured on Spark (docs/scaling-out.md, "The outer step"): a small ConvNet on 2 nodes whose rates the
-    rule doubles diverged with the full step (median 0.71-0.74, plain merging 0.96), and the DBN(64, 64)
-    on digits on 4 nodes at the factor 4 lost 2.4 points at 0.2/0.8 (the gain 1 by ``eta`` alone: the
-    momentum holds back most of each partition's progress).
-    """
-    eta, mu = float(learning_rate), float(momentum)
-    full = eta / (1.0 - mu)
-    if full <= 1.0:
-        return eta, mu
-    gain = min(full, max(1.0, float(nodes) / float(rates_factor)))
-    mu_within = mu * (gain - 1.0) / (full - 1.0)
-    return gain * (1.0 - mu_within), mu_within
 
 
 def _check_layout(own: Mapping[str, np.ndarray], other: Mapping[str, np.ndarray], what: str) -> None:

@@ -81,8 +81,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from actors import (OuterState, check_snapshot, merge_snapshots, outer_step, outer_step_enabled,  # noqa: E402
-                    outer_step_within)
+from actors import OuterState, check_snapshot, merge_snapshots, outer_step, outer_step_enabled  # noqa: E402
 from node import TrainingSettings  # noqa: E402
 from node.modes import NodeScaling, max_learning_rate_factor, mode_named, rates_cap, schedule_epoch  # noqa: E402
 from node.modes._sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
@@ -221,11 +220,10 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
     outer = (nodes > 1 and mode in ("async", "sync") and node_batch == base.batch_size  # as the executor decides
              and outer_step_enabled(outer_learning_rate, outer_momentum))
     outer_states = [OuterState.start(r.parameters(phase)) for r in replicas] if outer else []
-    trained_scale = [1.0] * nodes  # the rates' factor each node's last partition trained with
 
-    def step_outer(i: int) -> None:  # node i's outer step on what training changed since its anchor, as the executor's
-        within = outer_step_within(outer_learning_rate, outer_momentum, scalings[i].nodes(), trained_scale[i])
-        params, outer_states[i] = outer_step(outer_states[i], replicas[i].parameters(phase), *within)
+    def step_outer(i: int) -> None:  # node i's outer step on what training changed since its anchor
+        params, outer_states[i] = outer_step(outer_states[i], replicas[i].parameters(phase), outer_learning_rate,
+                                             outer_momentum)
         replicas[i].set_parameters(params)
 
     label = {"async": f"async f={fanout or 'all'}"}.get(mode, mode)
@@ -256,7 +254,7 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
         jitter = rng.lognormal(0.0, clock.jitter_sigma) if clock.jitter_sigma else 1.0
         compute_s = len(rows) / clock.rate * speeds[i] * jitter
         scalings[i].merged(merged_from)
-        scale = trained_scale[i] = scalings[i].scale()
+        scale = scalings[i].scale()
         replicas[i].set_learning_rate_scale(scale)
         replicas[i].set_schedule_epoch(schedule_epoch(epoch, scale))  # as the trainer
         # The partition's place in the phase's plan, as the trainer gives it (the fine-tuning's anneal and

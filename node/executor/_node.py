@@ -246,13 +246,11 @@ class ExecutorNode:
             self.outer = self.outer.moved(before, merged)
 
     def outer_step(self, phase: str) -> None:
-        """The outer step on what training changed since the last one (:func:`actors.outer_step`), as far as
-        the learning rates' factor leaves room for it among the nodes merging (:func:`actors.outer_step_within`)."""
+        """The outer step on what training changed since the last one (:func:`actors.outer_step`)."""
         if self.outer is None or phase != self.phase:
             return
-        eta, mu = actors.outer_step_within(self.config.outer_learning_rate, self.config.outer_momentum,
-                                           self.scaling.nodes(), self.learning_rate_scale)
-        params, self.outer = actors.outer_step(self.outer, self.model.parameters(phase), eta, mu)
+        params, self.outer = actors.outer_step(self.outer, self.model.parameters(phase),
+                                               self.config.outer_learning_rate, self.config.outer_momentum)
         self.model.set_parameters(params)
 
     def save_outer(self, phase: str) -> None:

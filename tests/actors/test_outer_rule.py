@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from support.numerics import assert_within, unit_roundoff
 
-from actors import (MergeError, OuterState, check_outer_settings, merge_snapshots, outer_step, outer_step_enabled,
-                    outer_step_within)
+from actors import MergeError, OuterState, check_outer_settings, merge_snapshots, outer_step, outer_step_enabled
 
 
 def f32(*values: float) -> np.ndarray:
@@ -90,29 +89,6 @@ def test_weights_or_a_momentum_of_another_layout_are_refused_naming_the_paramete
         outer_step(state, {"W": f32(1.0, 2.0, 3.0), "b": f32(0.0)}, 0.7, 0.9)
     with pytest.raises(MergeError, match="outer momentum"):
         OuterState.start({"W": f32(1.0, 2.0)}, {"W": f32(1.0)})
-
-
-@pytest.mark.parametrize("nodes, factor, eta, mu", [
-    (16, 1.0, 0.7, 0.8),     # n / f = 16 past the settings' gain 0.7 / (1 - 0.8) = 3.5: the settings' step
-    (7, 2.0, 0.7, 0.8),      # n / f = 3.5 exactly: the settings' step
-    (5, 2.0, 1.3, 0.48),     # g = 2.5: mu = 0.8 (2.5 - 1) / (3.5 - 1) = 0.48, eta = 2.5 (1 - 0.48) = 1.3
-    (2, 2.0, 1.0, 0.0),      # g = 1: plain merging (the rates' factor already gives the 2 nodes' pace)
-    (4, 8.0, 1.0, 0.0),      # n / f below 1: plain merging, never a damped step
-    (2, 1.0, 1.36, 0.32),    # g = 2: mu = 0.8 / 2.5 = 0.32, eta = 2 (1 - 0.32) = 1.36
-])
-def test_the_step_takes_the_gain_the_rates_factor_leaves_sliding_to_plain_merging(nodes, factor, eta, mu):
-    # The settings' full step everywhere would give (0.7, 0.8) in every row; eta alone scaled to the gain,
-    # (0.2, 0.8) at g = 1 and (0.4, 0.8) at g = 2.
-    got = outer_step_within(0.7, 0.8, nodes, factor)
-    assert got == pytest.approx((eta, mu), rel=1e-12), got
-    gain = got[0] / (1.0 - got[1])  # eta / (1 - mu): what the step multiplies a steady change by
-    assert gain == pytest.approx(min(3.5, max(1.0, nodes / factor)), rel=1e-12)
-
-
-def test_settings_whose_gain_is_at_most_one_are_kept_as_they_are():
-    assert outer_step_within(1.0, 0.0, 16, 1.0) == (1.0, 0.0)  # plain merging stays plain
-    assert outer_step_within(0.5, 0.0, 16, 1.0) == (0.5, 0.0)  # a damped step is the user's
-    assert outer_step_within(0.5, 0.5, 16, 1.0) == (0.5, 0.5)  # the gain 1 exactly
 
 
 @pytest.mark.parametrize("rate, momentum, message", [(0.0, 0.9, "outer_learning_rate"), (2.5, 0.9, "outer_learning_rate"),

@@ -16,18 +16,13 @@ KEY = b"outer-state-test-key-0123456789ab"
 ETA, MU = 0.7, 0.9
 
 
-def a_node_config(store_url: str, spec: dict, *, nodes: int = 8, eta: float = ETA, mu: float = MU,
+def a_node_config(store_url: str, spec: dict, *, nodes: int = 2, eta: float = ETA, mu: float = MU,
                   node_batch_size: int = 0) -> NodeConfig:
     return NodeConfig(run="outer", fit_id="f1", store_url=store_url, store_retry_timeout_s=5.0, key=KEY,
                       spec=spec, feature_shape=(16,), classes=None, seed=0, fanout=None, merge_alpha=None,
                       keep_versions=3, anti_entropy_interval_s=60.0, peer_refresh_interval_s=60.0,
                       flush_timeout_s=10.0, nodes=nodes, outer_learning_rate=eta, outer_momentum=mu,
                       node_batch_size=node_batch_size)
-
-
-def merging_seven_peers(node: ExecutorNode) -> None:
-    """Eight nodes merging at the rates' factor 1: room for the settings' full step (gain 7 at 0.7/0.9)."""
-    node.scaling.merged([f"peer-{k}" for k in range(7)])
 
 
 def shifted(params: dict, by: dict) -> dict:
@@ -54,7 +49,6 @@ def test_the_outer_momentum_survives_a_restart_through_the_store(an_rbm_run):
     first = ExecutorNode(a_node_config(store_url, spec)).start()
     try:
         assert first.enter_phase("rbm", "digest", lambda: payload) == "start"
-        merging_seven_peers(first)
         first.model.set_parameters(shifted(start, change))  # what merging and training changed: w = x + c
         first.outer_step("rbm")
         # d = -c, v = -c, x' = x - eta (1 + mu) (-c) = x + 1.33 c.
@@ -71,7 +65,6 @@ def test_the_outer_momentum_survives_a_restart_through_the_store(an_rbm_run):
     restarted = ExecutorNode(a_node_config(store_url, spec)).start()  # a new process of the run, same phase
     try:
         assert restarted.enter_phase("rbm", "digest", lambda: payload, (first.name,)) == "store(1 nodes)"
-        merging_seven_peers(restarted)
         for name in start:  # anchored at the stored snapshot, with the stored momentum exactly
             np.testing.assert_array_equal(restarted.outer.anchor[name], published[name])
             np.testing.assert_array_equal(restarted.outer.momentum[name], momentum[name])
@@ -122,23 +115,6 @@ def test_a_node_of_a_one_node_fit_with_a_split_minibatch_or_with_the_outer_step_
         finally:
             plain.stop()
     assert storage.WeightStore(storage.open_store(store_url), "outer", KEY).outer_momentum("rbm") is None
-
-
-def test_a_node_whose_rates_factor_already_gives_the_nodes_pace_merges_plainly(an_rbm_run):
-    store_url, spec, start, payload = an_rbm_run
-    change = {name: np.full_like(value, 0.5) for name, value in start.items()}
-    node = ExecutorNode(a_node_config(store_url, spec, nodes=2)).start()
-    try:
-        node.enter_phase("rbm", "digest", lambda: payload)
-        node.scaling.merged(["peer-0"])  # 2 nodes merging ...
-        node.learning_rate_scale = 2.0  # ... and the rates trained at twice theirs: no room for the step
-        node.model.set_parameters(shifted(start, change))
-        node.outer_step("rbm")
-        # The settings' full step would move the weights to x + 0.7 (1 + 0.9) c = x + 0.665 (c = 0.5).
-        for name, value in shifted(start, change).items():
-            assert_within(node.model.parameters("rbm")[name], value, roundoff(start[name], change[name]), name)
-    finally:
-        node.stop()
 
 
 @pytest.mark.parametrize("field, value", [("outer_learning_rate", 0.0), ("outer_learning_rate", 2.5),
