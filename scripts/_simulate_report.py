@@ -28,34 +28,44 @@ def report(run: Any, results: dict[tuple[int, str], list[Any]], *, sizes: list[i
     rows = []
     for n in sizes:
         for curve in curves[n]:
+            if not curve.accuracy:  # diverged before its first evaluation
+                print(f"{n:>5} {curve.label:<24}{curve.parts:>6} diverged: {curve.diverged}")
+                continue
             reached = curve.first_reaching(target)
             to_samples = "never" if reached is None else f"{reached[0] / training_rows:.1f}"
             to_time = "never" if reached is None else f"{reached[1]:.2f} s"
             parts = curve.parts
             per_partition = curve.reads / max(1, curve.nodes * epochs * parts)
             age_ms = f"{curve.age_s / curve.reads * 1e3:.0f}" if curve.reads and not curve.label.startswith("sync") else "-"
-            print(f"{n:>5} {curve.label:<24}{parts:>6} " + "".join(f"{curve.at_samples(m):>11.3f}" for m in marks)
+            label = f"{curve.label} (diverged)" if curve.diverged else curve.label
+            print(f"{n:>5} {label:<24}{parts:>6} " + "".join(f"{curve.at_samples(m):>11.3f}" for m in marks)
                   + f"{to_samples:>15}{to_time:>14}{curve.time_s[-1]:>9.2f}s{per_partition:>11.1f}{age_ms:>8}"
                   f"{max(curve.accuracy):>7.3f}")
-            rows.append([n, curve.label, parts, *(curve.at_samples(m) for m in marks), to_samples, to_time,
+            rows.append([n, label, parts, *(curve.at_samples(m) for m in marks), to_samples, to_time,
                          curve.time_s[-1], per_partition, age_ms, max(curve.accuracy)])
     one_final = float(np.mean([c.accuracy[-1] for c in results[1, "1 node"]]))
     plot(curves, png, target, one_final)
     equal = equal_epochs_rows(results, sizes, epochs, training_rows)
     print(f"\n## accuracy after {epochs} epochs over {seeds} seed(s), and simulated time to one node's accuracy")
     print(f"{'nodes':>5} {'mode':<24}{'parts':>6}{'accuracy':>10}{'std':>7}{'gap (points)':>13}{'time to 1-node acc':>19}"
-          f"{'reached':>8}{'speed-up':>9}")
+          f"{'reached':>8}{'speed-up':>9}{'diverged':>9}")
     for row in equal:
         time_s = "never" if row[6] is None else f"{row[6]:.3f} s"
         speed = "-" if row[8] is None else f"{row[8]:.1f}x"
-        print(f"{row[0]:>5} {row[1]:<24}{row[2]:>6}{row[3]:>10.4f}{row[4]:>7.4f}{row[5]:>+13.2f}{time_s:>19}"
-              f"{row[7]:>8}{speed:>9}")
+        accuracy = "-" if row[3] is None else f"{row[3]:.4f}"
+        std = "-" if row[4] is None else f"{row[4]:.4f}"
+        gap = "-" if row[5] is None else f"{row[5]:+.2f}"
+        print(f"{row[0]:>5} {row[1]:<24}{row[2]:>6}{accuracy:>10}{std:>7}{gap:>13}{time_s:>19}"
+              f"{row[7]:>8}{speed:>9}{row[9]:>9}")
     run.table(f"Accuracy after {epochs} epochs (mean over {seeds} seeds) and simulated time to one node's "
               f"accuracy: {title}, simulated",
               ["nodes", "mode", "partitions per node and epoch", "accuracy", "std", "gap to 1 node (points)",
-               "simulated time to 1 node's accuracy (s)", "seeds reaching it", "speed-up over 1 node"], equal,
+               "simulated time to 1 node's accuracy (s)", "seeds reaching it", "speed-up over 1 node",
+               "seeds diverged"], equal,
               "Speed-up: one node's simulated time for its epochs over the time the nodes take to reach its final "
-              "accuracy (mean over the seeds that reach it). 'outer ETA/MU': the outer step; none: plain merging.")
+              "accuracy (mean over the seeds that reach it). 'outer ETA/MU': the outer step; none: plain merging. "
+              "Accuracy and its gap are over the seeds that did not diverge (a node's weights turned non-finite: a "
+              "fit would fail there).")
     run.table(f"{title}, {training_rows} training rows, {epochs} epochs, simulated, "
               f"seed {seed}",
               ["nodes", "mode", "partitions per node and epoch",
@@ -76,23 +86,25 @@ def equal_epochs_rows(results: dict, sizes: list[int], epochs: int, rows_per_epo
     node's, and the simulated time to one node's final accuracy (mean over the seeds that reach it)."""
     one = results[1, "1 node"]
     rows = [[1, "1 node", "-", float(np.mean([c.accuracy[-1] for c in one])), float(np.std([c.accuracy[-1] for c in one])),
-             0.0, float(np.mean([c.time_s[-1] for c in one])), f"{len(one)}/{len(one)}", 1.0]]
+             0.0, float(np.mean([c.time_s[-1] for c in one])), f"{len(one)}/{len(one)}", 1.0, f"0/{len(one)}"]]
     for n in sizes:
         for (size, label), curves in results.items():
             if size != n:
                 continue
-            final = [c.accuracy[-1] for c in curves]
+            final = [c.accuracy[-1] for c in curves if not c.diverged]
             times, reached = [], 0
             for curve, reference in zip(curves, one):
-                hit = curve.first_reaching(reference.accuracy[-1])
+                hit = None if curve.diverged else curve.first_reaching(reference.accuracy[-1])
                 if hit is not None:
                     reached += 1
                     times.append(hit[1])
             time_s = float(np.mean(times)) if times else None
             one_s = float(np.mean([c.time_s[-1] for c in one]))
-            rows.append([n, label, curves[0].parts, float(np.mean(final)), float(np.std(final)),
-                         100.0 * (float(np.mean(final)) - rows[0][3]), time_s, f"{reached}/{len(curves)}",
-                         None if time_s is None else one_s / time_s])
+            accuracy = float(np.mean(final)) if final else None
+            rows.append([n, label, curves[0].parts, accuracy, float(np.std(final)) if final else None,
+                         None if accuracy is None else 100.0 * (accuracy - rows[0][3]), time_s,
+                         f"{reached}/{len(curves)}", None if time_s is None else one_s / time_s,
+                         f"{len(curves) - len(final)}/{len(curves)}"])
     return rows
 
 
@@ -108,6 +120,8 @@ def plot(curves: dict[int, list[Any]], png: str, target: float, one_node: float 
     figure, axes = plt.subplots(2, len(sizes), figsize=(4.2 * len(sizes), 6.4), squeeze=False)
     for column, n in enumerate(sizes):
         for curve in curves[n]:
+            if not curve.accuracy:  # diverged before its first evaluation
+                continue
             style = "--" if curve.label.startswith("async") else "-"
             color = colors[curve.label]
             axes[0][column].plot(np.array(curve.samples) / 1e3, curve.accuracy, style, color=color, label=curve.label,

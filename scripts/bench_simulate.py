@@ -85,6 +85,7 @@ from actors import OuterState, check_snapshot, merge_snapshots, outer_step, oute
 from node import TrainingSettings  # noqa: E402
 from node.modes import NodeScaling, max_learning_rate_factor, mode_named, rates_cap, schedule_epoch  # noqa: E402
 from node.modes._sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
+import rbm  # noqa: E402
 
 from _results import BenchRun, add_json_option  # noqa: E402
 from _simulate_queue import PartitionQueue  # noqa: E402
@@ -129,6 +130,7 @@ class Curve:
     rows_trained: int = 0
     end_s: float = 0.0  # when the last partition ended (simulated)
     partitions_by_node: list[int] = field(default_factory=list)  # the partitions each node trained
+    diverged: str = ""  # why the run stopped early: a node's training diverged (its weights are not finite)
 
     def at_samples(self, samples: float) -> float:
         index = int(np.searchsorted(self.samples, samples))
@@ -139,6 +141,14 @@ class Curve:
             if accuracy >= target:
                 return samples, time_s
         return None
+
+
+class SimulationDiverged(Exception):
+    """A node's training diverged: the run ends there, its ``curve`` as far as it got (``curve.diverged`` says why)."""
+
+    def __init__(self, curve: Curve):
+        super().__init__(curve.diverged)
+        self.curve = curve
 
 
 # ----------------------------------------------------------------------------- the simulation
@@ -272,6 +282,9 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
             replicas[i].set_minibatch_hook(hook)
         try:
             replicas[i].train_partition(X[rows], y[rows], phase, np.random.default_rng([seed, i, int(done[i])]))
+        except rbm.DivergenceError as error:  # a fit's task would fail here: so does the run, saying where
+            curve.diverged = f"node {i}, epoch {epoch}: {error}"
+            raise SimulationDiverged(curve) from error
         finally:
             replicas[i].set_minibatch_hook(None)
         scalings[i].also_merged(during)
@@ -518,14 +531,18 @@ def main(argv: list[str] | None = None) -> int:
                     for eta, mu in (outers if mode in ("async", "sync") else [(1.0, 0.0)]):
                         tick = time.perf_counter()
                         parts = partitions_per_node(args.partitions_per_node, n, len(X), base.batch_size, mode, fanout)
-                        curve, _ = simulate(base, X, y, X_test, y_test, nodes=n, mode=mode, fanout=fanout,
-                                            epochs=epochs, partitions_per_node=parts, warmup_partitions=parts,
-                                            clock=clock, seed=seed, scale_rule=args.scale_rule,
-                                            outer_learning_rate=eta, outer_momentum=mu, stealing=args.stealing,
-                                            minibatch_merges=args.minibatch_merges)
+                        try:
+                            curve, _ = simulate(base, X, y, X_test, y_test, nodes=n, mode=mode, fanout=fanout,
+                                                epochs=epochs, partitions_per_node=parts, warmup_partitions=parts,
+                                                clock=clock, seed=seed, scale_rule=args.scale_rule,
+                                                outer_learning_rate=eta, outer_momentum=mu, stealing=args.stealing,
+                                                minibatch_merges=args.minibatch_merges)
+                        except SimulationDiverged as stopped:
+                            curve = stopped.curve
                         curve.parts = parts
                         results.setdefault((n, curve.label), []).append(curve)
-                        print(f"#   seed {seed}, {n} nodes, {curve.label}: {curve.accuracy[-1]:.4f} "
+                        outcome = f"diverged ({curve.diverged})" if curve.diverged else f"{curve.accuracy[-1]:.4f}"
+                        print(f"#   seed {seed}, {n} nodes, {curve.label}: {outcome} "
                               f"({time.perf_counter() - tick:.1f} s)", file=sys.stderr, flush=True)
     report(run, results, sizes=sizes, training_rows=len(X), epochs=epochs, seeds=len(seeds), title=title, clock=clock,
            seed=args.seed, target=args.target, png=args.png)

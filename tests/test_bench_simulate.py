@@ -241,3 +241,39 @@ def test_nodes_sharing_one_core_train_one_partition_at_a_time(bench, problem):
                                  partitions_per_node=PARTITIONS_PER_NODE, clock=alone, seed=SEED, scale_rule="none",
                                  evaluate=False)
     assert parallel.end_s < curve.end_s / 2
+
+
+@pytest.fixture(scope="module")
+def reporting():
+    with script_module("_simulate_report.py") as module:
+        yield module
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+def test_a_run_whose_training_diverges_ends_there_and_the_table_counts_it_apart(bench, reporting, problem):
+    base, X, y = problem
+    exploding = copy.deepcopy(base).set_params(finetune_learning_rate=1e38)  # the first step overflows
+    clock = bench.Clock(rate=1000.0, speed_sigma=0.0, jitter_sigma=0.0)
+    with pytest.raises(bench.SimulationDiverged) as stopped:
+        bench.simulate(exploding, X, y, X, y, nodes=NODES, mode="async", fanout=None, epochs=1,
+                       partitions_per_node=PARTITIONS_PER_NODE, clock=clock, seed=SEED, scale_rule="none")
+    diverged = stopped.value.curve
+    assert diverged.diverged.startswith("node ") and "epoch 0" in diverged.diverged and "NaN or Inf" in diverged.diverged
+    diverged.parts = PARTITIONS_PER_NODE
+    fine = [run_with_evaluation(bench, problem, seed) for seed in (0, 1)]
+    one = [bench.Curve("1 node", 1, samples=[80], time_s=[1.0], accuracy=[0.5]) for _ in range(3)]
+    rows = reporting.equal_epochs_rows({(1, "1 node"): one, (NODES, fine[0].label): [fine[0], diverged, fine[1]]},
+                                   [NODES], 1, len(X))
+    # The mean is over the two runs that finished; the diverged one is counted apart, and never reaches.
+    assert rows[1][3] == pytest.approx(np.mean([fine[0].accuracy[-1], fine[1].accuracy[-1]]), abs=1e-12)
+    assert rows[1][9] == "1/3" and rows[0][9] == "0/3"
+    assert rows[1][7].endswith("/3") and int(rows[1][7].split("/")[0]) <= 2
+
+
+def run_with_evaluation(bench, problem, seed: int):
+    base, X, y = problem
+    clock = bench.Clock(rate=1000.0, speed_sigma=0.0, jitter_sigma=0.0)
+    curve, _ = bench.simulate(base, X, y, X, y, nodes=NODES, mode="async", fanout=None, epochs=1,
+                              partitions_per_node=PARTITIONS_PER_NODE, clock=clock, seed=seed, scale_rule="none")
+    curve.parts = PARTITIONS_PER_NODE
+    return curve
