@@ -43,7 +43,9 @@ momentum on what its training changed (:func:`actors.outer_step`; in ``async`` a
 with the weights), as the executor does, and
 not where the nodes' minibatch is split.  ``--seeds N`` repeats everything for N seeds (each its own
 pretraining, shards and node speeds) and adds a table of accuracy at equal epochs (mean, std, gap to
-one node) and simulated time to one node's final accuracy.
+one node) and simulated time to one node's final accuracy.  A run whose training diverges (a node's
+weights turn non-finite: a fit's task would fail there) ends where it diverged; the table averages the
+seeds that finished and counts the diverged ones apart.
 
 Learning rates follow the project's default rule through the executor's own
 :class:`node.modes._scaling.NodeScaling` (``"auto"``, warm-up 2): ``async`` counts the peers merged
