@@ -207,7 +207,8 @@ def simulate(base, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, y_test: np.
     merges between minibatches what its actor fetched while it trains, as the real nodes do; False: before
     each partition only.
 
-    Returns the :class:`Curve` and the nodes' final parameters (list of dicts).
+    Returns the :class:`Curve` and the nodes' final parameters (list of dicts); raises
+    :class:`SimulationDiverged`, with the curve so far, where a node's training diverges.
     """
     phase = base.phases()[-1]  # the simulated phase: a DBN's fine-tuning, LeNet's training
     rng = np.random.default_rng([seed, nodes])

@@ -263,7 +263,7 @@ def test_a_run_whose_training_diverges_ends_there_and_the_table_counts_it_apart(
     fine = [run_with_evaluation(bench, problem, seed) for seed in (0, 1)]
     one = [bench.Curve("1 node", 1, samples=[80], time_s=[1.0], accuracy=[0.5]) for _ in range(3)]
     rows = reporting.equal_epochs_rows({(1, "1 node"): one, (NODES, fine[0].label): [fine[0], diverged, fine[1]]},
-                                   [NODES], 1, len(X))
+                                       [NODES], 1, len(X))
     # The mean is over the two runs that finished; the diverged one is counted apart, and never reaches.
     assert rows[1][3] == pytest.approx(np.mean([fine[0].accuracy[-1], fine[1].accuracy[-1]]), abs=1e-12)
     assert rows[1][9] == "1/3" and rows[0][9] == "0/3"
