@@ -1,19 +1,57 @@
-"""The report of ``bench_simulate.py``: its printed tables, the recorded run's tables and its figure.
+"""The report of ``bench_simulate.py``: what a run returns (:class:`Curve`), its printed tables, the
+recorded run's tables and its figure.
 
 :func:`report` takes what the simulation's runs returned (per node count and configuration, a
-``Curve`` per seed, the one-node reference under ``(1, "1 node")``) and prints, records and draws
+:class:`Curve` per seed, the one-node reference under ``(1, "1 node")``) and prints, records and draws
 them; :func:`equal_epochs_rows` and :func:`plot` are its parts.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 
-def report(run: Any, results: dict[tuple[int, str], list[Any]], *, sizes: list[int], training_rows: int,
+@dataclass
+class Curve:
+    """Accuracy of the consolidated model against samples processed and simulated time."""
+
+    label: str
+    nodes: int
+    parts: int = 0  # partitions per node and epoch
+    samples: list[int] = field(default_factory=list)
+    time_s: list[float] = field(default_factory=list)
+    accuracy: list[float] = field(default_factory=list)
+    reads: int = 0
+    age_s: float = 0.0  # summed over the snapshots or updates merged: time since their author published them
+    rows_trained: int = 0
+    end_s: float = 0.0  # when the last partition ended (simulated)
+    partitions_by_node: list[int] = field(default_factory=list)  # the partitions each node trained
+    diverged: str = ""  # why the run stopped early: a node's training diverged (its weights are not finite)
+
+    def at_samples(self, samples: float) -> float:
+        index = int(np.searchsorted(self.samples, samples))
+        return self.accuracy[min(index, len(self.accuracy) - 1)]
+
+    def first_reaching(self, target: float) -> tuple[int, float] | None:
+        for samples, time_s, accuracy in zip(self.samples, self.time_s, self.accuracy):
+            if accuracy >= target:
+                return samples, time_s
+        return None
+
+
+class SimulationDiverged(Exception):
+    """A node's training diverged: the run ends there, its ``curve`` as far as it got (``curve.diverged`` says why)."""
+
+    def __init__(self, curve: Curve):
+        super().__init__(curve.diverged)
+        self.curve = curve
+
+
+def report(run: Any, results: dict[tuple[int, str], list[Curve]], *, sizes: list[int], training_rows: int,
            epochs: int, seeds: int, title: str, clock: Any, seed: int, target: float, png: str) -> None:
     """Print the per-run table of ``seed`` (the first seed's curves) and the table at equal epochs over the
     ``seeds``, record both in ``run`` (a ``_results.BenchRun``) and draw ``png``."""

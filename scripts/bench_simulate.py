@@ -77,7 +77,7 @@ import heapq
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -93,7 +93,7 @@ from _results import BenchRun, add_json_option  # noqa: E402
 from _simulate_queue import PartitionQueue  # noqa: E402
 from _simulate_workloads import (STAND_IN_RATE, WORKLOADS, load_data, measure_rate,  # noqa: E402
                                  pretrained_model)
-from _simulate_report import report  # noqa: E402
+from _simulate_report import Curve, SimulationDiverged, report  # noqa: E402
 
 #: The outer step measured beside plain merging when ``--outer`` names none (docs/scaling-out.md, "The outer step").
 CANDIDATE_OUTER = (0.7, 0.8)
@@ -115,42 +115,6 @@ class Clock:
     jitter_sigma: float = 0.1  # per-partition jitter: lognormal
     straggler: float = 1.0  # node 0 is this many times slower
     cores: int | None = None  # the nodes share this many cores, a partition holding one all along (None: one each)
-
-
-@dataclass
-class Curve:
-    """Accuracy of the consolidated model against samples processed and simulated time."""
-
-    label: str
-    nodes: int
-    parts: int = 0  # partitions per node and epoch
-    samples: list[int] = field(default_factory=list)
-    time_s: list[float] = field(default_factory=list)
-    accuracy: list[float] = field(default_factory=list)
-    reads: int = 0
-    age_s: float = 0.0  # summed over the snapshots or updates merged: time since their author published them
-    rows_trained: int = 0
-    end_s: float = 0.0  # when the last partition ended (simulated)
-    partitions_by_node: list[int] = field(default_factory=list)  # the partitions each node trained
-    diverged: str = ""  # why the run stopped early: a node's training diverged (its weights are not finite)
-
-    def at_samples(self, samples: float) -> float:
-        index = int(np.searchsorted(self.samples, samples))
-        return self.accuracy[min(index, len(self.accuracy) - 1)]
-
-    def first_reaching(self, target: float) -> tuple[int, float] | None:
-        for samples, time_s, accuracy in zip(self.samples, self.time_s, self.accuracy):
-            if accuracy >= target:
-                return samples, time_s
-        return None
-
-
-class SimulationDiverged(Exception):
-    """A node's training diverged: the run ends there, its ``curve`` as far as it got (``curve.diverged`` says why)."""
-
-    def __init__(self, curve: Curve):
-        super().__init__(curve.diverged)
-        self.curve = curve
 
 
 # ----------------------------------------------------------------------------- the simulation
