@@ -16,7 +16,7 @@ from ._errors import ActorsError, MergeError, MessageError, NodeAddressError, No
 from ._merge import check_snapshot, merge_snapshots
 from ._messages import SCHEMA_VERSION, Goodbye, Snapshot, WeightAnnouncement
 from ._node import NodeHandle, start_node
-from ._outer import OuterState, check_outer_settings, outer_step, outer_step_enabled
+from ._outer import OuterState, check_outer_settings, outer_settings_for_gain, outer_step, outer_step_enabled
 from ._transport import parse_port_range
 from ._wire import decode_frames, encode_message
 
@@ -29,6 +29,7 @@ __all__ = [
     "OuterState",
     "outer_step",
     "outer_step_enabled",
+    "outer_settings_for_gain",
     "check_outer_settings",
     "WeightAnnouncement",
     "Goodbye",

@@ -27,7 +27,7 @@ __all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "AsyncOptions", "S
            "ModeOptions", "TaskSpec", "NodeDevice", "PartitionReport", "encode", "decode", "params_digest"]
 
 #: Bumped whenever a field of the contract changes meaning, appears or goes.
-CONTRACT_VERSION = 14
+CONTRACT_VERSION = 15
 
 T = TypeVar("T")
 
@@ -64,6 +64,9 @@ class NodeConfig:
         The outer step's ``eta`` (see :class:`~node.TrainingSettings`); with ``outer_momentum`` 0, ``1.0`` is off.
     outer_momentum : float
         The outer step's ``mu``.
+    outer_by_rule : bool
+        The step is the rule's (the settings named none): taken only in the phases the model takes it
+        in (:func:`rbm.takes_outer_step`); False: in every phase.
     n_samples : int
         Training rows of the run (0: unknown); with the spec's ``batch_size``, the steps per node and epoch.
     nodes : int
@@ -109,6 +112,7 @@ class NodeConfig:
     warmup_partitions: int = 2
     outer_learning_rate: float = 1.0
     outer_momentum: float = 0.0
+    outer_by_rule: bool = False
     n_samples: int = 0
     nodes: int = 0
     node_batch_size: int = 0

@@ -10,7 +10,8 @@ import logging
 
 from ._backend import array_module, gpu_available, resolve_device, to_host
 from ._gpu import PRECISIONS, DeviceDataCache, configure_kernel_cache
-from ._model import TrainableModel, load_model, model_from_spec, read_model_file, save_model, spec_for_batch_size
+from ._model import (TrainableModel, load_model, model_from_spec, read_model_file, save_model, spec_for_batch_size,
+                     takes_outer_step)
 from ._params import read_config
 from ._validation import DivergenceError, check_features, check_labels
 from ._warm_up import warm_up
@@ -26,6 +27,7 @@ __all__ = [
     "DivergenceError",
     "model_from_spec",
     "spec_for_batch_size",
+    "takes_outer_step",
     "load_model",
     "save_model",
     "read_model_file",

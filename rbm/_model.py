@@ -34,6 +34,9 @@ only ever talks to a model through it:
 * ``max_learning_rate_factor()`` (optional) -- the largest factor the model's learning rates
   may take from the trainer's scaling rule, or None for the trainer's own cap; past it the
   trainer gives the nodes smaller minibatches instead (an RBM with persistent chains: 1).
+* ``takes_outer_step(phase)`` (optional) -- whether the nodes take the default outer step in ``phase``
+  (the rule's, where :class:`node.TrainingSettings` names none), or merge it plainly; without it, every
+  phase takes the step (the RBMs' contrastive-divergence phases do not; :func:`takes_outer_step`).
 * ``spec_for_batch_size(batch_size)`` (optional) -- the spec of a replica that trains in
   minibatches of ``batch_size`` rows, everything else the same (an RBM, and a DBN's persistent
   layers, keep their persistent chains); without it, the spec with ``batch_size`` replaced
@@ -55,6 +58,7 @@ __all__ = [
     "register_model",
     "model_from_spec",
     "spec_for_batch_size",
+    "takes_outer_step",
     "save_model",
     "load_model",
     "SPEC_KEY",
@@ -264,6 +268,13 @@ def spec_for_batch_size(spec: Mapping[str, Any], batch_size: int) -> dict:
     """
     method = getattr(model_from_spec(spec), "spec_for_batch_size", None)
     return method(batch_size) if method is not None else {**spec, "batch_size": int(batch_size)}
+
+
+def takes_outer_step(model: Any, phase: str) -> bool:
+    """Whether the nodes take the outer step in ``model``'s ``phase``: the model's own
+    ``takes_outer_step`` where it has one, else True (every phase)."""
+    method = getattr(model, "takes_outer_step", None)
+    return True if method is None else bool(method(phase))
 
 
 def save_model(path: str | os.PathLike, spec: Mapping[str, Any], params: Mapping[str, np.ndarray]) -> None:

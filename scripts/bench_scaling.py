@@ -275,8 +275,10 @@ def part_spark(args, run: BenchRun | None = None) -> None:
     target = args.target if args.kind != "rbm" else None  # a classifier's last phase is validated on the test rows
     print(f"# Spark local[n], partitions {partitions}, {args.kind} on {args.data}, epochs {EPOCHS[args.kind]}"
           + (f"; epochs of the last phase to {target} test accuracy" if target else ""))
-    outer = args.outer or (TrainingSettings().outer_learning_rate, TrainingSettings().outer_momentum)
-    print(f"# outer step {outer[0]:g}/{outer[1]:g} (1/0: off); the one-process line: 1 node")
+    outer = ("the rule's" if args.outer is None else f"{args.outer[0]:g}/{args.outer[1]:g}")
+    outer_settings = ({} if args.outer is None else
+                      {"outer_learning_rate": args.outer[0], "outer_momentum": args.outer[1]})
+    print(f"# outer step {outer} (1/0: off); the one-process line: 1 node")
     print(f"{'nodes':>5} {'rule':>6} {'score':>8} {'fit_s':>7} {'max factor':>10} {'nodes merging':>13} "
           f"{'epochs to':>9} {'s/epoch':>7}")
     scores: dict[tuple[int, str], list[float]] = {}
@@ -294,8 +296,7 @@ def part_spark(args, run: BenchRun | None = None) -> None:
                     trainer = node.Trainer(spark=spark, store_url=store, epochs=EPOCHS[args.kind],
                                            partitions=None if per_node == "default" else per_node * n,
                                            progress=False, seed=seed, scale_rule=rule, key=b"bench-scaling-key",
-                                           log_dir=None, outer_learning_rate=outer[0], outer_momentum=outer[1],
-                                           fanout=args.fanout, **validation)
+                                           log_dir=None, fanout=args.fanout, **outer_settings, **validation)
                     trainer.fit(model, split.X_train, None if args.kind == "rbm" else split.y_train)
                     fit_s = time.perf_counter() - started
                 records = [r for summary in trainer.history_ for r in summary["records"]]
@@ -322,8 +323,8 @@ def part_spark(args, run: BenchRun | None = None) -> None:
                  None if reference is None else 100.0 * (float(np.mean(values)) - reference),
                  float(np.mean(fit_times[n, rule]))] for (n, rule), values in scores.items()]
         run.table(f"{args.kind} on {args.data}, Spark local[n], epochs {EPOCHS[args.kind]}, outer step "
-                  f"{outer[0]:g}/{outer[1]:g}", ["nodes", "rule", "runs", "score (mean)", "min", "max",
-                                                 "gap to 1 node (points)", "fit (s)"], rows,
+                  f"{outer}", ["nodes", "rule", "runs", "score (mean)", "min", "max", "gap to 1 node (points)",
+                               "fit (s)"], rows,
                   "1 node: one process's line (a fit on local[1]). Fit times are the driver's wall time on a "
                   "shared machine: not a speed measurement.")
 
@@ -385,7 +386,7 @@ def main() -> None:
     parser.add_argument("--spark", action="store_true", help="confirm on local[n] Spark instead of simulating")
     parser.add_argument("--outer", type=_outer, default=None, metavar="ETA/MU",
                         help="the outer step's rate and momentum (strategies '+outer'; --spark: the fits'; 1/0: off); "
-                             "default: 0.7/0.8 for the strategies, the fit's defaults (off) for --spark")
+                             "default: 0.7/0.8 for the strategies, the fit's default (the rule's) for --spark")
     parser.add_argument("--rules", nargs="+", default=["none", "auto"])
     parser.add_argument("--fanout", type=int, default=None,
                         help="--spark: peers a node merges per partition at most (default: the fit's, every fresh one)")

@@ -37,7 +37,8 @@ fine-tuning, LeNet's training) is simulated.  A discrete-event clock orders the 
   applies every visible peer update not applied yet, each once (summed with ``np.bincount``,
   equal to :meth:`SparseUpdate.apply_to` one after the other).
 
-The outer step (``--outer ETA/MU``, by default both plain merging and 0.7/0.8): after a
+The outer step (``--outer ETA/MU`` or ``default``, by default both plain merging and the fit's
+default, the rule's step for the nodes and rows, :func:`rule_outer`): after a
 partition (``async``) or a round's average (``sync``) a node steps from its anchor with Nesterov
 momentum on what its training changed (:func:`actors.outer_step`; in ``async`` a merge moves the anchor
 with the weights), as the executor does, and
@@ -83,9 +84,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from actors import OuterState, check_snapshot, merge_snapshots, outer_step, outer_step_enabled  # noqa: E402
+from actors import (OuterState, check_snapshot, merge_snapshots, outer_settings_for_gain, outer_step,  # noqa: E402
+                    outer_step_enabled)
 from node import TrainingSettings  # noqa: E402
-from node.modes import NodeScaling, max_learning_rate_factor, mode_named, rates_cap, schedule_epoch  # noqa: E402
+from node.modes import (NodeScaling, max_learning_rate_factor, mode_named, outer_gain, rates_cap,  # noqa: E402
+                        schedule_epoch)
 from node.modes._sharing import SparseUpdate, ThresholdAccumulator  # noqa: E402
 import rbm  # noqa: E402
 
@@ -95,8 +98,8 @@ from _simulate_workloads import (STAND_IN_RATE, WORKLOADS, load_data, measure_ra
                                  pretrained_model)
 from _simulate_report import Curve, SimulationDiverged, report  # noqa: E402
 
-#: The outer step measured beside plain merging when ``--outer`` names none (docs/scaling-out.md, "The outer step").
-CANDIDATE_OUTER = (0.7, 0.8)
+#: ``--outer default``: the step a fit takes when its settings name none (the rule's, :func:`rule_outer`).
+RULE_OUTER = None
 
 
 @dataclass(frozen=True)
@@ -399,11 +402,18 @@ def configurations(nodes: int, fanouts: list[int]) -> list[tuple[str, int | None
     return [("async", f) for f in fanouts if f < nodes - 1] + [("async", None), ("sync", None), ("sharing", None)]
 
 
-def outer_settings(text: str) -> tuple[float, float]:
-    """``ETA/MU`` -> (eta, mu); ``default``: the fit's defaults (:class:`node.TrainingSettings`)."""
+def rule_outer(base, nodes: int, rows: int, scale_rule: str) -> tuple[float, float]:
+    """The step a fit of ``nodes`` takes in ``base``'s simulated phase when its settings name none, as the
+    driver chooses it (:func:`node.modes.outer_gain`, :func:`actors.outer_settings_for_gain`)."""
+    if not rbm.takes_outer_step(base, base.phases()[-1]):
+        return 1.0, 0.0
+    return outer_settings_for_gain(outer_gain(scale_rule, nodes, rows, base.batch_size))
+
+
+def outer_settings(text: str) -> tuple[float, float] | None:
+    """``ETA/MU`` -> (eta, mu); ``default``: :data:`RULE_OUTER`, the fit's default (the rule's)."""
     if text == "default":
-        defaults = TrainingSettings()
-        return float(defaults.outer_learning_rate), float(defaults.outer_momentum)
+        return RULE_OUTER
     try:
         eta, mu = (float(part) for part in text.split("/"))
     except ValueError:
@@ -421,8 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fanouts", type=int, nargs="*", default=[2, 4, 8])
     parser.add_argument("--modes", nargs="+", default=["async", "sync", "sharing"], choices=("async", "sync", "sharing"))
     parser.add_argument("--outer", type=outer_settings, nargs="+", default=None, metavar="ETA/MU",
-                        help="the outer step(s) run for async and sync: ETA/MU, or 'default' (the fit's); "
-                             "1/0 is plain merging (default: 1/0 and 0.7/0.8)")
+                        help="the outer step(s) run for async and sync: ETA/MU, or 'default' (the fit's: the rule's "
+                             "for the nodes); 1/0 is plain merging (default: 1/0 and default)")
     parser.add_argument("--seeds", type=int, default=1,
                         help="seeds 0 .. N-1 (each its own pretraining, shards and node speeds): the table of accuracy "
                              "at equal epochs is their mean; the figure and the per-run table show --seed")
@@ -465,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     title = workload.title.format(hidden=args.hidden)
     epochs = args.epochs or (2 if args.quick else workload.epochs)
     rate_option = args.rate or workload.rate
-    outers = args.outer or [(1.0, 0.0), CANDIDATE_OUTER]
+    outers = args.outer or [(1.0, 0.0), RULE_OUTER]
     seeds = [args.seed] + [seed for seed in range(args.seeds) if seed != args.seed]
     started = time.perf_counter()
     results: dict[tuple[int, str], list[Curve]] = {}
@@ -495,7 +505,9 @@ def main(argv: list[str] | None = None) -> int:
                 for mode, fanout in configurations(n, args.fanouts):
                     if mode not in args.modes:
                         continue
-                    for eta, mu in (outers if mode in ("async", "sync") else [(1.0, 0.0)]):
+                    steps = [rule_outer(base, n, len(X), args.scale_rule) if outer is RULE_OUTER else outer
+                             for outer in (outers if mode in ("async", "sync") else [(1.0, 0.0)])]
+                    for eta, mu in dict.fromkeys(steps):  # each step once (the rule's may be plain merging)
                         tick = time.perf_counter()
                         parts = partitions_per_node(args.partitions_per_node, n, len(X), base.batch_size, mode, fanout)
                         try:

@@ -277,3 +277,14 @@ def run_with_evaluation(bench, problem, seed: int):
                               partitions_per_node=PARTITIONS_PER_NODE, clock=clock, seed=seed, scale_rule="none")
     curve.parts = PARTITIONS_PER_NODE
     return curve
+
+
+def test_the_default_outer_step_is_the_rule_a_fit_takes_for_the_nodes_and_rows(bench, problem):
+    base, X, _ = problem
+    assert bench.outer_settings("default") is bench.RULE_OUTER and bench.outer_settings("0.7/0.8") == (0.7, 0.8)
+    # 80 rows in minibatches of 5 under "none" (factor 1): 4 nodes leave the gain 3.5 (capped), 2 nodes 2.
+    assert bench.rule_outer(base, 4, len(X), "none") == pytest.approx((0.5420, 0.8452), abs=1e-4)
+    assert bench.rule_outer(base, 2, len(X), "none") == pytest.approx((0.5858, 0.7071), abs=1e-4)
+    assert bench.rule_outer(base, 4, len(X), "linear") == (1.0, 0.0)  # the rates take the factor 4: plain merging
+    lone_rbm = rbm.RBM(4, batch_size=5, random_state=0).initialize(12)  # an RBM's phase merges plainly
+    assert bench.rule_outer(lone_rbm, 4, len(X), "none") == (1.0, 0.0)

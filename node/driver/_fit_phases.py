@@ -24,6 +24,7 @@ import storage
 from .._contract import NodeConfig, PartitionReport, params_digest
 from .._errors import TrainingError
 from ..data import PreparedData, filled_partitions
+from ..executor import outer_step_in
 from ..modes import mode_named, trained_by_lost_attempts, untrained_partitions_error
 from ..run import STALE_TEMPORARY_S, DriverLease, LeaseLostError, RunRecord
 from ..watch import ReachabilityWatch, RunWatch
@@ -225,6 +226,8 @@ class LeasedFit:
         summary = summarize_epoch(self.state.run_id, phase, epoch, [report.to_record() for report in reports], wall_s,
                                   batch_size=self.state.spec.get("batch_size"),
                                   node_batch_size=self.node_config.node_batch_size or None)
+        outer = outer_step_in(self.node_config, self.model, phase)
+        summary["outer_step"] = None if outer is None else list(outer)
         self.history.append(summary)
         with self.timings.step(f"{phase} epoch {epoch + 1} validation"):
             # validation, early stopping, logs; the next epoch's job may be queued already (async)
@@ -245,7 +248,7 @@ class LeasedFit:
         self.record.mark_epoch(phase, epoch, summary["nodes"], scaling={
             "rule": self.settings.scale_rule, "warmup_partitions": self.node_config.warmup_partitions,
             "learning_rate_scale": summary["learning_rate_scale"], "nodes_merging": summary["nodes_merging"],
-            "node_batch_size": summary["node_batch_size"]},
+            "node_batch_size": summary["node_batch_size"], "outer_step": summary["outer_step"]},
             devices={record["node"]: record["device"] for record in summary["records"] if record.get("device")})
         if self.on_epoch is not None:
             self.on_epoch(summary)

@@ -2,13 +2,16 @@
 
 The fit's run, store and key, the model's spec and input, the node settings, and what the driver
 decides for the nodes from the prepared data: the warm-up (a node's first epoch of each phase unless
-the settings name one) and the nodes' minibatch where the scaling rule splits its factor
-(:func:`node.modes._scaling.node_batch_size`).
+the settings name one), the nodes' minibatch where the scaling rule splits its factor
+(:func:`node.modes._scaling.node_batch_size`), and the outer step where the settings name none
+(:meth:`node.modes.TrainingMode.outer_gain`).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import actors
 
 from .._contract import NodeConfig
 from ..data import PreparedData
@@ -23,7 +26,7 @@ __all__ = ["SETTINGS_FIELDS", "node_config", "settings_fields"]
 SETTINGS_FIELDS = (
     "store_retry_timeout_s", "seed", "fanout", "merge_alpha", "keep_versions", "anti_entropy_interval_s",
     "peer_refresh_interval_s", "flush_timeout_s", "scale_rule", "kill_worker_once_at", "straggler_factor",
-    "bind_host", "advertise_host", "port_range", "outer_learning_rate", "outer_momentum",
+    "bind_host", "advertise_host", "port_range",
 )
 
 
@@ -46,7 +49,7 @@ def node_config(settings: TrainingSettings, prepared: PreparedData, spec: dict, 
         classes=None if prepared.classes is None else tuple(prepared.classes.tolist()),
         warmup_partitions=_warmup_partitions(settings, prepared, nodes), n_samples=int(prepared.n_samples),
         nodes=int(nodes), node_batch_size=_node_batch_size(settings, spec, nodes, prepared.n_samples, max_rate_factor),
-        rates_cap=rates_cap(max_rate_factor),
+        rates_cap=rates_cap(max_rate_factor), **_outer_step(settings, spec, nodes, prepared.n_samples),
         local_master=is_local_master(sc.master), driver_host=sc.getConf().get("spark.driver.host"),
         **settings_fields(settings))
 
@@ -56,6 +59,21 @@ def _warmup_partitions(settings: TrainingSettings, prepared: PreparedData, nodes
     if settings.warmup_partitions is not None:
         return int(settings.warmup_partitions)
     return default_warmup_partitions(prepared.partitions, nodes)
+
+
+def _outer_step(settings: TrainingSettings, spec: dict, nodes: int, n_samples: int) -> dict[str, Any]:
+    """The outer step's fields: none in a mode that takes none (``sharing``), the settings' where they name
+    one (every phase), else the rule's (:func:`node.modes.outer_gain`, :func:`actors.outer_settings_for_gain`;
+    the phases the model takes it in)."""
+    mode = mode_named(settings.mode)
+    if not mode.takes_outer_step:
+        return {"outer_learning_rate": 1.0, "outer_momentum": 0.0, "outer_by_rule": False}
+    if settings.outer_learning_rate is not None or settings.outer_momentum is not None:
+        eta = 1.0 if settings.outer_learning_rate is None else float(settings.outer_learning_rate)
+        mu = 0.0 if settings.outer_momentum is None else float(settings.outer_momentum)
+        return {"outer_learning_rate": eta, "outer_momentum": mu, "outer_by_rule": False}
+    eta, mu = actors.outer_settings_for_gain(mode.outer_gain(settings, nodes, n_samples, spec.get("batch_size")))
+    return {"outer_learning_rate": eta, "outer_momentum": mu, "outer_by_rule": True}
 
 
 def _node_batch_size(settings: TrainingSettings, spec: dict, nodes: int, n_samples: int,

@@ -155,6 +155,7 @@ def summary_line(summary: Mapping[str, Any], epochs: int) -> str:
             f"learning rate x{summary.get('learning_rate_scale', 1.0):.2f}"
             + (f" and minibatch {summary['node_batch_size']}" if summary.get("node_batch_size") else "")
             + f" for {summary.get('nodes_merging', 1)} merging"
+            + (", outer step {:.3g}/{:.3g}".format(*summary["outer_step"]) if summary.get("outer_step") else "")
             + "".join(f", {name} {value:.4f}" for name, value in (summary.get("validation") or {}).items())
             + (f"; WARNING: {summary['warning']}" if summary.get("warning") else ""))
 

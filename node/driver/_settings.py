@@ -70,20 +70,22 @@ class TrainingSettings:
         ``"sqrt"`` by ``sqrt(n)``, ``"auto"`` is linear, but only as far as the nodes take few
         minibatch steps per epoch (fully below ``200 / n`` steps: see
         :mod:`node.modes._scaling`), ``"none"`` keeps the rates as given (scale by hand).
-    outer_learning_rate : float
-        ``eta`` of the outer step (below); in (0, 2], default ``1.0``.
-    outer_momentum : float
-        ``mu`` of the outer step of ``"async"`` and ``"sync"`` (DiLoCo, SlowMo, NoLoCo; docs/scaling-out.md):
-        each node of a fit of several nodes keeps an anchor (its weights after its last outer step)
-        and a momentum ``v``; after it merged and trained to ``w`` it steps on ``d = anchor - w``
+    outer_learning_rate : float, optional
+        ``eta`` of the outer step (below), in (0, 2]; with ``outer_momentum``, fixes the step.
+    outer_momentum : float, optional
+        ``mu`` of the outer step of ``"async"`` and ``"sync"`` (DiLoCo, SlowMo, NoLoCo; docs/scaling-out.md),
+        in [0, 1): each node of a fit of several nodes keeps an anchor (its weights after its last outer
+        step) and a momentum ``v``; after it merged and trained to ``w`` it steps on ``d = anchor - w``
         (in ``"async"`` a merge moves the anchor with the weights, so ``d`` is the node's own training):
-        ``v <- mu v + d``, ``w <- anchor - eta (d + mu v)`` (Nesterov), with ``eta`` the outer learning
-        rate in (0, 2] and ``mu`` the outer momentum in [0, 1).  The defaults, ``1.0`` and ``0.0``, are
-        plain merging (no step): 0.7 / 0.8 gains up to a point on the DBNs and LeNet on Spark, but a
-        small ConvNet whose rates the scaling rule doubles diverges with it (docs/scaling-out.md, "The outer
-        step").  The step is off on one node and where the scaling rule splits the nodes'
-        minibatch.  The momentum is stored beside
-        the node's snapshots, so a restarted or new node continues it; each phase starts with none.
+        ``v <- mu v + d``, ``w <- anchor - eta (d + mu v)`` (Nesterov).  Neither given (the default): the
+        rule chooses the step, with the gain the scaling rule's learning-rate factor ``f`` leaves to the
+        ``n`` nodes, ``g = min(3.5, max(1, n / f))`` (:func:`node.modes.outer_gain`), and ``mu =
+        sqrt(1 - 1 / g)``, ``eta = 1 / (1 + mu)`` (:func:`actors.outer_settings_for_gain`; ``g = 1`` is
+        plain merging), in the phases the model takes it in (not the RBMs' contrastive divergence:
+        ``takes_outer_step`` of the model seam).  Either given: that step in every phase (the other one
+        ``1.0`` / ``0.0``; ``1.0`` and ``0.0`` are plain merging).  The step is off on one node and where the
+        scaling rule splits the nodes' minibatch.  The momentum is stored beside the node's snapshots, so
+        a restarted or new node continues it; each phase starts with none.
     warmup_partitions : int, optional
         At each phase start the factor ramps up from 1 over this many partitions of each node
         (default: a node's first epoch, its share of the partitions).
@@ -177,8 +179,8 @@ class TrainingSettings:
     merge_alpha: float | None = None
     fanout: int | None = None
     scale_rule: str = "auto"
-    outer_learning_rate: float = 1.0
-    outer_momentum: float = 0.0
+    outer_learning_rate: float | None = None
+    outer_momentum: float | None = None
     warmup_partitions: int | None = None
     keep_versions: int = 3
     run_id: str | None = None
@@ -229,9 +231,9 @@ class TrainingSettings:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         if self.merge_alpha is not None and not 0.0 <= self.merge_alpha <= 1.0:
             raise ValueError(f"merge_alpha must lie in [0, 1], got {self.merge_alpha}")
-        if not 0.0 < self.outer_learning_rate <= 2.0:  # actors.check_outer_settings: the step's stable range
+        if self.outer_learning_rate is not None and not 0.0 < self.outer_learning_rate <= 2.0:  # the stable range
             raise ValueError(f"outer_learning_rate must lie in (0, 2], got {self.outer_learning_rate}")
-        if not 0.0 <= self.outer_momentum < 1.0:
+        if self.outer_momentum is not None and not 0.0 <= self.outer_momentum < 1.0:
             raise ValueError(f"outer_momentum must lie in [0, 1), got {self.outer_momentum}")
         if self.averaging_frequency < 1:
             raise ValueError(f"averaging_frequency must be >= 1, got {self.averaging_frequency}")

@@ -44,7 +44,7 @@ from ._device import build_replica, device_failure, release_gpu_memory, see_devi
 from ._network import choose_node_address
 from ._resident import NodeData
 
-__all__ = ["ExecutorNode", "node_id"]
+__all__ = ["ExecutorNode", "node_id", "outer_step_in"]
 
 State = TypeVar("State")
 
@@ -64,6 +64,26 @@ def replica_spec(config: NodeConfig) -> dict:
     if not config.node_batch_size:
         return config.spec
     return rbm.spec_for_batch_size(config.spec, int(config.node_batch_size))
+
+
+def outer_step_in(config: NodeConfig, model: Any, phase: str) -> tuple[float, float] | None:
+    """The outer step ``(eta, mu)`` the nodes of ``config`` take in ``model``'s ``phase``, None where they merge plainly.
+
+    They take it where the fit has several nodes, the step is not plain merging (``eta = 1, mu = 0``),
+    the nodes train with the model's own minibatch, and, where the step is the rule's
+    (``config.outer_by_rule``), the model takes it in the phase (:func:`rbm.takes_outer_step`).
+
+    Where the scaling rule splits the nodes' minibatch (they take few steps per epoch, its factor is
+    past the rates' share) the split already makes up the steps the nodes do not take one after the
+    other, and the outer momentum on top overshoots: DBN(64, 64) on 1,347 digits, 8 nodes, 5 seeds
+    (scripts/bench_scaling.py), 0.940 without the step, 0.930 with 0.7/0.8.
+    """
+    eta, mu = config.outer_learning_rate, config.outer_momentum
+    if config.nodes < 2 or config.node_batch_size or not actors.outer_step_enabled(eta, mu):
+        return None
+    if config.outer_by_rule and not rbm.takes_outer_step(model, phase):
+        return None
+    return float(eta), float(mu)
 
 
 class ExecutorNode:
@@ -203,17 +223,8 @@ class ExecutorNode:
     # ------------------------------------------------------------------ the outer step
     @property
     def outer_enabled(self) -> bool:
-        """The fit has several nodes, an outer step that is not plain merging (``eta = 1, mu = 0``), and its
-        nodes train with the model's own minibatch.
-
-        Where the scaling rule splits the nodes' minibatch (they take few steps per epoch, its factor is
-        past the rates' share) the split already makes up the steps the nodes do not take one after the
-        other, and the outer momentum on top overshoots: DBN(64, 64) on 1,347 digits, 8 nodes, 5 seeds
-        (scripts/bench_scaling.py), 0.940 without the step, 0.930 with 0.7/0.8.
-        """
-        config = self.config
-        return (config.nodes > 1 and not config.node_batch_size
-                and actors.outer_step_enabled(config.outer_learning_rate, config.outer_momentum))
+        """In its phase the node takes an outer step (:func:`outer_step_in`)."""
+        return self.phase is not None and outer_step_in(self.config, self.model, self.phase) is not None
 
     def _start_outer(self, phase: str, start_nodes: Sequence[str]) -> None:
         """Anchor the outer step where the node enters ``phase``, with the momentum the store holds for it.

@@ -11,12 +11,12 @@
 from ._base import TrainingMode
 from ._protocols import ModeDriver, ModeNode, ModeSettings, NodePartitions, PartitionWork, StartedJob, Trained
 from ._registry import MODE_NAMES, check_mode, mode_named
-from ._scaling import (SCALE_RULES, NodeScaling, default_warmup_partitions, max_learning_rate_factor, rates_cap,
-                       scaling_warning, schedule_epoch, schedule_place)
+from ._scaling import (SCALE_RULES, NodeScaling, default_warmup_partitions, max_learning_rate_factor, outer_gain,
+                       rates_cap, scaling_warning, schedule_epoch, schedule_place)
 from ._stealing import claimed_partitions, stop_epoch, trained_by_lost_attempts, untrained_partitions_error
 
 __all__ = ["TrainingMode", "ModeDriver", "ModeNode", "ModeSettings", "NodePartitions", "PartitionWork", "StartedJob",
            "Trained", "MODE_NAMES", "check_mode", "mode_named", "SCALE_RULES", "NodeScaling",
-           "default_warmup_partitions", "max_learning_rate_factor", "rates_cap", "scaling_warning", "schedule_epoch",
-           "schedule_place", "claimed_partitions", "stop_epoch", "trained_by_lost_attempts",
+           "default_warmup_partitions", "max_learning_rate_factor", "outer_gain", "rates_cap", "scaling_warning",
+           "schedule_epoch", "schedule_place", "claimed_partitions", "stop_epoch", "trained_by_lost_attempts",
            "untrained_partitions_error"]

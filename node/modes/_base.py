@@ -8,7 +8,7 @@ from typing import ClassVar, Iterator
 from .._contract import ModeOptions, PartitionReport, TaskSpec
 from ..data import Block
 from ._protocols import ModeDriver, ModeNode, ModeSettings
-from ._scaling import default_partitions, node_batch_size
+from ._scaling import default_partitions, node_batch_size, outer_gain
 
 __all__ = ["TrainingMode"]
 
@@ -33,6 +33,9 @@ class TrainingMode(ABC):
     #: the last one's weights when the driver ends them.
     epoch_per_job: ClassVar[bool] = False
 
+    #: Whether this mode's nodes take the outer step (:mod:`actors._outer`) on what merging brought.
+    takes_outer_step: ClassVar[bool] = True
+
     def merge_fanout(self, settings: ModeSettings) -> int | None:
         """At most how many peers one merge takes in (None: every node)."""
         return None
@@ -45,6 +48,12 @@ class TrainingMode(ABC):
                         max_rate_factor: float | None = None) -> int | None:
         """The minibatch each node trains with (see :func:`node_batch_size`; None: the model has none)."""
         return node_batch_size(self._rule(settings), batch_size, nodes, rows, max_rate_factor)
+
+    def outer_gain(self, settings: ModeSettings, nodes: int, rows: int, batch_size: int | None) -> float:
+        """The gain of the outer step the rule gives this mode's nodes (:func:`node.modes.outer_gain`; 1: none)."""
+        if not self.takes_outer_step or not batch_size:
+            return 1.0
+        return outer_gain(self._rule(settings), nodes, rows, batch_size)
 
     def _rule(self, settings: ModeSettings) -> str:
         """The scaling rule this mode's learning rates follow: the settings', or none where merges add."""

@@ -60,9 +60,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 __all__ = ["SCALE_RULES", "DEFAULT_WARMUP_PARTITIONS", "PEER_WINDOW", "STEP_LIMITED_STEPS", "MIN_STEPS_PER_NODE_EPOCH",
            "ADVISED_PARTITIONS_PER_NODE", "DEFAULT_PARTITIONS_PER_NODE", "MERGE_OFTEN_ABOVE_FACTOR", "MAX_RATE_FACTOR",
-           "NodeScaling", "default_partitions", "default_warmup_partitions", "fit_factor", "learning_rate_scale",
-           "max_learning_rate_factor", "node_batch_size", "rates_cap", "resolve_rule", "scale_target",
-           "scaling_warning", "schedule_epoch", "schedule_place"]
+           "MAX_OUTER_GAIN", "NodeScaling", "default_partitions", "default_warmup_partitions", "fit_factor",
+           "learning_rate_scale", "max_learning_rate_factor", "node_batch_size", "outer_gain", "rates_cap",
+           "resolve_rule", "scale_target", "scaling_warning", "schedule_epoch", "schedule_place"]
 
 #: Every rule's name; ``"auto"`` is linear, capped by the nodes' steps per epoch.
 SCALE_RULES = ("auto", "linear", "sqrt", "none")
@@ -101,6 +101,10 @@ MERGE_OFTEN_ABOVE_FACTOR = 2.0
 #: split gained nothing.
 MAX_RATE_FACTOR = 4.0
 
+#: The most the outer step's rule multiplies a node's progress (:func:`outer_gain`): the gain of the
+#: step 0.7/0.8 that gained on the DBNs and LeNet on 8 nodes (docs/scaling-out.md, "The outer step").
+MAX_OUTER_GAIN = 3.5
+
 
 def default_partitions(rule: str, nodes: int, rows: int | None, batch_size: int | None,
                        fanout: int | None = None) -> int:
@@ -128,6 +132,22 @@ def fit_factor(rule: str, nodes: int, rows: int, batch_size: int) -> float:
     minibatch steps per epoch (what ``"auto"`` caps by)."""
     steps = rows / (max(1, int(nodes)) * int(batch_size))
     return scale_target(resolve_rule(rule), nodes, steps if rule == "auto" else None)
+
+
+def outer_gain(rule: str, nodes: int, rows: int, batch_size: int) -> float:
+    """The gain of the outer step the fit's ``nodes`` take by default: ``min(3.5, max(1, nodes / f))``.
+
+    ``f`` is the learning rates' factor after the warm-up (:func:`fit_factor`): the nodes already move
+    ``f`` times one node's pace, where ``nodes`` nodes need about ``nodes`` times.  The outer step
+    (:func:`actors.outer_settings_for_gain`) makes up the rest, at most :data:`MAX_OUTER_GAIN`.  Where
+    ``f`` is ``nodes`` (few steps per node: the rates take the whole factor) the gain is 1, plain merging:
+    a small ConvNet on 2 nodes whose rates the rule doubles diverged with a gain of 3.5 on top
+    (docs/scaling-out.md, "The outer step").
+    """
+    if nodes < 2 or not rows or not batch_size:
+        return 1.0
+    factor = fit_factor(rule, nodes, rows, batch_size)
+    return min(MAX_OUTER_GAIN, max(1.0, nodes / factor))
 
 
 def node_batch_size(rule: str, batch_size: int | None, nodes: int, n_samples: int | None,

@@ -212,6 +212,7 @@ class SharingMode(TrainingMode):
     name = "sharing"
     options_type = SharingOptions
     scales_rates = False  # it adds its peers' updates: their sum already is one process's progress
+    takes_outer_step = False  # nor does it step on them
 
     def options(self, settings: ModeSettings) -> SharingOptions:
         return SharingOptions(threshold=float(settings.sharing_threshold), sparsity=float(settings.sharing_sparsity))

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from support.numerics import assert_within, unit_roundoff
 
-from actors import MergeError, OuterState, check_outer_settings, merge_snapshots, outer_step, outer_step_enabled
+from actors import (MergeError, OuterState, check_outer_settings, merge_snapshots, outer_settings_for_gain, outer_step,
+                    outer_step_enabled)
 
 
 def f32(*values: float) -> np.ndarray:
@@ -96,3 +97,27 @@ def test_weights_or_a_momentum_of_another_layout_are_refused_naming_the_paramete
 def test_outer_settings_outside_the_stable_range_are_refused(rate, momentum, message):
     with pytest.raises(ValueError, match=message):
         check_outer_settings(rate, momentum)
+
+
+def test_the_step_of_a_gain_moves_a_node_at_once_by_its_own_progress_and_by_the_gain_on_a_steady_change():
+    assert outer_settings_for_gain(1.0) == (1.0, 0.0)  # plain merging
+    for gain, expected in ((2.0, (0.5858, 0.7071)), (2.81, (0.5548, 0.8026)), (3.5, (0.5420, 0.8452))):
+        eta, mu = outer_settings_for_gain(gain)
+        # mu = sqrt(1 - 1/g), eta = 1 / (1 + mu); at 3.5 the old 0.7/0.8 would give 1.26 at once.
+        assert (eta, mu) == pytest.approx(expected, abs=1e-4)
+        assert eta * (1 + mu) == pytest.approx(1.0, rel=1e-12)
+        assert eta / (1 - mu) == pytest.approx(gain, rel=1e-12)
+        # The same with outer_step itself: a steady change c per step moves the node c at once (the
+        # first step: eta (1 + mu) c) and, once the momentum has built up, g c a step.
+        state, weights, moved = OuterState.start({"W": np.zeros(1)}), {"W": np.zeros(1)}, []
+        for _ in range(400):
+            before = weights["W"].copy()
+            weights, state = outer_step(state, {"W": weights["W"] + 1.0}, eta, mu)
+            moved.append(float(weights["W"][0] - before[0]))
+        assert moved[0] == pytest.approx(1.0, rel=1e-12) and moved[-1] == pytest.approx(gain, rel=1e-9)
+
+
+@pytest.mark.parametrize("gain", [0.5, 0.999, float("nan"), float("inf")])
+def test_a_gain_below_one_or_not_finite_is_refused(gain):
+    with pytest.raises(ValueError, match="gain must be a finite number >= 1"):
+        outer_settings_for_gain(gain)

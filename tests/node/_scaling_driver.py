@@ -4,7 +4,7 @@ The suite shares one ``local[2,4]`` session per process, and one process holds o
 context, so the 8-node fits of ``test_scaling_nodes.py`` run here.  The JSON names the store
 folder, the runs (``"dbn"``, ``"rbm"``), the partitions per node (null: the fit's default) and,
 optionally, the nodes (default 8), the seeds of the DBN's runs (default ``[0]``) and more settings of
-the fits (e.g. ``{"outer_momentum": 0.0}``);
+the fits (e.g. ``{"outer_momentum": 0.0}``) and the DBN's minibatch (``"batch_size"``, default the model's);
 one JSON line per run is printed: the 8-node score, the partitions, the factors the nodes trained
 with, the nodes merging and the epoch warnings.  The driver's log (warnings) goes to stderr.
 """
@@ -28,8 +28,10 @@ RBM_EPOCHS = {"rbm": 5}
 KEY = b"scaling-test-key-0123456789abcdef"
 
 
-def make(kind: str, seed: int = 0):
-    return rbm.DBN((64, 64), random_state=seed) if kind == "dbn" else rbm.RBM(64, random_state=seed)
+def make(kind: str, seed: int = 0, batch_size: int | None = None):
+    if kind != "dbn":
+        return rbm.RBM(64, random_state=seed)
+    return rbm.DBN((64, 64), random_state=seed, **({"batch_size": batch_size} if batch_size else {}))
 
 
 def main() -> None:
@@ -40,7 +42,7 @@ def main() -> None:
     split = load_digits01(test_fraction=0.25)
     try:
         for kind, seed in [(kind, seed) for kind in config["runs"] for seed in config.get("seeds", [0])]:
-            model = make(kind, seed)
+            model = make(kind, seed, config.get("batch_size"))
             epochs = DBN_EPOCHS if kind == "dbn" else RBM_EPOCHS
             store_url = f"{config['store']}/{kind}-{seed}"
             per_node = config.get("partitions_per_node")

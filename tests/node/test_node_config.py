@@ -3,6 +3,7 @@
 import dataclasses
 
 import numpy as np
+import pytest
 
 from node._contract import NodeConfig
 from node.data import PreparedData
@@ -52,3 +53,22 @@ def test_a_node_config_without_a_gpu_data_budget_carries_the_contracts_zero(spar
     config = node_config(TrainingSettings(), prepared_digits(), {"kind": "rbm"}, run="r1", fit_id="f1",
                          store_url="file:///tmp/store", key=b"k" * 32, nodes=2, sc=spark.sparkContext)
     assert config.gpu_data_budget_bytes == 0 and config.warmup_partitions == 4  # a node's share of 8 partitions
+
+
+@pytest.mark.parametrize("rows, settings, expected", [
+    (400, {}, (1.0, 0.0, True)),  # 20 steps per node: the rates take the factor 2, the gain is 1
+    (36_000, {}, (0.5858, 0.7071, True)),  # 1,800 steps: the factor 1, the gain 2
+    (36_000, {"outer_momentum": 0.9}, (1.0, 0.9, False)),  # the settings' step, the rate's default 1.0
+    (400, {"outer_learning_rate": 0.7, "outer_momentum": 0.8}, (0.7, 0.8, False)),
+    (36_000, {"mode": "sync"}, (0.5858, 0.7071, True)),  # DiLoCo: the same rule
+    (36_000, {"mode": "sharing"}, (1.0, 0.0, False)),  # it adds its peers' updates and takes no step
+    (36_000, {"mode": "sharing", "outer_momentum": 0.9}, (1.0, 0.0, False)),
+])
+def test_without_outer_settings_the_node_config_carries_the_rules_step_for_the_fits_rows(spark, rows, settings,
+                                                                                           expected):
+    prepared = PreparedData(n_samples=rows, feature_shape=(64,), classes=np.arange(10), partitions=8,
+                            rows_per_partition=[rows // 8] * 8, source="digits")
+    config = node_config(TrainingSettings(**settings), prepared, {"kind": "dbn", "batch_size": 10}, run="r1",
+                         fit_id="f1", store_url="file:///tmp/store", key=b"k" * 32, nodes=2, sc=spark.sparkContext)
+    assert (config.outer_learning_rate, config.outer_momentum) == pytest.approx(expected[:2], abs=1e-4)
+    assert config.outer_by_rule is expected[2]

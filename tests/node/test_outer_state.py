@@ -1,5 +1,7 @@
 """The outer step's state on a node: anchored where the node enters a phase, its momentum carried
-through the store to a restarted or new node, and never mixed across phases or with the weights."""
+through the store to a restarted or new node, never mixed across phases or with the weights, and,
+where the step is the rule's, taken only in the phases the model takes it in (a DBN's fine-tuning,
+not an RBM's contrastive divergence)."""
 
 from __future__ import annotations
 
@@ -17,12 +19,13 @@ ETA, MU = 0.7, 0.9
 
 
 def a_node_config(store_url: str, spec: dict, *, nodes: int = 2, eta: float = ETA, mu: float = MU,
-                  node_batch_size: int = 0) -> NodeConfig:
+                  node_batch_size: int = 0, by_rule: bool = False) -> NodeConfig:
+    classes = (0, 1) if spec["kind"] == "dbn" else None
     return NodeConfig(run="outer", fit_id="f1", store_url=store_url, store_retry_timeout_s=5.0, key=KEY,
-                      spec=spec, feature_shape=(16,), classes=None, seed=0, fanout=None, merge_alpha=None,
+                      spec=spec, feature_shape=(16,), classes=classes, seed=0, fanout=None, merge_alpha=None,
                       keep_versions=3, anti_entropy_interval_s=60.0, peer_refresh_interval_s=60.0,
                       flush_timeout_s=10.0, nodes=nodes, outer_learning_rate=eta, outer_momentum=mu,
-                      node_batch_size=node_batch_size)
+                      outer_by_rule=by_rule, node_batch_size=node_batch_size)
 
 
 def shifted(params: dict, by: dict) -> dict:
@@ -115,6 +118,35 @@ def test_a_node_of_a_one_node_fit_with_a_split_minibatch_or_with_the_outer_step_
         finally:
             plain.stop()
     assert storage.WeightStore(storage.open_store(store_url), "outer", KEY).outer_momentum("rbm") is None
+
+
+@pytest.mark.parametrize("make, phase, by_rule, steps", [
+    (lambda: rbm.RBM(n_components=8, random_state=0).initialize(16), "rbm", True, False),
+    (lambda: rbm.DBN((8,), random_state=0).initialize(16, 2), "rbm0", True, False),
+    (lambda: rbm.DBN((8,), random_state=0).initialize(16, 2), "finetune", True, True),
+    (lambda: rbm.RBM(n_components=8, random_state=0).initialize(16), "rbm", False, True),  # the settings' step
+    (lambda: rbm.DBN((8,), random_state=0).initialize(16, 2), "rbm0", False, True),
+])
+def test_the_rules_step_is_taken_in_the_phases_the_model_takes_it_in_the_settings_step_in_every_phase(
+        tmp_path, make, phase, by_rule, steps):
+    template = make()
+    store_url, spec = "file://" + str(tmp_path / "store"), template.to_spec()
+    payload = storage.encode_params(template.parameters(), "start")
+    start = template.parameters(phase)
+    trained = shifted(start, {name: np.full_like(value, 0.5) for name, value in start.items()})
+    node = ExecutorNode(a_node_config(store_url, spec, by_rule=by_rule)).start()
+    try:
+        node.enter_phase(phase, "digest", lambda: payload)
+        assert node.outer_enabled is steps and (node.outer is not None) is steps
+        node.model.set_parameters(trained)
+        node.outer_step(phase)
+        # With the step: x + eta (1 + mu) 0.5 = x + 0.665; without, what training made: x + 0.5.
+        for name, value in start.items():
+            expected = value + (ETA * (1 + MU) * 0.5 if steps else 0.5)
+            assert_within(node.model.parameters(phase)[name], expected, roundoff(value, np.full_like(value, 2.0)),
+                          name)
+    finally:
+        node.stop()
 
 
 @pytest.mark.parametrize("field, value", [("outer_learning_rate", 0.0), ("outer_learning_rate", 2.5),

@@ -15,9 +15,9 @@ from node.driver._progress import small_partition_warning, summary_line
 from node.modes._registry import mode_named
 from node.data import PreparedData
 from node.driver._node_config import _node_batch_size, node_config
-from node.modes._scaling import (MAX_RATE_FACTOR, STEP_LIMITED_STEPS, NodeScaling, default_partitions,
+from node.modes._scaling import (MAX_OUTER_GAIN, MAX_RATE_FACTOR, STEP_LIMITED_STEPS, NodeScaling, default_partitions,
                            default_warmup_partitions, learning_rate_scale, max_learning_rate_factor, node_batch_size,
-                           resolve_rule, scale_target, schedule_epoch, schedule_place)
+                           outer_gain, resolve_rule, scale_target, schedule_epoch, schedule_place)
 from node.driver._settings import TrainingSettings
 
 
@@ -44,6 +44,22 @@ def test_auto_scales_only_the_step_limited_share_of_the_nodes_progress():
     linear.enter_phase("rbm")
     linear.merged([f"peer{k}" for k in range(7)])
     assert linear.scale() == 8.0
+
+
+def test_the_outer_steps_gain_is_what_the_rates_factor_leaves_to_the_nodes_at_most_three_and_a_half():
+    assert MAX_OUTER_GAIN == 3.5
+    # 36k digits28 rows in minibatches of 64 (LeNet): 4 nodes take 140 steps, the factor 200 / 140 =
+    # 1.42, the gain 4 / 1.42 = 2.81; on 2 nodes the factor is 1, the gain 2.  In minibatches of 10
+    # (the DBN(128, 128)) the factor is 1 up to 16 nodes: 3.5, capped.
+    assert outer_gain("auto", 4, 35_950, 64) == pytest.approx(4 * 140.4296875 / 200)
+    assert outer_gain("auto", 2, 35_950, 64) == 2.0
+    assert [outer_gain("auto", n, 35_950, 10) for n in (2, 4, 16)] == [2.0, 3.5, 3.5]
+    # Few steps per node (1,347 digits): the rates take the whole factor, the gain is 1 (plain merging).
+    assert [outer_gain("auto", n, 1347, 10) for n in (2, 4, 8)] == [1.0, 1.0, 1.0]
+    # Each rule's own factor: linear n (1), sqrt sqrt(n), none 1; one node, no rows or no minibatch: 1.
+    assert outer_gain("linear", 8, 35_950, 10) == 1.0 and outer_gain("none", 2, 1347, 10) == 2.0
+    assert outer_gain("sqrt", 4, 1347, 10) == pytest.approx(2.0)
+    assert outer_gain("none", 1, 1347, 10) == outer_gain("auto", 8, 0, 10) == outer_gain("auto", 8, 1347, None) == 1.0
 
 
 def test_auto_takes_at_most_four_of_the_factor_as_learning_rate_and_the_rest_as_a_smaller_minibatch():
