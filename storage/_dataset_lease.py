@@ -34,7 +34,7 @@ import time
 import uuid
 from typing import Any
 
-from ._errors import DatasetError, StoreError, StoreNotFoundError
+from ._errors import DatasetError, StoreError, StoreNotFoundError, StoreUnavailableError
 from ._paths import join
 from ._store import Store
 
@@ -93,6 +93,8 @@ class DatasetLease:
     def _holder(self, generation: int) -> dict[str, Any]:
         try:
             entry = json.loads(self.store.read_bytes(join(LEASE_FOLDER, f"{generation:08d}.json"), max_bytes=65536))
+        except StoreUnavailableError:  # an outage says nothing of who holds the dataset: the caller retries or fails
+            raise
         except (StoreError, ValueError):
             return {}
         return entry if isinstance(entry, dict) else {}

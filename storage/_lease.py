@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._auth import Refusals, check_key, sign_json, verify_json
-from ._errors import AuthenticationError, StoreError, StoreNotFoundError
+from ._errors import AuthenticationError, StoreError, StoreNotFoundError, StoreUnavailableError
 from ._paths import check_name, join
 from ._store import Store
 
@@ -194,6 +194,8 @@ class LeaseFolder:
                                 *context, where=f"{self.store.url}/{path}")
         except StoreNotFoundError:
             return False  # a renewal its holder deleted after the listing: an older one is current
+        except StoreUnavailableError:  # an outage, not a bad file: nothing is concluded from it
+            raise
         except (AuthenticationError, StoreError) as error:
             self._refusals.refuse("lease_files", path, self.folder, f"{error}; it is ignored")
             return False
@@ -208,6 +210,8 @@ class LeaseFolder:
 
         ``generation`` 0 is store layout 2's ``lease.json`` (unsigned, read for its description only).
         ``cached=False`` reads the store even when this object verified the entry before (was it removed?).
+        Raises :class:`StoreUnavailableError` when the store cannot be reached: an outage is not an entry
+        that does not verify, and a driver that took it for one gave up its lease to nobody.
         """
         if generation <= 0:
             return self._legacy_holder()
@@ -218,6 +222,8 @@ class LeaseFolder:
             data = self.store.read_bytes(path, max_bytes=HOLDER_MAX_BYTES)
         except StoreNotFoundError:
             return None
+        except StoreUnavailableError:  # an outage says nothing of who holds the lease: the caller retries or fails
+            raise
         except StoreError as error:
             self._refusals.refuse("lease_files", path, self.folder, f"{self.store.url}/{path} is unreadable: {error}; "
                                   "it is ignored")
@@ -240,6 +246,8 @@ class LeaseFolder:
             return _parse(self.store.read_bytes(join("runs", self.run, LEGACY_LEASE), max_bytes=HOLDER_MAX_BYTES))
         except StoreNotFoundError:
             return None
+        except StoreUnavailableError:
+            raise
         except StoreError:
             return {}
 

@@ -231,3 +231,30 @@ def test_renewals_on_a_store_whose_rename_cannot_overwrite_never_leave_a_moment_
                     DriverLease(store, "r1", KEY, TIMEOUT_S).acquire()
             assert not holder.lost
         assert store.backend.replaces_atomically is None  # nothing on the lease's path replaced a file
+
+
+def test_a_store_outage_while_a_driver_holds_its_lease_is_ridden_out_and_never_read_as_another_holder(store_url,
+                                                                                                     monkeypatch):
+    store = storage.open_store(store_url)
+    lease = DriverLease(store, "r1", KEY, TIMEOUT_S)
+    lease.acquire()
+    try:
+        folder = storage.LeaseFolder(store, "r1", KEY)
+        deadline_poll(lambda: folder.view().renewal >= 1, 10.0, "the holder's renewals")
+
+        def unreachable(path, **_):
+            raise storage.StoreUnavailableError(f"{store.url}/{path}: read_bytes failed (connection refused)")
+
+        with monkeypatch.context() as outage:
+            outage.setattr(store, "read_bytes", unreachable)
+            # The check says the store is unreachable, naming it; the renewals retry; the lease is not lost.
+            with pytest.raises(storage.StoreUnavailableError, match="connection refused"):
+                lease.check_store()
+            time.sleep(8 * TIMEOUT_S / 4.0)  # eight renewal intervals of the outage
+            assert not lease.lost, lease._lost
+        renewal = folder.view().renewal
+        deadline_poll(lambda: folder.view().renewal > renewal, 10.0, "renewals after the outage")
+        lease.check_store()
+        assert not lease.lost
+    finally:
+        lease.release()
