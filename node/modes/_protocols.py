@@ -183,7 +183,8 @@ class ModeNode(Protocol):
 
     @property
     def outer_enabled(self) -> bool:
-        """The fit's nodes take an outer step (several nodes; not ``eta = 1, mu = 0``)."""
+        """The node takes an outer step in its current phase (several nodes, not ``eta = 1, mu = 0``, the model's
+        own minibatch, and a phase the model takes the rule's step in: :func:`node.executor.outer_step_in`)."""
 
     def adopt_merge(self, phase: str, before: Mapping[str, np.ndarray], merged: Mapping[str, np.ndarray]) -> None:
         """Take the weights a merge made from ``before`` (the outer step's anchor moves with them)."""
