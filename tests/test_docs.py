@@ -37,7 +37,9 @@ def hook(name: str) -> types.ModuleType:
 
 
 @pytest.fixture
-def results():
+def results(monkeypatch):
+    """scripts/_results.py, run as ``scripts/bench_example.py --quick`` would run it (whatever started pytest)."""
+    monkeypatch.setattr(sys, "argv", ["/somewhere/bench_example.py", "--quick"])
     with script_module("_results.py") as module:
         yield module
 
@@ -57,6 +59,7 @@ def recorded_run(results, tmp_path: Path) -> dict:
 def test_a_recorded_run_holds_its_stamp_settings_tables_figures_and_printed_report(results, tmp_path, capsys):
     run = recorded_run(results, tmp_path)
     assert run["script"] == "bench_example.py" and run["settings"] == {"quick": True}
+    assert run["command"] == "scripts/bench_example.py --quick"
     assert run["machine"]["cores"] == os.cpu_count() and run["machine"]["python"] == ".".join(
         map(str, sys.version_info[:3]))
     assert run["started"] <= run["finished"] and run["finished"].endswith("+00:00")
