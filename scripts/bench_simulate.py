@@ -461,7 +461,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"{Clock.rate:.0f} for the DBN on digits28 (the 784-500-500 DBN's), else measured")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--png", default=None,
-                        help="the figure (default: beside the --json file, else scripts/figures/simulate.png)")
+                        help="the figure (default: beside the --json file, else scripts/figures/simulate.png, "
+                             "which git ignores)")
     add_json_option(parser)
     args = parser.parse_args(argv)
     run = BenchRun(__file__, args).start()
