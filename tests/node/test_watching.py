@@ -83,7 +83,10 @@ def test_tensorboard_shows_every_node_and_the_validation_while_the_run_trains(sp
 
     first = seen[0]
     summary, events = first["summary"], first["events"]
-    assert summary["phase"] == "rbm0" and summary["epoch"] == 0 and len(summary["nodes"]) == 2
+    # The epoch's nodes: its two tasks' Python workers, or one (a task that Spark launches after the other
+    # ended takes the same idle worker, whose node trains both slots: seen on a loaded machine).
+    assert summary["phase"] == "rbm0" and summary["epoch"] == 0 and 1 <= len(summary["nodes"]) <= 2
+    assert {r["node"] for r in summary["records"]} == set(summary["nodes"])
     for node_id in summary["nodes"]:
         mine = [r for r in summary["records"] if r["node"] == node_id]
         loss = sum(r["loss"] * r["samples"] for r in mine) / sum(r["samples"] for r in mine)
@@ -100,7 +103,8 @@ def test_tensorboard_shows_every_node_and_the_validation_while_the_run_trains(sp
     assert code == 0 and "run live: running" in text and "epochs 1/2" in text
     assert "val_reconstruction_error" in text
     listed = re.search(r"^nodes \((\d+)\):$", text, re.MULTILINE)
-    assert listed and int(listed.group(1)) >= 2 and all(f"  {node_id}  " in text for node_id in summary["nodes"]), text
+    assert listed and int(listed.group(1)) >= len(summary["nodes"]), text
+    assert all(f"  {node_id}  " in text for node_id in summary["nodes"]), text
 
     # The recorded figures are those of the phase results (the last epoch's consolidation),
     # recomputed here without Spark on the same held-out rows.
@@ -121,9 +125,13 @@ def test_tensorboard_shows_every_node_and_the_validation_while_the_run_trains(sp
     pretrained.set_parameters(node.open_run(store_url, "live").weights.get_phase_result("rbm0"))
     assert rbm0 == pytest.approx(pretrained.layers_[0].reconstruction_error(held.X), rel=1e-4)
 
-    # The phase ends: weight histograms and the first layer's filters.
+    # The phase ends: weight histograms and the first layer's filters; and every node of every epoch has its
+    # scalars, whichever epoch it trained in.
     events.Reload()
     assert "rbm0.weights/rbm0.W" in events.Tags()["histograms"] and "rbm0.filters" in events.Tags()["images"]
+    scalars = set(events.Tags()["scalars"])
+    trained = {(epoch["phase"], r["node"]) for epoch in trainer.history_ for r in epoch["records"]}
+    assert trained and all(f"{phase}.loss/{node_id}" in scalars for phase, node_id in trained), (trained, scalars)
     code, text = status_text(store_url, "live", capsys)
     assert code == 0 and "run live: done" in text and "finetune   done     epochs 2/2" in text
 
