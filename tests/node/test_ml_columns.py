@@ -67,7 +67,9 @@ def test_cross_validating_dbn_classifier_leaves_nothing_behind(spark, digits, tm
     monkeypatch.chdir(work)
     keys = os.path.join(os.environ["XDG_CONFIG_HOME"], "sparkdbn")
     keys_before = sorted(os.listdir(keys)) if os.path.isdir(keys) else []
-    temporaries_before = {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("sparkdbn-fit-")}
+    temporaries = tmp_path / "tmp"  # this test's own temporary folder: other test workers fit at the same time
+    temporaries.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporaries))
 
     small = digits.y_train < 2  # a two-class problem: 0 against 1
     train = _frame(spark, digits.X_train[small][:200], digits.y_train[small][:200])
@@ -82,5 +84,5 @@ def test_cross_validating_dbn_classifier_leaves_nothing_behind(spark, digits, tm
     assert BinaryClassificationEvaluator().evaluate(scored) > 0.9
 
     assert list(work.iterdir()) == []  # no store, no TensorBoard logs, nothing in the working folder
-    assert {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("sparkdbn-fit-")} == temporaries_before
+    assert list(temporaries.iterdir()) == []  # the fits' temporary stores are gone
     assert (sorted(os.listdir(keys)) if os.path.isdir(keys) else []) == keys_before  # no run key kept
