@@ -117,10 +117,12 @@ def check_gpu_conf(master: str, conf: Mapping[str, str], spec: Mapping[str, Any]
                        conf[TASK_GPU_AMOUNT], amount)
 
 
-def probe_nodes(sc: Any, group: str, config: NodeConfig, nodes: int) -> list[NodeDevice]:
+def probe_nodes(sc: Any, group: str, config: NodeConfig, nodes: int, gpus_per_task: float) -> list[NodeDevice]:
     """Where each of ``nodes`` tasks would compute (none asked when every node computes on its CPU).
 
     One Spark job in the fit's job ``group``, a task per node; each task reports and never raises.
+    ``gpus_per_task`` is what Spark gives each task (:func:`task_gpus` of the session's conf):
+    ``device="auto"`` asks no node where there is none.
 
     Raises
     ------
@@ -129,7 +131,7 @@ def probe_nodes(sc: Any, group: str, config: NodeConfig, nodes: int) -> list[Nod
         and GPU address (and how many more).
     """
     requested = requested_device(config.spec)
-    if requested == "cpu" or (requested == "auto" and task_gpus(dict(sc.getConf().getAll())) <= 0):
+    if requested == "cpu" or (requested == "auto" and gpus_per_task <= 0):
         if requested == "auto":
             logger.info("device='auto' and Spark assigns tasks no GPU (%s not set): the nodes compute on their CPUs",
                         TASK_GPU_AMOUNT)

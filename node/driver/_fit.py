@@ -32,7 +32,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from pyspark.sql import SparkSession
 
@@ -45,7 +45,7 @@ from ..modes import max_learning_rate_factor
 from ..run import (DriverLease, RunRecord, open_checked_store, remove_work_folders, resolve_run_key,
                    sweep_temporaries)
 from ..watch import ReachabilityWatch, RunWatch, ValidationSet
-from ._devices import check_gpu_conf, driver_model, driver_spec, hand_back
+from ._devices import check_gpu_conf, driver_model, driver_spec, hand_back, task_gpus
 from ._fit_data import model_input, prepare_fit_data
 from ._fit_jobs import FitJobs
 from ._fit_phases import LeasedFit, fail
@@ -80,13 +80,17 @@ class Fit:
         Called with each epoch's summary.
     key : bytes, optional
         The run key, where the caller gives one (else the settings' key file, the Spark conf, or a new one).
+    spark_conf : mapping, optional
+        The session's Spark conf, where the caller has read it (else read here, once).
     """
 
     def __init__(self, settings: TrainingSettings, spark: SparkSession, *, store_url: str, model: Any, data: Any,
-                 y: Any = None, on_epoch: Callable[[dict], None] | None = None, key: bytes | None = None) -> None:
+                 y: Any = None, on_epoch: Callable[[dict], None] | None = None, key: bytes | None = None,
+                 spark_conf: Mapping[str, str] | None = None) -> None:
         self.settings = settings
         self.spark = spark
         self.sc = spark.sparkContext
+        self.spark_conf = dict(self.sc.getConf().getAll()) if spark_conf is None else dict(spark_conf)
         self.store_url = store_url
         self.given_model = model  # the caller's: it gets the result where it can hold it (node.driver._devices)
         self.data, self.y = data, y
@@ -109,7 +113,7 @@ class Fit:
         """Train (or resume) the run; returns the model with the consolidated weights."""
         settings = self.settings
         self._check_settings()
-        check_gpu_conf(self.sc.master, dict(self.sc.getConf().getAll()), self.spec)  # before any work
+        check_gpu_conf(self.sc.master, self.spark_conf, self.spec)  # before any work
         self._start_workers()
         began = self.timings.now_s()
         store = open_checked_store(self.store_url, settings.store_retry_timeout_s)
@@ -132,7 +136,7 @@ class Fit:
                     sink=block_sink(self.store_url, settings.store_retry_timeout_s, key, self.run_id, self.fit_id))
                 state = FitState(run_id=self.run_id, fit_id=self.fit_id, group=self.group, store_url=self.store_url,
                                  key=key, spec=self.spec, driver_spec=self.driver_spec, phases=tuple(self.phases),
-                                 nodes=self.nodes,
+                                 nodes=self.nodes, task_gpus=task_gpus(self.spark_conf),
                                  feature_shape=tuple(int(d) for d in held.prepared.feature_shape))
                 trained = self._run_leased(held, state, store=store, runs=runs, weights=weights, lease=lease,
                                            previous=previous, validation=validation)
@@ -172,7 +176,7 @@ class Fit:
         """The run key: a resumed run must find the first fit's key, a new run may make one."""
         resuming = storage.has_run_record(store, self.run_id)
         return resolve_run_key(self.run_id, self.store_url, key=self._given_key, key_file=self.settings.key_file,
-                               spark_conf=dict(self.sc.getConf().getAll()), create=not resuming).key
+                               spark_conf=self.spark_conf, create=not resuming).key
 
     def _earlier_record(self, runs: storage.RunStore) -> dict | None:
         """This run's record from an earlier fit; a wrong key stops the fit here, before any work."""
@@ -196,7 +200,8 @@ class Fit:
                     logger.info("resuming run %s (%s)", self.run_id, _progress_text(record, state.phases))
                 sweep_temporaries(store, self.run_id)
                 config = node_config(settings, prepared, state.spec, run=self.run_id, fit_id=self.fit_id,
-                                     store_url=self.store_url, key=state.key, nodes=state.nodes, sc=self.sc,
+                                     store_url=self.store_url, key=state.key, nodes=state.nodes, master=self.sc.master,
+                                     driver_host=self.spark_conf.get("spark.driver.host"),
                                      max_rate_factor=max_learning_rate_factor(self.model))
                 held.jobs = FitJobs(self.sc, state=state, settings=settings, prepared=prepared, node_config=config,
                                     record=record, store=store, timings=self.timings)

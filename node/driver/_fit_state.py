@@ -37,6 +37,8 @@ class FitState:
         Nodes training at once: tasks per training job.
     feature_shape : tuple of int
         Per-sample shape of the training data, e.g. ``(64,)`` or ``(1, 28, 28)``.
+    task_gpus : float
+        GPUs Spark gives each task (``spark.task.resource.gpu.amount``; 0: none).
     """
 
     run_id: str
@@ -49,3 +51,4 @@ class FitState:
     phases: tuple[str, ...]
     nodes: int
     feature_shape: tuple[int, ...]
+    task_gpus: float = 0.0

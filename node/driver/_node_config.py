@@ -37,9 +37,11 @@ def settings_fields(settings: TrainingSettings) -> dict[str, Any]:
 
 
 def node_config(settings: TrainingSettings, prepared: PreparedData, spec: dict, *, run: str, fit_id: str,
-                store_url: str, key: bytes, nodes: int, sc: Any, max_rate_factor: float | None = None) -> NodeConfig:
-    """The config every task of the fit carries (``nodes``: tasks per job; ``sc``: the driver's SparkContext;
-    ``max_rate_factor``: the model's own cap on the scaling rule's rates, :func:`node.modes._scaling.max_learning_rate_factor`).
+                store_url: str, key: bytes, nodes: int, master: str, driver_host: str | None,
+                max_rate_factor: float | None = None) -> NodeConfig:
+    """The config every task of the fit carries (``nodes``: tasks per job; ``master``: the session's Spark
+    master; ``driver_host``: its ``spark.driver.host``; ``max_rate_factor``: the model's own cap on the
+    scaling rule's rates, :func:`node.modes._scaling.max_learning_rate_factor`).
 
     The node settings come from ``settings`` by :data:`SETTINGS_FIELDS`; the rest is the fit's and the data's.
     """
@@ -50,7 +52,7 @@ def node_config(settings: TrainingSettings, prepared: PreparedData, spec: dict, 
         warmup_partitions=_warmup_partitions(settings, prepared, nodes), n_samples=int(prepared.n_samples),
         nodes=int(nodes), node_batch_size=_node_batch_size(settings, spec, nodes, prepared.n_samples, max_rate_factor),
         rates_cap=rates_cap(max_rate_factor), **_outer_step(settings, spec, nodes, prepared.n_samples),
-        local_master=is_local_master(sc.master), driver_host=sc.getConf().get("spark.driver.host"),
+        local_master=is_local_master(master), driver_host=driver_host,
         **settings_fields(settings))
 
 

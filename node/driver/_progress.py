@@ -55,6 +55,7 @@ class SparkJob:
         self._group = group
         self._tracker = sc.statusTracker()
         self._earlier = set(self._tracker.getJobIdsForGroup(group) or [])  # e.g. the group's finished epochs
+        self._id: int | None = None  # Spark's id of this job, once found (_job_id)
         self._outcome: dict[str, Any] = {}
         self.started = time.perf_counter()
         self.seconds: float | None = None  # from made to ended, once it ended
@@ -72,8 +73,11 @@ class SparkJob:
             self.seconds = time.perf_counter() - self.started
 
     def _job_id(self) -> int | None:
-        started = set(self._tracker.getJobIdsForGroup(self._group) or []) - self._earlier
-        return min(started) if started else None
+        """This job's Spark id once Spark has it (asked until then: a py4j call per job of the group)."""
+        if self._id is None:
+            started = set(self._tracker.getJobIdsForGroup(self._group) or []) - self._earlier
+            self._id = min(started) if started else None
+        return self._id
 
     def submitted(self, timeout_s: float = SUBMIT_TIMEOUT_S) -> None:
         """Return once Spark has the job (or it ended, or ``timeout_s`` passed)."""
@@ -81,8 +85,9 @@ class SparkJob:
         while self._thread.is_alive() and self._job_id() is None and time.monotonic() < deadline:
             self._thread.join(timeout=0.01)
 
-    def wait(self, on_progress: Callable[[int], None] = lambda done_tasks: None) -> list[Any]:
-        """The job's records, reporting its finished tasks to ``on_progress`` while it runs.
+    def wait(self, on_progress: Callable[[int], None] | None = None) -> list[Any]:
+        """The job's records, reporting its finished tasks to ``on_progress`` while it runs
+        (every :data:`POLL_S`; without it Spark's status tracker is not asked).
 
         Raises
         ------
@@ -91,7 +96,8 @@ class SparkJob:
         """
         while self._thread.is_alive():
             self._thread.join(timeout=POLL_S)
-            on_progress(self._completed_tasks())
+            if on_progress is not None:
+                on_progress(self._completed_tasks())
         if "error" in self._outcome:
             error = self._outcome["error"]
             raise TrainingError(f"Spark job {self.description!r} failed: {short_error(error)}") from error
@@ -220,7 +226,10 @@ class EpochProgress:
         ``partitions``: the training partitions the job trains (a task may train several).
         ``claimed``: how many of them the nodes have claimed so far (:mod:`node.modes._stealing`),
         asked at most every :data:`CLAIMS_POLL_S`; without it the bar moves by finished tasks.
+        A bar that is off (``enabled=False``, or stderr not a terminal) asks neither Spark nor the store.
         """
+        if self.bar.disable:
+            return job.wait()
         base, tasks = self.bar.n, max(1, job.tasks)
         asked = {"at": 0.0, "claimed": 0}
 

@@ -127,10 +127,12 @@ class Trainer:
         SparkConfError
             A ``spark.sparkdbn.*`` key of the session names no setting or has a bad value.
         """
-        settings = apply_spark_conf(self.settings, self.spark.sparkContext.getConf().getAll(), self._explicit)
+        # The session's conf, read once per fit (each read is a py4j call per entry: 30-40 ms)
+        spark_conf = dict(self.spark.sparkContext.getConf().getAll())
+        settings = apply_spark_conf(self.settings, spark_conf, self._explicit)
         self.store_url = self._given_store_url or settings.store_url or default_store_url()
         fit = Fit(settings, self.spark, store_url=self.store_url, model=model, data=data, y=y, on_epoch=self.on_epoch,
-                  key=self._key)
+                  key=self._key, spark_conf=spark_conf)
         self.run_id_ = fit.run_id
         self.history_ = fit.history
         try:
