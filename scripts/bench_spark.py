@@ -154,29 +154,61 @@ def reference_json(quick: bool, seed: int) -> None:
     print(json.dumps(in_process_reference(X, y, X_test, y_test, epochs, partitions, seed)["rates"]))
 
 
-def part1(quick: bool, seed: int, modes: list[str], run: BenchRun) -> None:
+def part1(quick: bool, seed: int, modes: list[str], run: BenchRun, repeats: int = 1) -> None:
     (X, y, X_test, y_test), epochs, partitions, target = part1_setup(quick, seed)
     print(f"== Part 1: 784-500-500 DBN on digits28 ({len(X)} training, {len(X_test)} test samples), "
           f"epochs {epochs}, {partitions} partitions per epoch, target accuracy {target:.2f}")
-    reference = in_process_reference(X, y, X_test, y_test, epochs, partitions, seed)
-    reference["pair_rates"] = two_references_at_once(quick, seed)
-    store_root = tempfile.mkdtemp(prefix="sparkdbn-bench-")
-    try:
-        by_mode = {mode: {nodes: spark_run(nodes, X, y, X_test, y_test, epochs, partitions, seed, target, store_root,
-                                           mode) for nodes in (1, 2)} for mode in modes}
-    finally:
-        shutil.rmtree(store_root, ignore_errors=True)
-    for mode, runs in by_mode.items():
-        print(f"-- mode {mode!r}")
-        show_runs(reference, runs, epochs, target)
-        run.table(f"784-500-500 DBN on digits28, mode {mode!r}: {len(X)} training rows, epochs {epochs}, "
-                  f"{partitions} partitions per epoch (samples/s from each phase's second epoch on)",
-                  ["", *epochs], phase_rows(reference, runs, epochs),
-                  f"Final test accuracy: in-process {reference['accuracy']:.4f}, "
-                  + ", ".join(f"{n} node(s) {r['accuracy']:.4f}" for n, r in runs.items()) + ". Time to "
-                  f"{target:.2f}: " + ", ".join(f"{n} node(s) " + ("not reached" if r["time_to_target_s"] is None
-                                                                    else f"{r['time_to_target_s']:.1f} s")
-                                                 for n, r in runs.items()) + ".")
+    trials = []
+    for repeat in range(repeats):
+        reference = in_process_reference(X, y, X_test, y_test, epochs, partitions, seed)
+        reference["pair_rates"] = two_references_at_once(quick, seed)
+        store_root = tempfile.mkdtemp(prefix="sparkdbn-bench-")
+        try:
+            by_mode = {mode: {nodes: spark_run(nodes, X, y, X_test, y_test, epochs, partitions, seed, target,
+                                               store_root, mode) for nodes in (1, 2)} for mode in modes}
+        finally:
+            shutil.rmtree(store_root, ignore_errors=True)
+        trials.append((reference, by_mode))
+        of = f", repeat {repeat + 1} of {repeats}" if repeats > 1 else ""
+        for mode, runs in by_mode.items():
+            print(f"-- mode {mode!r}{of}")
+            show_runs(reference, runs, epochs, target)
+            run.table(f"784-500-500 DBN on digits28, mode {mode!r}{of}: {len(X)} training rows, epochs {epochs}, "
+                      f"{partitions} partitions per epoch (samples/s from each phase's second epoch on)",
+                      ["", *epochs], phase_rows(reference, runs, epochs),
+                      f"Final test accuracy: in-process {reference['accuracy']:.4f}, "
+                      + ", ".join(f"{n} node(s) {r['accuracy']:.4f}" for n, r in runs.items()) + ". Time to "
+                      f"{target:.2f}: " + ", ".join(f"{n} node(s) " + ("not reached" if r["time_to_target_s"] is None
+                                                                        else f"{r['time_to_target_s']:.1f} s")
+                                                     for n, r in runs.items()) + ".")
+    if repeats > 1:
+        for mode in modes:
+            rows = speedup_rows([(reference, by_mode[mode]) for reference, by_mode in trials], epochs)
+            print(f"-- mode {mode!r}: the {repeats} repeats, median [lowest, highest]")
+            width = max(len(row[0]) for row in rows)
+            for label, *cells in rows:
+                print(f"{label:{width}s}" + "".join(f"{cell:>20s}" for cell in cells))
+            run.table(f"784-500-500 DBN on digits28, mode {mode!r}: the speed-ups of the {repeats} repeats, "
+                      "median [lowest, highest]", ["", *epochs], rows)
+
+
+def speedup_rows(trials: list[tuple[dict, dict[int, dict]]], epochs: dict[str, int]) -> list[list[str]]:
+    """The speed-ups of repeated part-1 runs, one row per ratio, a ``median [lowest, highest]`` cell per phase."""
+    ratios = {
+        "2 nodes / 1 node": lambda reference, runs, p: runs[2]["rates"][p] / runs[1]["rates"][p],
+        "2 nodes / in-process (one process on one core)":
+            lambda reference, runs, p: runs[2]["rates"][p] / reference["rates"][p],
+        "the machine's ceiling (two in-process at once / one)":
+            lambda reference, runs, p: reference["pair_rates"][p] / reference["rates"][p],
+        "2 nodes / in-process, of the ceiling":
+            lambda reference, runs, p: runs[2]["rates"][p] / reference["pair_rates"][p],
+    }
+
+    def cell(values: list[float]) -> str:
+        return f"{np.median(values):.2f} [{min(values):.2f}, {max(values):.2f}]"
+
+    return [[label, *(cell([ratio(reference, runs, phase) for reference, runs in trials]) for phase in epochs)]
+            for label, ratio in ratios.items()]
 
 
 def phase_rows(reference: dict, runs: dict[int, dict], epochs: dict[str, int]) -> list[list]:
@@ -329,11 +361,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller data and fewer epochs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-spark", action="store_true", help="only the simulation")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="run part 1 this many times and summarize its speed-ups (median, range; default 1)")
     parser.add_argument("--reference-json", action="store_true", help=argparse.SUPPRESS)  # two_references_at_once
     parser.add_argument("--modes", nargs="+", default=["async"], choices=("async", "sync", "sharing"),
                         help="training modes of the Spark runs (default async)")
     add_json_option(parser)
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
     if args.reference_json:
         reference_json(args.quick, args.seed)
         return 0
@@ -343,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     print("(machine shared with other jobs: absolute numbers are noisy; compare the ratios)")
     if not args.skip_spark:
-        part1(args.quick, args.seed, args.modes, run)
+        part1(args.quick, args.seed, args.modes, run, repeats=args.repeats)
     part2(args.quick, args.seed, run)
     run.finish()
     return 0
