@@ -11,6 +11,7 @@ import pytest
 import node
 import storage
 from node.data import DataOptions, check_model_input, filled_partitions, prepare_training_data
+from node.data._partitions import summarize_block
 from node.executor._resident import NodeData, block_sink
 
 pytestmark = pytest.mark.slow
@@ -103,3 +104,10 @@ def test_a_dataframes_partitions_are_read_checked_and_stored_by_one_job_through_
     ids = np.rint(np.concatenate([X_part[:, 0] for _index, X_part, _y in blocks]) * len(X)).astype(int)
     assert sorted(ids) == list(range(len(X)))  # every row stored once, with its own label
     assert np.array_equal(np.concatenate([y_part for *_rest, y_part in blocks]), y[ids])
+
+
+def test_a_summary_names_each_columns_first_row_at_its_minimum_and_maximum():
+    X = np.array([[0.5, 0.2], [0.1, 0.9], [0.1, 0.9], [0.7, 0.2]], np.float32)  # every extreme but one ties
+    summary = summarize_block(0, X, None, max_classes=10)
+    assert (summary["column_min_row"], summary["column_max_row"]) == ([1, 0], [3, 1])
+    assert summary["column_min"] == pytest.approx([0.1, 0.2]) and summary["column_max"] == pytest.approx([0.7, 0.9])
