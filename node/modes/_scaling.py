@@ -311,8 +311,8 @@ def scaling_warning(samples_per_node: Mapping[str, int], partitions: int, batch_
     if partitions < ADVISED_PARTITIONS_PER_NODE * nodes:
         advice.insert(0, f"merge more often: partitions={ADVISED_PARTITIONS_PER_NODE * nodes}")
     return (f"each of the {nodes} nodes takes only {steps} minibatch steps of {batch_size} per epoch "
-            f"(~{rows} rows; fewer than {MIN_STEPS_PER_NODE_EPOCH}): the scaled learning rates cannot make up for "
-            f"so few steps, and accuracy at these epochs will fall short of one node's; {', or '.join(advice)}")
+            f"(~{rows} rows), fewer than {MIN_STEPS_PER_NODE_EPOCH} steps: the scaled learning rates cannot make up "
+            f"for so few steps, and accuracy at these epochs will fall short of one node's; {', or '.join(advice)}")
 
 
 class NodeScaling:

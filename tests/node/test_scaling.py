@@ -341,7 +341,7 @@ def test_by_default_the_warm_up_is_a_nodes_first_epoch_of_each_phase():
 def test_the_epoch_summary_warns_when_nodes_take_too_few_steps_per_epoch_and_says_what_to_change():
     small = [{"node": f"n{k % 8}", "samples": 84} for k in range(16)]  # 1,347 digits on 8 nodes, 16 partitions
     warning = small_partition_warning(small, batch_size=10)
-    assert "only 17 minibatch steps" in warning
+    assert "only 17 minibatch steps of 10 per epoch (~168 rows), fewer than 48 steps:" in warning
     assert "partitions=64" in warning and "more epochs" in warning and "fewer nodes" in warning
     merged_often = [{"node": f"n{k % 8}", "samples": 21} for k in range(64)]
     assert "partitions=" not in small_partition_warning(merged_often, batch_size=10)
