@@ -109,12 +109,12 @@ def test_where_even_one_row_leaves_the_rates_more_than_their_cap_the_rest_of_the
     assert ramp == pytest.approx([1.75, 2.5, 3.25, 4.0, 4.0])  # the warm-up ramps up to the cap
     # The driver tells the nodes the cap, the executor's scaling takes it.
     spec, prepared = rbm.RBM(4, batch_size=10).to_spec(), _prepared(1347)
-    sc = type("SC", (), {"master": "local[2]", "getConf": lambda self: {"spark.driver.host": "127.0.0.1"}})()
+    session = {"master": "local[2]", "driver_host": "127.0.0.1"}
     told = node_config(TrainingSettings(), prepared, spec, run="r", fit_id="f", store_url="file:///tmp", key=b"k",
-                       nodes=64, sc=sc, max_rate_factor=None)
+                       nodes=64, **session, max_rate_factor=None)
     assert (told.node_batch_size, told.rates_cap) == (1, 4.0)
     pcd = node_config(TrainingSettings(), prepared, rbm.RBM(4, batch_size=10, persistent=True).to_spec(), run="r",
-                      fit_id="f", store_url="file:///tmp", key=b"k", nodes=16, sc=sc, max_rate_factor=1.0)
+                      fit_id="f", store_url="file:///tmp", key=b"k", nodes=16, **session, max_rate_factor=1.0)
     assert (pcd.node_batch_size, pcd.rates_cap) == (1, 1.0)
     scaling = ExecutorNode(dataclasses.replace(_config(spec=spec, n_samples=1347, nodes=64), node_batch_size=1,
                                                rates_cap=told.rates_cap)).scaling
