@@ -100,7 +100,8 @@ class LeasedFit:
         """
         settings, model, state = self.settings, self.model, self.state
         began = self.timings.now_s()
-        if probe_nodes(self.sc, state.group, self.node_config, state.nodes, state.task_gpus):  # a node without its GPU ends the fit
+        # a node without its GPU ends the fit
+        if probe_nodes(self.sc, state.group, self.node_config, state.nodes, state.task_gpus):
             self.timings.add("device probe", began, self.timings.now_s() - began)  # no job on CPU nodes
         if settings.initialize_only:
             with self.timings.step("model"):
