@@ -19,6 +19,7 @@ as N grows far past this machine.
 
     .venv/bin/python scripts/bench_spark.py            # full (a few minutes)
     .venv/bin/python scripts/bench_spark.py --quick    # a short run
+    .venv/bin/python scripts/bench_spark.py --repeats 3 --json   # part 1 three times: the speed-ups' medians
 """
 
 from __future__ import annotations
