@@ -125,7 +125,8 @@ def test_a_driver_that_finds_a_newer_generation_stops_at_once_says_who_took_over
     deadline_poll(lambda: folder.view().renewal >= 1, 10.0, "the holder's renewals")
     # Another driver took generation 2 while this one was paused (as after a SIGSTOP longer than the timeout).
     assert folder.take(2, {"token": "newer", "host": "elsewhere", "pid": 4242, "fit": "newer-fit", "started": 0.0})
-    deadline_poll(lambda: old.lost, 10.0, "the old holder's renewal thread to notice")
+    # The thread marks the lease lost, then calls on_lost: wait for both (under load the call came a moment later).
+    deadline_poll(lambda: old.lost and lost, 10.0, "the old holder's renewal thread to notice and say so")
     assert lost == [True]
     with pytest.raises(node.LeaseLostError, match=r"host elsewhere, pid 4242, fit newer-fit.*lease generation 2"):
         old.check()
