@@ -56,7 +56,8 @@ import rbm
 from .._contract import NodeDevice
 
 __all__ = ["GPU_RESOURCE", "MIN_FREE_BYTES", "task_gpu_addresses", "cuda_index", "see_device", "device_failure",
-           "use_device", "bound_to", "moved_from", "serving_device", "serving_spec", "release_gpu_memory", "build_replica", "warm_up_key", "warm_up_once"]
+           "use_device", "bound_to", "moved_from", "serving_device", "serving_spec", "release_gpu_memory", "build_replica",
+           "gpu_refused", "warm_up_key", "warm_up_once"]
 
 logger = logging.getLogger(__name__)
 
@@ -183,14 +184,28 @@ def moved_from(device: NodeDevice | None, addresses: Sequence[str]) -> str | Non
             "the node is replaced on the task's GPU")
 
 
-def release_gpu_memory() -> None:
-    """Hand the memory cupy pools in this process back to the driver (what a finished probe or an evicted node held)."""
+def release_gpu_memory(device: NodeDevice | None = None) -> None:
+    """Hand the memory cupy pools on ``device``'s GPU back to the driver (what a finished probe or a stopped node held).
+
+    cupy pools memory per GPU and frees the current device's pool only: the release is bound to
+    ``device`` (default: this thread's current GPU), whichever GPU the calling thread used last.
+    """
     try:
         cupy = importlib.import_module("cupy")
     except ImportError:
         return
-    cupy.get_default_memory_pool().free_all_blocks()
+    with bound_to(device):
+        cupy.get_default_memory_pool().free_all_blocks()
     cupy.get_default_pinned_memory_pool().free_all_blocks()
+
+
+def gpu_refused(device: NodeDevice, error: BaseException) -> NodeDevice:
+    """``device`` once its GPU refused the model (out of memory, a precision it does not take ...):
+    with ``"gpu"`` a :attr:`~node._contract.NodeDevice.problem`, with ``"auto"`` the CPU, saying why."""
+    why = f"the model cannot be built on GPU {device.address}: {type(error).__name__}: {error}"
+    if device.requested == "gpu":
+        return replace(device, problem=why)
+    return replace(device, kind="cpu", reason=f"device='auto' computes on the CPU: {why}")
 
 
 def build_replica(spec: dict, feature_shape: tuple[int, ...], classes: Any, device: NodeDevice) -> Any:

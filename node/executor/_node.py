@@ -40,7 +40,8 @@ from .._contract import NodeConfig, NodeDevice, PartitionReport, TaskSpec
 from .._errors import InputDataError, NodeDeviceError
 from ..data import encode_labels
 from ..modes import NodeScaling, PartitionWork, Trained, schedule_epoch, schedule_place
-from ._device import build_replica, device_failure, release_gpu_memory, see_device, use_device, warm_up_once
+from ._device import (build_replica, device_failure, gpu_refused, release_gpu_memory, see_device, use_device,
+                      warm_up_once)
 from ._network import choose_node_address
 from ._resident import NodeData
 
@@ -136,10 +137,7 @@ class ExecutorNode:
         self.data = NodeData(self.store, config, self.name)
         self.weights = storage.WeightStore(self.store, config.run, config.key)
         self.runs = storage.RunStore(self.store, config.run, config.key)
-        self.model = build_replica(replica_spec(config), config.feature_shape, self.classes, self.device)
-        if self.device.kind == "gpu" and config.spec.get("kind") == "convnet":
-            self.device = replace(self.device, convolutions=rbm.conv.convolution_backend())
-        self.device = warm_up_once(self.model, self.device)
+        self.model, self.device = self._replica()
         if self.device.kind == "gpu":
             self.device_data = rbm.DeviceDataCache(config.gpu_data_budget_bytes or None)
             self._xp = rbm.array_module("gpu")
@@ -158,6 +156,36 @@ class ExecutorNode:
                     self.device.reason)
         return self
 
+    def _replica(self) -> tuple[Any, NodeDevice]:
+        """The replica on the node's device, its kernels warmed up there, and the device it ended on.
+
+        A GPU that cannot hold it (out of memory in the build or the warm-up, a precision it does
+        not take) leaves ``"auto"`` on the CPU, saying why, as the driver's probe does: the GPU
+        may have filled since the probe, or the probe ran on another worker.
+
+        Raises
+        ------
+        NodeDeviceError
+            ``device="gpu"`` and the GPU cannot hold the replica.
+        """
+        config, device = self.config, self.device
+        spec = replica_spec(config)
+        try:
+            model = build_replica(spec, config.feature_shape, self.classes, device)
+            if device.kind == "gpu" and spec.get("kind") == "convnet":
+                device = replace(device, convolutions=rbm.conv.convolution_backend())
+            return model, warm_up_once(model, device)
+        except Exception as error:  # noqa: BLE001 - cupy's OutOfMemoryError and CUDARuntimeError among them
+            if device.kind != "gpu":
+                raise
+            refused = gpu_refused(device, error)
+            if refused.problem:
+                raise NodeDeviceError(device_failure(refused)) from error
+        model = None  # what the build allocated on the GPU goes back to it before the CPU replica is built
+        release_gpu_memory(device)
+        logger.warning("node %s: %s", self.name, refused.reason)
+        return build_replica(spec, config.feature_shape, self.classes, refused), refused
+
     def use_device(self) -> None:
         """Before each task: the node's GPU is this thread's current one (cupy allocates and launches there).
 
@@ -169,17 +197,18 @@ class ExecutorNode:
         use_device(self.device)
 
     def stop(self) -> None:
-        """Stop the actor and close the transport (idempotent)."""
+        """Stop the actor and close the transport; on a GPU, give back what the node held there (idempotent)."""
         handle, self.handle = self.handle, None
-        if self.device_data is not None:  # the partitions on the GPU go, and the node's share of its pool
+        if handle is not None:
+            try:
+                handle.stop()
+            except Exception:  # at exit nothing can be done beyond saying so
+                logger.exception("stopping node %s of run %s failed", self.name, self.config.run)
+        if self.device_data is not None:  # the partitions on the GPU go, the replica, and the node's share of its pool
             self.device_data.clear()
-            release_gpu_memory()
-        if handle is None:
-            return
-        try:
-            handle.stop()
-        except Exception:  # at exit nothing can be done beyond saying so
-            logger.exception("stopping node %s of run %s failed", self.name, self.config.run)
+            self.model, self.outer = None, None
+            self._mode_states.clear()
+            release_gpu_memory(self.device)
 
     # ------------------------------------------------------------------ phases
     def enter_phase(self, phase: str, start_digest: str, start_payload: Callable[[], bytes],

@@ -40,7 +40,7 @@ PROBE_TIMEOUT_S = 300.0
 
 def probe_here(config: NodeConfig, node: str, addresses: Sequence[str]) -> NodeDevice:
     """Where a node of ``config`` would compute with GPU ``addresses``, its replica built there (never raises)."""
-    from ._device import build_replica, see_device
+    from ._device import build_replica, gpu_refused, see_device
     from ._node import replica_spec
 
     device = see_device(str(config.spec.get("device", "cpu")), node, addresses)
@@ -50,10 +50,7 @@ def probe_here(config: NodeConfig, node: str, addresses: Sequence[str]) -> NodeD
         build_replica(replica_spec(config), config.feature_shape,
                       None if config.classes is None else np.asarray(config.classes), device)
     except Exception as error:  # noqa: BLE001 - cupy's OutOfMemoryError and CUDARuntimeError among them
-        why = f"the model cannot be built on GPU {device.address}: {type(error).__name__}: {error}"
-        if device.requested == "gpu":
-            return dataclasses.replace(device, problem=why)
-        return dataclasses.replace(device, kind="cpu", reason=f"device='auto' computes on the CPU: {why}")
+        return gpu_refused(device, error)
     return device
 
 

@@ -69,9 +69,12 @@ def device_text(device: dict[str, Any]) -> str:
     if device.get("kind") == "gpu":
         index = device.get("index")
         cupy = f", cupy index {index}" if str(index) != str(device.get("address")) else ""
-        memory = float(device.get("memory_bytes") or 0) / 2**30
+        memory = f"{float(device.get('memory_bytes') or 0) / 2**30:.1f} GiB"
+        if device.get("free_bytes") is not None:  # what was free when the node looked, of the GPU's total
+            memory = f"{float(device['free_bytes']) / 2**30:.1f} of {memory} free"
         warm = f", kernels warmed up in {float(device['warm_up_s']):.1f}s" if device.get("warm_up_s") else ""
-        return f"GPU {device.get('address')} ({device.get('name')}, {memory:.1f} GiB{cupy}){warm}"
+        convolutions = f", convolutions by {device['convolutions']}" if device.get("convolutions") else ""
+        return f"GPU {device.get('address')} ({device.get('name')}, {memory}{cupy}){warm}{convolutions}"
     why = f"; {device['reason']}" if device.get("reason") else ""
     return f"the CPU of {device.get('host', '?')}{why}"
 

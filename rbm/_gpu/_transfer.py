@@ -91,7 +91,8 @@ class DeviceDataCache:
     budget_bytes : int or None
         Device memory the cache may hold.  None: this process's share of the GPU's pool, agreed
         with the other processes on that GPU (:class:`~rbm._gpu._budget.SharedGpuBudget`) and
-        read again before every upload.
+        read again at every call: a share that shrinks (another node joined the GPU) evicts at the
+        next call, hit or miss.
     shared : SharedGpuBudget, optional
         The agreement to use when ``budget_bytes`` is None (default: the current GPU's, by its
         PCI bus id).
@@ -130,12 +131,15 @@ class DeviceDataCache:
         """The device copy of ``array`` cached under ``key`` (``array`` itself on numpy)."""
         if xp is np:
             return array
+        budget = self._budget(xp)
         if key in self._entries:
             self.hits += 1
             self._entries.move_to_end(key)
-            return self._entries[key]
+            copy = self._entries[key]
+            self._evict_to(budget)  # a share that shrank (another node joined the GPU) is kept on hits too
+            return copy
         self.misses += 1
-        budget, size = self._budget(xp), int(array.nbytes)
+        size = int(array.nbytes)
         if size > budget:
             self.oversize += 1
             if not self._said_oversize:

@@ -12,6 +12,7 @@ the parameter gradients in ``grads`` (same keys as ``params``: ``"W"``, ``"b"``)
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from types import ModuleType
 from typing import Any
 
@@ -27,6 +28,9 @@ from ._ops import ACTIVATIONS, INITS, activate, activation_grad, initial_weights
 __all__ = ["Layer", "build_layer", "LAYER_TYPES", "ACTIVATIONS", "INITS"]
 
 Array = Any
+
+#: Batch sizes whose im2col buffers a convolution keeps (see ``Conv2D._scratch``).
+SCRATCH_SIZES = 4
 
 
 def _pair(value: Any, what: str, layer: str, minimum: int) -> tuple[int, int]:
@@ -115,11 +119,18 @@ class Conv2D(Layer):
         self.params = {"W": to_device(weights, self.xp, self.dtype), "b": self.xp.zeros(f, dtype=self.dtype)}
 
     def _scratch(self, n: int) -> tuple[Array, Array]:
-        """Per-batch-size padded-input and im2col buffers (allocating them each step costs page faults)."""
-        buffers = self.__dict__.setdefault("_buffers", {})
-        if n not in buffers:
-            if len(buffers) >= 2:  # training size plus one prediction chunk size
-                buffers.clear()
+        """Per-batch-size padded-input and im2col buffers (allocating them each step costs page faults).
+
+        The :data:`SCRATCH_SIZES` sizes used last are kept: the minibatch, a partition's last (smaller)
+        minibatch -- which differs by a row or two between the near-equal partitions of a split -- and
+        a prediction chunk, so no size pushes out the one the next step needs.
+        """
+        buffers = self.__dict__.setdefault("_buffers", OrderedDict())
+        if n in buffers:
+            buffers.move_to_end(n)
+        else:
+            while len(buffers) >= SCRATCH_SIZES:
+                buffers.popitem(last=False)
             c, h, w = self.input_shape
             (kh, kw), (ph, pw), (oh, ow) = self.kernel, self.padding, self.out_hw
             padded = self.xp.zeros((c, h + 2 * ph, w + 2 * pw, n), dtype=self.dtype) if ph or pw else None

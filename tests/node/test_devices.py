@@ -129,10 +129,15 @@ def test_gpu_spark_conf_hands_each_executor_its_gpus_and_each_task_one():
 def test_status_names_each_nodes_device():
     record = {"status": "done", "phases": [], "devices": {
         "h1-7": {"kind": "gpu", "host": "h1", "address": "2", "index": 0, "name": "NVIDIA H100 80GB HBM3",
-                 "memory_bytes": 85 * 10**9, "warm_up_s": 2.25},
+                 "memory_bytes": 85 * 10**9, "free_bytes": 70 * 2**30, "warm_up_s": 2.25, "convolutions": "cudnn"},
+        "h3-4": {"kind": "gpu", "host": "h3", "address": "0", "index": 0, "name": "A100", "memory_bytes": 40 * 2**30,
+                 "convolutions": "im2col: nvidia-cudnn-frontend is not installed"},
         "h2-9": {"kind": "cpu", "host": "h2", "reason": "device='auto' computes on the CPU: no cupy"}}}
     text = format_status("r", record, {"h1-7": {"status": "gone", "host": "h1", "pid": 7}}, now=0.0)
-    assert "    device: GPU 2 (NVIDIA H100 80GB HBM3, 79.2 GiB, cupy index 0), kernels warmed up in 2.2s" in text
+    assert ("    device: GPU 2 (NVIDIA H100 80GB HBM3, 70.0 of 79.2 GiB free, cupy index 0), kernels warmed up in 2.2s, "
+            "convolutions by cudnn") in text
+    assert ("    device: GPU 0 (A100, 40.0 GiB), convolutions by im2col: nvidia-cudnn-frontend is not installed"
+            in text)  # a record from before free memory was kept
     assert "  h2-9  ?      last seen never" in text and "    device: the CPU of h2; device='auto'" in text
 
 

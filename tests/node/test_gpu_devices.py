@@ -7,12 +7,18 @@ CUDA context with it, a node replaced when its task holds another GPU, and a war
 
 from __future__ import annotations
 
+import dataclasses
+import weakref
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 import rbm
+from node import NodeDeviceError
 from node._contract import NodeConfig, NodeDevice, decode, encode
-from node.executor import _device, _tasks
+from node.executor import _device, _node, _tasks
+from node.executor._node import ExecutorNode
 from node.executor._probe import probe_in_child
 from rbm._warm_up import warm_up_rows
 from support.fake_gpu import FAKE_CUPY_PATH, gpus_env, install_fake_cupy
@@ -153,3 +159,82 @@ def test_a_worker_whose_task_holds_another_gpu_replaces_its_node_there(monkeypat
     monkeypatch.setattr(_tasks, "task_gpu_addresses", lambda: ("0",))
     moved = _tasks._node_for(config)
     assert moved is not first and first.stopped and moved.device.address == "0" and not moved.stopped
+
+
+def test_the_probe_task_asks_a_child_process_whenever_its_task_holds_a_gpu(monkeypatch):
+    asked = []
+    monkeypatch.setattr(_tasks, "task_gpu_addresses", lambda: ("0",))
+    monkeypatch.setattr(_tasks, "probe_in_child", lambda encoded, node, addresses: asked.append(
+        ("child", tuple(addresses))) or NodeDevice(kind="cpu", host="h"))
+    monkeypatch.setattr(_tasks, "probe_here", lambda *args: asked.append("here") or NodeDevice(kind="cpu", host="h"))
+    for device in ("gpu", "auto", "cpu"):
+        list(_tasks.probe_device_task(a_config(device), 0, iter(())))
+    assert asked == [("child", ("0",)), ("child", ("0",)), "here"]  # a CPU model opens no GPU: no child needed
+
+
+def a_node(device: str, tmp_path) -> ExecutorNode:
+    config = decode(a_config(device), NodeConfig)
+    return ExecutorNode(dataclasses.replace(config, store_url=f"file://{tmp_path / 'store'}"))
+
+
+def test_an_auto_node_whose_gpu_cannot_hold_its_replica_computes_on_the_cpu_and_a_gpu_node_says_why(monkeypatch,
+                                                                                                    tmp_path):
+    cupy = install_fake_cupy(monkeypatch, {})  # usable by its free memory (the probe's check); the build runs out
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "kernels"))
+    monkeypatch.setattr(_device, "task_gpu_addresses", lambda: ("0",))
+    node = a_node("auto", tmp_path).start()
+    try:
+        assert (node.device.kind, node.device.problem, node.device.address) == ("cpu", None, "0")
+        assert node.device.reason == ("device='auto' computes on the CPU: the model cannot be built on GPU 0: "
+                                      "OutOfMemoryError: out of memory to allocate on the fake GPU")
+        assert isinstance(node.model.layers_[0]._W, np.ndarray) and node.device_data is None
+        assert ("free_all_blocks", 0) in cupy.calls  # what the build took on the GPU went back to it
+    finally:
+        node.stop()
+    with pytest.raises(NodeDeviceError) as refused:
+        a_node("gpu", tmp_path).start()
+    assert str(refused.value).endswith("(GPU address 0): the model cannot be built on GPU 0: OutOfMemoryError: out "
+                                       "of memory to allocate on the fake GPU") and "\n" not in str(refused.value)
+
+
+def test_a_convnet_node_on_a_gpu_reports_how_its_convolutions_run(monkeypatch):
+    config = dataclasses.replace(decode(a_config("gpu"), NodeConfig), spec=rbm.lenet(device="gpu").to_spec(),
+                                 feature_shape=(1, 28, 28))
+    node = ExecutorNode(config)
+    node.device = NodeDevice(kind="gpu", host="h", node="h-1", address="0", index=0)
+    monkeypatch.setattr(_node, "build_replica", lambda *args: object())
+    monkeypatch.setattr(_node, "warm_up_once", lambda model, device: device)
+    monkeypatch.setattr(rbm.conv, "convolution_backend", lambda: "im2col: no cuDNN here")
+    assert node._replica()[1].convolutions == "im2col: no cuDNN here"
+
+
+def test_every_training_task_makes_its_nodes_gpu_current_before_it_touches_data_or_weights(monkeypatch):
+    steps = []
+    node = SimpleNamespace(use_device=lambda: steps.append("use_device"),
+                           data=SimpleNamespace(slot=lambda slots: steps.append("data") or []),
+                           enter_phase=lambda *args: steps.append("enter_phase"))
+    task = SimpleNamespace(mode="async", options=None, node=None, slots=[[0]], phase="rbm0", start_digest="d",
+                           start_nodes=())
+    mode = SimpleNamespace(options_type=type(None), train_task=lambda *args, **kwargs: iter(()))
+    monkeypatch.setattr(_tasks, "decode", lambda encoded, kind: task)
+    monkeypatch.setattr(_tasks, "mode_named", lambda name: mode)
+    monkeypatch.setattr(_tasks, "_node_for", lambda config: node)
+    list(_tasks.run_training_task(b"", None, 0, iter([0])))
+    assert steps == ["use_device", "data", "enter_phase"]
+
+
+def test_a_stopped_gpu_node_drops_its_replica_then_frees_the_pool_of_its_own_gpu(monkeypatch):
+    cupy = install_fake_cupy(monkeypatch, {}, {})
+    node = ExecutorNode(decode(a_config("gpu"), NodeConfig))
+    node.device = NodeDevice(kind="gpu", host="h", node="h-1", address="1", index=1)
+    node.device_data = rbm.DeviceDataCache(budget_bytes=0)
+    node.model = rbm.DBN(hidden_layer_sizes=(4,))
+    replica, dropped_first = weakref.ref(node.model), []
+    release = _node.release_gpu_memory
+    monkeypatch.setattr(_node, "release_gpu_memory", lambda device: dropped_first.append(replica() is None)
+                        or release(device))
+    cupy.cuda.Device(0).use()  # this thread worked on GPU 0 last (a task of another node, a serving task)
+    cupy.calls.clear()
+    node.stop()
+    assert dropped_first == [True]
+    assert [call for call in cupy.calls if call[0] == "free_all_blocks"] == [("free_all_blocks", 1)]

@@ -3,16 +3,20 @@ free memory and the current stream, and a recording upload stands in for the cop
 
 One pool per GPU split evenly among the processes on it (not 50% then 25%), evictions before the upload that
 needs their room (the cache never holds more than its budget), a partition larger than the budget said and
-counted, and the upload's copies queued on the stream that the array's readers use.
+counted, a share that shrinks honoured on hits too, no reference to an evicted partition left in a ConvNet, and the
+upload's copies queued on the stream that the array's readers use.
 """
 
 from __future__ import annotations
 
 import os
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
+import rbm
 from rbm._gpu import _transfer
 from rbm._gpu._budget import SharedGpuBudget
 from rbm._gpu._transfer import DeviceDataCache, upload
@@ -77,6 +81,32 @@ def test_nodes_sharing_a_gpu_split_one_pool_evenly_instead_of_halving_what_is_le
     second.clear()  # a node that ends gives its share back
     first.get(2, partition(1), cupy)
     assert first.budget_bytes == 32 * MB
+
+
+def test_a_node_whose_partitions_all_hit_gives_up_the_share_a_new_node_on_its_gpu_takes(monkeypatch, tmp_path):
+    cupy = install_fake_cupy(monkeypatch, {"free": 64 * MB})
+    first = DeviceDataCache(shared=SharedGpuBudget("gpu-0", folder=str(tmp_path)))
+    monkeypatch.setattr(_transfer, "upload", Uploads(first))
+    for key in range(6):  # 30 MB of its 32 MB share: alone on the GPU
+        first.get(key, partition(5), cupy)
+    second = DeviceDataCache(shared=SharedGpuBudget("gpu-0", folder=str(tmp_path), pid=os.getppid()))
+    second.get("x", partition(1), cupy)
+    kept = first.get(5, partition(5), cupy)  # every later epoch of the first node hits
+    assert first.report()["misses"] == 6 and first.budget_bytes == 16 * MB
+    assert first.used_bytes == 15 * MB and first.report()["entries"] == 3  # the least recently used went
+    assert kept.nbytes == 5 * MB and first.get(5, partition(5), cupy) is kept  # the partition in use stays
+
+
+def test_a_convnet_keeps_no_reference_to_a_partition_its_node_handed_over_on_the_gpu():
+    net = rbm.ConvNet(layers=[{"type": "conv", "filters": 2, "kernel": 3}, {"type": "flatten"}], input_shape=(1, 8, 8),
+                      n_classes=10, batch_size=4, random_state=0).initialize()
+    net._xp = SimpleNamespace(asarray=lambda array, dtype=None: np.asarray(array, dtype=dtype))  # a GPU namespace
+    X, y, order = np.zeros((4, 1, 8, 8), np.float32), np.arange(4), np.arange(4)
+    net._resident(X, y, order)  # host rows (a fit of its own): uploaded once and kept for the next passes
+    assert net.__dict__["_resident_data"][0] is X
+    on_device = SimpleNamespace(shape=X.shape)  # rows the node's data cache holds on the GPU
+    assert net._resident(on_device, y, order)[0] is on_device
+    assert "_resident_data" not in net.__dict__  # the cache may evict it: nothing here keeps it alive
 
 
 def test_a_member_whose_process_ended_no_longer_takes_a_share(tmp_path):

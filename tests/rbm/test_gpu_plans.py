@@ -1,6 +1,6 @@
 """cuDNN's plans on the CPU: the process's plan cache keyed by shape, batch, dtype, precision and device, which
-keeps every batch size that near-equal partitions bring (no rebuild partition after partition); the warm-up's
-batch; and the convolution backend a node reports.  The graphs themselves need a GPU (tests/rbm/test_gpu.py)."""
+keeps every batch size that near-equal partitions bring (no rebuild partition after partition), as do im2col's
+buffers where cuDNN is not used; the warm-up's batch; and the convolution backend a node reports.  The graphs themselves need a GPU (tests/rbm/test_gpu.py)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,14 @@ def test_partitions_that_differ_by_a_row_build_each_batch_sizes_plans_once():
     for n in sizes + [256]:  # then a prediction chunk
         cache.get(("conv1", n), lambda n=n: built.append(n) or n)
     assert built == [64, 15, 14, 256] and cache.hits == len(sizes) - 3
+
+
+def test_the_im2col_buffers_of_partitions_that_differ_by_a_row_are_allocated_once_per_batch_size():
+    layer = _layers.build_layer("conv1", {"type": "conv", "filters": 2, "kernel": 3, "padding": 1}, (1, 6, 6), np,
+                                np.dtype(np.float32))
+    sizes = minibatch_sizes(1000, 7, 64, epochs=3) + [256]  # the minibatches of 64, 15 and 14 rows, then a chunk
+    first = {n: layer._scratch(n) for n in sorted(set(sizes))}
+    assert all(layer._scratch(n) is first[n] for n in sizes)  # kept, not rebuilt partition after partition
 
 
 def test_the_least_recently_used_plan_goes_when_the_cache_is_full():

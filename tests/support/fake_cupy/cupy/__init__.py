@@ -93,11 +93,16 @@ def _getDeviceProperties(index):
 
 
 class _Pool:
+    """Records each release with the device it freed: cupy frees the current device's pool only."""
+
+    def __init__(self, pinned=False):
+        self.pinned = pinned
+
     def free_all_blocks(self):
-        calls.append(("free_all_blocks", None))
+        calls.append(("free_all_pinned_blocks", None) if self.pinned else ("free_all_blocks", _current()))
 
 
-_pool, _pinned_pool = _Pool(), _Pool()
+_pool, _pinned_pool = _Pool(), _Pool(pinned=True)
 
 
 def get_default_memory_pool():
