@@ -12,10 +12,14 @@ these files when the site is built (``docs/hooks/benchmarks.py``), so no figure 
     run.table("snapshot put / get", ["backend", "put ms", "get ms"], rows)
     run.finish()                                # writes the file (nothing without --json)
 
-A file holds one run: ``{"script", "command", "settings", "started", "finished", "machine",
+A long run may also write what it has so far, ``run.checkpoint()`` (say after each table, or each row of
+a table it keeps up to date with ``run.table(..., replace=True)``), so that a run killed before
+``finish`` (a timeout) leaves its finished parts on disk, marked ``"complete": false``.
+
+A file holds one run: ``{"script", "command", "settings", "started", "finished", "complete", "machine",
 "tables": [{"title", "columns", "rows", "note"}], "figures": [{"path", "caption"}], "output"}``
-(a figure's path relative to the file).  Standard library only (numpy's
-and the BLAS's versions are read when they are importable).
+(a figure's path relative to the file; ``finished``: when the file was written).  Standard library only
+(numpy's and the BLAS's versions are read when they are importable).
 """
 
 from __future__ import annotations
@@ -146,14 +150,24 @@ class BenchRun:
         self._machine: dict[str, Any] | None = None  # stamped when the run starts (its load then)
         self._tee: _Tee | None = None
 
-    def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], note: str = "") -> None:
-        """Add a table: ``rows`` of cells (numbers or text; ``None`` for an empty cell), one per column."""
+    def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], note: str = "",
+              replace: bool = False) -> None:
+        """Add a table: ``rows`` of cells (numbers or text; ``None`` for an empty cell), one per column.
+
+        ``replace``: a table of the same title added before is replaced where it stands (a table kept up to
+        date as its rows come, written by :meth:`checkpoint`), else the table is added.
+        """
         width = len(columns)
         for row in rows:
             if len(row) != width:
                 raise ValueError(f"table {title!r}: a row has {len(row)} cells for {width} columns: {row!r}")
-        self.tables.append({"title": title, "columns": list(columns),
-                            "rows": [[_cell(value) for value in row] for row in rows], "note": note})
+        table = {"title": title, "columns": list(columns), "rows": [[_cell(value) for value in row] for row in rows],
+                 "note": note}
+        for index, kept in enumerate(self.tables):
+            if replace and kept["title"] == title:
+                self.tables[index] = table
+                return
+        self.tables.append(table)
 
     def figure(self, path: str, caption: str) -> None:
         """Name a figure the run drew; kept relative to the JSON file, so the docs can show it beside the tables."""
@@ -180,8 +194,16 @@ class BenchRun:
             self._tee = None
         return self.write(output)
 
-    def write(self, output: str = "") -> str:
-        """Write the run to its JSON file (atomically) and return the path."""
+    def checkpoint(self) -> str | None:
+        """Write what the run has so far, marked ``"complete": false``, and go on (copying stdout too): a run
+        stopped before :meth:`finish` keeps its finished tables.  Returns the path (``None`` without ``--json``)."""
+        if self.path is None:
+            return None
+        return self.write(self._tee.copy.getvalue() if self._tee is not None else "", complete=False)
+
+    def write(self, output: str = "", complete: bool = True) -> str:
+        """Write the run to its JSON file (atomically) and return the path; ``complete=False``: a checkpoint
+        (written without a word on stderr)."""
         record = {
             "schema": SCHEMA_VERSION,
             "script": self.script,
@@ -189,6 +211,7 @@ class BenchRun:
             "settings": self.settings,
             "started": self.started,
             "finished": _now(),
+            "complete": complete,
             "commit": _git_commit(),
             "machine": self._machine or machine(),
             "tables": self.tables,
@@ -202,7 +225,8 @@ class BenchRun:
             json.dump(record, handle, indent=1)
             handle.write("\n")
         os.replace(temporary, path)
-        print(f"results written to {path}", file=sys.stderr)
+        if complete:
+            print(f"results written to {path}", file=sys.stderr)
         return path
 
 

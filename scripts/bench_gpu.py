@@ -1,63 +1,67 @@
 """Race sparkdbn's GPU branch against PyTorch doing the same math on the same GPU -- like for like -- and the CPUs.
 
-Rows, each timed ``--runs`` times (5) after a warm-up, every timing ended by a device synchronisation;
-the tables give the median and the spread ((max - min) / median) of the runs:
+Rows, each timed several times after a warm-up, every timing ended by a device synchronisation; the tables
+give the median and the spread ((max - min) / median) of the runs:
 
 * ``cd1 V-H bB``: one CD-1 update of an RBM (784-500 at batch 100 and 1000, 784-2048 at 1000) on a
-  resident minibatch: sparkdbn's fused ``cd_step`` against torch's reference (``scripts/_bench_gpu_torch.py``:
-  ``addmm`` with the bias and the momentum folded in, then ``torch.compile`` -- or a CUDA graph with
-  ``--reference graphs``, or ``eager``);
+  resident minibatch, ``--runs`` runs of ``--steps`` steps: sparkdbn's fused ``cd_step`` against torch's
+  reference (``scripts/_bench_gpu_torch.py``: ``addmm`` with the bias and the momentum folded in, under
+  ``torch.compile`` in its default mode -- ``--reference graphs``: that compiled step captured in a CUDA
+  graph; ``eager``: not compiled);
 * ``lenet bB``: one LeNet training step (forward, backward, SGD) at batch 64 and 256, against torch +
-  cuDNN compiled or captured alike;
-* fits on digits28: a DBN (256-256, 3 + 10 epochs, batch 50) and LeNet (1 epoch): sparkdbn's fit beside
-  torch's fit of the same networks (data uploaded once on both sides), on the GPU and on the CPUs, with
-  their held-out accuracies.
+  cuDNN compiled alike;
+* fits on digits28, ``--fit-runs`` whole fits each: a DBN (256-256, 3 + 10 epochs, batch 50) and LeNet
+  (1 epoch), sparkdbn's fit beside torch's fit of the same network trained the same way (the recipe read
+  off sparkdbn's own parameters: ``DBNRecipe``, ``LeNetRecipe``; data uploaded once on both sides); the
+  held-out accuracy of each is measured after its timing.
+
+The parts run most important first: the GPU step rows, the GPU fits, the CPU fits (the DBN's is the
+baseline of the "GPU over the CPUs" target), the CPU step rows (torch eager there).  With ``--json`` the
+file is rewritten after every part (``"complete": false`` until the end; its "Parts" table says what ran,
+what was skipped and what was not reached), so a run killed by a timeout keeps what finished.
+``--budget-s N``: a part starts only when its rough need is left of N seconds, and a row's timed runs stop
+early (one at least) when the next would overrun; what was skipped or cut is said in the Parts table.
 
 Precision is the same on both sides: ``--precision float32`` turns TF32 off for sparkdbn's GEMMs and
 convolutions and for torch's matmuls and cuDNN, ``tf32`` turns it on for both, ``bfloat16`` runs torch
-under bfloat16 autocast.  Peak memory: what cupy's pool (sparkdbn) and torch's allocator held at most
-during a row.  ``--json`` writes the run for docs/benchmarks/gpu.md; a targets table checks the issue's
-bars (CD-1 and LeNet >= 1.0x torch; DBN fit >= 3x the CPUs; accuracies within 1 point).
+under bfloat16 autocast.  Peak memory: what each side's caching allocator reserved from the device at most
+during a row (cupy's pool, torch's ``max_memory_reserved``).  A targets table checks the issue's bars
+(CD-1 and LeNet >= 1.0x torch; DBN fit >= 3x the CPUs; accuracies within 1 point).
 
-    python scripts/bench_gpu.py --json                     # on a GPU machine (about 10 minutes on an H100)
-    python scripts/bench_gpu.py --cpu-only --quick         # anywhere: the CPU rows, small, in seconds
+The parts' bookkeeping (budget, checkpoints, tables, targets) is in ``scripts/_bench_gpu_report.py``, the
+recipes torch's fits follow in ``scripts/_bench_gpu_recipes.py``, torch's side in ``scripts/_bench_gpu_torch.py``.
+
+    python scripts/bench_gpu.py --json --budget-s 540       # on a GPU machine (minutes; the order above)
+    python scripts/bench_gpu.py --cpu-only --quick          # anywhere: the CPU rows, small, in seconds
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import functools
+import signal
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 import rbm
+from _bench_gpu_recipes import DBNRecipe, LeNetRecipe
+from _bench_gpu_report import (FIT_COLUMNS, RUN_MARGIN, STEP_COLUMNS, Part, Report, Timing, lenet_steps, ratio,
+                               target_rows, timed_fits, timed_steps)
 from _results import BenchRun, add_json_option
 from rbm.boltzmann import _cd
 from rbm.datasets import load_digits28
 
+__all__ = ["main", "parse_args", "BenchRun", "DBNRecipe", "LeNetRecipe", "FIT_COLUMNS", "STEP_COLUMNS", "Part",
+           "Report", "Timing", "ratio", "target_rows"]
+
 REFERENCES = ("compile", "graphs", "eager")
 CD1_SHAPES = [(784, 500, 100), (784, 500, 1000), (784, 2048, 1000)]
 LENET_BATCHES = [64, 256]
-TARGET_STEP_RATIO, TARGET_FIT_OVER_CPU, TARGET_ACCURACY_POINTS = 1.0, 3.0, 1.0
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Seconds of each run (per step for step rows, per fit for fits)."""
-
-    runs: tuple[float, ...]
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.runs)
-
-    @property
-    def spread(self) -> float:
-        """(max - min) / median: how far the runs swing."""
-        return (max(self.runs) - min(self.runs)) / self.median if self.median > 0 else 0.0
+# --budget-s: a part starts only when its rough need is left: a step row's sparkdbn side, torch's compile, a fit
+# (the CPU DBN fit: ~11 s a run on 16 cores)
+STEP_NEED_S, COMPILE_NEED_S, FIT_NEED_S = 5.0, 30.0, 15.0
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -70,32 +74,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--precision", default="float32", choices=rbm.PRECISIONS,
                         help="on the GPU, for both sparkdbn and torch (the CPUs compute in float32)")
     parser.add_argument("--reference", default="compile", choices=REFERENCES,
-                        help="how torch's steps run: torch.compile (default), a CUDA graph, or eager")
-    parser.add_argument("--steps", type=int, default=50, help="steps per timed run of a step row")
-    parser.add_argument("--runs", type=int, default=5, help="timed runs per row (median and spread)")
+                        help="how torch's GPU steps run: torch.compile (default mode), that compiled step in a "
+                             "CUDA graph, or eager (torch's CPU steps run eager)")
+    parser.add_argument("--steps", type=int, default=50, help="steps per timed run of a step row (LeNet: a third)")
+    parser.add_argument("--runs", type=int, default=5, help="timed runs per step row (median and spread)")
+    parser.add_argument("--fit-runs", type=int, default=3, help="timed whole fits per fit row and side")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="seconds the whole bench may take: parts that no longer fit are skipped, runs cut "
+                             "short, and the Parts table says so (default: no budget)")
     add_json_option(parser)
     args = parser.parse_args(argv)
-    if args.steps < 1 or args.runs < 1:
-        parser.error(f"--steps and --runs must be >= 1, got {args.steps} and {args.runs}")
+    if args.steps < 1 or args.runs < 1 or args.fit_runs < 1:
+        parser.error(f"--steps, --runs and --fit-runs must be >= 1, got {args.steps}, {args.runs}, {args.fit_runs}")
     if args.cpu_only and args.no_cpu:
         parser.error("--cpu-only and --no-cpu leave nothing to run")
     if args.quick:
-        args.steps, args.runs = min(args.steps, 3), min(args.runs, 2)
+        args.steps, args.runs, args.fit_runs = min(args.steps, 3), min(args.runs, 2), min(args.fit_runs, 2)
     return args
-
-
-def timed(step: Callable[[], None], sync: Callable[[], None], steps: int, runs: int) -> Timing:
-    """Seconds per step in each of ``runs`` runs of ``steps`` steps, after one untimed step; synchronised."""
-    step()
-    sync()
-    seconds = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        for _ in range(steps):
-            step()
-        sync()
-        seconds.append((time.perf_counter() - started) / steps)
-    return Timing(tuple(seconds))
 
 
 def sync_for(xp: Any) -> Callable[[], None]:
@@ -103,7 +98,8 @@ def sync_for(xp: Any) -> Callable[[], None]:
 
 
 class PoolPeak:
-    """The most cupy's memory pool held during a row (its blocks are freed first; None on the CPU)."""
+    """What cupy's memory pool reserved from the device during a row: its blocks are freed first, and the pool
+    keeps what it reserved until asked, so its size at the end is its peak (None on the CPU)."""
 
     def __init__(self, xp: Any) -> None:
         self.pool = None if xp is np else xp.get_default_memory_pool()
@@ -119,7 +115,15 @@ def _backend_array(xp: Any, array: np.ndarray) -> Any:
     return array if xp is np else xp.asarray(array)
 
 
-def sparkdbn_cd1(xp: Any, visible: int, hidden: int, batch: int, precision: str, args: Any) -> tuple[Timing, Any]:
+def device_settings(name: str, args: Any) -> tuple[str, str, str]:
+    """(precision, torch's device, torch's reference) of the rows on backend ``name``."""
+    return (args.precision, "cuda", args.reference) if name == "gpu" else ("float32", "cpu", "eager")
+
+
+# -- step rows ----------------------------------------------------------------------------------------------------
+
+def sparkdbn_cd1(report: Report, xp: Any, visible: int, hidden: int, batch: int, precision: str, args: Any
+                 ) -> tuple[Timing, Any]:
     peak = PoolPeak(xp)
     rng = np.random.default_rng(0)
     model = rbm.RBM(hidden, batch_size=batch, persistent=False, random_state=0, precision=precision,
@@ -133,15 +137,10 @@ def sparkdbn_cd1(xp: Any, visible: int, hidden: int, batch: int, precision: str,
         _cd.cd_step(ws, batch, model._W, model._hbias, model._vbias, model._velocity, model._sampler, settings,
                     0.01, 0.5, measure_error=False)
 
-    return timed(step, sync_for(xp), args.steps, args.runs), peak.bytes()
+    return timed_steps(report, "sparkdbn", step, sync_for(xp), args.steps, args.runs), peak.bytes()
 
 
-def lenet_steps(args: Any) -> int:
-    """Steps per timed LeNet run: a third of ``--steps`` (a LeNet step is ~10x a CD-1 step)."""
-    return max(args.steps // 3, 2)
-
-
-def sparkdbn_lenet(xp: Any, batch: int, precision: str, args: Any) -> tuple[Timing, Any]:
+def sparkdbn_lenet(report: Report, xp: Any, batch: int, precision: str, args: Any) -> tuple[Timing, Any]:
     peak = PoolPeak(xp)
     rng = np.random.default_rng(0)
     net = rbm.lenet(batch_size=batch, device="cpu" if xp is np else "gpu", precision=precision, random_state=0)
@@ -153,151 +152,160 @@ def sparkdbn_lenet(xp: Any, batch: int, precision: str, args: Any) -> tuple[Timi
         _, grads = net._loss_and_gradients(X, y)
         net._optimizer.step(net._refs, grads, decay=net._decay)
 
-    return timed(step, sync_for(xp), lenet_steps(args), args.runs), peak.bytes()
+    return timed_steps(report, "sparkdbn", step, sync_for(xp), lenet_steps(args), args.runs), peak.bytes()
 
 
-def torch_row(torch_side: Any, make: Callable[[], tuple[Callable[[], None], str]], device: str, steps: int,
-              runs: int) -> tuple[Timing, int | None, str]:
-    """A torch step row: its timing, peak bytes and what the reference became (compiled, graph, eager)."""
-    torch_side.reset_peak(device)
-    step, kind = make()
-    timing = timed(step, lambda: torch_side.synchronize(device), steps, runs)
-    return timing, torch_side.peak(device), kind
+def torch_steps(report: Report, torch_side: Any, make: Callable[[], tuple[Callable[[], None], str]], device: str,
+                reference: str, steps: int, runs: int) -> tuple[Timing | None, int | None, str]:
+    """A torch step row: its timing, peak bytes and what the reference became (compiled, graph, eager) -- or
+    empty, with the reason, where there is no torch, no time left for its compile, or it failed."""
+    if torch_side is None:
+        return None, None, ""
+    need = COMPILE_NEED_S if reference != "eager" else STEP_NEED_S
+    if report.left() < need:
+        report.say("torch skipped for the time budget")
+        return None, None, "skipped (time budget)"
+    try:
+        torch_side.start_row(device)
+        step, kind = make()
+        timing = timed_steps(report, "torch", step, lambda: torch_side.synchronize(device), steps, runs)
+        return timing, torch_side.peak(device), kind
+    except Exception as error:  # noqa: BLE001 - sparkdbn's side of the row stands
+        report.failed("torch", error)
+        return None, None, f"failed: {type(error).__name__}"
+
+
+def cd1_part(args: Any, name: str, xp: Any, torch_side: Any, visible: int, hidden: int, batch: int) -> Part:
+    precision, device, reference = device_settings(name, args)
+    label = f"cd1 {visible}-{hidden} b{batch}"
+
+    def measure(report: Report) -> list[Any]:
+        ours, our_peak = sparkdbn_cd1(report, xp, visible, hidden, batch, precision, args)
+        theirs = torch_steps(report, torch_side, lambda: torch_side.cd1_step(
+            device, visible, hidden, batch, precision, reference), device, reference, args.steps, args.runs)
+        return step_row(label, name, batch, ours, our_peak, *theirs)
+
+    return Part("steps", label, name, STEP_NEED_S, measure)
+
+
+def lenet_part(args: Any, name: str, xp: Any, torch_side: Any, batch: int) -> Part:
+    precision, device, reference = device_settings(name, args)
+    label = f"lenet b{batch}"
+
+    def measure(report: Report) -> list[Any]:
+        ours, our_peak = sparkdbn_lenet(report, xp, batch, precision, args)
+        theirs = torch_steps(report, torch_side, lambda: torch_side.lenet_step(device, batch, precision, reference),
+                             device, reference, lenet_steps(args), args.runs)
+        return step_row(label, name, batch, ours, our_peak, *theirs)
+
+    return Part("steps", label, name, STEP_NEED_S, measure)
+
+
+def step_parts(args: Any, name: str, xp: Any, torch_side: Any) -> list[Part]:
+    shapes = CD1_SHAPES if not args.quick else [(64, 32, 20)]
+    return ([cd1_part(args, name, xp, torch_side, *shape) for shape in shapes]
+            + [lenet_part(args, name, xp, torch_side, batch) for batch in (LENET_BATCHES if not args.quick else [8])])
 
 
 def megabytes(value: int | None) -> float | None:
     return None if value is None else value / 2**20
 
 
-def ratio(ours: Timing | None, theirs: Timing | None) -> float | None:
-    """How many times faster sparkdbn's median is (theirs / ours in seconds)."""
-    return None if ours is None or theirs is None else theirs.median / ours.median
-
-
-def step_rows(args: Any, backends: list[tuple[str, Any]], torch_side: Any) -> list[list[Any]]:
-    """The step table: CD-1 and LeNet, sparkdbn beside torch on each device."""
-    rows = []
-    shapes = CD1_SHAPES if not args.quick else [(64, 32, 20)]
-    for name, xp in backends:
-        precision, device = (args.precision, "cuda") if name == "gpu" else ("float32", "cpu")
-        for visible, hidden, batch in shapes:
-            ours, our_peak = sparkdbn_cd1(xp, visible, hidden, batch, precision, args)
-            theirs = their_peak = kind = None
-            if torch_side is not None:
-                theirs, their_peak, kind = torch_row(torch_side, lambda: torch_side.cd1_step(
-                    device, visible, hidden, batch, precision, args.reference), device, args.steps, args.runs)
-            rows.append(_step_row(f"cd1 {visible}-{hidden} b{batch}", name, batch, ours, theirs, our_peak, their_peak,
-                                  kind))
-        for batch in (LENET_BATCHES if not args.quick else [8]):
-            ours, our_peak = sparkdbn_lenet(xp, batch, precision, args)
-            theirs = their_peak = kind = None
-            if torch_side is not None:
-                theirs, their_peak, kind = torch_row(torch_side, lambda: torch_side.lenet_step(
-                    device, batch, precision, args.reference), device, lenet_steps(args), args.runs)
-            rows.append(_step_row(f"lenet b{batch}", name, batch, ours, theirs, our_peak, their_peak, kind))
-    return rows
-
-
-def _step_row(label: str, device: str, batch: int, ours: Timing, theirs: Timing | None, our_peak: Any,
-              their_peak: Any, kind: str | None) -> list[Any]:
+def step_row(label: str, device: str, batch: int, ours: Timing, our_peak: Any, theirs: Timing | None,
+             their_peak: Any, kind: str) -> list[Any]:
     print(f"{label:<22}{device:<5}{batch / ours.median:>13,.0f}/s ±{ours.spread:>5.1%}"
           f"{'' if theirs is None else f'{batch / theirs.median:>13,.0f}/s ±{theirs.spread:>5.1%}'}"
-          f"{'' if theirs is None else f'{ratio(ours, theirs):>7.2f}x'}  {kind or ''}", flush=True)
+          f"{'' if theirs is None else f'{ratio(ours, theirs):>7.2f}x'}  {kind}", flush=True)
     return [label, device, batch / ours.median, 100 * ours.spread,
             None if theirs is None else batch / theirs.median, None if theirs is None else 100 * theirs.spread,
-            ratio(ours, theirs), megabytes(our_peak), megabytes(their_peak), kind or ""]
+            ratio(ours, theirs), megabytes(our_peak), megabytes(their_peak), kind]
 
 
-STEP_COLUMNS = ["row", "device", "sparkdbn samples/s", "spread %", "torch samples/s", "torch spread %",
-                "sparkdbn / torch", "sparkdbn peak MiB", "torch peak MiB", "torch reference"]
-FIT_COLUMNS = ["fit", "device", "sparkdbn s", "spread %", "torch s", "torch spread %", "sparkdbn / torch",
-               "sparkdbn accuracy", "torch accuracy"]
+# -- fits ---------------------------------------------------------------------------------------------------------
+
+def dbn_settings(args: Any) -> dict[str, Any]:
+    """The DBN both sides fit: sparkdbn's defaults but for its size, epochs and minibatch."""
+    return dict(hidden_layer_sizes=(32, 32) if args.quick else (256, 256), pretrain_epochs=1 if args.quick else 3,
+                finetune_epochs=1 if args.quick else 10, batch_size=50, random_state=0)
 
 
-def fit_rows(args: Any, backends: list[tuple[str, Any]], torch_side: Any) -> list[list[Any]]:
-    """The fit table: sparkdbn's and torch's whole fits of the DBN and LeNet on each device."""
+LENET_SETTINGS = dict(epochs=1, random_state=0)  # LeNet: sparkdbn's defaults, one epoch
+
+
+@functools.lru_cache(maxsize=2)
+def digits28(quick: bool, images: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """digits28's training and held-out rows (600 of each with ``quick``), as images (n, 1, 28, 28) or flat."""
     data = load_digits28()
-    rows_kept = 600 if args.quick else None
-    X, y = (data.X_train[:rows_kept], data.y_train[:rows_kept]) if rows_kept else (data.X_train, data.y_train)
-    X_test, y_test = (data.X_test[:rows_kept], data.y_test[:rows_kept]) if rows_kept else (data.X_test, data.y_test)
-    dbn = dict(hidden_layer_sizes=(32, 32) if args.quick else (256, 256), pretrain_epochs=1 if args.quick else 3,
-               finetune_epochs=1 if args.quick else 10, batch_size=50, random_state=0)
-    lenet_epochs = 1
-    rows = []
-    for name, xp in backends:
-        precision, device = (args.precision, "cuda") if name == "gpu" else ("float32", "cpu")
-        sync = sync_for(xp)
-        for label in ("dbn fit", "lenet fit"):
-            shape = (1, 28, 28) if label == "lenet fit" else (-1,)
-            images, held_out = X.reshape(len(X), *shape), X_test.reshape(len(X_test), *shape)
-
-            def make() -> Any:
-                if label == "dbn fit":
-                    return rbm.DBN(device=name, precision=precision, **dbn)
-                return rbm.lenet(epochs=lenet_epochs, device=name, precision=precision, random_state=0)
-
-            seconds, accuracy = [], None
-            make().fit(images[:200], y[:200])  # untimed: kernels compiled, plans built, cuDNN tuned
-            for _ in range(args.runs):
-                sync()
-                started = time.perf_counter()
-                model = make().fit(images, y)
-                sync()
-                seconds.append(time.perf_counter() - started)
-                accuracy = float(model.score(held_out, y_test))
-            ours, theirs, their_accuracy = Timing(tuple(seconds)), None, None
-            if torch_side is not None:
-                theirs, their_accuracy = torch_fit(torch_side, label, device, X, y, X_test, y_test, dbn, lenet_epochs,
-                                                   precision, args.runs)
-            print(f"{label:<12}{name:<5}{ours.median:>9.2f} s ±{ours.spread:>5.1%}  acc {accuracy:.4f}"
-                  f"{'' if theirs is None else f'   torch {theirs.median:>8.2f} s ±{theirs.spread:>5.1%}'}"
-                  f"{'' if their_accuracy is None else f'  acc {their_accuracy:.4f}'}", flush=True)
-            rows.append([label, name, ours.median, 100 * ours.spread, None if theirs is None else theirs.median,
-                         None if theirs is None else 100 * theirs.spread, ratio(ours, theirs), accuracy,
-                         their_accuracy])
-    return rows
+    kept = 600 if quick else None
+    shape = (1, 28, 28) if images else (-1,)
+    X, X_test = data.X_train[:kept], data.X_test[:kept]
+    return X.reshape(len(X), *shape), data.y_train[:kept], X_test.reshape(len(X_test), *shape), data.y_test[:kept]
 
 
-def torch_fit(torch_side: Any, label: str, device: str, X: np.ndarray, y: np.ndarray, X_test: np.ndarray,
-              y_test: np.ndarray, dbn: dict, lenet_epochs: int, precision: str, runs: int) -> tuple[Timing, float]:
-    """torch's fit of the same network, ``runs`` times after an untimed small one; synchronised."""
-    def fit(rows: int | None = None) -> float:
-        X_fit, y_fit = (X[:rows], y[:rows]) if rows else (X, y)
-        if label == "lenet fit":
-            return torch_side.lenet_fit(device, X_fit, y_fit, X_test, y_test, lenet_epochs, 64, precision)
-        return torch_side.dbn_fit(device, X_fit, y_fit, X_test, y_test, tuple(dbn["hidden_layer_sizes"]),
-                                  dbn["pretrain_epochs"], dbn["finetune_epochs"], dbn["batch_size"], 0.1, 0.1, 0.9,
-                                  precision)
-    fit(200)
-    seconds, accuracy = [], 0.0
-    for _ in range(runs):
-        torch_side.synchronize(device)
-        started = time.perf_counter()
-        accuracy = fit()
-        torch_side.synchronize(device)
-        seconds.append(time.perf_counter() - started)
-    return Timing(tuple(seconds)), accuracy
+def fit_part(args: Any, name: str, xp: Any, torch_side: Any, label: str) -> Part:
+    precision, device, _ = device_settings(name, args)
 
-
-def target_rows(steps: list[list[Any]], fits: list[list[Any]]) -> list[list[Any]]:
-    """The issue's bars, each with what was measured and whether it holds (only where the GPU rows ran)."""
-    rows = []
-    for row in steps:
-        if row[1] == "gpu" and row[0] in ("cd1 784-500 b100", "cd1 784-500 b1000", "lenet b64", "lenet b256"):
-            rows.append([f"{row[0]}: sparkdbn / torch >= {TARGET_STEP_RATIO}", row[6],
-                         None if row[6] is None else row[6] >= TARGET_STEP_RATIO])
-    by = {(row[0], row[1]): row for row in fits}
-    for label in ("dbn fit", "lenet fit"):
-        gpu, cpu = by.get((label, "gpu")), by.get((label, "cpu"))
-        if gpu is None or cpu is None:
-            continue
+    def make() -> Any:
         if label == "dbn fit":
-            over = cpu[2] / gpu[2]
-            rows.append([f"dbn fit: GPU over the CPUs >= {TARGET_FIT_OVER_CPU}x", over, over >= TARGET_FIT_OVER_CPU])
-        points = abs(gpu[7] - cpu[7]) * 100
-        rows.append([f"{label}: GPU and CPU accuracy within {TARGET_ACCURACY_POINTS} point", points,
-                     points <= TARGET_ACCURACY_POINTS])
-    return rows
+            return rbm.DBN(device=name, precision=precision, **dbn_settings(args))
+        return rbm.lenet(device=name, precision=precision, **LENET_SETTINGS)
+
+    def measure(report: Report) -> list[Any]:
+        X, y, X_test, y_test = digits28(args.quick, label == "lenet fit")
+        make().fit(X[:200], y[:200])  # untimed: kernels compiled, plans built, cuDNN tuned
+        ours, model = timed_fits(report, "sparkdbn", lambda: make().fit(X, y), sync_for(xp), args.fit_runs)
+        accuracy = float(model.score(X_test, y_test))
+        theirs, their_accuracy = torch_fit(report, torch_side, label, device, precision, args, (X, y, X_test, y_test),
+                                           ours)
+        print(f"{label:<12}{name:<5}{ours.median:>9.2f} s ±{ours.spread:>5.1%}  acc {accuracy:.4f}"
+              f"{'' if theirs is None else f'   torch {theirs.median:>8.2f} s ±{theirs.spread:>5.1%}'}"
+              f"{'' if their_accuracy is None else f'  acc {their_accuracy:.4f}'}", flush=True)
+        return [label, name, ours.median, 100 * ours.spread, None if theirs is None else theirs.median,
+                None if theirs is None else 100 * theirs.spread, ratio(ours, theirs), accuracy, their_accuracy]
+
+    return Part("fits", label, name, FIT_NEED_S, measure)
+
+
+def torch_fit(report: Report, torch_side: Any, label: str, device: str, precision: str, args: Any,
+              data: tuple[np.ndarray, ...], ours: Timing) -> tuple[Timing | None, float | None]:
+    """torch's fit of the same network trained the same way, timed as sparkdbn's (after an untimed small fit), and
+    its held-out accuracy measured after; empty where there is no torch, no time for it, or it failed."""
+    if torch_side is None:
+        return None, None
+    if report.left() < RUN_MARGIN * ours.median:
+        report.say("torch skipped for the time budget")
+        return None, None
+    X, y, X_test, y_test = data
+    try:
+        if label == "dbn fit":
+            recipe, classes = DBNRecipe.of(dbn_settings(args), X.shape[1]), int(y.max()) + 1
+
+            def fit(rows: int | None = None) -> Any:
+                return torch_side.dbn_fit(device, X[:rows], y[:rows], classes, recipe, precision)
+        else:
+            recipe = LeNetRecipe.of(rbm.lenet(**LENET_SETTINGS))
+
+            def fit(rows: int | None = None) -> Any:
+                return torch_side.lenet_fit(device, X[:rows], y[:rows], recipe, precision)
+        fit(200)
+        theirs, net = timed_fits(report, "torch", fit, lambda: torch_side.synchronize(device), args.fit_runs)
+        return theirs, torch_side.accuracy(net, X_test, y_test, device, precision)
+    except Exception as error:  # noqa: BLE001 - sparkdbn's side of the row stands
+        report.failed("torch", error)
+        return None, None
+
+
+# -- targets, plan, main ------------------------------------------------------------------------------------------
+
+def plan(args: Any, backends: list[tuple[str, Any]], torch_side: Any) -> list[Part]:
+    """The parts, most important first: the GPU's steps and fits, then the CPUs' fits (the DBN's first: the
+    baseline of the GPU's target) and steps."""
+    parts = []
+    for name, xp in backends:
+        steps = step_parts(args, name, xp, torch_side)
+        fits = [] if args.no_fits else [fit_part(args, name, xp, torch_side, fit) for fit in ("dbn fit", "lenet fit")]
+        parts += steps + fits if name == "gpu" else fits + steps
+    return parts
 
 
 def load_torch_side(args: Any) -> Any:
@@ -310,11 +318,13 @@ def load_torch_side(args: Any) -> Any:
         print(f"no torch ({error}): torch's columns stay empty")
         return None
     torch_side.set_precision(args.precision)
+    print(f"torch {torch_side.describe()}")
     return torch_side
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, list[list[Any]]]:
-    """Run the race; returns the tables (also written with ``--json``)."""
+    """Run the race; returns the tables (also written with ``--json``, after every part)."""
+    started = time.monotonic()  # the budget counts from here: torch's import and the GPU's start-up included
     args = parse_args(argv)
     run = BenchRun(__file__, args).start()
     torch_side = load_torch_side(args)
@@ -328,20 +338,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[list[Any]]]:
               f"torch reference {args.reference}")
     elif not args.cpu_only:
         print("no usable GPU: CPU rows only")
-    tables: dict[str, list[list[Any]]] = {"steps": step_rows(args, backends, torch_side)}
-    run.table("Steps: samples per second (median of the runs), spread of the runs, peak memory", STEP_COLUMNS,
-              tables["steps"], note=f"{args.runs} runs of {args.steps} steps (LeNet: {lenet_steps(args)}) per row, "
-                                    f"precision {args.precision} on the GPU for both sides.")
-    if not args.no_fits:
-        tables["fits"] = fit_rows(args, backends, torch_side)
-        run.table("Fits on digits28: seconds (median of the runs) and held-out accuracy", FIT_COLUMNS,
-                  tables["fits"], note="Every fit ends with a device synchronisation; both sides upload the data once.")
-    tables["targets"] = target_rows(tables["steps"], tables.get("fits", []))
-    if tables["targets"]:
-        run.table("Targets", ["target", "measured", "met"], tables["targets"])
-    run.finish()
-    return tables
+    report = Report(run, args, plan(args, backends, torch_side), started=started)
+    report.measure()
+    report.write(final=True)
+    return {"steps": report.rows["steps"], "fits": report.rows["fits"],
+            "targets": target_rows(report.rows["steps"], report.rows["fits"])}
+
+
+def _stop(signum: int, frame: Any) -> None:  # noqa: ARG001 - signal's handler signature
+    raise SystemExit(128 + signum)  # timeout's SIGTERM: Report.measure writes what finished, then the bench ends
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _stop)
     main()
