@@ -20,6 +20,9 @@ what finished):
 ``--dry-run`` runs the same steps on a machine without a GPU (the tests do): the fits ask for
 ``device="cpu"`` where they would ask for ``"gpu"``, the data is the small digits set, and the
 full-GPU and nvidia-smi steps are skipped.
+
+Every session starts through :func:`spark_session`, with Spark's UI off (:data:`SESSION_CONF`): the slim
+jars staged for the GPU machine hold only the classes of workloads that ran without the UI.
 """
 
 from __future__ import annotations
@@ -42,6 +45,19 @@ import rbm
 from rbm.datasets import load_digits01, load_digits28
 
 FULL_GPU_LEFT_BYTES = 128 << 20  # what the driver leaves free on GPU 0 in step 4: below a node's 256 MiB
+
+#: What every session of the check gets over its own settings.  The GPU machine runs the slim jars of
+#: ../shared/tools/stage-spark-for-gpu.sh, cut to the classes that logged workloads loaded, so:
+#: the UI off (those workloads ran without it: Jetty's servlets, Jersey are absent, and a session with the UI on
+#: would fail there with NoClassDefFoundError); and connections never idle out during a part (netty's idle-state
+#: event, which Spark's transport closes a connection idle for ``spark.network.timeout`` by, loads only after
+#: 120 s of idling -- one staging kept its classes, the next did not), so the timeout exceeds a part's length.
+SESSION_CONF = {"spark.ui.enabled": "false", "spark.network.timeout": "900s"}
+
+
+def spark_session(master: str, app_name: str, conf: dict[str, str] | None = None) -> Any:
+    """``node.get_spark_session`` with :data:`SESSION_CONF` over ``conf``: the only way this check starts Spark."""
+    return node.get_spark_session(master, app_name=app_name, conf={**(conf or {}), **SESSION_CONF})
 
 
 def spark_tasks(sc: Any, first_job: int) -> dict[str, int]:
@@ -173,8 +189,8 @@ def gpu_part(args: Any, check: Check, store_url: str, gpu: str, dbn: dict, epoch
     """Steps 1-5 on the GPU session."""
     check.results["environment"] = {"python": sys.version.split()[0], "numpy": np.__version__,
                                     "gpu_available": rbm.gpu_available(), "gpu_processes_before": gpu_processes()}
-    spark = node.get_spark_session(f"local-cluster[2,1,{1024 if args.dry_run else 4096}]", app_name="sparkdbn-gpu-check",
-                                   conf=node.gpu_spark_conf(1, args.discovery))
+    spark = spark_session(f"local-cluster[2,1,{1024 if args.dry_run else 4096}]", "sparkdbn-gpu-check",
+                          node.gpu_spark_conf(1, args.discovery))
     fits: dict[str, dict] = {}
     for name, make, data in (
             ("dbn_gpu", lambda: rbm.DBN(device=gpu, precision="tf32" if gpu == "gpu" else "float32", **dbn), "flat"),
@@ -236,7 +252,8 @@ def cpu_part(args: Any, check: Check, store_url: str, dbn: dict, epochs: dict, X
              X_test: np.ndarray, y_test: np.ndarray) -> None:
     """Step 6: the same DBN fit on a CPU local-cluster, and the Spark GPU/CPU comparison."""
     fits = {"dbn_gpu": check.results["steps"].get("dbn_gpu", {})}
-    cpu_spark = node.get_spark_session(f"local-cluster[2,{args.cpu_cores},{1024 if args.dry_run else 8192}]", app_name="sparkdbn-gpu-check-cpu")
+    cpu_spark = spark_session(f"local-cluster[2,{args.cpu_cores},{1024 if args.dry_run else 8192}]",
+                              "sparkdbn-gpu-check-cpu")
     cpu_fit = check.step("dbn_cpu", lambda: public(fit(cpu_spark, store_url, "dbn_cpu", rbm.DBN(device="cpu", **dbn),
                                                        X, y, X_test, y_test, epochs)))
     cpu_spark.stop()
