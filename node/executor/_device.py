@@ -54,10 +54,11 @@ from pyspark import TaskContext
 import rbm
 
 from .._contract import NodeDevice
+from .._errors import NodeDeviceError
 
 __all__ = ["GPU_RESOURCE", "MIN_FREE_BYTES", "task_gpu_addresses", "cuda_index", "see_device", "device_failure",
            "use_device", "bound_to", "moved_from", "serving_device", "serving_spec", "release_gpu_memory", "build_replica",
-           "gpu_refused", "warm_up_key", "warm_up_once"]
+           "gpu_refused", "replica_on", "warm_up_key", "warm_up_once"]
 
 logger = logging.getLogger(__name__)
 
@@ -230,6 +231,37 @@ def build_replica(spec: dict, feature_shape: tuple[int, ...], classes: Any, devi
     model = rbm.model_from_spec(spec)
     model.initialize(feature_shape if len(feature_shape) > 1 else int(feature_shape[0]), classes)
     return model
+
+
+def replica_on(spec: dict, feature_shape: tuple[int, ...], classes: Any, device: NodeDevice) -> tuple[Any, NodeDevice]:
+    """A node's replica on ``device``, its kernels warmed up there, and the device it ended on.
+
+    A GPU that cannot hold it (out of memory in the build or the warm-up, a precision it does not
+    take) leaves ``"auto"`` on the CPU, saying why, as the driver's probe does: the GPU may have
+    filled since the probe, or the probe ran in another worker.
+
+    Raises
+    ------
+    NodeDeviceError
+        ``device="gpu"`` and the GPU cannot hold the replica.
+    ValueError
+        The model refuses the spec or the input (the model's own words).
+    """
+    try:
+        model = build_replica(spec, feature_shape, classes, device)
+        if device.kind == "gpu" and spec.get("kind") == "convnet":
+            device = replace(device, convolutions=rbm.conv.convolution_backend())
+        return model, warm_up_once(model, device)
+    except Exception as error:  # noqa: BLE001 - cupy's OutOfMemoryError and CUDARuntimeError among them
+        if device.kind != "gpu":
+            raise
+        refused = gpu_refused(device, error)
+        if refused.problem:
+            raise NodeDeviceError(device_failure(refused)) from error
+    model = None  # what the build allocated on the GPU goes back to it before the CPU replica is built
+    release_gpu_memory(device)
+    logger.warning("node %s: %s", device.node, refused.reason)
+    return build_replica(spec, feature_shape, classes, refused), refused
 
 
 def serving_device() -> NodeDevice:

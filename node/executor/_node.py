@@ -27,7 +27,6 @@ import os
 import signal
 import socket
 import time
-from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
@@ -40,8 +39,7 @@ from .._contract import NodeConfig, NodeDevice, PartitionReport, TaskSpec
 from .._errors import InputDataError, NodeDeviceError
 from ..data import encode_labels
 from ..modes import NodeScaling, PartitionWork, Trained, schedule_epoch, schedule_place
-from ._device import (build_replica, device_failure, gpu_refused, release_gpu_memory, see_device, use_device,
-                      warm_up_once)
+from ._device import device_failure, release_gpu_memory, replica_on, see_device, use_device
 from ._network import choose_node_address
 from ._resident import NodeData
 
@@ -137,7 +135,7 @@ class ExecutorNode:
         self.data = NodeData(self.store, config, self.name)
         self.weights = storage.WeightStore(self.store, config.run, config.key)
         self.runs = storage.RunStore(self.store, config.run, config.key)
-        self.model, self.device = self._replica()
+        self.model, self.device = replica_on(replica_spec(config), config.feature_shape, self.classes, self.device)
         if self.device.kind == "gpu":
             self.device_data = rbm.DeviceDataCache(config.gpu_data_budget_bytes or None)
             self._xp = rbm.array_module("gpu")
@@ -155,36 +153,6 @@ class ExecutorNode:
                     f"GPU {self.device.address} ({self.device.name})" if self.device.kind == "gpu" else "the CPU",
                     self.device.reason)
         return self
-
-    def _replica(self) -> tuple[Any, NodeDevice]:
-        """The replica on the node's device, its kernels warmed up there, and the device it ended on.
-
-        A GPU that cannot hold it (out of memory in the build or the warm-up, a precision it does
-        not take) leaves ``"auto"`` on the CPU, saying why, as the driver's probe does: the GPU
-        may have filled since the probe, or the probe ran on another worker.
-
-        Raises
-        ------
-        NodeDeviceError
-            ``device="gpu"`` and the GPU cannot hold the replica.
-        """
-        config, device = self.config, self.device
-        spec = replica_spec(config)
-        try:
-            model = build_replica(spec, config.feature_shape, self.classes, device)
-            if device.kind == "gpu" and spec.get("kind") == "convnet":
-                device = replace(device, convolutions=rbm.conv.convolution_backend())
-            return model, warm_up_once(model, device)
-        except Exception as error:  # noqa: BLE001 - cupy's OutOfMemoryError and CUDARuntimeError among them
-            if device.kind != "gpu":
-                raise
-            refused = gpu_refused(device, error)
-            if refused.problem:
-                raise NodeDeviceError(device_failure(refused)) from error
-        model = None  # what the build allocated on the GPU goes back to it before the CPU replica is built
-        release_gpu_memory(device)
-        logger.warning("node %s: %s", self.name, refused.reason)
-        return build_replica(spec, config.feature_shape, self.classes, refused), refused
 
     def use_device(self) -> None:
         """Before each task: the node's GPU is this thread's current one (cupy allocates and launches there).

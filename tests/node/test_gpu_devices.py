@@ -198,14 +198,14 @@ def test_an_auto_node_whose_gpu_cannot_hold_its_replica_computes_on_the_cpu_and_
 
 
 def test_a_convnet_node_on_a_gpu_reports_how_its_convolutions_run(monkeypatch):
-    config = dataclasses.replace(decode(a_config("gpu"), NodeConfig), spec=rbm.lenet(device="gpu").to_spec(),
-                                 feature_shape=(1, 28, 28))
-    node = ExecutorNode(config)
-    node.device = NodeDevice(kind="gpu", host="h", node="h-1", address="0", index=0)
-    monkeypatch.setattr(_node, "build_replica", lambda *args: object())
-    monkeypatch.setattr(_node, "warm_up_once", lambda model, device: device)
+    on_gpu = NodeDevice(kind="gpu", host="h", node="h-1", address="0", index=0)
+    monkeypatch.setattr(_device, "build_replica", lambda *args: object())
+    monkeypatch.setattr(_device, "warm_up_once", lambda model, device: device)
     monkeypatch.setattr(rbm.conv, "convolution_backend", lambda: "im2col: no cuDNN here")
-    assert node._replica()[1].convolutions == "im2col: no cuDNN here"
+    lenet = rbm.lenet(device="gpu").to_spec()
+    assert _device.replica_on(lenet, (1, 28, 28), None, on_gpu)[1].convolutions == "im2col: no cuDNN here"
+    dbn = rbm.DBN(hidden_layer_sizes=(8,), device="gpu").to_spec()
+    assert _device.replica_on(dbn, (16,), None, on_gpu)[1].convolutions == ""  # a DBN has no convolutions
 
 
 def test_every_training_task_makes_its_nodes_gpu_current_before_it_touches_data_or_weights(monkeypatch):
