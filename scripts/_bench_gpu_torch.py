@@ -233,7 +233,7 @@ def dbn_fit(device: str, X: np.ndarray, y: np.ndarray, classes: int, recipe: Any
 
 
 def lenet_fit(device: str, X: np.ndarray, y: np.ndarray, recipe: Any, precision: str) -> nn.Module:
-    """Fit LeNet on resident data as ``recipe`` (bench_gpu.LeNetRecipe: SGD with momentum) says; the network."""
+    """Fit LeNet on resident data as ``recipe`` (_bench_gpu_recipes.LeNetRecipe: SGD with momentum) says; the network."""
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(0)
     data = torch.as_tensor(X.reshape(len(X), 1, 28, 28), dtype=torch.float32, device=device)
