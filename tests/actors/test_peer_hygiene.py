@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+import types
 
 import numpy as np
 
@@ -69,15 +70,18 @@ def test_malformed_refusing_and_silent_peers_are_counted_and_logged_a_bounded_nu
     assert stats["peer_connect_retries"] > refusing_lines + mute_lines
 
 
-def test_a_log_every_filter_says_a_lasting_condition_again_only_after_its_interval(caplog):
+def test_a_log_every_filter_says_a_lasting_condition_again_only_after_its_interval(caplog, monkeypatch):
+    now = [1000.0]  # the filter's clock, moved by hand: a loaded host's pauses must not count as the interval
+    monkeypatch.setattr(actors._stats, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
     logger = logging.getLogger("sparkdbn.test.every")
     every = LogEvery(logger, interval_s=0.2)
     caplog.set_level(logging.WARNING, logger=logger.name)
     for _ in range(50):
         every.log("unreachable", "tcp://a:1", "peer a")
         every.log("unreachable", "tcp://b:1", "peer b")
+        now[0] += 0.003  # 150 ms in all: within the interval
     assert [record.getMessage() for record in caplog.records] == ["peer a", "peer b"]
-    time.sleep(0.25)
+    now[0] += 0.06  # 210 ms after the first lines: past the interval
     every.log("unreachable", "tcp://a:1", "peer a")
     assert [record.getMessage() for record in caplog.records][-1] == "peer a" and len(caplog.records) == 3
 

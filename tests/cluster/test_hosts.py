@@ -43,9 +43,10 @@ HERE = Path(__file__).resolve().parent
 STORE_PATH = "/hosts"
 PARTITIONS = 6
 DBN_EPOCHS = {"rbm0": 8, "rbm1": 8, "finetune": 30}
-#: The same tolerance as tests/node: a 3-node run of this small DBN lands within 1 point of one node
-#: on most seeds; see the closing note of the branch for the measured gap.
-ACCURACY_TOLERANCE = 0.02
+#: How far below one node a fit may land: tests/node/test_training.py's 3 points (two asynchronous nodes
+#: of this DBN 0.944-0.97 from run to run, one process 0.967-0.969).  One-sided: what these tests guard
+#: against (work lost to the cut or the kill, a phase trained again from its start) lowers accuracy.
+ACCURACY_TOLERANCE = 0.03
 CUT_S = 20.0
 CUT_AFTER_EPOCH = 2  # of the last phase
 KILL_EPOCHS_AFTER_RESTORE = 3
@@ -216,7 +217,7 @@ def test_three_worker_hosts_train_through_hdfs_hearing_each_other_across_hosts(r
         assert record["endpoint"].startswith(f"tcp://{runs.cluster.address(_host(record['node']))}:") \
             if _host(record["node"]) != "worker3" else record["endpoint"].startswith("tcp://10.")
     assert _every_snapshot_verifies(runs.store_url, "dbn") > 0
-    assert abs(fit["accuracy"] - reference_accuracy) <= ACCURACY_TOLERANCE, (fit["accuracy"], reference_accuracy)
+    assert fit["accuracy"] >= reference_accuracy - ACCURACY_TOLERANCE, (fit["accuracy"], reference_accuracy)
 
 
 def test_a_worker_host_cut_off_for_20_s_mid_phase_catches_up_and_the_run_completes(runs: Runs,
@@ -234,7 +235,7 @@ def test_a_worker_host_cut_off_for_20_s_mid_phase_catches_up_and_the_run_complet
                      and restored < record["time"] < runs.times["killed"]]
     assert worker3_after, "worker3 trained nothing between the restored link and its death"
     assert _every_snapshot_verifies(runs.store_url, "dbn") > 0
-    assert abs(fit["accuracy"] - reference_accuracy) <= ACCURACY_TOLERANCE
+    assert fit["accuracy"] >= reference_accuracy - ACCURACY_TOLERANCE, (fit["accuracy"], reference_accuracy)
     before = [record for record in records if record["time"] < cut and _host(record["node"]) != "worker3"]
     print(f"\nsamples/s of worker1+worker2 partitions: before the cut {_rate(before):.0f}, "
           f"during it {_rate(others_during):.0f} (training time only)")
@@ -255,7 +256,7 @@ def test_a_worker_host_killed_whole_mid_phase_leaves_a_run_that_completes_on_the
     killed = runs.times["killed"]
     assert any(_host(record["node"]) == "worker3" for record in _records(fit, last) if record["time"] < killed)
     assert sum(record["samples"] for record in final_epoch["records"]) > 0
-    assert abs(fit["accuracy"] - reference_accuracy) <= ACCURACY_TOLERANCE
+    assert fit["accuracy"] >= reference_accuracy - ACCURACY_TOLERANCE, (fit["accuracy"], reference_accuracy)
 
 
 def test_the_store_host_unreachable_briefly_is_ridden_out_and_the_store_stopped_fails_clearly_then_resumes(runs: Runs):

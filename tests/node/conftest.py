@@ -35,6 +35,7 @@ class DBNRecipe:
 
     partitions = PARTITIONS
     epochs = DBN_EPOCHS
+    settings = DBN_SETTINGS
 
     def __init__(self) -> None:
         self._accuracy: dict[int, tuple[object, float]] = {}  # id(split) -> (split, accuracy)

@@ -158,10 +158,12 @@ def test_an_auto_fit_without_gpus_trains_on_the_cpus_and_the_record_and_metrics_
     assert trained is model and trained.score(digits.X_test, digits.y_test) > 0.9  # learned, on the given model
     view = node.open_run(store_url, "auto")
     devices = view.record["devices"]
-    assert len(devices) == 2 and {device["kind"] for device in devices.values()} == {"cpu"}
+    metrics = view.runs.read_metrics()
+    # Every node that trained, and only those: two at least (an executor's idle Python workers may take turns).
+    assert set(devices) == {m["node"] for m in metrics} and len(devices) >= 2
+    assert {device["kind"] for device in devices.values()} == {"cpu"}
     assert all(device["reason"].startswith("device='auto' computes on the CPU: Spark assigned no GPU")
                for device in devices.values())
-    metrics = view.runs.read_metrics()
     assert all(m["device"] == devices[m["node"]] and m["device_data"] == {} for m in metrics)
     assert view.record["spec"]["device"] == "auto"  # the record keeps what the nodes were asked for
-    assert node.watch.run_status(store_url, "auto").count("device: the CPU of") == 2
+    assert node.watch.run_status(store_url, "auto").count("device: the CPU of") == len(devices)

@@ -82,10 +82,11 @@ def test_a_worker_added_while_a_fit_trains_gets_nodes_that_start_from_the_store_
     assert first >= joined_after, "a node of the added worker trained before the worker existed"
     last = len(position) - 1
     assert first <= last - 2, f"the added worker's nodes came in only at epoch {first} of {len(position)}"
-    for k in (last - 1, last):  # they stay nodes to the end, and take their share of the work
-        assert set(trained_in[k]) & joined, f"epoch {k} of the fit ran without the added worker's nodes"
+    # They stay nodes to the end (the other worker may run both tasks of one epoch while they finish
+    # the epoch before, as async queues each epoch's job behind the running one) ...
+    assert (set(trained_in[last - 1]) | set(trained_in[last])) & joined, "the fit ended without the added worker"
     since = [name for k in range(first, last + 1) for name in trained_in.get(k, [])]
-    assert sum(name in joined for name in since) >= len(since) / 4, since
+    assert sum(name in joined for name in since) >= len(since) / 4, since  # ... and take their share of the work
 
     # They started from what the store held for the phase (the other nodes' snapshots), not from its start:
     # the first partition of the phase they joined in says so.
@@ -97,6 +98,6 @@ def test_a_worker_added_while_a_fit_trains_gets_nodes_that_start_from_the_store_
     # What they trained reached the others: peers merged their snapshots, and the phase results count them.
     merged_by_others = {peer for m in metrics if m["node"] not in joined for peer in m["merged_from"]}
     assert merged_by_others & joined, "no other node merged a snapshot of the added worker's nodes"
-    assert set(view.record["steps"][phases[-1]]["nodes"]) & joined
+    assert set(view.record["steps"][phases[-1]]["nodes"]) == set(trained_in[last])  # the result: the last epoch's nodes
     accuracy = float(output.split("accuracy")[-1].split()[0].strip(":= "))
     assert accuracy >= MIN_ACCURACY, output[-2000:]

