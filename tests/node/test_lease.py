@@ -27,6 +27,9 @@ ROOT = HERE.parent.parent
 PROCESS_TIMEOUT_S = 120.0
 #: Short leases keep these tests fast: renewals every 0.1 s.
 TIMEOUT_S = 0.4
+#: The timeout of a driver that must be refused: long, so it is refused at the holder's next renewal (0.1 s
+#: apart) whatever the load, yet polls every 0.5 s (timeout / 8); a holder that never renews fails it in 4 s.
+REFUSED_TAKER_TIMEOUT_S = 4.0
 #: The run key the leases here are signed with.
 KEY = b"lease-test-run-key-32-bytes-long"
 
@@ -86,7 +89,7 @@ def test_a_held_lease_refuses_a_second_driver_naming_the_holder_and_a_released_o
     with DriverLease(store, "r1", KEY, TIMEOUT_S, fit_id="first-fit") as first:
         assert first.generation == 1
         with pytest.raises(node.LeaseHeldError, match=rf"another driver \(host .*, pid {os.getpid()}, fit first-fit"):
-            DriverLease(store, "r1", KEY, TIMEOUT_S).acquire()
+            DriverLease(store, "r1", KEY, REFUSED_TAKER_TIMEOUT_S).acquire()
     started_at = time.monotonic()
     with DriverLease(store, "r1", KEY, 60.0) as second:  # released: no watching, even with a long timeout
         assert second.generation == 2
@@ -191,7 +194,7 @@ def test_a_wall_clock_far_ahead_on_either_side_never_lets_a_renewed_lease_be_tak
     monkeypatch.setattr(time, "time", lambda: real_time() + (hour_s if ahead == "taker" else -hour_s))
     for _ in range(3):  # the taker in this process, its wall clock two hours off the holder's, either way
         with pytest.raises(node.LeaseHeldError, match="renewed its lease while this fit watched"):
-            DriverLease(store, "skewed", KEY, TIMEOUT_S).acquire()
+            DriverLease(store, "skewed", KEY, REFUSED_TAKER_TIMEOUT_S).acquire()
     holder.send_signal(signal.SIGKILL)  # now it is gone: its lease goes silent and is taken over after the timeout,
     holder.wait(timeout=30)  # a holder's clock ahead notwithstanding
     monkeypatch.setattr(time, "time", lambda: real_time() + (hour_s if ahead == "taker" else 0.0))
@@ -214,7 +217,7 @@ def test_a_lease_kept_by_the_earlier_layout_is_watched_the_same_way(store_url):
     renewer = threading.Thread(target=old_driver_renews, daemon=True)
     renewer.start()
     with pytest.raises(node.LeaseHeldError, match=r"host old-host, pid 7"):
-        DriverLease(store, "r1", KEY, TIMEOUT_S).acquire()
+        DriverLease(store, "r1", KEY, REFUSED_TAKER_TIMEOUT_S).acquire()
     renewer.join()
     with DriverLease(store, "r1", KEY, TIMEOUT_S) as taker:  # silent now: taken over after the timeout
         assert taker.generation == 1
@@ -229,7 +232,7 @@ def test_renewals_on_a_store_whose_rename_cannot_overwrite_never_leave_a_moment_
             deadline_poll(lambda: folder.view().renewal >= 2, 30.0, "two renewals")
             for _ in range(5):  # each taker watches through one or more renewals of the holder
                 with pytest.raises(node.LeaseHeldError, match="renewed its lease"):
-                    DriverLease(store, "r1", KEY, TIMEOUT_S).acquire()
+                    DriverLease(store, "r1", KEY, REFUSED_TAKER_TIMEOUT_S).acquire()
             assert not holder.lost
         assert store.backend.replaces_atomically is None  # nothing on the lease's path replaced a file
 

@@ -20,6 +20,9 @@ from node.run import DriverLease
 KEY = b"lease-token-test-run-key-32bytes"
 #: Renewals every 0.1 s keep these tests short.
 TIMEOUT_S = 0.4
+#: The timeout of a fit that must be refused: long, so it is refused at the holder's next renewal (0.1 s
+#: apart) whatever the load, yet polls every 0.5 s (timeout / 8); a holder that never renews fails it in 4 s.
+REFUSED_TAKER_TIMEOUT_S = 4.0
 #: How long a taker that should be refused (or a holder that should stop) is given: far above TIMEOUT_S.
 DEADLINE_S = 60.0
 
@@ -53,7 +56,7 @@ def test_a_deleted_lease_folder_never_brings_back_a_generation_the_run_already_u
     holder.release()  # releases nothing: generation 5 is not its own
     assert not any(name.endswith(".released") for name in store.list("runs/r1/lease"))
     with pytest.raises(node.LeaseHeldError):  # a third fit is refused: generation 5 is held and renewed
-        DriverLease(store, "r1", KEY, TIMEOUT_S).acquire()
+        DriverLease(store, "r1", KEY, REFUSED_TAKER_TIMEOUT_S).acquire()
     runs.write_record({"status": "done", "by": 5}, generation=taker.generation)
     assert storage.RunStore(store, "r1", KEY).read_record()["by"] == 5  # readers see the newest fit
     taker.release()
@@ -101,7 +104,7 @@ def test_a_forged_next_generation_neither_stops_the_live_holder_nor_delays_the_n
 
     def take() -> None:
         try:
-            DriverLease(store, "r1", KEY, TIMEOUT_S).acquire()
+            DriverLease(store, "r1", KEY, REFUSED_TAKER_TIMEOUT_S).acquire()
         except BaseException as error:  # noqa: BLE001 - handed to the test thread
             outcome.append(error)
 
@@ -123,7 +126,7 @@ def test_a_forged_renewal_with_a_huge_count_never_lets_a_live_run_be_taken(store
         forge(store, "runs/r1/lease/00000001-99999999.renewal", None)  # static, the highest count the folder shows
         for _ in range(3):  # each taker watches the holder's real renewals advance
             with pytest.raises(node.LeaseHeldError, match="renewed its lease"):
-                DriverLease(store, "r1", KEY, TIMEOUT_S).acquire()
+                DriverLease(store, "r1", KEY, REFUSED_TAKER_TIMEOUT_S).acquire()
         assert not holder.lost
 
 
@@ -132,7 +135,7 @@ def test_a_forged_release_of_a_live_lease_is_ignored(store_url):
     with DriverLease(store, "r1", KEY, TIMEOUT_S) as holder:
         forge(store, "runs/r1/lease/00000001.released", None)
         with pytest.raises(node.LeaseHeldError, match="renewed its lease"):
-            DriverLease(store, "r1", KEY, TIMEOUT_S).acquire()
+            DriverLease(store, "r1", KEY, REFUSED_TAKER_TIMEOUT_S).acquire()
         assert not holder.lost
 
 

@@ -20,6 +20,9 @@ from storage import DatasetError, Store, StoreUnavailableError, open_dataset, op
 
 #: Renewals every 0.1 s: a second staging sees the first renew within a fraction of a second.
 LEASE_TIMEOUT_S = 0.4
+#: The lease timeout of a staging that must be refused: long, so it is refused at the holder's next renewal
+#: (0.1 s apart) whatever the load, yet polls every 0.5 s (timeout / 8); a holder that never renews fails it in 4 s.
+REFUSED_STAGING_LEASE_TIMEOUT_S = 4.0
 DEADLINE_S = 60.0
 
 
@@ -60,7 +63,7 @@ def test_a_second_staging_of_a_dataset_is_refused_while_the_first_runs_and_the_f
     thread.start()
     assert first.held.wait(DEADLINE_S)  # the first staging is writing its shards
     with pytest.raises(DatasetError, match=r"another staging of .* is running \(host .*, pid \d+.*renewed its lease"):
-        stage_arrays(url, XB, yB, shards=3, overwrite=True, lease_timeout_s=LEASE_TIMEOUT_S)
+        stage_arrays(url, XB, yB, shards=3, overwrite=True, lease_timeout_s=REFUSED_STAGING_LEASE_TIMEOUT_S)
     first.go.set()
     thread.join(DEADLINE_S)
     assert len(outcome) == 1 and isinstance(outcome[0], dict), outcome
