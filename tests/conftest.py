@@ -15,6 +15,7 @@ order, then another thread count and Fortran order) and is marked ``numerics`` (
 """
 
 import os
+import shutil
 import sys
 import tempfile
 
@@ -29,7 +30,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.ui.enabled=false pyspark-shell")
 # Run keys the fits generate are kept under $XDG_CONFIG_HOME/sparkdbn/keys: a folder of the
 # suite's own, never the user's ~/.config; and no key from the environment leaks in.
-os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="sparkdbn-test-config-")
+CONFIG_HOME = tempfile.mkdtemp(prefix="sparkdbn-test-config-")  # removed when the session ends
+os.environ["XDG_CONFIG_HOME"] = CONFIG_HOME
 for _name in ("SPARKDBN_KEY", "SPARKDBN_KEY_FILE"):
     os.environ.pop(_name, None)
 
@@ -70,3 +72,7 @@ def pytest_collection_modifyitems(items):
     for item in items:  # `-m numerics` selects every test that runs under each BLAS setting
         if "numerics" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.numerics)
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(CONFIG_HOME, ignore_errors=True)

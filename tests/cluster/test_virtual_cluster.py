@@ -26,12 +26,16 @@ PARTITIONS = 4
 
 def _names_with_prefix(prefix: str) -> list[str]:
     """Everything named with ``prefix`` the machine still has: namespaces, interfaces (in the machine's
-    own namespace and in every named one), hosts files."""
-    def words(*command: str) -> list[str]:
-        return subprocess.run(command, capture_output=True, text=True, check=True).stdout.split()
+    own namespace and in the cluster's namespaces, the only others its interfaces can be in), hosts files.
+    Never enters another namespace: another test's cluster may be killing what runs in its own."""
+    def words(*command: str, check: bool = True) -> list[str]:
+        return subprocess.run(command, capture_output=True, text=True, check=check).stdout.split()
 
     hosts_files = os.listdir("/etc/netns") if os.path.isdir("/etc/netns") else []
-    found = words("ip", "netns", "list") + words("ip", "-o", "link") + words("ip", "-all", "netns", "exec", "ip", "-o", "link")
+    namespaces = [name for name in words("ip", "netns", "list") if prefix in name]
+    found = namespaces + words("ip", "-o", "link")
+    for namespace in namespaces:  # (one removed since it was listed has no interfaces left)
+        found += words("ip", "-n", namespace, "-o", "link", check=False)
     return [name for name in found + hosts_files if prefix in name]
 
 

@@ -8,6 +8,7 @@ and no other.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -61,15 +62,16 @@ class StandaloneCluster:
         self.started: list[subprocess.Popen] = []
         self.logs: list[IO[bytes]] = []
         self.workers = 0
-        port = free_port()
-        self.url = f"spark://127.0.0.1:{port}"
+        # Ports chosen by the daemons as they bind (0), read back from the log: a port found free and
+        # bound seconds later may be taken in between by any other process, and Spark then moves on.
         master, log = self._launch("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                              "--port", str(port), "--webui-port", str(free_port())])
+                                              "--port", "0", "--webui-port", "0"])
         try:
             wait_for_line(log, "I have been elected leader", master, time.monotonic() + START_TIMEOUT_S)
         except BaseException:
             self.stop()
             raise
+        self.url = re.search(r"Starting Spark master at (spark://\S+)", log.read_text(errors="replace")).group(1)
 
     def work_dir(self, index: int) -> Path:
         return self.folder / f"work{index}"
@@ -80,7 +82,7 @@ class StandaloneCluster:
         self.workers += 1
         process, log = self._launch(f"worker{index}", [
             "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", str(cores), "--memory", "1g",
-            "--webui-port", str(free_port()), "--work-dir", str(self.work_dir(index)), self.url])
+            "--webui-port", "0", "--work-dir", str(self.work_dir(index)), self.url])
         wait_for_line(log, "Successfully registered with master", process, time.monotonic() + START_TIMEOUT_S)
         return index
 
