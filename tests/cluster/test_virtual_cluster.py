@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from support.virtual_cluster import VirtualCluster, VirtualClusterError
+from support.virtual_cluster_state import state_lock
 
 pytestmark = pytest.mark.slow
 
@@ -194,12 +195,13 @@ def test_a_cluster_left_by_a_killed_process_is_removed_when_the_next_one_comes_u
         creator = subprocess.Popen([sys.executable, "-c", creator_code, str(HERE.parent), str(tmp_path / "left")],
                                    stdout=subprocess.PIPE, stderr=creator_log, text=True)
         said = creator.stdout.readline().split()
-        creator.kill()
-        creator.wait()
-        creator.stdout.close()
-    assert len(said) == 2, (tmp_path / "creator.log").read_text()[-3000:]
-    prefix, sleeper = said
-    assert _names_with_prefix(prefix) and _running(sleeper)  # nothing ran its teardown
+        with state_lock():  # no cluster coming up elsewhere (another test file's) cleans the leftover before we look
+            creator.kill()
+            creator.wait()
+            creator.stdout.close()
+            assert len(said) == 2, (tmp_path / "creator.log").read_text()[-3000:]
+            prefix, sleeper = said
+            assert _names_with_prefix(prefix) and _running(sleeper)  # nothing ran its teardown
     with VirtualCluster(workers=0, store=False, work_dir=tmp_path / "next") as cluster:
         assert _names_with_prefix(prefix) == []
         assert not _running(sleeper)

@@ -34,6 +34,7 @@ __all__ = [
     "remove_record",
     "reserve_record",
     "save_record",
+    "state_lock",
 ]
 
 logger = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def _record_path(prefix: str) -> Path:
 
 
 @contextlib.contextmanager
-def _state_lock() -> Iterator[None]:
+def state_lock() -> Iterator[None]:
     """Serialize creating and cleaning clusters between processes on this machine."""
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     with open(STATE_DIR / ".lock", "w") as handle:
@@ -132,7 +133,13 @@ def load_records() -> list[ClusterRecord]:
     """Every recorded cluster, oldest first."""
     if not STATE_DIR.is_dir():
         return []
-    records = [ClusterRecord.from_json(path.read_text(), str(path)) for path in STATE_DIR.glob(f"{PREFIX_STEM}*.json")]
+    records = []
+    for path in STATE_DIR.glob(f"{PREFIX_STEM}*.json"):
+        try:
+            text = path.read_text()
+        except FileNotFoundError:  # its cluster was taken down since the listing (remove_record takes no lock)
+            continue
+        records.append(ClusterRecord.from_json(text, str(path)))
     return sorted(records, key=lambda record: record.created_unix_s)
 
 
@@ -175,7 +182,7 @@ def reserve_record(make_record: Callable[[str], ClusterRecord]) -> tuple[Cluster
     cleaned : list of str
         The prefixes of the leftovers that were removed.
     """
-    with _state_lock():
+    with state_lock():
         cleaned = _clean_dead_records()
         record = make_record(_new_prefix(load_records()))
         save_record(record)
@@ -191,7 +198,7 @@ def destroy(record: ClusterRecord) -> None:
 
 def clean_leftovers() -> list[str]:
     """Destroy every recorded cluster whose creator is gone; the prefixes cleaned."""
-    with _state_lock():
+    with state_lock():
         return _clean_dead_records()
 
 
