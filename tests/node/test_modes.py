@@ -277,7 +277,7 @@ def test_a_conv_net_learns_in_every_mode_at_least_as_well_as_one_process_give_or
     # 0.94-0.98, and async's and sync's (their learning rates doubled for two nodes) land 3-6 points low in
     # about one run in ten (0.922-0.936 here; 0.9025 once on CI's host): a mean over two seeds failed on that
     # one run; the median of five needed three such runs to fail (about 1 in 120 per mode), of seven it
-    # needs four (about 1 in 400).
+    # needs four (about 1 in 370).
     X, y, X_test, y_test = digits
     epochs, seeds = {"train": 10}, range(7)
     single = np.median([one_node_reference(small_conv_net(seed), X, y, epochs, partitions=4, seed=seed)
