@@ -9,6 +9,7 @@ __all__ = [
     "NoUsableSnapshotError",
     "DatasetError",
     "SnapshotValueError",
+    "StoreEntryTypeError",
     "StoreError",
     "StoreNotFoundError",
     "StorePathError",
@@ -27,6 +28,12 @@ class StorePathError(StoreError, ValueError):
 
 class StoreNotFoundError(StoreError, FileNotFoundError):
     """The file or directory does not exist in the store."""
+
+
+class StoreEntryTypeError(StoreError):
+    """A path holds another kind of entry than the operation needs: a directory, FIFO, device or socket
+    where a file is read, a file where a directory is listed.  Nothing is read from it, and no reader
+    waits on it (a FIFO would block one until someone writes to it)."""
 
 
 class StorePermissionError(StoreError, PermissionError):

@@ -10,6 +10,10 @@ write.  So after every rename, exclusive create and directory creation the direc
 too (``os.open(dir, O_RDONLY)`` + ``os.fsync``): once a write returns, a power loss cannot take
 back a step the run record calls done.  File systems that cannot fsync a directory (some FUSE
 and NFS mounts answer EINVAL) are logged once and otherwise accepted: there the server decides.
+
+Reads open regular files only: a directory, FIFO, device or socket where a file is expected (planted
+by whoever can write the store) is refused unread with :class:`StoreEntryTypeError`.  The file is
+opened without blocking and checked before anything is read, so a FIFO never makes a reader wait.
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ import errno
 import logging
 import os
 import shutil
+import stat
 import time
 import uuid
 from typing import BinaryIO, Iterable, Iterator
 
-from ._errors import FileTooLargeError, StoreError, StoreNotFoundError, StorePermissionError
+from ._errors import FileTooLargeError, StoreEntryTypeError, StoreError, StoreNotFoundError, StorePermissionError
 from ._paths import TMP_PREFIX, parent_and_name
 from ._retry import TransientError
 
@@ -75,10 +80,36 @@ def _translated(operation: str, location: str) -> Iterator[None]:
         raise StoreNotFoundError(f"{operation}: {location} does not exist") from exc
     except PermissionError as exc:
         raise StorePermissionError(f"{operation}: permission denied on {location}") from exc
+    except (IsADirectoryError, NotADirectoryError) as exc:
+        raise StoreEntryTypeError(f"{operation}: {location} is not what the store expects there ({exc})") from exc
     except OSError as exc:
         if exc.errno in _TRANSIENT_ERRNOS:
             raise TransientError(f"{operation} {location}: {exc}") from exc
         raise StoreError(f"{operation} failed on {location}: {exc}") from exc
+
+
+def _open_file(location: str) -> BinaryIO:
+    """``open(location, "rb")`` of a regular file; anything else is refused before a byte is read.
+
+    Opened non-blocking, so that a FIFO answers at once instead of waiting for a writer; a socket
+    cannot be opened at all (ENXIO).  Blocking is restored for the regular file that is returned.
+    """
+    try:
+        descriptor = os.open(location, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        if error.errno == errno.ENXIO:
+            raise StoreEntryTypeError(f"{location} is a socket or a device, not a file; not read") from error
+        raise
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+            raise StoreEntryTypeError(f"{location} is {kind}, not a file; not read")
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
 
 
 class LocalBackend:
@@ -143,7 +174,7 @@ class LocalBackend:
 
     def read_bytes(self, path: str, max_bytes: int | None = None) -> bytes:
         location = self._abs(path)
-        with _translated("read", location), open(location, "rb") as handle:
+        with _translated("read", location), _open_file(location) as handle:
             if max_bytes is None:
                 return handle.read()
             data = handle.read(max_bytes + 1)  # one byte more than allowed means "too large"
@@ -155,7 +186,7 @@ class LocalBackend:
     def open_read(self, path: str) -> Iterator[BinaryIO]:
         location = self._abs(path)
         with _translated("open", location):
-            handle = open(location, "rb")
+            handle = _open_file(location)
         with handle:
             yield handle
 
@@ -175,7 +206,7 @@ class LocalBackend:
             except FileNotFoundError:
                 return []
             except NotADirectoryError as exc:
-                raise StoreError(f"list: {location} is a file, not a directory") from exc
+                raise StoreEntryTypeError(f"list: {location} is a file, not a directory") from exc
         return sorted(name for name in names if not name.startswith(TMP_PREFIX))
 
     def remove_stale_temporaries(self, path: str, older_than_s: float) -> int:
@@ -184,7 +215,7 @@ class LocalBackend:
         with _translated("remove_stale_temporaries", location):
             try:
                 entries = list(os.scandir(location))
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):  # a file holds no temporaries (as on HDFS)
                 return 0
             now = time.time()
             for entry in entries:

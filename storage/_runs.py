@@ -49,7 +49,7 @@ import uuid
 from typing import Any
 
 from ._auth import Refusals, check_key, sha256_hex, sign_json, verify_json
-from ._errors import AuthenticationError, FileTooLargeError, StoreError, StoreNotFoundError
+from ._errors import AuthenticationError, FileTooLargeError, StoreEntryTypeError, StoreError, StoreNotFoundError
 from ._paths import check_name, join
 from ._signed import read_signed_json, write_signed_json
 from ._store import Store
@@ -296,7 +296,7 @@ class RunStore:
             data = self.store.read_bytes(path, max_bytes=PEER_ENTRY_MAX_BYTES)
         except StoreNotFoundError:
             return None  # deleted between listing and reading
-        except FileTooLargeError as error:
+        except (FileTooLargeError, StoreEntryTypeError) as error:  # too large; a directory or FIFO planted there
             self._refusals.refuse("peer_entries", path, path, str(error))
             return None
         try:
@@ -316,8 +316,9 @@ class RunStore:
     def list_peers(self) -> dict[str, dict]:
         """The registry entries that verify under the run's key, by node name.
 
-        Entries that do not verify (unsigned, another key, moved from another node's name) are
-        skipped, counted once per content as ``peer_entries`` and logged once per entry name.
+        Entries that do not verify (unsigned, another key, moved from another node's name) or are
+        no file (a directory, a FIFO) are skipped, counted once per content as ``peer_entries`` and
+        logged once per entry name.
         """
         peers = {}
         for name in self.store.list(join(self.prefix, "peers")):
@@ -345,20 +346,27 @@ class RunStore:
     def read_metrics(self, node: str | None = None) -> list[dict]:
         """Verified metrics records of ``node`` (or of all nodes), oldest first; each has a ``"node"`` key.
 
-        Records that do not verify are skipped, counted as ``metrics_records`` and logged once per node.
+        Records that do not verify, and entries that are no file (a directory, a FIFO) or no folder
+        where a node's folder is expected, are skipped, counted as ``metrics_records`` and logged once
+        per node.
         """
         directory = join(self.prefix, "metrics")
         nodes = [check_name("node", node)] if node is not None else self.store.list(directory)
         keyed = []
         for name in nodes:
-            for entry in self.store.list(join(directory, name)):
+            try:
+                entries = self.store.list(join(directory, name))
+            except StoreEntryTypeError as error:
+                self._refusals.refuse("metrics_records", join(directory, name), directory, str(error))
+                continue
+            for entry in entries:
                 if not entry.endswith(".json"):
                     continue
                 path, seq = join(directory, name, entry), entry[: -len(".json")]
                 try:
                     record = read_signed_json(self.store, self._key, path, _METRICS_PURPOSE, self.run, name, seq,
                                               max_bytes=METRICS_RECORD_MAX_BYTES)  # fmt: skip
-                except AuthenticationError as error:
+                except (AuthenticationError, StoreEntryTypeError) as error:
                     self._refusals.refuse("metrics_records", path, join(directory, name), str(error))
                     continue
                 if isinstance(record, dict):

@@ -35,7 +35,7 @@ import requests
 import urllib3
 from hdfs import HdfsError, InsecureClient
 
-from ._errors import FileTooLargeError, StoreError, StoreNotFoundError, StorePermissionError
+from ._errors import FileTooLargeError, StoreEntryTypeError, StoreError, StoreNotFoundError, StorePermissionError
 from ._paths import TMP_PREFIX, parent_and_name
 from ._retry import TransientError
 
@@ -255,7 +255,7 @@ class WebHDFSBackend:
                 raise
         names = [status["pathSuffix"] for status in statuses]
         if "" in names:
-            raise StoreError(f"list: {self._where(path)} is a file, not a directory")
+            raise StoreEntryTypeError(f"list: {self._where(path)} is a file, not a directory")
         return sorted(name for name in names if not name.startswith(TMP_PREFIX))
 
     def remove_stale_temporaries(self, path: str, older_than_s: float) -> int:

@@ -40,6 +40,7 @@ from ._errors import (
     FileTooLargeError,
     NoUsableSnapshotError,
     SnapshotValueError,
+    StoreEntryTypeError,
     StoreError,
     StoreNotFoundError,
 )
@@ -199,11 +200,17 @@ class WeightStore:
     def list_versions(self, phase: str, node: str) -> list[SnapshotRef]:
         """The authenticated snapshots of ``node`` in ``phase``, oldest first (by version).
 
-        Files whose name carries no valid MAC are skipped and counted as ``unauthenticated``.
+        Files whose name carries no valid MAC are skipped and counted as ``unauthenticated``, and so is
+        a file planted where the node's folder should be (it has no snapshots).
         """
         directory = self._node_dir(phase, node)
+        try:
+            names = self.store.list(directory)
+        except StoreEntryTypeError as error:
+            self._refusals.refuse("unauthenticated", directory, directory, f"{error}: no node's folder of this run")
+            return []
         refs = []
-        for name in self.store.list(directory):
+        for name in names:
             signed = _SNAPSHOTS.parse(name)
             path = join(directory, name)
             if signed is None:
@@ -257,6 +264,8 @@ class WeightStore:
                 self._refusals.refuse("corrupt", ref.path, directory, str(error))
             except FileTooLargeError as error:
                 self._refusals.refuse("oversized", ref.path, directory, str(error))
+            except StoreEntryTypeError as error:  # a directory or FIFO under the snapshot's name: no snapshot
+                self._refusals.refuse("corrupt", ref.path, directory, str(error))
             except StoreNotFoundError:
                 logger.info("snapshot %s vanished (pruned) while reading; trying an older one", ref.path)
         return None

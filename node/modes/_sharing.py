@@ -166,9 +166,14 @@ class UpdateExchange:
         """Peer updates not received before, as (peer, seq, update, bytes), oldest first per peer."""
         found = []
         for peer in self.store.list(self._folder(phase)):
-            if peer == self.node:
+            if peer == self.node or self._folder(phase, peer) in self.refused:
                 continue
-            for name in sorted(self.store.list(self._folder(phase, peer))):
+            try:
+                names = sorted(self.store.list(self._folder(phase, peer)))
+            except storage.StoreEntryTypeError as error:  # a file planted where a peer's folder should be
+                self._refuse(self._folder(phase, peer), str(error))
+                continue
+            for name in names:
                 signed = _UPDATES.parse(name)
                 if signed is None:
                     continue  # a temporary of a write in progress, or not ours

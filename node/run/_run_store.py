@@ -43,9 +43,17 @@ def sweep_temporaries(store: storage.Store, run: str, older_than_s: float = STAL
                 if generation.isdigit()]
     for phase in store.list(f"{prefix}/weights"):
         folders += [f"{prefix}/weights/{phase}"] + [f"{prefix}/weights/{phase}/{node}"
-                                                    for node in store.list(f"{prefix}/weights/{phase}")]
+                                                    for node in _children(store, f"{prefix}/weights/{phase}")]
     folders += [f"{prefix}/metrics/{node}" for node in store.list(f"{prefix}/metrics")]
     removed = sum(store.remove_stale_temporaries(folder, older_than_s=older_than_s) for folder in folders)
     if removed:
         logger.info("run %s: removed %d temporary file(s) left by writers that died", run, removed)
     return removed
+
+
+def _children(store: storage.Store, folder: str) -> list[str]:
+    """The names in ``folder``; none when a file was planted where the folder should be."""
+    try:
+        return store.list(folder)
+    except storage.StoreEntryTypeError:
+        return []

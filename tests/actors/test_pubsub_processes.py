@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -149,3 +151,23 @@ def test_an_intruder_with_store_access_but_a_wrong_key_changes_nothing(store, pr
     for stat in stats:
         assert stat["dropped_unauthenticated"] >= 2 and stat["refused_peer_entries"] >= 2, stat
         assert stat["peers_known"] == 2 and stat["dropped_bad_signature"] == 0, stat
+
+
+def test_entries_of_the_wrong_kind_planted_in_the_registry_and_the_weights_neither_block_nor_stop_nodes(store,
+                                                                                                        processes):
+    names = ["honest-0", "honest-1"]
+    run = Path(store.root) / "runs" / "gossip"
+    (run / "peers").mkdir(parents=True)
+    os.mkfifo(run / "peers" / "fifo.json")  # a reader that opened it would wait for a writer forever
+    (run / "peers" / "folder.json").mkdir()
+    (run / "weights" / "rbm").mkdir(parents=True)
+    (run / "weights" / "rbm" / "planted").write_bytes(b"a file where a node's folder would be")
+    for seed, name in enumerate(names):
+        processes.start(average_config(store, name, names, seed, rounds=10))
+    for name in names:
+        assert processes.wait(name, timeout_s=120) == 0, processes.log(name)
+    results, stats = zip(*(processes.result(name) for name in names))
+    assert_consensus_of(results, last_published(store, names), initial_weights(range(2)))
+    for stat in stats:  # skipped and counted; the store listings that catch a node up never failed on them
+        assert stat["refused_peer_entries"] == 2 and stat["dropped_unauthenticated"] == 1, stat
+        assert stat["store_errors"] == 0 and stat["anti_entropy_rounds"] >= 1, stat
