@@ -32,6 +32,13 @@ drops a connection whose frame exceeds :data:`MAX_FRAME_BYTES` before reading th
 queues at most :data:`RECEIVE_QUEUE_MESSAGES` messages per peer.  (ZeroMQ does not bound the
 number of frames in one message; only peers in the signed registry are subscribed to at all.)
 
+The publishing socket is bounded too, against whoever can reach its port (connecting to it takes no
+key and no registry entry): it drops a connection that sends a message longer than
+:data:`MAX_SUBSCRIPTION_BYTES` (nodes send the 1-byte subscription to every topic).  ZeroMQ keeps every
+topic a subscriber asks for in a trie of about 45 bytes per byte of topic: without the bound one 100 MB
+subscription message made a node hold 4.5 GB.  (Many distinct short topics still cost the node about 45
+times the bytes sent; run nodes on networks you control, as the threat model says.)
+
 One ZeroMQ context is shared by every transport in the process, terminated when the last closes.
 """
 
@@ -63,6 +70,10 @@ POLL_INTERVAL_S = 0.05
 LINGER_S = 0.5
 #: A SUB socket drops the connection of a peer sending a frame larger than this (unread).
 MAX_FRAME_BYTES = MAX_PAYLOAD_BYTES + 1024
+#: The publishing socket drops the connection of a subscriber that sends a longer message (see the module
+#: notes).  Nodes subscribe with 1 byte, ``b"\x01"`` (every topic); the limit also applies to the ZeroMQ
+#: handshake's READY command, 26 bytes from a SUB socket.
+MAX_SUBSCRIPTION_BYTES = 64
 #: Messages queued per peer before ZeroMQ drops new ones (announcements are rare and superseded).
 RECEIVE_QUEUE_MESSAGES = 100
 #: Backoff of reconnection attempts to a peer that refuses or does not answer (doubling up to the maximum).
@@ -217,6 +228,7 @@ class Transport:
         try:
             self._pub = self._context.socket(zmq.XPUB)
             self._pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # report every subscriber, not only the first
+            self._pub.setsockopt(zmq.MAXMSGSIZE, MAX_SUBSCRIPTION_BYTES)  # a long topic is refused unread: module notes
             self._pub.setsockopt(zmq.LINGER, int(LINGER_S * 1000))
             port = self._bind_port()
             self.endpoint = f"tcp://{_tcp_host(self._advertise_host)}:{port}"

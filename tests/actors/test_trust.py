@@ -17,7 +17,7 @@ import zmq
 
 import actors
 import storage
-from actors import encode_message
+from actors import decode_frames, encode_message
 
 from _support import RUN, SECRET, announce, enter_phase, params, poll
 
@@ -168,3 +168,52 @@ def test_creating_a_handle_starts_nothing_until_start_or_with(store):
     never_started = actors.NodeHandle(RUN, "idle", store, SECRET)
     never_started.stop()
     assert "idle" not in storage.RunStore(store, RUN, SECRET).list_peers()
+
+
+HOSTILE_SUBSCRIBER = textwrap.dedent(
+    """
+    import sys, zmq
+    from zmq.utils.monitor import recv_monitor_message
+    context = zmq.Context()
+    subscriber = context.socket(zmq.XSUB)  # registered nowhere, holds no key: it only reaches the port
+    subscriber.setsockopt(zmq.LINGER, 0)
+    monitor = subscriber.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
+    subscriber.connect(sys.argv[1])
+    assert monitor.poll(30_000) and recv_monitor_message(monitor)["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED
+    subscriber.send(b"\\x01" + b"t" * (16 << 20))  # a subscription to a 16 MB topic
+    dropped = monitor.poll(30_000) and recv_monitor_message(monitor)["event"] == zmq.EVENT_DISCONNECTED
+    print("dropped" if dropped else "kept", flush=True)
+    sys.stdin.read()  # stay until the test is done
+    """
+)
+
+
+def test_a_stranger_subscribing_with_a_16_mb_topic_is_disconnected_unread_and_costs_the_node_no_memory(node):
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # reset this process's peak RSS
+    before_mb = _peak_rss_mb()
+    hostile = subprocess.Popen([sys.executable, "-c", HOSTILE_SUBSCRIBER, node._transport.endpoint],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        outcome = hostile.stdout.readline().strip()
+        grown_mb = _peak_rss_mb() - before_mb
+    finally:
+        hostile.stdin.close()
+        hostile.wait(10)
+    # ZeroMQ keeps a subscribed topic in a trie of about 45 bytes per byte: 16 MB read would cost some 700 MB.
+    assert outcome == "dropped"
+    assert grown_mb < 64, f"peak RSS grew by {grown_mb:.1f} MB while a 16 MB subscription was refused"
+    # The node still serves its subscribers: a peer's SUB socket hears what it publishes.
+    context = zmq.Context()
+    listener = context.socket(zmq.SUB)
+    try:
+        listener.setsockopt(zmq.LINGER, 0)
+        listener.setsockopt(zmq.SUBSCRIBE, b"")
+        listener.connect(node._transport.endpoint)
+        node.publish("rbm", params(0), samples_seen=1)
+        assert listener.poll(10_000), "a subscriber of the node heard nothing after the stranger was dropped"
+        heard = decode_frames(listener.recv_multipart(), SECRET, RUN)
+        assert (heard.node, heard.phase) == ("victim", "rbm")
+    finally:
+        listener.close()
+        context.term()
