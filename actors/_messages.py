@@ -105,7 +105,8 @@ def message_from_dict(payload: Any) -> Message:
     schema = payload.get("schema")
     if schema != SCHEMA_VERSION:
         raise MessageError("schema", f"unknown message schema {schema!r} (this node speaks {SCHEMA_VERSION})")
-    cls = _TYPES.get(payload.get("type"))  # type: ignore[arg-type]
+    tag = payload.get("type")
+    cls = _TYPES.get(tag) if isinstance(tag, str) else None  # a list or map is no tag (and unhashable)
     if cls is None:
         raise MessageError("malformed", f"unknown message type {payload.get('type')!r}")
     fields = {field.name: field for field in dataclasses.fields(cls)}

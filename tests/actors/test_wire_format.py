@@ -78,6 +78,8 @@ def test_frames_of_the_wrong_shape_are_malformed(frames):
         msgpack.packb([1, 2, 3]),
         msgpack.packb({"type": "announce", "schema": SCHEMA_VERSION, "run": "run-1"}),
         msgpack.packb({"type": "shout", "schema": SCHEMA_VERSION, "run": "run-1"}),
+        msgpack.packb({"type": ["announce"], "schema": SCHEMA_VERSION, "run": "run-1"}),
+        msgpack.packb({"type": {"announce": 1}, "schema": SCHEMA_VERSION, "run": "run-1"}),
         msgpack.packb({"type": "goodbye", "schema": SCHEMA_VERSION, "run": "run-1", "node": 7, "sent_at": 1.0}),
     ],
 )
