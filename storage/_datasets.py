@@ -145,8 +145,16 @@ class Dataset:
         if digest != info["sha256"]:
             raise ChecksumError(f"{where}: sha256 {digest[:12]}... does not match _meta.json ({info['sha256'][:12]}...); "
                                 "the shard is corrupted, truncated or was restaged")
-        table = pq.read_table(pa.BufferReader(data), use_threads=False)  # executors already use every core
-        column = table.column(self.meta.get("features_column", FEATURES_COLUMN)).combine_chunks()
+        try:
+            table = pq.read_table(pa.BufferReader(data), use_threads=False)  # executors already use every core
+        except pa.ArrowException as error:
+            raise DatasetError(f"{where} is not a readable Parquet file ({error}); stage the dataset again") from error
+        columns = [self.meta.get("features_column", FEATURES_COLUMN), self.meta.get("label_column")]
+        missing = [name for name in columns if name and name not in table.column_names]
+        if missing:
+            raise DatasetError(f"{where} has no column {missing[0]!r} (its columns: {table.column_names}), which "
+                               "_meta.json names")
+        column = table.column(columns[0]).combine_chunks()
         dtype = np.dtype(self.meta["dtype"])
         if pa.types.is_fixed_size_binary(column.type):
             if column.null_count:
@@ -187,9 +195,44 @@ def open_dataset(url: "str | Store", *, user: str | None = None, retry_timeout_s
         meta = _newest_version(store)
     if meta is None:
         raise StoreNotFoundError(f"no dataset at {store.url}: {META_NAME} is missing (stage it with scripts/stage-dataset)")
+    return Dataset(store, _checked_meta(meta, f"{store.url}/{META_NAME}"))
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _checked_meta(meta: Any, where: str) -> dict:
+    """``meta`` when it describes a dataset staging could have written; else :class:`DatasetError` naming the field.
+
+    Staged datasets are checksummed, not signed: a meta changed by hand or by someone who can write the
+    store is refused here, before a shard is read, rather than read as another dtype or shape.
+    """
+    if not isinstance(meta, dict):
+        raise DatasetError(f"{where}: a dataset meta is a JSON object, not a {type(meta).__name__}")
     if meta.get("format") != FORMAT:
-        raise DatasetError(f"{store.url}/{META_NAME}: unknown dataset format {meta.get('format')!r}, expected {FORMAT!r}")
-    return Dataset(store, meta)
+        raise DatasetError(f"{where}: unknown dataset format {meta.get('format')!r}, expected {FORMAT!r}")
+    problems = []
+    if meta.get("dtype") not in _FEATURE_DTYPES:
+        problems.append(f"dtype {meta.get('dtype')!r} is not one of {sorted(_FEATURE_DTYPES)}")
+    shape = meta.get("feature_shape")
+    if not isinstance(shape, list) or not shape or not all(_is_count(size) and size > 0 for size in shape):
+        problems.append(f"feature_shape {shape!r} is not a list of positive ints")
+    for key in ("features_column", "label_column"):
+        if meta.get(key) is not None and not (isinstance(meta[key], str) and meta[key]):
+            problems.append(f"{key} {meta[key]!r} is not a column name")
+    shards = meta.get("shards")
+    if not isinstance(shards, list) or not all(
+            isinstance(shard, dict) and isinstance(shard.get("name"), str) and _SHARD_NAME.fullmatch(shard["name"])
+            and _is_count(shard.get("rows")) and isinstance(shard.get("sha256"), str) for shard in shards):
+        problems.append("shards is not a list of {name: part-NNNNN.parquet, rows: int >= 0, sha256}")
+    elif meta.get("n_samples") != sum(shard["rows"] for shard in shards) or not _is_count(meta.get("n_samples")):
+        problems.append(f"n_samples {meta.get('n_samples')!r} is not the {sum(shard['rows'] for shard in shards)} "
+                        "rows its shards hold")
+    if problems:
+        raise DatasetError(f"{where} is not a dataset meta staging writes: {'; '.join(problems)}; stage the dataset "
+                           "again (staged datasets are checksummed, not signed: protect them with store permissions)")
+    return meta
 
 
 def _newest_version(store: Store) -> dict | None:
