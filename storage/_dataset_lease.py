@@ -95,7 +95,7 @@ class DatasetLease:
             entry = json.loads(self.store.read_bytes(join(LEASE_FOLDER, f"{generation:08d}.json"), max_bytes=65536))
         except StoreUnavailableError:  # an outage says nothing of who holds the dataset: the caller retries or fails
             raise
-        except (StoreError, ValueError):
+        except (StoreError, ValueError, RecursionError):  # not JSON, or nested too deep to parse
             return {}
         return entry if isinstance(entry, dict) else {}
 

@@ -302,6 +302,6 @@ class LeaseFolder:
 def _parse(data: bytes) -> dict[str, Any]:
     try:
         entry = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # RecursionError: nested too deep
         return {}
     return entry if isinstance(entry, dict) else {}

@@ -96,7 +96,7 @@ def read_json(store: Store, path: str) -> Any | None:
         return None
     try:
         return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
         raise StoreError(f"{store.url}/{path} is not valid JSON: {exc}") from exc
 
 

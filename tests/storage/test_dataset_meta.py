@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from storage import DatasetError, open_dataset, sha256_hex, stage_arrays
+from storage import DatasetError, DatasetLease, StoreError, open_dataset, sha256_hex, stage_arrays
 
 
 @pytest.fixture(params=["binary", "list"])
@@ -64,3 +64,24 @@ def test_a_shard_that_is_no_parquet_or_lacks_a_named_column_is_refused_naming_it
         open_dataset(store).read_shard(0)
     X, y = open_dataset(store).read_shard(1)  # the shards that are intact still read
     assert X.shape == (20, 6) and y.tolist() == [(20 + row) % 3 for row in range(20)]
+
+
+NESTED_TOO_DEEP = b"[" * 60_000  # nested deeper than Python's parser recurses, smaller than a lease file may be
+
+
+def test_a_meta_nested_too_deep_to_parse_is_not_valid_json(staged):
+    store, _meta = staged
+    store.write_bytes("_meta.json", NESTED_TOO_DEEP)
+    with pytest.raises(StoreError, match=r"_meta.json is not valid JSON: maximum recursion depth"):
+        open_dataset(store)
+
+
+def test_a_staging_lease_nested_too_deep_to_parse_is_watched_like_a_silent_one_and_taken_over(local_store):
+    local_store.write_bytes("toy/_staging-lease/00000001.json", NESTED_TOO_DEEP)
+    lease = DatasetLease(local_store.child("toy"), timeout_s=0.2)
+    lease.acquire()
+    try:
+        assert lease.generation == 2
+    finally:
+        lease.release()
+

@@ -135,3 +135,11 @@ def test_a_fifo_or_a_device_where_a_file_is_read_is_refused_at_once_and_a_reader
     assert runs.refusals() == {"peer_entries": 3}
     assert weights.refusals() == {"corrupt": 1}
     assert lease.refusals() == {"lease_files": 1}
+
+
+def test_a_lease_of_the_earlier_layout_nested_too_deep_to_parse_describes_no_holder(store):
+    store.write_bytes("runs/r1/lease.json", b"[" * 60_000)  # nested deeper than Python's parser recurses, < 64 KiB
+    lease = LeaseFolder(store, "r1", KEY)
+    assert lease.holder(0) == {}
+    assert lease.view().generation == 0
+
