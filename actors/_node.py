@@ -445,7 +445,7 @@ class NodeHandle:
         except storage.FileTooLargeError as error:
             self._log_once.say(("oversized", ref.node), "node %s refuses %s: %s", self.node, what, error)
             return None, "oversized"
-        except storage.ChecksumError as error:
+        except (storage.ChecksumError, storage.StoreEntryTypeError) as error:  # damaged; a directory, a FIFO
             self._log_once.say(("corrupt", ref.node), "node %s refuses %s: %s", self.node, what, error)
             return None, "corrupt"
         except storage.StoreNotFoundError:

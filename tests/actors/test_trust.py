@@ -217,3 +217,17 @@ def test_a_stranger_subscribing_with_a_16_mb_topic_is_disconnected_unread_and_co
     finally:
         listener.close()
         context.term()
+
+
+def test_a_directory_planted_under_a_peers_newest_snapshot_name_is_refused_once_as_corrupt(node, store):
+    enter_phase(node)
+    ref = storage.WeightStore(store, RUN, SECRET).put_version("rbm", "peer", 1, params(1))
+    store.delete(ref.path)
+    store.makedirs(ref.path)  # the authentic name, but a folder: no snapshot to read
+    for _ in range(3):  # several store listings offer it: refused once, not fetched again and again
+        rounds = node.stats()["anti_entropy_rounds"]
+        node._request_anti_entropy()
+        poll(lambda: node.stats()["anti_entropy_rounds"] > rounds, what="a store listing")
+        poll(lambda: not node._actor.fetching("rbm").get(), what="the fetch to finish")
+    stats = node.stats()
+    assert (stats["dropped_corrupt"], stats.get("dropped_fetch_error", 0), stats["fetched"]) == (1, 0, 0)
