@@ -118,7 +118,7 @@ def trained_by_lost_attempts(store: storage.Store, run: str, fit_id: str, phase:
     for index in partitions:
         try:
             marker = store.read_bytes(f"{folder}/{_claim_name(epoch, index)}{_FINISHED}", max_bytes=_CLAIM_MAX_BYTES)
-        except (storage.StoreNotFoundError, storage.FileTooLargeError):
+        except (storage.StoreNotFoundError, storage.FileTooLargeError, storage.StoreEntryTypeError):
             continue
         if marker.split()[-1:] == [b"finished"]:
             found.append(index)
@@ -197,7 +197,7 @@ class PartitionQueue:
                            and "." not in name and name + _FINISHED not in claimed):
             try:
                 held = self.node.store.read_bytes(f"{self.claims}/{name}", max_bytes=_CLAIM_MAX_BYTES).split()
-            except (storage.StoreNotFoundError, storage.FileTooLargeError):
+            except (storage.StoreNotFoundError, storage.FileTooLargeError, storage.StoreEntryTypeError):
                 continue
             if held[-1:] == [b"claimed"]:  # not a stopped epoch's claim
                 return True
@@ -219,7 +219,7 @@ class PartitionQueue:
             return True
         try:
             held = self.node.store.read_bytes(path, max_bytes=_CLAIM_MAX_BYTES).decode("ascii", "replace").split()
-        except (storage.StoreNotFoundError, storage.FileTooLargeError):
+        except (storage.StoreNotFoundError, storage.FileTooLargeError, storage.StoreEntryTypeError):
             return False
         if held[:2] == [str(self.slot), self.token]:  # a retried create whose first attempt succeeded unseen
             return True

@@ -192,6 +192,9 @@ class SyncMode(TrainingMode):
             data = node.store.read_bytes(path, max_bytes=_ROUND_RECORD_MAX_BYTES)
         except storage.StoreNotFoundError:
             return None
+        except (storage.FileTooLargeError, storage.StoreEntryTypeError) as error:  # no record a node writes
+            logger.warning("sync barrier skips %s: %s", path, error)
+            return None
         try:
             record = storage.verify_json(task.node.key, data, _ROUND_CONTEXT, task.node.run, folder,
                                          where=f"{node.store.url}/{path}")

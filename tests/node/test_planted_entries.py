@@ -7,6 +7,7 @@ import errno
 import os
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from crash_store import harness_model, harness_settings
 import node
 import storage
 from node.modes._sharing import SparseUpdate, UpdateExchange
+from node.modes._sync import SyncMode
 from node.run import sweep_temporaries
 
 KEY = b"planted-entries-key-0123456789"
@@ -90,3 +92,13 @@ def test_a_run_resumes_and_finishes_beside_entries_of_the_wrong_kind_planted_in_
     assert record["status"] == "done"
     assert outcome["model"].score(digits.X_test, digits.y_test) > 0.5
     assert (run / "weights" / "planted").read_bytes() == b"a file where a folder would be"  # not ours: left alone
+
+
+def test_the_sync_barrier_passes_over_a_round_record_that_is_a_folder_or_too_large(tmp_path):
+    store = storage.open_store(str(tmp_path / "store"))
+    node_view = SimpleNamespace(store=store)
+    task = SimpleNamespace(node=SimpleNamespace(key=KEY, run="r1"))
+    folder = "runs/r1/rounds/rbm0/00000001"
+    store.makedirs(f"{folder}/0.json")
+    store.write_bytes(f"{folder}/1.json", b" " * (1 << 20))
+    assert [SyncMode._read_round_record(node_view, task, folder, slot) for slot in (0, 1, 2)] == [None, None, None]

@@ -234,3 +234,15 @@ def test_claims_are_only_created_never_replaced_so_a_store_that_cannot_overwrite
         assert 3 in retry_trained  # what the dead attempt claimed is trained by its retry, once
         assert claimed_partitions(gateway, "r1", "f" * 32, "finetune", range(1)) == 8
         assert gateway.backend.replaces_atomically is None  # nothing on the claims' path replaced a file
+
+
+def test_claims_planted_as_folders_are_someone_elses_and_stop_no_node(store):
+    # A folder under a claim's or a finished marker's name (planted by whoever can write the store) is no
+    # claim this fit's nodes made: the partition is not this node's to train, and not trained.
+    fast, slow = make_queue(store, "fast", 0), make_queue(store, "slow", 1)
+    store_own(fast, slow)
+    folder = f"runs/r1/claims/{'f' * 12}/finetune"
+    store.makedirs(f"{folder}/0000-00002")  # partition 2's claim
+    store.makedirs(f"{folder}/0000-00004.finished")  # partition 4's marker, with no claim
+    assert [index for index, _ in trained(fast, 0)] == [0, 4, 6]  # not 2; 4, whose marker is no marker
+    assert trained_by_lost_attempts(store, "r1", "f" * 32, "finetune", 0, [0, 2, 4]) == [0]
