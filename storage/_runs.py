@@ -49,7 +49,8 @@ import uuid
 from typing import Any
 
 from ._auth import Refusals, check_key, sha256_hex, sign_json, verify_json
-from ._errors import AuthenticationError, FileTooLargeError, StoreEntryTypeError, StoreError, StoreNotFoundError
+from ._errors import (AuthenticationError, FileTooLargeError, StoreEntryTypeError, StoreError, StoreNotFoundError,
+                      StoreUnavailableError)
 from ._paths import check_name, join
 from ._signed import read_signed_json, write_signed_json
 from ._store import Store
@@ -219,6 +220,8 @@ class RunStore:
                 except StoreNotFoundError:
                     vanished += 1  # pruned by its writer since the listing
                     continue
+                except StoreUnavailableError:  # an outage says nothing of the records: the caller retries or fails
+                    raise
                 except StoreError as error:  # a directory, a file the store cannot read, one too large
                     if not self._refusals.known("unreadable_records", path):
                         logger.warning("run %s: skipping the record entry %s/%s, which cannot be read: %s; the newest "

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from storage import AuthenticationError, RunStore, StoreError, has_run_record, sign_json
+from storage import AuthenticationError, RunStore, StoreError, StoreUnavailableError, has_run_record, sign_json
 from storage._runs import RECORD_MAX_BYTES
 
 KEY = b"k" * 32
@@ -185,3 +185,19 @@ def test_an_unreadable_entry_named_like_the_newest_record_is_skipped_with_a_warn
         assert RunStore(store, "r1", KEY).read_record() == {"status": "done", "by": 1}
     if store.is_local or entry != "directory":  # WebHDFS answers FileNotFound for a directory read: seen as pruned
         assert any("00000002-00000000.json" in message and "skipping" in message for message in caplog.messages)
+
+
+def test_a_store_outage_while_reading_the_records_is_an_outage_not_damaged_records(store, monkeypatch):
+    runs = RunStore(store, "r1", KEY)
+    runs.write_record({"status": "running"})
+    real_read = store.read_bytes
+
+    def unavailable(path, max_bytes=None):  # noqa: ANN001, ANN202 - Store's signature
+        if "/record/" in path:
+            raise StoreUnavailableError(f"injected: {store.url} unreachable reading {path}")
+        return real_read(path, max_bytes=max_bytes)
+
+    monkeypatch.setattr(store, "read_bytes", unavailable)
+    with pytest.raises(StoreUnavailableError, match="unreachable"):
+        runs.read_record()
+    assert runs.refusals() == {}  # nothing was counted as damaged or unreadable
