@@ -15,6 +15,8 @@ from typing import Any, Mapping
 import numpy as np
 import yaml
 
+from ._model import read_model_file
+
 __all__ = [
     "check_integer",
     "check_number",
@@ -90,7 +92,7 @@ def read_config(path: str | os.PathLike) -> dict:
 
 
 class SpecConstructors:
-    """Mixin: ``from_spec`` and ``from_config`` for an estimator whose spec kind is ``_KIND``.
+    """Mixin: ``from_spec``, ``from_config`` and ``load`` for an estimator whose spec kind is ``_KIND``.
 
     Lists in a spec become tuples for the hyperparameters named in ``_TUPLE_PARAMS``
     (JSON has no tuples), so a model rebuilt from its spec has the same ``get_params``.
@@ -112,3 +114,15 @@ class SpecConstructors:
     def from_config(cls, path: str | os.PathLike) -> Any:
         """An untrained model from a JSON (``.json``) or YAML (``.yaml``/``.yml``) spec file."""
         return cls.from_spec(read_config(path))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Any:
+        """A model of this class saved with ``save(path)``: exact weights, same spec (``rbm.load_model``
+        reads a model file of any kind; this one refuses another kind's, naming it)."""
+        spec, arrays = read_model_file(path)
+        if spec.get("kind") != cls._KIND:
+            raise ValueError(f"{os.fspath(path)!r} holds a {spec.get('kind')!r} model; {cls.__name__}.load reads "
+                             f"{cls._KIND!r} models only (rbm.load_model reads any kind)")
+        model = cls.from_spec(spec)
+        model._restore(spec, arrays)
+        return model

@@ -439,6 +439,31 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         self._finetune(X, encode_labels(labels, self.classes_, len(X)))
         return self
 
+    def partial_fit(self, X: Any, y: Any, classes: Any = None) -> "DBN":
+        """One fine-tuning pass over ``(X, y)``, allocating the layers first if needed (no pretraining).
+
+        ``classes`` (every label that will ever occur) must be given on the first call that finds no
+        output layer, as scikit-learn's ``partial_fit`` asks; later calls may repeat it. Call
+        :meth:`pretrain` first for a pretrained start. Each call is one pass of the fine-tuning
+        schedule (``finetune_lr_decay`` counts it as :meth:`finetune` counts an epoch); the anneal and
+        the dropout ramp, which need a planned number of epochs, do not apply: dropout is
+        ``finetune_dropout``, as in :meth:`train_partition` without a plan.
+        """
+        X = self._prepare(X)
+        labels = check_targets(y, type(self).__name__)
+        check_length(labels, len(X))
+        if self._out_W is None and classes is None:
+            raise ValueError("DBN.partial_fit: pass classes (every label that will occur) on the first call; "
+                             "this DBN has no output layer yet")
+        if classes is not None:
+            if self._out_W is not None and not np.array_equal(resolve_classes(classes), self.classes_):
+                raise ValueError(f"DBN.partial_fit: classes {resolve_classes(classes).tolist()} differ from the "
+                                 f"classes of the first call, {self.classes_.tolist()}")
+            self.initialize(X.shape[1], classes=classes)
+        indices = encode_labels(labels, self.classes_, len(X))
+        self._finetune_pass(to_device(X, self._xp), to_device(indices, self._xp), self._rng)
+        return self
+
     def finetune(self, X: Any, y: Any) -> "DBN":
         """Supervised fine-tuning on labels ``y`` for ``finetune_epochs`` epochs (early stopping optional)."""
         self._require(classes=True)

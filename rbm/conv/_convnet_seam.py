@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Mapping, TypeVar
+from typing import Any, Mapping
 
 import numpy as np
 
 from .._gpu import download_all
-from .._model import (MinibatchHook, ScheduleClock, copy_parameters, empty_partition_metrics, is_empty, read_model_file,
-                      save_model)
+from .._model import MinibatchHook, ScheduleClock, copy_parameters, empty_partition_metrics, is_empty, save_model
 from .._params import SpecConstructors, check_learning_rate_scale, spec_from_params
 from .._validation import check_labels
 from ._spec import plain
@@ -25,9 +24,6 @@ __all__ = ["ConvNetSeam", "PHASE"]
 
 PHASE = "train"
 CLASSES_KEY, INPUT_SHAPE_KEY = "meta.classes", "meta.input_shape"
-
-#: The net a seam method returns: the class it was called on (ConvNet, which this module does not import).
-_Net = TypeVar("_Net", bound="ConvNetSeam")
 
 
 class ConvNetSeam(SpecConstructors, MinibatchHook, ScheduleClock):
@@ -100,14 +96,6 @@ class ConvNetSeam(SpecConstructors, MinibatchHook, ScheduleClock):
         arrays[CLASSES_KEY] = np.asarray(self.classes_)
         arrays[INPUT_SHAPE_KEY] = np.asarray(self.input_shape_, dtype=np.int64)
         save_model(path, self.to_spec(), arrays)
-
-    @classmethod
-    def load(cls: type[_Net], path: str | os.PathLike) -> _Net:
-        """A net saved with :meth:`save`: exact weights, same spec and classes."""
-        spec, arrays = read_model_file(path)
-        model = cls.from_spec(spec)
-        model._restore(spec, arrays)
-        return model
 
     def _restore(self, spec: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         arrays = dict(arrays)

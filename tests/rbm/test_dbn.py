@@ -292,6 +292,34 @@ def test_transform_gives_the_top_hidden_layer_and_save_load_is_exact(digits, tmp
     np.testing.assert_array_equal(loaded.transform(digits.X_test), model.transform(digits.X_test))
 
 
+def test_partial_fit_is_one_fine_tuning_pass_from_the_pretrained_layers_and_learns_over_passes(digits):
+    X, y = digits.X_train, digits.y_train
+    pretrained = DBN(hidden_layer_sizes=(64,), pretrain_epochs=3, finetune_learning_rate=1e-7,
+                     random_state=0).pretrain(X)
+    before = pretrained.parameters("rbm0")["rbm0.W"]
+    pretrained.partial_fit(X[:100], y[:100], classes=np.unique(y))
+    # Fine-tuned from the pretrained weights (a re-initialized layer would differ by ~0.1), one pass only:
+    np.testing.assert_allclose(pretrained.parameters("rbm0")["rbm0.W"], before, atol=1e-4)
+    assert pretrained._finetune_epochs_done == 1
+    pretrained.set_params(finetune_learning_rate=0.1)
+    for _ in range(6):
+        for start in range(0, len(X), 200):
+            assert pretrained.partial_fit(X[start:start + 200], y[start:start + 200]) is pretrained
+    assert pretrained.score(digits.X_test, digits.y_test) > 0.9  # 0.930 here; 0.93-0.97 over six seeds and splits
+
+
+def test_partial_fit_asks_for_the_classes_once_and_refuses_others_later(digits):
+    X, y = digits.X_train[:50], digits.y_train[:50]
+    model = small_dbn()
+    with pytest.raises(ValueError, match="pass classes .* on the first call"):
+        model.partial_fit(X, y)
+    model.partial_fit(X, y, classes=range(10))
+    with pytest.raises(ValueError, match="classes \\[0, 1, 2\\] differ from the classes of the first call"):
+        model.partial_fit(X, y, classes=[0, 1, 2])
+    with pytest.raises(ValueError, match="outside the class range"):
+        model.partial_fit(X[:2], [3, 11])
+
+
 def test_labels_outside_the_class_range_are_rejected_with_the_row(digits):
     model = small_dbn().initialize(64, classes=10)
     y = digits.y_train[:50].copy()

@@ -27,9 +27,10 @@ TRAINING_ON_UNSCALED_DATA = [
     "check_pipeline_consistency", "check_readonly_memmap_input", "check_transformer_data_not_an_array",
     "check_transformer_general", "check_transformer_preserve_dtypes",
 ]
-# ... and for classifiers.
+# ... and for classifiers (the last: a classifier's partial_fit, the DBN's).
 CLASSIFIER_TRAINING_ON_UNSCALED_DATA = [
     "check_classifier_data_not_an_array", "check_classifiers_classes", "check_classifiers_train",
+    "check_estimators_partial_fit_n_features",
 ]
 
 ESTIMATORS = {

@@ -144,6 +144,20 @@ def test_save_and_load_round_trip_is_exact(kind, digits, tmp_path):
 
 
 @pytest.mark.parametrize("kind", MODELS)
+def test_each_model_class_loads_its_own_kind_exactly_and_refuses_another_kinds_file(kind, digits, tmp_path):
+    X, y, X_test = digits
+    model = fit(MODELS[kind](), X, y)
+    model.save(tmp_path / "model.npz")
+    loaded = type(model).load(tmp_path / "model.npz")
+    assert type(loaded) is type(model) and loaded.to_spec() == model.to_spec()
+    np.testing.assert_array_equal(outputs(loaded, X_test), outputs(model, X_test))
+    other = next(name for name in MODELS if name != kind)
+    other_class = type(MODELS[other]())
+    with pytest.raises(ValueError, match=f"holds a '{kind}' model; {other_class.__name__}.load reads '{other}' models"):
+        other_class.load(tmp_path / "model.npz")
+
+
+@pytest.mark.parametrize("kind", MODELS)
 def test_spec_is_json_and_builds_an_untrained_replica_of_the_same_shape(kind, digits):
     X, y, _ = digits
     model = fit(MODELS[kind](), X, y)
