@@ -7,9 +7,10 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException
 
 import rbm
@@ -221,11 +222,33 @@ def _check_model_fits(model: Any, X: Any, y: Any, n_features: int, n_classes: in
                              f"[{bounds[0]:g}, {bounds[1]:g}] (scale the data, or use Gaussian visible units)")
 
 
+#: How a Parquet file begins (``PARE``: one with an encrypted footer).
+PARQUET_MAGIC = (b"PAR1", b"PARE")
+
+
+def _data_files(folder: str) -> Iterator[str]:
+    """The files Spark reads as data in ``folder``: all but the hidden ones (``_*``, ``.*``), in subfolders too."""
+    for root, folders, files in os.walk(folder):
+        folders[:] = sorted(name for name in folders if not name.startswith(("_", ".")))
+        for name in sorted(files):
+            if not name.startswith(("_", ".")):
+                yield os.path.join(root, name)
+
+
 def _check_input(path: str) -> None:
-    """A local ``--input`` that does not exist is refused before Spark starts."""
+    """A local ``--input`` that does not exist, or holds a file that is not Parquet, is refused before Spark starts."""
     local = path[len("file://"):] if path.startswith("file://") else (None if "://" in path else path)
-    if local is not None and not os.path.exists(local):
+    if local is None:
+        return
+    if not os.path.exists(local):
         raise UsageError(f"--input {path} does not exist")
+    for file in _data_files(local) if os.path.isdir(local) else [local]:
+        with open(file, "rb") as handle:
+            head = handle.read(4)
+        if head and head not in PARQUET_MAGIC:  # Spark skips an empty file
+            where = "" if file == local else f" holds {os.path.relpath(file, local)}, which"
+            raise UsageError(f"--input {path}{where} is not a Parquet file ({head!r} where Parquet begins with "
+                             "'PAR1'): --input is a Parquet file or folder with a features column")
 
 
 def _read_parquet(spark: Any, path: str) -> Any:
@@ -233,6 +256,9 @@ def _read_parquet(spark: Any, path: str) -> Any:
         return spark.read.parquet(path)
     except AnalysisException as error:
         raise UsageError(f"--input {path} cannot be read as Parquet: {str(error).splitlines()[0]}") from error
+    except Py4JJavaError as error:  # a file Spark could not read (not Parquet, truncated, ...)
+        message = (str(error.java_exception.getMessage() or "") or type(error).__name__).splitlines()[0]
+        raise UsageError(f"--input {path} cannot be read as Parquet: {message}") from error
 
 
 def _load_run_model(store_url: str, run: str) -> Any:

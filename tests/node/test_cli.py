@@ -124,6 +124,18 @@ def test_evaluating_a_run_that_does_not_exist_fails_with_a_one_line_error(spark,
     assert "there is no run 'nothing' in the store" in captured.err
 
 
+def test_an_input_spark_cannot_read_as_parquet_is_one_line_naming_it(spark, tmp_path):
+    # What the check before Spark cannot see (a file on HDFS, one truncated after its first bytes)
+    # Spark refuses with a Java error: said in one line naming the input, not as a traceback.
+    from node.cli import _commands
+    from node.cli._options import UsageError
+
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1 and then nothing a footer needs")
+    with pytest.raises(UsageError, match=rf"^--input {broken} cannot be read as Parquet: \S.*{broken.name}"):
+        _commands._read_parquet(spark, str(broken))
+
+
 def test_an_rbm_alone_trains_from_the_command_line_and_reports_its_held_out_reconstruction(spark, tmp_path, capsys):
     import rbm
     from rbm.datasets import load_digits01

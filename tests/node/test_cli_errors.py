@@ -88,6 +88,53 @@ def test_a_missing_predict_input_is_named_before_spark_starts(tmp_path, monkeypa
     assert capsys.readouterr().err.strip() == f"sparkdbn predict: --input {tmp_path / 'in.parquet'} does not exist"
 
 
+def test_an_input_that_is_not_parquet_is_named_before_spark_starts(tmp_path, monkeypatch, capsys):
+    # `predict --input data.csv` once reached Spark, which printed Java stack traces from every
+    # task attempt and exited 1.
+    from node.cli import _commands, main
+
+    started = []
+    monkeypatch.setattr(_commands, "_session", lambda options: started.append(options) or pytest.fail("Spark started"))
+    monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: object())
+    monkeypatch.setattr(_commands, "_is_classifier", lambda model: True)
+    monkeypatch.setattr(_commands, "_run_dataset", lambda store, run: None)
+    csv = tmp_path / "digits.csv"
+    csv.write_text("pixel0,pixel1,label\n0,16,3\n")
+    folder = tmp_path / "folder.parquet"
+    folder.mkdir()
+    (folder / "_SUCCESS").write_text("")  # hidden from Spark, as are .crc files: not looked at
+    (folder / "part-0.csv").write_text("0,16,3\n")
+    cases = [
+        (["predict", "--run", "r", "--input", str(csv), "--output", str(tmp_path / "out")],
+         f"sparkdbn predict: --input {csv} is not a Parquet file (b'pixe' where Parquet begins with 'PAR1'): "
+         "--input is a Parquet file or folder with a features column"),
+        (["evaluate", "--run", "r", "--input", str(folder)],
+         f"sparkdbn evaluate: --input {folder} holds part-0.csv, which is not a Parquet file (b'0,16' where "
+         "Parquet begins with 'PAR1'): --input is a Parquet file or folder with a features column"),
+    ]
+    for args, expected in cases:
+        assert main(args) == 2, args
+        assert capsys.readouterr().err.strip() == expected
+    assert not started and not (tmp_path / "out").exists()
+
+
+def test_a_parquet_input_passes_the_check_whatever_hidden_files_lie_beside_it(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from node.cli import _commands
+
+    folder = tmp_path / "in.parquet"
+    (folder / "label=3").mkdir(parents=True)  # a partitioned folder: Spark reads the subfolders too
+    pq.write_table(pa.table({"features": [[0.0, 1.0]]}), folder / "label=3" / "part-0.parquet")
+    (folder / "_SUCCESS").write_text("")
+    (folder / ".part-0.parquet.crc").write_bytes(b"crc")
+    (folder / "label=3" / "empty.parquet").write_bytes(b"")  # Spark skips an empty file
+    _commands._check_input(str(folder))
+    _commands._check_input("file://" + str(folder / "label=3" / "part-0.parquet"))
+    _commands._check_input("hdfs://namenode:9870/not/looked/at/here")
+
+
 def test_misspelled_keys_and_flags_are_one_line_naming_the_closest_and_spark_never_starts(tmp_path, monkeypatch,
                                                                                          capsys):
     from node.cli import _commands, main
