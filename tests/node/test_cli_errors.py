@@ -72,6 +72,10 @@ def test_a_mistake_is_one_line_exit_2_and_spark_never_starts(case, tmp_path):
     if case == "unknown run":  # --verbose adds the traceback for those who want it
         verbose = sparkdbn("--verbose", *(arg.format(**fill) for arg in args), cwd=tmp_path)
         assert verbose.returncode == 2 and "Traceback (most recent call last)" in verbose.stderr
+        # ... given before the command or among its own flags
+        verbose = sparkdbn(*(arg.format(**fill) for arg in args), "--verbose", cwd=tmp_path)
+        assert verbose.returncode == 2 and "Traceback (most recent call last)" in verbose.stderr
+        assert expected.format(**fill) in verbose.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "store" / "runs").exists() or not any((tmp_path / "store" / "runs").iterdir())
     assert [path.name for path in (tmp_path / "mine").iterdir()] == ["thesis.txt"]
 
