@@ -270,6 +270,20 @@ def _run_dataset(store_url: str, run: str) -> str | None:
     return run_dataset_url(open_run(store_url, run).record)
 
 
+#: The recipes ``train --dataset`` loads, by the width of their samples.
+RECIPES_BY_WIDTH = {64: "digits", 784: "digits28"}
+
+
+def _run_recipe(store_url: str, run: str) -> tuple[str | None, int]:
+    """``(recipe, seed)`` of a run trained on arrays: the recipe of its samples' width (None for another
+    width; digits where the record names none, as before it did) and the run's seed, which ``train``
+    split the recipe by."""
+    record = open_run(store_url, run).record or {}
+    shape = (record.get("data") or {}).get("feature_shape")
+    recipe = RECIPES_BY_WIDTH.get(int(np.prod(shape))) if shape else "digits"
+    return recipe, int((record.get("settings") or {}).get("seed") or 0)
+
+
 def _new_data(spark: Any, options: dict[str, Any], dataset: str | None) -> tuple[Any, str]:
     """``(frame, features column)``: the ``--input`` Parquet, its features scaled as the run's staged dataset was."""
     frame = _read_parquet(spark, options["input"])
@@ -293,11 +307,17 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
             raise UsageError(f"run {options['run']} trained on {dataset}, which has no held-out split "
                              "(stage with --test-fraction); give --input or --dataset")
         print(f"evaluating on the held-out split of {dataset}")
-    else:
-        _X, _y, X_test, y_test = _load_dataset(str(options.get("dataset") or "digits"), int(options["seed"]))
+    else:  # a recipe's held-out split, as `train --dataset` split it: the run's recipe and seed unless given
+        recipe, seed = _run_recipe(store_url, options["run"])
+        recipe, seed = options.get("dataset") or recipe, seed if options.get("seed") is None else options["seed"]
+        if recipe is None:
+            raise UsageError(f"run {options['run']} trained on no staged dataset and on samples of no recipe's "
+                             "width (digits 64, digits28 784): give --input (a Parquet file) or --dataset")
+        _X, _y, X_test, y_test = _load_dataset(str(recipe), int(seed))
         if X_test is None:
             raise UsageError("evaluate needs --input (a Parquet file) or a recipe --dataset")
         data = (X_test, y_test)
+        print(f"evaluating on the held-out split of {recipe} (seed {seed})")
     spark = _session(options)
     features_col = options["features_col"]
     if options.get("input"):

@@ -108,9 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--overwrite", action="store_const", const=True,
                              help="replace predictions an earlier predict wrote to --output (nothing else)")
         else:
-            sub.add_argument("--dataset", help="recipe whose test split to use (default: the held-out split of "
-                                               "the staged dataset the run trained on, else digits)")
-        sub.set_defaults(handler=handler, defaults={"dataset": None, "seed": 0, "features_col": "features",
+            sub.add_argument("--dataset", help="recipe whose held-out split to use (default: the held-out split of "
+                                               "the staged dataset the run trained on, else of the recipe it "
+                                               "trained on: digits or digits28, split by the run's seed)")
+        sub.set_defaults(handler=handler, defaults={"dataset": None, "seed": None, "features_col": "features",
                                                     "label_col": "label"})
 
     stage = commands.add_parser("stage", help="stage a file of your own or a dataset recipe as Parquet shards")

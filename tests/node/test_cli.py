@@ -124,6 +124,33 @@ def test_evaluating_a_run_that_does_not_exist_fails_with_a_one_line_error(spark,
     assert "there is no run 'nothing' in the store" in captured.err
 
 
+def test_evaluate_takes_the_held_out_split_of_the_recipe_and_seed_the_run_trained_on(spark, tmp_path, capsys):
+    # `evaluate --run` once split digits by seed 0 whatever the run's seed (evaluating on rows the run
+    # trained on), and took digits for a digits28 run (a 784-wide model against 64 features: refused).
+    store = tmp_path / "store"
+    assert cli.main(["train", "--store", str(store), "--run-id", "seeded", "--model", "convnet", "--seed", "3",
+                     "--epochs", "1", "--no-report", "--no-progress"]) == 0
+    trained = capsys.readouterr().out.split("(computed with Spark):\n", 1)[1]
+    assert cli.main(["evaluate", "--store", str(store), "--run", "seeded"]) == 0
+    said, report = capsys.readouterr().out.split("\n", 1)
+    assert said == "evaluating on the held-out split of digits (seed 3)"
+    assert report == trained  # the same rows, the same model: the same report and confusion matrix
+
+
+def test_evaluate_finds_the_recipe_by_the_width_the_run_trained_on(monkeypatch):
+    from node.cli import _commands
+
+    def run_of(data, seed=0):
+        record = {"data": data, "settings": {"seed": seed}}
+        monkeypatch.setattr(_commands, "open_run", lambda store, run: type("View", (), {"record": record}))
+        return _commands._run_recipe("file:///store", "r")
+
+    assert run_of({"feature_shape": [784]}, seed=4) == ("digits28", 4)
+    assert run_of({"feature_shape": [1, 8, 8]}) == ("digits", 0)
+    assert run_of({"feature_shape": [10]}) == (None, 0)  # no recipe: evaluate asks for --input or --dataset
+    assert run_of({}) == ("digits", 0)  # a record that names no width: digits, as before
+
+
 def test_an_input_spark_cannot_read_as_parquet_is_one_line_naming_it(spark, tmp_path):
     # What the check before Spark cannot see (a file on HDFS, one truncated after its first bytes)
     # Spark refuses with a Java error: said in one line naming the input, not as a traceback.
