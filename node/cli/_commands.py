@@ -17,7 +17,7 @@ import rbm
 import storage
 from rbm.datasets import load_digits01, load_digits28
 
-from ..data import stage_input, stage_recipe, write_parquet_safely
+from ..data import check_output, stage_input, stage_recipe, write_parquet_safely
 from ..driver import Trainer, TrainingSettings, default_store_url, driver_spec, get_spark_session, gpu_spark_conf
 from ..run import load_run_model, open_checked_store, open_run
 from ..serve import evaluate, predict_dataframe
@@ -332,6 +332,8 @@ def cmd_predict(options: dict[str, Any]) -> int:
     if not options.get("input"):
         raise UsageError("predict needs --input (a Parquet file or folder with a features column)")
     _check_input(options["input"])
+    # what can be seen of --output without Spark (checked again when written)
+    check_output(options["output"], inputs=(options["input"],), overwrite=bool(options.get("overwrite")))
     dataset = _run_dataset(store_url, options["run"])
     spark = _session(options)
     frame, features_col = _new_data(spark, options, dataset)

@@ -122,6 +122,38 @@ def test_an_input_that_is_not_parquet_is_named_before_spark_starts(tmp_path, mon
     assert not started and not (tmp_path / "out").exists()
 
 
+def test_an_output_predict_may_not_write_is_named_before_spark_starts(tmp_path, monkeypatch, capsys):
+    # These refusals came after Spark had started (half a minute on this machine), from the write.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from node.cli import _commands, main
+
+    monkeypatch.setattr(_commands, "_session", lambda options: pytest.fail("Spark started"))
+    monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: object())
+    monkeypatch.setattr(_commands, "_run_dataset", lambda store, run: None)
+    data = tmp_path / "in.parquet"
+    data.mkdir()
+    pq.write_table(pa.table({"features": [[0.0, 1.0]]}), data / "part-0.parquet")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    (tmp_path / "a-file").write_text("mine")
+    cases = [
+        (["--output", str(tmp_path / "mine")], f"--output {tmp_path / 'mine'} already holds 1 file(s) (e.g. notes.txt)"),
+        (["--output", str(tmp_path / "mine"), "--overwrite"],
+         f"--overwrite refused: {tmp_path / 'mine'} holds 'notes.txt', which it did not write; nothing was deleted"),
+        (["--output", str(tmp_path / "a-file")], f"--output {tmp_path / 'a-file'} is a file"),
+        (["--output", str(data / "predictions")], f"--output {data / 'predictions'} overlaps the input {data}"),
+        (["--output", "file://" + str(data)], f"--output file://{data} is the input {data}"),
+    ]
+    for args, expected in cases:
+        assert main(["predict", "--run", "r", "--input", str(data), *args]) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"sparkdbn predict: {expected}"), err
+    assert [path.name for path in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+    assert (tmp_path / "a-file").read_text() == "mine" and [path.name for path in data.iterdir()] == ["part-0.parquet"]
+
+
 def test_a_parquet_input_passes_the_check_whatever_hidden_files_lie_beside_it(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
