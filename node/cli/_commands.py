@@ -17,13 +17,13 @@ import rbm
 import storage
 from rbm.datasets import load_digits01, load_digits28
 
-from ..data import check_output, stage_input, stage_recipe, write_parquet_safely
+from ..data import RECIPES, check_output, stage_input, stage_recipe, write_parquet_safely
 from ..driver import Trainer, TrainingSettings, default_store_url, driver_spec, get_spark_session, gpu_spark_conf
 from ..run import load_run_model, open_checked_store, open_run
 from ..serve import evaluate, predict_dataframe
 from ..watch import check_report_folder, is_supervised, render_report, run_status
 from ._data import dataset_scaling, held_out_split, run_dataset_url, scale_frame
-from ._options import UsageError, parse_spark_conf
+from ._options import UsageError, closest, parse_spark_conf
 
 __all__ = ["TRAIN_DEFAULTS", "build_model", "cmd_train", "cmd_evaluate", "cmd_predict", "cmd_stage", "cmd_report",
            "cmd_status"]
@@ -168,7 +168,9 @@ def cmd_train(options: dict[str, Any]) -> int:
         try:
             meta = storage.open_dataset(X).meta
         except storage.StoreError as error:
-            raise UsageError(f"--dataset {X}: {error}") from error
+            guess = closest(X, RECIPES) if "/" not in X else None  # a recipe's name mistyped, not a path
+            hint = f"not a recipe ({', '.join(RECIPES)}; did you mean {guess!r}?), and " if guess else ""
+            raise UsageError(f"--dataset {X}: {hint}{error}") from error
         n_features, n_classes = int(np.prod(meta["feature_shape"])), int(meta.get("n_classes") or 10)
     else:
         n_features, n_classes = int(np.prod(X.shape[1:])), int(y.max()) + 1

@@ -34,6 +34,15 @@ __all__ = ["main", "build_parser"]
 VERBOSE_HELP = "print the traceback of an error and log at INFO level"
 
 
+def layer_sizes(text: str) -> list[int]:
+    """``"100,100"`` -> ``[100, 100]`` (``--layers``)."""
+    try:
+        return [int(size) for size in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected hidden layer sizes separated by commas, e.g. 100,100; "
+                                         f"got {text!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="sparkdbn", description=__doc__.split("\n\n")[0].replace("``", ""),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -57,8 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--run-id", help="run name in the store; an existing run resumes")
     train.add_argument("--dataset", help="digits (default), digits28, or a staged dataset URL")
     train.add_argument("--model", help="dbn (default), convnet or rbm")
-    train.add_argument("--layers", type=lambda text: [int(v) for v in text.split(",")],
-                       help="hidden layer sizes, e.g. 100,100")
+    train.add_argument("--layers", type=layer_sizes, help="hidden layer sizes, e.g. 100,100")
     train.add_argument("--epochs", type=int, help="epochs per phase (default: 5 per pretraining phase, 20 of "
                        "fine-tuning, 10 for a conv net)")
     train.add_argument("--partitions", type=int, help="RDD partitions per epoch (default: 2 per node, or 8 per node "

@@ -47,6 +47,12 @@ CASES = {
                                         "train: the model does not fit the dataset digits: 64 features"),
     "impossible hyperparameter": (["train", "--store", "{tmp}/store", "--model", "rbm", "--layers", "0"],
                                   "train: the model does not fit the dataset digits: n_components must be"),
+    "mistyped recipe": (["train", "--store", "{tmp}/store", "--dataset", "digit"],
+                        "train: --dataset digit: not a recipe (digits, digits28; did you mean 'digits'?), and no "
+                        "dataset at"),
+    "layer sizes that are not numbers": (["train", "--store", "{tmp}/store", "--layers", "100,x"],
+                                         "train: argument --layers: expected hidden layer sizes separated by "
+                                         "commas, e.g. 100,100; got '100,x'"),
     "unknown model": (["train", "--store", "{tmp}/store", "--model", "transformer"], "train: unknown model"),
     "bad setting": (["train", "--store", "{tmp}/store", "--partitions", "0"],
                     "train: training settings: partitions must be >= 1, got 0"),
