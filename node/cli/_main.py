@@ -79,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default auto: linear while nodes take few steps per epoch)")
     train.add_argument("--mode", choices=MODE_NAMES,
                        help="how nodes combine their progress: async (default), sync or sharing")
-    train.add_argument("--seed", type=int, help="seed of the held-out split, the model and the training (default 0)")
+    train.add_argument("--seed", type=int, help="seed of a recipe's held-out split, of the model and of the training "
+                       "(default 0)")
     train.add_argument("--bind-host", help="where each node listens (default: automatic -- loopback on local[N], "
                        "else SPARK_LOCAL_IP or the interface that reaches the driver; 0.0.0.0 needs --advertise-host)")
     train.add_argument("--advertise-host", help="host name or address peers connect to (default: the bind host)")
