@@ -172,6 +172,7 @@ def cmd_train(options: dict[str, Any]) -> int:
             hint = f"not a recipe ({', '.join(RECIPES)}; did you mean {guess!r}?), and " if guess else ""
             raise UsageError(f"--dataset {X}: {hint}{error}") from error
         n_features, n_classes = int(np.prod(meta["feature_shape"])), int(meta.get("n_classes") or 10)
+        X_test, y_test = held_out_split(X) or (None, None)  # evaluated after training, as a recipe's split is
     else:
         n_features, n_classes = int(np.prod(X.shape[1:])), int(y.max()) + 1
     model = build_model(options["model"], options.get("layers"), n_features, n_classes, int(options["seed"]))
@@ -196,6 +197,8 @@ def cmd_train(options: dict[str, Any]) -> int:
         error = float(model.reconstruction_error(np.reshape(X_test, (len(X_test), -1))))
         print(f"reconstruction error on {len(X_test)} held-out samples: {error:.5f} (mean squared error per "
               "visible unit of the mean-field reconstruction)")
+    else:
+        print(f"nothing evaluated: {options['dataset']} has no held-out split (stage it with --test-fraction)")
     if options.get("report"):
         paths = render_report(trainer.store_url, trainer.run_id_, options["out"])
         for path in paths:

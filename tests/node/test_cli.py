@@ -115,6 +115,23 @@ def test_stage_then_train_reads_the_shards_on_the_executors(spark, tmp_path, cap
     assert record["status"] == "done"
     assert record["data"]["partitions"] == 3 and record["data"]["source"] == f"dataset {url}"
     assert (store / record["model"]["path"]).exists()
+    # train ends with the report on the staged dataset's held-out split, the one `evaluate --run` takes
+    trained = capsys.readouterr().out.split("evaluation on 359 held-out samples (computed with Spark):\n", 1)[1]
+    assert cli.main(["evaluate", "--store", str(store), "--run", "staged"]) == 0
+    assert capsys.readouterr().out == f"evaluating on the held-out split of {url}\n{trained}"
+
+
+def test_train_on_a_dataset_staged_without_a_held_out_split_says_it_evaluated_nothing(spark, tmp_path, capsys):
+    from rbm.datasets import load_digits01
+
+    split = load_digits01()
+    url = "file://" + str(tmp_path / "store" / "datasets" / "no-test")
+    storage.stage_arrays(url, split.X_train, split.y_train, shards=2)
+    assert cli.main(["train", "--store", str(tmp_path / "store"), "--run-id", "untested", "--dataset", url,
+                     "--model", "convnet", "--epochs", "1", "--no-report", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert f"nothing evaluated: {url} has no held-out split (stage it with --test-fraction)" in out
+    assert "precision" not in out
 
 
 def test_evaluating_a_run_that_does_not_exist_fails_with_a_one_line_error(spark, tmp_path, capsys):
