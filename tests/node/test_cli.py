@@ -168,6 +168,18 @@ def test_evaluate_finds_the_recipe_by_the_width_the_run_trained_on(monkeypatch):
     assert run_of({}) == ("digits", 0)  # a record that names no width: digits, as before
 
 
+def test_an_input_whose_features_a_scaled_run_cannot_take_is_refused_before_any_job(spark):
+    # A staged dataset's own shards as --input of a run trained on a scaled dataset: their features are
+    # bytes, which every task of the scaling job refused with a Java stack trace before the one line.
+    from node.cli._data import scale_frame
+
+    frame = spark.createDataFrame([(b"\x00\x01", 3)], "features binary, label int")
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(None)
+    with pytest.raises(node.InputDataError, match="features column 'features' has type binary"):
+        scale_frame(frame, "features", {"kind": "minmax", "min": [0.0], "max": [1.0]})
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup(None) == jobs  # no job ran
+
+
 def test_an_input_spark_cannot_read_as_parquet_is_one_line_naming_it(spark, tmp_path):
     # What the check before Spark cannot see (a file on HDFS, one truncated after its first bytes)
     # Spark refuses with a Java error: said in one line naming the input, not as a traceback.
