@@ -30,6 +30,14 @@ def test_an_example_config_has_only_known_keys_and_its_model_builds(path):
     assert cli._settings(options, model).epochs  # the settings validate
 
 
+def test_a_config_takes_the_keys_the_command_line_page_names(tmp_path):
+    # docs/cli.md: the long flags' names, - or _, and report/progress for --no-report/--no-progress
+    path = tmp_path / "job.yaml"
+    path.write_text("report: false\nprogress: false\nrun-id: r\nbatch_size: 32\n")
+    assert load_config(str(path), _train_keys()) == {"report": False, "progress": False, "run_id": "r",
+                                                      "batch_size": 32}
+
+
 def test_the_three_examples_are_there():
     assert [path.name for path in EXAMPLES] == ["cluster-job.yaml", "dbn-digits.yaml", "lenet-digits28.yaml"]
 
