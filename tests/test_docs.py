@@ -175,6 +175,22 @@ def test_the_command_line_reference_is_what_each_installed_command_prints_for_he
         cli_help.command_help("no-such-command")
 
 
+def test_every_flag_in_the_command_line_reference_says_what_it_does_and_does_something():
+    # The reference prints each command's --help: a flag without a help text is a bare name there, and
+    # a flag a command ignores (--master of a command that starts no Spark) misleads.
+    from node.cli import build_parser
+
+    parser = build_parser()
+    assert "``" not in parser.description  # printed as it is, not rendered
+    starts_spark = {"train", "evaluate", "predict"}
+    for name, command in parser.parse_args(["status", "--run", "r"]).subparsers.items():
+        flags = [action for action in command._actions if action.option_strings]
+        assert [action.dest for action in flags if not action.help] == [], name
+        options = {option for action in flags for option in action.option_strings}
+        assert {"--master", "--conf"} <= options if name in starts_spark else not options & {"--master", "--conf"}, name
+        assert {"--verbose", "-v"} <= options, name  # `sparkdbn <command> ... --verbose`, as the errors page says
+
+
 # -- The built site's API page ----------------------------------------------------------------------------
 
 # A Sphinx role as mkdocstrings prints it when nothing converts it: ``:meth:`fit``` renders as

@@ -7,22 +7,23 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException
 
 import rbm
 import storage
 from rbm.datasets import load_digits01, load_digits28
 
-from ..data import stage_input, stage_recipe, write_parquet_safely
+from ..data import RECIPES, check_output, stage_input, stage_recipe, write_parquet_safely
 from ..driver import Trainer, TrainingSettings, default_store_url, driver_spec, get_spark_session, gpu_spark_conf
 from ..run import load_run_model, open_checked_store, open_run
 from ..serve import evaluate, predict_dataframe
 from ..watch import check_report_folder, is_supervised, render_report, run_status
 from ._data import dataset_scaling, held_out_split, run_dataset_url, scale_frame
-from ._options import UsageError, parse_spark_conf
+from ._options import UsageError, closest, parse_spark_conf
 
 __all__ = ["TRAIN_DEFAULTS", "build_model", "cmd_train", "cmd_evaluate", "cmd_predict", "cmd_stage", "cmd_report",
            "cmd_status"]
@@ -167,8 +168,11 @@ def cmd_train(options: dict[str, Any]) -> int:
         try:
             meta = storage.open_dataset(X).meta
         except storage.StoreError as error:
-            raise UsageError(f"--dataset {X}: {error}") from error
+            guess = closest(X, RECIPES) if "/" not in X else None  # a recipe's name mistyped, not a path
+            hint = f"not a recipe ({', '.join(RECIPES)}; did you mean {guess!r}?), and " if guess else ""
+            raise UsageError(f"--dataset {X}: {hint}{error}") from error
         n_features, n_classes = int(np.prod(meta["feature_shape"])), int(meta.get("n_classes") or 10)
+        X_test, y_test = held_out_split(X) or (None, None)  # evaluated after training, as a recipe's split is
     else:
         n_features, n_classes = int(np.prod(X.shape[1:])), int(y.max()) + 1
     model = build_model(options["model"], options.get("layers"), n_features, n_classes, int(options["seed"]))
@@ -193,6 +197,8 @@ def cmd_train(options: dict[str, Any]) -> int:
         error = float(model.reconstruction_error(np.reshape(X_test, (len(X_test), -1))))
         print(f"reconstruction error on {len(X_test)} held-out samples: {error:.5f} (mean squared error per "
               "visible unit of the mean-field reconstruction)")
+    else:
+        print(f"nothing evaluated: {options['dataset']} has no held-out split (stage it with --test-fraction)")
     if options.get("report"):
         paths = render_report(trainer.store_url, trainer.run_id_, options["out"])
         for path in paths:
@@ -221,11 +227,33 @@ def _check_model_fits(model: Any, X: Any, y: Any, n_features: int, n_classes: in
                              f"[{bounds[0]:g}, {bounds[1]:g}] (scale the data, or use Gaussian visible units)")
 
 
+#: How a Parquet file begins (``PARE``: one with an encrypted footer).
+PARQUET_MAGIC = (b"PAR1", b"PARE")
+
+
+def _data_files(folder: str) -> Iterator[str]:
+    """The files Spark reads as data in ``folder``: all but the hidden ones (``_*``, ``.*``), in subfolders too."""
+    for root, folders, files in os.walk(folder):
+        folders[:] = sorted(name for name in folders if not name.startswith(("_", ".")))
+        for name in sorted(files):
+            if not name.startswith(("_", ".")):
+                yield os.path.join(root, name)
+
+
 def _check_input(path: str) -> None:
-    """A local ``--input`` that does not exist is refused before Spark starts."""
+    """A local ``--input`` that does not exist, or holds a file that is not Parquet, is refused before Spark starts."""
     local = path[len("file://"):] if path.startswith("file://") else (None if "://" in path else path)
-    if local is not None and not os.path.exists(local):
+    if local is None:
+        return
+    if not os.path.exists(local):
         raise UsageError(f"--input {path} does not exist")
+    for file in _data_files(local) if os.path.isdir(local) else [local]:
+        with open(file, "rb") as handle:
+            head = handle.read(4)
+        if head and head not in PARQUET_MAGIC:  # Spark skips an empty file
+            where = "" if file == local else f" holds {os.path.relpath(file, local)}, which"
+            raise UsageError(f"--input {path}{where} is not a Parquet file ({head!r} where Parquet begins with "
+                             "'PAR1'): --input is a Parquet file or folder with a features column")
 
 
 def _read_parquet(spark: Any, path: str) -> Any:
@@ -233,6 +261,9 @@ def _read_parquet(spark: Any, path: str) -> Any:
         return spark.read.parquet(path)
     except AnalysisException as error:
         raise UsageError(f"--input {path} cannot be read as Parquet: {str(error).splitlines()[0]}") from error
+    except Py4JJavaError as error:  # a file Spark could not read (not Parquet, truncated, ...)
+        message = (str(error.java_exception.getMessage() or "") or type(error).__name__).splitlines()[0]
+        raise UsageError(f"--input {path} cannot be read as Parquet: {message}") from error
 
 
 def _load_run_model(store_url: str, run: str) -> Any:
@@ -242,6 +273,20 @@ def _load_run_model(store_url: str, run: str) -> Any:
 def _run_dataset(store_url: str, run: str) -> str | None:
     """The staged dataset the run trained on (its record says), or None."""
     return run_dataset_url(open_run(store_url, run).record)
+
+
+#: The recipes ``train --dataset`` loads, by the width of their samples.
+RECIPES_BY_WIDTH = {64: "digits", 784: "digits28"}
+
+
+def _run_recipe(store_url: str, run: str) -> tuple[str | None, int]:
+    """``(recipe, seed)`` of a run trained on arrays: the recipe of its samples' width (None for another
+    width; digits where the record names none, as before it did) and the run's seed, which ``train``
+    split the recipe by."""
+    record = open_run(store_url, run).record or {}
+    shape = (record.get("data") or {}).get("feature_shape")
+    recipe = RECIPES_BY_WIDTH.get(int(np.prod(shape))) if shape else "digits"
+    return recipe, int((record.get("settings") or {}).get("seed") or 0)
 
 
 def _new_data(spark: Any, options: dict[str, Any], dataset: str | None) -> tuple[Any, str]:
@@ -267,11 +312,17 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
             raise UsageError(f"run {options['run']} trained on {dataset}, which has no held-out split "
                              "(stage with --test-fraction); give --input or --dataset")
         print(f"evaluating on the held-out split of {dataset}")
-    else:
-        _X, _y, X_test, y_test = _load_dataset(str(options.get("dataset") or "digits"), int(options["seed"]))
+    else:  # a recipe's held-out split, as `train --dataset` split it: the run's recipe and seed unless given
+        recipe, seed = _run_recipe(store_url, options["run"])
+        recipe, seed = options.get("dataset") or recipe, seed if options.get("seed") is None else options["seed"]
+        if recipe is None:
+            raise UsageError(f"run {options['run']} trained on no staged dataset and on samples of no recipe's "
+                             "width (digits 64, digits28 784): give --input (a Parquet file) or --dataset")
+        _X, _y, X_test, y_test = _load_dataset(str(recipe), int(seed))
         if X_test is None:
             raise UsageError("evaluate needs --input (a Parquet file) or a recipe --dataset")
         data = (X_test, y_test)
+        print(f"evaluating on the held-out split of {recipe} (seed {seed})")
     spark = _session(options)
     features_col = options["features_col"]
     if options.get("input"):
@@ -286,6 +337,8 @@ def cmd_predict(options: dict[str, Any]) -> int:
     if not options.get("input"):
         raise UsageError("predict needs --input (a Parquet file or folder with a features column)")
     _check_input(options["input"])
+    # what can be seen of --output without Spark (checked again when written)
+    check_output(options["output"], inputs=(options["input"],), overwrite=bool(options.get("overwrite")))
     dataset = _run_dataset(store_url, options["run"])
     spark = _session(options)
     frame, features_col = _new_data(spark, options, dataset)

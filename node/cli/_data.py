@@ -16,7 +16,7 @@ from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
 
 import storage
 
-from ..data import apply_scaling, features_from_arrow
+from ..data import apply_scaling, feature_column_kind, features_from_arrow
 
 __all__ = ["SCALED_COL", "run_dataset_url", "held_out_split", "dataset_scaling", "scale_frame"]
 
@@ -50,6 +50,7 @@ def scale_frame(df: Any, features_col: str, scaling: dict | None) -> tuple[Any, 
     columns pass through unchanged."""
     if not scaling:
         return df, features_col
+    feature_column_kind(df, features_col)  # a column of another type is said now, not by every task
     fields = list(df.schema.fields) + [StructField(SCALED_COL, ArrayType(DoubleType(), False), False)]
 
     def scale(batches: Iterator[Any]) -> Iterator[Any]:

@@ -31,16 +31,28 @@ from ._options import OneLineParser, UsageError, load_config, parse_spark_conf
 
 __all__ = ["main", "build_parser"]
 
+VERBOSE_HELP = "print the traceback of an error and log at INFO level"
+
+
+def layer_sizes(text: str) -> list[int]:
+    """``"100,100"`` -> ``[100, 100]`` (``--layers``)."""
+    try:
+        return [int(size) for size in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected hidden layer sizes separated by commas, e.g. 100,100; "
+                                         f"got {text!r}") from None
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="sparkdbn", description=__doc__.split("\n\n")[0],
+    parser = OneLineParser(prog="sparkdbn", description=__doc__.split("\n\n")[0].replace("``", ""),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--verbose", "-v", action="store_true", help="log at INFO level")
+    parser.add_argument("--verbose", "-v", action="store_true", help=VERBOSE_HELP)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    def common(sub: argparse.ArgumentParser) -> None:
+    def common(sub: argparse.ArgumentParser, *, spark: bool = True) -> None:
         sub.add_argument("--config", help="JSON or YAML file of settings (flags override it)")
-        sub.add_argument("--master", help="Spark master (ignored under spark-submit); default local[2,4]")
+        if spark:  # a command that starts Spark
+            sub.add_argument("--master", help="Spark master (ignored under spark-submit); default local[2,4]")
         sub.add_argument("--store", help="store URL or path; default ./sparkdbn-store")
 
     def spark_settings(sub: argparse.ArgumentParser) -> None:
@@ -54,19 +66,21 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--run-id", help="run name in the store; an existing run resumes")
     train.add_argument("--dataset", help="digits (default), digits28, or a staged dataset URL")
     train.add_argument("--model", help="dbn (default), convnet or rbm")
-    train.add_argument("--layers", type=lambda text: [int(v) for v in text.split(",")],
-                       help="hidden layer sizes, e.g. 100,100")
-    train.add_argument("--epochs", type=int, help="epochs per phase")
-    train.add_argument("--partitions", type=int, help="RDD partitions per epoch")
-    train.add_argument("--batch-size", type=int)
-    train.add_argument("--fanout", type=int, help="peers merged per partition at most")
+    train.add_argument("--layers", type=layer_sizes, help="hidden layer sizes, e.g. 100,100")
+    train.add_argument("--epochs", type=int, help="epochs per phase (default: 5 per pretraining phase, 20 of "
+                       "fine-tuning, 10 for a conv net)")
+    train.add_argument("--partitions", type=int, help="RDD partitions per epoch (default: 2 per node, or 8 per node "
+                       "where more than 2 nodes scale the learning rates up; a staged dataset: one per shard)")
+    train.add_argument("--batch-size", type=int, help="minibatch size on the nodes (default: the model's)")
+    train.add_argument("--fanout", type=int, help="peers merged per partition at most (default: all fresh ones)")
     train.add_argument("--merge-alpha", type=float, help="weight of the peers' mean in a merge")
     train.add_argument("--scale-rule", choices=("auto", "linear", "sqrt", "none"),
                        help="how learning rates follow the number of nodes "
                             "(default auto: linear while nodes take few steps per epoch)")
     train.add_argument("--mode", choices=MODE_NAMES,
                        help="how nodes combine their progress: async (default), sync or sharing")
-    train.add_argument("--seed", type=int)
+    train.add_argument("--seed", type=int, help="seed of a recipe's held-out split, of the model and of the training "
+                       "(default 0)")
     train.add_argument("--bind-host", help="where each node listens (default: automatic -- loopback on local[N], "
                        "else SPARK_LOCAL_IP or the interface that reaches the driver; 0.0.0.0 needs --advertise-host)")
     train.add_argument("--advertise-host", help="host name or address peers connect to (default: the bind host)")
@@ -83,8 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --gpus-per-executor: the script that lists a host's GPUs, a path on every "
                             "executor host (default: scripts/sparkdbn-gpus of this checkout)")
     train.add_argument("--out", help="folder for the report plots (default ./sparkdbn-report)")
-    train.add_argument("--no-report", dest="report", action="store_const", const=False, default=None)
-    train.add_argument("--no-progress", dest="progress", action="store_const", const=False, default=None)
+    train.add_argument("--no-report", dest="report", action="store_const", const=False, default=None,
+                       help="write no report plots")
+    train.add_argument("--no-progress", dest="progress", action="store_const", const=False, default=None,
+                       help="show no progress bar and print no epoch summary lines (they are still logged)")
     train.set_defaults(handler=cmd_train, defaults=TRAIN_DEFAULTS)
 
     for name, handler, text in (("evaluate", cmd_evaluate, "evaluate a run's model with Spark"),
@@ -94,20 +110,21 @@ def build_parser() -> argparse.ArgumentParser:
         spark_settings(sub)
         sub.add_argument("--run", required=True, help="the run whose saved model to use")
         sub.add_argument("--input", help="Parquet input with a features column (and a label column)")
-        sub.add_argument("--features-col")
-        sub.add_argument("--label-col")
+        sub.add_argument("--features-col", help="--input's features column (default features)")
+        sub.add_argument("--label-col", help="--input's label column (default label)")
         if name == "predict":
             sub.add_argument("--output", required=True, help="Parquet output folder (new or empty)")
             sub.add_argument("--overwrite", action="store_const", const=True,
                              help="replace predictions an earlier predict wrote to --output (nothing else)")
         else:
-            sub.add_argument("--dataset", help="recipe whose test split to use (default: the held-out split of "
-                                               "the staged dataset the run trained on, else digits)")
-        sub.set_defaults(handler=handler, defaults={"dataset": None, "seed": 0, "features_col": "features",
+            sub.add_argument("--dataset", help="recipe whose held-out split to use (default: the held-out split of "
+                                               "the staged dataset the run trained on, else of the recipe it "
+                                               "trained on: digits or digits28, split by the run's seed)")
+        sub.set_defaults(handler=handler, defaults={"dataset": None, "seed": None, "features_col": "features",
                                                     "label_col": "label"})
 
     stage = commands.add_parser("stage", help="stage a file of your own or a dataset recipe as Parquet shards")
-    stage.add_argument("--config")
+    stage.add_argument("--config", help="JSON or YAML file of settings (flags override it)")
     stage.add_argument("--input", help="a CSV, Parquet, NPZ (arrays X, y) or IDX file (.gz too), path or URL")
     stage.add_argument("--label-col", help="--input's label column (default label; '' for none)")
     stage.add_argument("--features-cols", help="--input's feature columns, comma-separated (default: every other)")
@@ -116,24 +133,28 @@ def build_parser() -> argparse.ArgumentParser:
     stage.add_argument("--scale", choices=("minmax",), help="scale each feature to [0, 1] by the training "
                        "part's min/max (recorded in _meta.json, applied again to new data)")
     stage.add_argument("--seed", type=int, help="seed of the held-out split (default 0)")
-    stage.add_argument("--recipe", help="digits or digits28 (without --input)")
+    stage.add_argument("--recipe", help="digits (default) or digits28, without --input; its held-out split goes to "
+                       "<url>/test")
     stage.add_argument("--url", help="dataset directory URL, e.g. file:///data/store/datasets/digits")
-    stage.add_argument("--shards", type=int)
+    stage.add_argument("--shards", type=int, help="Parquet shards, one per RDD partition (default 4)")
     stage.add_argument("--overwrite", action="store_const", const=True,
                        help="replace a dataset staged at --url before (nothing else is ever replaced)")
     stage.set_defaults(handler=cmd_stage, defaults={"recipe": "digits", "url": None, "shards": 4,
                                                     "label_col": "label"})
 
     report = commands.add_parser("report", help="render the PNG plots of a run")
-    common(report)
-    report.add_argument("--run", required=True)
+    common(report, spark=False)  # drawn from the store, without Spark
+    report.add_argument("--run", required=True, help="the run whose plots to render")
     report.add_argument("--out", help="output folder (default ./sparkdbn-report)")
     report.set_defaults(handler=cmd_report, defaults={"out": "sparkdbn-report"})
 
     status = commands.add_parser("status", help="where a run stands: phases, epochs, validation, nodes")
     status.add_argument("--store", help="store URL or path; default ./sparkdbn-store")
-    status.add_argument("--run", required=True)
+    status.add_argument("--run", required=True, help="the run to describe")
     status.set_defaults(handler=cmd_status, defaults={})
+    for sub in commands.choices.values():  # `sparkdbn <command> ... --verbose` too; SUPPRESS: not given
+        # there, it leaves `sparkdbn --verbose <command>` alone
+        sub.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     parser.set_defaults(subparsers=commands.choices)
     return parser
 

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from .._errors import InputDataError
 
-__all__ = ["MARKER", "write_parquet_safely"]
+__all__ = ["MARKER", "check_output", "write_parquet_safely"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,28 +52,14 @@ def write_parquet_safely(frame: Any, output: str, *, inputs: tuple[str, ...] = (
     target = _qualified(jvm, conf, output)
     resolved = _qualified(jvm, conf, _resolved(output))
     for source in inputs:
-        origin = _qualified(jvm, conf, _resolved(source))
-        same = resolved == origin or _same_file(output, source)
-        if same or _inside(resolved, origin) or _inside(origin, resolved) or _overlap_by_identity(output, source):
-            raise InputDataError(f"--output {output} {'is' if same else 'overlaps'} the input {source} (compared by "
-                                 "device and inode: symlinks and bind mounts followed); choose an output folder "
-                                 "outside the input")
+        _check_apart(output, source, resolved, _qualified(jvm, conf, _resolved(source)))
     Path = jvm.org.apache.hadoop.fs.Path
     path = Path(target)
     fs = path.getFileSystem(conf)
     replaces = False
     if fs.exists(path):
-        if not fs.getFileStatus(path).isDirectory():
-            raise InputDataError(f"--output {output} is a file; give a folder to write the predictions into")
         names = [status.getPath().getName() for status in fs.listStatus(path)]
-        foreign = [name for name in names if not any(fnmatch.fnmatch(name, pattern) for pattern in SPARK_OUTPUT_FILES)]
-        if names and not overwrite:
-            raise InputDataError(f"--output {output} already holds {len(names)} file(s) (e.g. {sorted(names)[0]}); "
-                                 "nothing was written. Choose a new folder, or pass --overwrite to replace "
-                                 "predictions an earlier `sparkdbn predict` wrote there")
-        if names and (foreign or MARKER not in names):
-            what = f"{sorted(foreign)[0]!r}, which it did not write" if foreign else "no predictions it wrote"
-            raise InputDataError(f"--overwrite refused: {output} holds {what}; nothing was deleted")
+        _check_folder(output, fs.getFileStatus(path).isDirectory(), names, overwrite)
         replaces = bool(names)  # else an empty folder, removed below (it holds nothing)
     suffix = uuid.uuid4().hex[:12]
     staging = Path(f"{target}.sparkdbn-tmp-{suffix}")
@@ -93,6 +79,52 @@ def write_parquet_safely(frame: Any, output: str, *, inputs: tuple[str, ...] = (
         if fs.exists(staging):
             fs.delete(staging, True)  # our own half-written output
     logger.info("wrote %s (%s)", output, "replaced earlier predictions" if replaces else "new folder")
+
+
+def check_output(output: str, *, inputs: tuple[str, ...] = (), overwrite: bool = False) -> None:
+    """Refuse now what :func:`write_parquet_safely` would refuse, where it can be seen without Spark: an
+    output on the local file system (``hdfs://`` and others are checked when written, as is everything
+    again then).
+
+    Raises
+    ------
+    InputDataError
+        The output is an input, holds files this program did not write, or is a file.
+    """
+    local = _local_path(output)
+    if local is None:
+        return
+    for source in inputs:
+        path = _local_path(source)
+        if path is not None:  # an input elsewhere (hdfs://) is no local output's
+            _check_apart(output, source, os.path.realpath(local), os.path.realpath(path))
+    if os.path.exists(local):
+        folder = os.path.isdir(local)
+        _check_folder(output, folder, os.listdir(local) if folder else [], overwrite)
+
+
+def _check_apart(output: str, source: str, resolved: str, origin: str) -> None:
+    """Refuse an output that is the input ``source``, lies inside it or contains it (``resolved`` and
+    ``origin``: their names with symlinks resolved, in one form)."""
+    same = resolved == origin or _same_file(output, source)
+    if same or _inside(resolved, origin) or _inside(origin, resolved) or _overlap_by_identity(output, source):
+        raise InputDataError(f"--output {output} {'is' if same else 'overlaps'} the input {source} (compared by "
+                             "device and inode: symlinks and bind mounts followed); choose an output folder "
+                             "outside the input")
+
+
+def _check_folder(output: str, is_folder: bool, names: list[str], overwrite: bool) -> None:
+    """Refuse an existing output that is a file, or a folder holding ``names`` it may not replace."""
+    if not is_folder:
+        raise InputDataError(f"--output {output} is a file; give a folder to write the predictions into")
+    foreign = [name for name in names if not any(fnmatch.fnmatch(name, pattern) for pattern in SPARK_OUTPUT_FILES)]
+    if names and not overwrite:
+        raise InputDataError(f"--output {output} already holds {len(names)} file(s) (e.g. {sorted(names)[0]}); "
+                             "nothing was written. Choose a new folder, or pass --overwrite to replace "
+                             "predictions an earlier `sparkdbn predict` wrote there")
+    if names and (foreign or MARKER not in names):
+        what = f"{sorted(foreign)[0]!r}, which it did not write" if foreign else "no predictions it wrote"
+        raise InputDataError(f"--overwrite refused: {output} holds {what}; nothing was deleted")
 
 
 def _rename(fs: Any, source: Any, target: Any) -> None:

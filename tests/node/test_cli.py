@@ -115,6 +115,23 @@ def test_stage_then_train_reads_the_shards_on_the_executors(spark, tmp_path, cap
     assert record["status"] == "done"
     assert record["data"]["partitions"] == 3 and record["data"]["source"] == f"dataset {url}"
     assert (store / record["model"]["path"]).exists()
+    # train ends with the report on the staged dataset's held-out split, the one `evaluate --run` takes
+    trained = capsys.readouterr().out.split("evaluation on 359 held-out samples (computed with Spark):\n", 1)[1]
+    assert cli.main(["evaluate", "--store", str(store), "--run", "staged"]) == 0
+    assert capsys.readouterr().out == f"evaluating on the held-out split of {url}\n{trained}"
+
+
+def test_train_on_a_dataset_staged_without_a_held_out_split_says_it_evaluated_nothing(spark, tmp_path, capsys):
+    from rbm.datasets import load_digits01
+
+    split = load_digits01()
+    url = "file://" + str(tmp_path / "store" / "datasets" / "no-test")
+    storage.stage_arrays(url, split.X_train, split.y_train, shards=2)
+    assert cli.main(["train", "--store", str(tmp_path / "store"), "--run-id", "untested", "--dataset", url,
+                     "--model", "convnet", "--epochs", "1", "--no-report", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert f"nothing evaluated: {url} has no held-out split (stage it with --test-fraction)" in out
+    assert "precision" not in out
 
 
 def test_evaluating_a_run_that_does_not_exist_fails_with_a_one_line_error(spark, tmp_path, capsys):
@@ -122,6 +139,57 @@ def test_evaluating_a_run_that_does_not_exist_fails_with_a_one_line_error(spark,
     captured = capsys.readouterr()
     assert status == 2
     assert "there is no run 'nothing' in the store" in captured.err
+
+
+def test_evaluate_takes_the_held_out_split_of_the_recipe_and_seed_the_run_trained_on(spark, tmp_path, capsys):
+    # `evaluate --run` once split digits by seed 0 whatever the run's seed (evaluating on rows the run
+    # trained on), and took digits for a digits28 run (a 784-wide model against 64 features: refused).
+    store = tmp_path / "store"
+    assert cli.main(["train", "--store", str(store), "--run-id", "seeded", "--model", "convnet", "--seed", "3",
+                     "--epochs", "1", "--no-report", "--no-progress"]) == 0
+    trained = capsys.readouterr().out.split("(computed with Spark):\n", 1)[1]
+    assert cli.main(["evaluate", "--store", str(store), "--run", "seeded"]) == 0
+    said, report = capsys.readouterr().out.split("\n", 1)
+    assert said == "evaluating on the held-out split of digits (seed 3)"
+    assert report == trained  # the same rows, the same model: the same report and confusion matrix
+
+
+def test_evaluate_finds_the_recipe_by_the_width_the_run_trained_on(monkeypatch):
+    from node.cli import _commands
+
+    def run_of(data, seed=0):
+        record = {"data": data, "settings": {"seed": seed}}
+        monkeypatch.setattr(_commands, "open_run", lambda store, run: type("View", (), {"record": record}))
+        return _commands._run_recipe("file:///store", "r")
+
+    assert run_of({"feature_shape": [784]}, seed=4) == ("digits28", 4)
+    assert run_of({"feature_shape": [1, 8, 8]}) == ("digits", 0)
+    assert run_of({"feature_shape": [10]}) == (None, 0)  # no recipe: evaluate asks for --input or --dataset
+    assert run_of({}) == ("digits", 0)  # a record that names no width: digits, as before
+
+
+def test_an_input_whose_features_a_scaled_run_cannot_take_is_refused_before_any_job(spark):
+    # A staged dataset's own shards as --input of a run trained on a scaled dataset: their features are
+    # bytes, which every task of the scaling job refused with a Java stack trace before the one line.
+    from node.cli._data import scale_frame
+
+    frame = spark.createDataFrame([(b"\x00\x01", 3)], "features binary, label int")
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(None)
+    with pytest.raises(node.InputDataError, match="features column 'features' has type binary"):
+        scale_frame(frame, "features", {"kind": "minmax", "min": [0.0], "max": [1.0]})
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup(None) == jobs  # no job ran
+
+
+def test_an_input_spark_cannot_read_as_parquet_is_one_line_naming_it(spark, tmp_path):
+    # What the check before Spark cannot see (a file on HDFS, one truncated after its first bytes)
+    # Spark refuses with a Java error: said in one line naming the input, not as a traceback.
+    from node.cli import _commands
+    from node.cli._options import UsageError
+
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1 and then nothing a footer needs")
+    with pytest.raises(UsageError, match=rf"^--input {broken} cannot be read as Parquet: \S.*{broken.name}"):
+        _commands._read_parquet(spark, str(broken))
 
 
 def test_an_rbm_alone_trains_from_the_command_line_and_reports_its_held_out_reconstruction(spark, tmp_path, capsys):

@@ -47,6 +47,12 @@ CASES = {
                                         "train: the model does not fit the dataset digits: 64 features"),
     "impossible hyperparameter": (["train", "--store", "{tmp}/store", "--model", "rbm", "--layers", "0"],
                                   "train: the model does not fit the dataset digits: n_components must be"),
+    "mistyped recipe": (["train", "--store", "{tmp}/store", "--dataset", "digit"],
+                        "train: --dataset digit: not a recipe (digits, digits28; did you mean 'digits'?), and no "
+                        "dataset at"),
+    "layer sizes that are not numbers": (["train", "--store", "{tmp}/store", "--layers", "100,x"],
+                                         "train: argument --layers: expected hidden layer sizes separated by "
+                                         "commas, e.g. 100,100; got '100,x'"),
     "unknown model": (["train", "--store", "{tmp}/store", "--model", "transformer"], "train: unknown model"),
     "bad setting": (["train", "--store", "{tmp}/store", "--partitions", "0"],
                     "train: training settings: partitions must be >= 1, got 0"),
@@ -72,6 +78,10 @@ def test_a_mistake_is_one_line_exit_2_and_spark_never_starts(case, tmp_path):
     if case == "unknown run":  # --verbose adds the traceback for those who want it
         verbose = sparkdbn("--verbose", *(arg.format(**fill) for arg in args), cwd=tmp_path)
         assert verbose.returncode == 2 and "Traceback (most recent call last)" in verbose.stderr
+        # ... given before the command or among its own flags
+        verbose = sparkdbn(*(arg.format(**fill) for arg in args), "--verbose", cwd=tmp_path)
+        assert verbose.returncode == 2 and "Traceback (most recent call last)" in verbose.stderr
+        assert expected.format(**fill) in verbose.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "store" / "runs").exists() or not any((tmp_path / "store" / "runs").iterdir())
     assert [path.name for path in (tmp_path / "mine").iterdir()] == ["thesis.txt"]
 
@@ -86,6 +96,85 @@ def test_a_missing_predict_input_is_named_before_spark_starts(tmp_path, monkeypa
                        str(tmp_path / "out")])
     assert status == 2 and not started
     assert capsys.readouterr().err.strip() == f"sparkdbn predict: --input {tmp_path / 'in.parquet'} does not exist"
+
+
+def test_an_input_that_is_not_parquet_is_named_before_spark_starts(tmp_path, monkeypatch, capsys):
+    # `predict --input data.csv` once reached Spark, which printed Java stack traces from every
+    # task attempt and exited 1.
+    from node.cli import _commands, main
+
+    started = []
+    monkeypatch.setattr(_commands, "_session", lambda options: started.append(options) or pytest.fail("Spark started"))
+    monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: object())
+    monkeypatch.setattr(_commands, "_is_classifier", lambda model: True)
+    monkeypatch.setattr(_commands, "_run_dataset", lambda store, run: None)
+    csv = tmp_path / "digits.csv"
+    csv.write_text("pixel0,pixel1,label\n0,16,3\n")
+    folder = tmp_path / "folder.parquet"
+    folder.mkdir()
+    (folder / "_SUCCESS").write_text("")  # hidden from Spark, as are .crc files: not looked at
+    (folder / "part-0.csv").write_text("0,16,3\n")
+    cases = [
+        (["predict", "--run", "r", "--input", str(csv), "--output", str(tmp_path / "out")],
+         f"sparkdbn predict: --input {csv} is not a Parquet file (b'pixe' where Parquet begins with 'PAR1'): "
+         "--input is a Parquet file or folder with a features column"),
+        (["evaluate", "--run", "r", "--input", str(folder)],
+         f"sparkdbn evaluate: --input {folder} holds part-0.csv, which is not a Parquet file (b'0,16' where "
+         "Parquet begins with 'PAR1'): --input is a Parquet file or folder with a features column"),
+    ]
+    for args, expected in cases:
+        assert main(args) == 2, args
+        assert capsys.readouterr().err.strip() == expected
+    assert not started and not (tmp_path / "out").exists()
+
+
+def test_an_output_predict_may_not_write_is_named_before_spark_starts(tmp_path, monkeypatch, capsys):
+    # These refusals came after Spark had started (half a minute on this machine), from the write.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from node.cli import _commands, main
+
+    monkeypatch.setattr(_commands, "_session", lambda options: pytest.fail("Spark started"))
+    monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: object())
+    monkeypatch.setattr(_commands, "_run_dataset", lambda store, run: None)
+    data = tmp_path / "in.parquet"
+    data.mkdir()
+    pq.write_table(pa.table({"features": [[0.0, 1.0]]}), data / "part-0.parquet")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    (tmp_path / "a-file").write_text("mine")
+    cases = [
+        (["--output", str(tmp_path / "mine")], f"--output {tmp_path / 'mine'} already holds 1 file(s) (e.g. notes.txt)"),
+        (["--output", str(tmp_path / "mine"), "--overwrite"],
+         f"--overwrite refused: {tmp_path / 'mine'} holds 'notes.txt', which it did not write; nothing was deleted"),
+        (["--output", str(tmp_path / "a-file")], f"--output {tmp_path / 'a-file'} is a file"),
+        (["--output", str(data / "predictions")], f"--output {data / 'predictions'} overlaps the input {data}"),
+        (["--output", "file://" + str(data)], f"--output file://{data} is the input {data}"),
+    ]
+    for args, expected in cases:
+        assert main(["predict", "--run", "r", "--input", str(data), *args]) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"sparkdbn predict: {expected}"), err
+    assert [path.name for path in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+    assert (tmp_path / "a-file").read_text() == "mine" and [path.name for path in data.iterdir()] == ["part-0.parquet"]
+
+
+def test_a_parquet_input_passes_the_check_whatever_hidden_files_lie_beside_it(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from node.cli import _commands
+
+    folder = tmp_path / "in.parquet"
+    (folder / "label=3").mkdir(parents=True)  # a partitioned folder: Spark reads the subfolders too
+    pq.write_table(pa.table({"features": [[0.0, 1.0]]}), folder / "label=3" / "part-0.parquet")
+    (folder / "_SUCCESS").write_text("")
+    (folder / ".part-0.parquet.crc").write_bytes(b"crc")
+    (folder / "label=3" / "empty.parquet").write_bytes(b"")  # Spark skips an empty file
+    _commands._check_input(str(folder))
+    _commands._check_input("file://" + str(folder / "label=3" / "part-0.parquet"))
+    _commands._check_input("hdfs://namenode:9870/not/looked/at/here")
 
 
 def test_misspelled_keys_and_flags_are_one_line_naming_the_closest_and_spark_never_starts(tmp_path, monkeypatch,
