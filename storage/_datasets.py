@@ -194,7 +194,8 @@ def open_dataset(url: "str | Store", *, user: str | None = None, retry_timeout_s
     if meta is None:
         meta = _newest_version(store)
     if meta is None:
-        raise StoreNotFoundError(f"no dataset at {store.url}: {META_NAME} is missing (stage it with `sparkdbn stage` or scripts/stage-dataset)")
+        raise StoreNotFoundError(f"no dataset at {store.url}: {META_NAME} is missing (stage it with `sparkdbn stage` "
+                                 "or scripts/stage-dataset)")
     return Dataset(store, _checked_meta(meta, f"{store.url}/{META_NAME}"))
 
 
