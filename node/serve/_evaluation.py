@@ -202,9 +202,14 @@ def _chunk_rows(rows: Iterator[Any], batch_size: int) -> Iterator[tuple[np.ndarr
     """Group an RDD partition's ``(features, label)`` rows into ``(X, y)`` batches."""
     features: list[np.ndarray] = []
     labels: list[Any] = []
-    for features_row, label in rows:
-        vector = features_row.toArray() if hasattr(features_row, "toArray") else features_row
-        features.append(np.asarray(vector, dtype=np.float32).reshape(-1))
+    for number, row in enumerate(rows):
+        try:
+            features_row, label = row
+            vector = features_row.toArray() if hasattr(features_row, "toArray") else features_row
+            features.append(np.asarray(vector, dtype=np.float32).reshape(-1))
+        except (TypeError, ValueError) as error:
+            message = f"row {number} is not a (features, label) pair: {type(error).__name__}: {error}"
+            raise InputDataError(message) from error
         labels.append(label)
         if len(features) == batch_size:
             yield _stack(features), np.asarray(labels)

@@ -6,6 +6,7 @@ import socket
 
 import numpy as np
 import pytest
+from support.spark_jobs import failed_tasks_since, newest_job
 
 import node
 import rbm
@@ -110,4 +111,16 @@ def test_a_dbn_with_ten_classes_refuses_label_ten(spark, store_url, some_digits)
     model = rbm.DBN(hidden_layer_sizes=(16,), random_state=0).initialize(64, 10)
     with pytest.raises(node.InputDataError, match=r"row 3 has label 10, not one of the classes"):
         trainer(spark, store_url).fit(model, X, labels)
+    assert nothing_trained(store_url)
+
+
+def test_an_rdd_row_that_is_not_a_feature_row_is_named_without_a_failed_task(spark, store_url, some_digits):
+    X, y = some_digits
+    rows = list(zip(X, y.tolist()))
+    rows[230] = (X[230], int(y[230]), "an extra field")  # 2 partitions of 200: partition 1, row 30
+    before = newest_job(spark)
+    with pytest.raises(node.InputDataError, match=r"partition 1: row 30 \(a tuple of 3 items\) is neither a "
+                                                  r"\(features, label\) pair nor a feature vector"):
+        trainer(spark, store_url).fit(small_net(), spark.sparkContext.parallelize(rows, 2))
+    assert failed_tasks_since(spark, before) == 0  # refused once, not a task Spark retried until it gave up
     assert nothing_trained(store_url)

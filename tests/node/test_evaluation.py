@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, precision_recall_fscore_support
 from support.numerics import forward_rtol, near_ties
+from support.spark_jobs import failed_tasks_since, newest_job
 
 import rbm
 from node._errors import InputDataError
@@ -214,3 +215,13 @@ def test_nan_deep_inside_a_dataframe_fails_the_job_with_an_error_naming_partitio
     df = spark.createDataFrame([(x.tolist(), int(label)) for x, label in zip(X, digits.y_test)], ["features", "label"])
     with pytest.raises(InputDataError, match=r"evaluation data: partition 0, rows 64\.\.119 of a batch: .*NaN or Inf \(first at row 13\)"):
         evaluate(model, df.coalesce(1), batch_size=64)
+
+
+@pytest.mark.slow
+def test_an_rdd_row_that_is_not_a_pair_deep_inside_is_named_without_a_failed_task(spark, model, digits):
+    rows = [(x, int(label)) for x, label in zip(digits.X_test[:120], digits.y_test)]
+    rows[77] = rows[77][0]  # a bare feature vector: the driver's look at the first row cannot see it
+    before = newest_job(spark)
+    with pytest.raises(InputDataError, match=r"evaluation data: partition 0, row 77 is not a \(features, label\) pair"):
+        evaluate(model, spark.sparkContext.parallelize(rows, 1))
+    assert failed_tasks_since(spark, before) == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from support.spark_jobs import failed_tasks_since, newest_job
 
 import node
 import rbm
@@ -50,24 +51,6 @@ def test_dataframe_and_rdd_labels_give_the_same_classes_as_arrays(spark, digits,
         model = node.Trainer(spark, "file://" + str(tmp_path / "store"), epochs=EPOCHS, partitions=2,
                              progress=False).fit(small_dbn(), data)
         assert model.classes_.tolist() == ["cat", "dog"]
-
-
-def newest_job(spark) -> int:
-    """The newest job the session has started (-1: none yet)."""
-    return max(spark.sparkContext.statusTracker().getJobIdsForGroup(None) or [-1])
-
-
-def failed_tasks_since(spark, job: int) -> int:
-    """Failed task attempts of the jobs newer than ``job``.  (Only those: Spark's status tracker forgets the
-    oldest jobs past ``spark.ui.retainedJobs``, so a count over every remembered job may fall.)"""
-    tracker = spark.sparkContext.statusTracker()
-    failed = 0
-    for job_id in tracker.getJobIdsForGroup(None) or []:
-        info = tracker.getJobInfo(job_id) if job_id > job else None
-        for stage_id in (info.stageIds if info else []):
-            stage = tracker.getStageInfo(stage_id)
-            failed += stage.numFailedTasks if stage else 0
-    return failed
 
 
 def test_raw_pixels_for_a_bernoulli_model_fail_on_the_driver_without_a_failed_task(spark, digits, tmp_path):
