@@ -42,6 +42,18 @@ def test_a_spark_fit_gives_the_classes_an_in_process_fit_gives(spark, digits, tm
     assert on_spark.score(X, y) >= 0.9
 
 
+def test_fractional_float_labels_are_refused_on_spark_as_in_process(spark, digits, tmp_path):
+    X, y = two_digit_classes(digits, (30.0, 70.0))
+    y[17] = 30.5  # a regression target's value: scikit-learn's classifiers call it "continuous" and refuse it
+    with pytest.raises(ValueError, match="continuous"):
+        small_dbn().fit(X, y)
+    store_url = "file://" + str(tmp_path / "store")
+    with pytest.raises(node.InputDataError, match=r"partition \d+ row \d+ has label 30.5, not a whole number"):
+        node.Trainer(spark, store_url, run_id="fractional", epochs=EPOCHS, partitions=2, progress=False).fit(
+            small_dbn(), X, y)
+    assert storage.open_store(store_url).list("runs/fractional") == ["lease"]  # nothing trained, nothing stored
+
+
 def test_dataframe_and_rdd_labels_give_the_same_classes_as_arrays(spark, digits, tmp_path):
     X, y = two_digit_classes(digits, ("cat", "dog"))
     frame = spark.createDataFrame(pa.table({"features": pa.array(list(X), type=pa.list_(pa.float32())),
