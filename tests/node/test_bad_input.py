@@ -124,3 +124,13 @@ def test_an_rdd_row_that_is_not_a_feature_row_is_named_without_a_failed_task(spa
         trainer(spark, store_url).fit(small_net(), spark.sparkContext.parallelize(rows, 2))
     assert failed_tasks_since(spark, before) == 0  # refused once, not a task Spark retried until it gave up
     assert nothing_trained(store_url)
+
+
+def test_image_shaped_samples_for_a_dbn_are_refused_naming_the_shape(spark, store_url, some_digits):
+    X, y = some_digits
+    model = rbm.DBN(hidden_layer_sizes=(16,), random_state=0)
+    with pytest.raises(ValueError, match=r"Found array with dim 3"):
+        model.fit(X.reshape(-1, 8, 8), y)  # in process: scikit-learn's refusal
+    with pytest.raises(node.InputDataError, match=r"per-sample shape \(8, 8\).*DBN takes flat feature vectors"):
+        trainer(spark, store_url).fit(model, X.reshape(-1, 8, 8), y)
+    assert nothing_trained(store_url)

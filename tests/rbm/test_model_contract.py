@@ -282,6 +282,18 @@ def test_unfitted_models_say_so():
     assert not hasattr(make_rbm(), "components_")
 
 
+@pytest.mark.parametrize("kind", ["rbm", "dbn"])
+def test_models_of_flat_vectors_refuse_an_image_shape_or_a_width_that_is_not_a_positive_integer(kind):
+    model = MODELS[kind]()
+    with pytest.raises(ValueError, match=r"takes flat feature vectors, not samples of shape \(1, 8, 8\): reshape "
+                                         r"the data to \(n_samples, 64\)"):
+        model.initialize((1, 8, 8), 10)
+    for width in (0, -3, 6.5, "64", True):
+        with pytest.raises(ValueError, match=f"needs a positive integer number of features, got {width!r}"):
+            model.initialize(width, 10)
+    assert model.initialize(np.int64(64), 10).n_features_in_ == model.initialize((64,), 10).n_features_in_ == 64
+
+
 @pytest.mark.parametrize("kind", ["rbm", "dbn", "convnet"])
 def test_set_parameters_with_one_bad_array_changes_nothing(kind):
     models = {
