@@ -48,7 +48,7 @@ def test_fractional_float_labels_are_refused_on_spark_as_in_process(spark, digit
     with pytest.raises(ValueError, match="continuous"):
         small_dbn().fit(X, y)
     store_url = "file://" + str(tmp_path / "store")
-    with pytest.raises(node.InputDataError, match=r"partition \d+ row \d+ has label 30.5, not a whole number"):
+    with pytest.raises(node.InputDataError, match=r"arrays \(\d+, 64\): row 17 has label 30.5, not a whole number"):
         node.Trainer(spark, store_url, run_id="fractional", epochs=EPOCHS, partitions=2, progress=False).fit(
             small_dbn(), X, y)
     assert storage.open_store(store_url).list("runs/fractional") == ["lease"]  # nothing trained, nothing stored
