@@ -134,3 +134,14 @@ def test_image_shaped_samples_for_a_dbn_are_refused_naming_the_shape(spark, stor
     with pytest.raises(node.InputDataError, match=r"per-sample shape \(8, 8\).*DBN takes flat feature vectors"):
         trainer(spark, store_url).fit(model, X.reshape(-1, 8, 8), y)
     assert nothing_trained(store_url)
+
+
+def test_an_epochs_dict_naming_a_phase_the_model_does_not_have_is_refused_before_anything(spark, store_url,
+                                                                                         some_digits):
+    X, y = some_digits
+    misspelled = {"rbm0": 1, "fintune": 20}  # would train fine-tuning for default_epochs, silently
+    with pytest.raises(node.TrainingError, match=r"epochs names 'fintune', not a phase of this model \(rbm0, finetune\)"):
+        trainer(spark, store_url, epochs=misspelled).fit(rbm.DBN(hidden_layer_sizes=(16,), random_state=0), X, y)
+    with pytest.raises(node.TrainingError, match=r"epochs names 'rbm0', 'finetune', not a phase of this model \(train\)"):
+        trainer(spark, store_url, epochs={"rbm0": 1, "finetune": 2}).fit(small_net(), X, y)
+    assert not storage.open_store(store_url).exists("runs/bad")
