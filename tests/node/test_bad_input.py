@@ -145,3 +145,18 @@ def test_an_epochs_dict_naming_a_phase_the_model_does_not_have_is_refused_before
     with pytest.raises(node.TrainingError, match=r"epochs names 'rbm0', 'finetune', not a phase of this model \(train\)"):
         trainer(spark, store_url, epochs={"rbm0": 1, "finetune": 2}).fit(small_net(), X, y)
     assert not storage.open_store(store_url).exists("runs/bad")
+
+
+def test_validation_data_the_model_would_refuse_is_refused_before_training(spark, store_url, some_digits):
+    X, y = some_digits
+    narrow = (X[:20, :63], y[:20])
+    with pytest.raises(node.InputDataError, match=r"validation_data \(20 rows\) has 63 features per sample, the "
+                                                  r"training data \(arrays \(400, 64\)\) 64"):
+        trainer(spark, store_url, validation_data=narrow).fit(small_net(), X, y)
+    assert nothing_trained(store_url)
+    holed = X[:20].copy()
+    holed[12, 7] = np.nan
+    with pytest.raises(node.InputDataError, match=r"validation_data \(20 rows\): X contains NaN or Inf \(first at "
+                                                  r"row 12\)"):
+        trainer(spark, store_url, validation_data=(holed, y[:20])).fit(small_net(), X, y)
+    assert nothing_trained(store_url)
