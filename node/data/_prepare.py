@@ -254,7 +254,7 @@ def _read_and_check(sc: Any, data: Any, y: Any, partitions: int, options: DataOp
     if isinstance(data, str):
         summaries, source = _staged_summaries(sc, data, y, options)
     elif is_dataframe(data):
-        summaries, source = _frame_summaries(data, partitions, options)
+        summaries, source = _frame_summaries(data, y, partitions, options)
     elif is_rdd(data):
         summaries, source = _row_summaries(data, y, partitions, options)
     else:
@@ -284,7 +284,7 @@ def _staged_summaries(sc: Any, url: str, y: Any, options: DataOptions) -> tuple[
     return rdd.collect, f"dataset {url}"
 
 
-def _frame_summaries(df: Any, partitions: int, options: DataOptions) -> tuple[Any, str]:
+def _frame_summaries(df: Any, y: Any, partitions: int, options: DataOptions) -> tuple[Any, str]:
     """A DataFrame: select features and labels, repartition, each partition read through Arrow in one task.
 
     One ``mapInArrow`` stage does it all (its rows: each partition's summary as JSON).  Pipelined
@@ -293,6 +293,8 @@ def _frame_summaries(df: Any, partitions: int, options: DataOptions) -> tuple[An
     among them (tests/node/test_worker_pool.py).
     """
     features_col, label_col = options.features_col, options.label_col
+    if y is not None:
+        raise InputDataError(f"y must not be given with a DataFrame (its labels are its column {label_col!r})")
     feature_column_kind(df, features_col)
     columns = [features_col]
     if label_col in df.columns:

@@ -160,3 +160,13 @@ def test_validation_data_the_model_would_refuse_is_refused_before_training(spark
                                                   r"row 12\)"):
         trainer(spark, store_url, validation_data=(holed, y[:20])).fit(small_net(), X, y)
     assert nothing_trained(store_url)
+
+
+def test_labels_given_beside_a_dataframe_are_refused_not_ignored(spark, store_url, some_digits):
+    X, y = some_digits
+    frame = spark.createDataFrame([(row.tolist(), int(label)) for row, label in zip(X[:40], y[:40])],
+                                  ["features", "label"])
+    with pytest.raises(node.InputDataError, match=r"y must not be given with a DataFrame \(its labels are its "
+                                                  r"column 'label'\)"):
+        trainer(spark, store_url).fit(small_net(), frame, (y[:40] + 1) % 10)
+    assert nothing_trained(store_url)
