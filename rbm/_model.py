@@ -323,7 +323,8 @@ def read_model_file(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray
     try:
         spec = json.loads(arrays.pop(SPEC_KEY).tobytes().decode())
     except ValueError as error:  # not UTF-8, not JSON
-        raise ValueError(f"{path!r} is not a sparkdbn model file (its {SPEC_KEY} entry is not JSON: {error})") from error
+        raise ValueError(f"{path!r} is not a sparkdbn model file (its {SPEC_KEY} entry is not JSON: "
+                         f"{error})") from error
     if not isinstance(spec, dict):
         raise ValueError(f"{path!r} is not a sparkdbn model file (its {SPEC_KEY} entry is not a JSON object)")
     return spec, arrays

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 from pyspark import RDD
+from sklearn.utils.validation import column_or_1d
 from pyspark.sql import SparkSession
 
 import rbm
@@ -49,7 +50,7 @@ from ._labels import DEFAULT_MAX_CLASSES, check_known_labels, encode_labels, mer
 from ._partitions import arrow_partition_summary, rows_summary, shard_summary, summarize_block
 
 __all__ = ["Block", "DataOptions", "PreparedData", "count_rows", "prepare_training_data", "check_model_input",
-           "filled_partitions", "split_arrays"]
+           "filled_partitions", "split_arrays", "array_inputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +138,22 @@ def _open_dataset(url: str) -> storage.Dataset:
                              f"{type(error).__name__}: {error}); stage it first with `sparkdbn stage`") from error
 
 
+def array_inputs(data: Any, y: Any) -> tuple[Any, Any]:
+    """``(data, y)`` with array-like training data (a list, a pandas DataFrame: anything scikit-learn takes as
+    ``X``) as a numpy array, and ``y`` as a numpy array, a column vector ``(n, 1)`` raveled with
+    scikit-learn's warning; Spark data, dataset URLs and what no path takes, as they are."""
+    if not isinstance(data, np.ndarray) and (isinstance(data, (list, tuple)) or hasattr(data, "__array__")):
+        try:
+            data = np.asarray(data)
+        except ValueError as error:  # ragged rows
+            raise InputDataError(f"X cannot be read as an array: {error}") from error
+    if y is not None:
+        y = np.asarray(y)
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = column_or_1d(y, warn=True)
+    return data, y
+
+
 def _check_arrays(X: Any, y: Any) -> tuple[np.ndarray, np.ndarray | None]:
     """Driver-side arrays checked with the models' own rules (shape, NaN/Inf), as InputDataError."""
     try:
@@ -154,7 +171,8 @@ def _check_arrays(X: Any, y: Any) -> tuple[np.ndarray, np.ndarray | None]:
 def count_rows(data: Any) -> int | None:
     """Rows of training data before it is prepared (a Spark job for an RDD or DataFrame); None for a
     staged dataset (its shards are its partitions) or data of a kind :func:`prepare_training_data` refuses."""
-    if isinstance(data, (np.ndarray, list, tuple)):
+    data, _ = array_inputs(data, None)
+    if isinstance(data, np.ndarray):
         return len(data)
     if is_dataframe(data) or is_rdd(data):
         return int(data.count())
@@ -218,7 +236,8 @@ def prepare_training_data(spark: SparkSession, data: Any, y: Any = None,
     partitions = int(options.partitions or 2 * sc.defaultParallelism)
     if partitions < 1:
         raise InputDataError(f"partitions must be >= 1, got {partitions}")
-    if isinstance(data, (np.ndarray, list, tuple)):
+    data, y = array_inputs(data, y)
+    if isinstance(data, np.ndarray):
         return _prepare_arrays(data, y, partitions, options)
     return _read_and_check(sc, data, y, partitions, options)
 

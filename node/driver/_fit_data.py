@@ -16,7 +16,8 @@ from pyspark.sql import SparkSession
 import rbm
 
 from .._errors import InputDataError
-from ..data import BlockSink, DataOptions, PreparedData, check_model_input, count_rows, prepare_training_data
+from ..data import (BlockSink, DataOptions, PreparedData, array_inputs, check_model_input, count_rows,
+                    prepare_training_data)
 from ..modes import mode_named
 from ..watch import ValidationSet, hold_out_validation
 from ._settings import TrainingSettings
@@ -53,6 +54,7 @@ def prepare_fit_data(spark: SparkSession, settings: TrainingSettings, model: Any
     """
     timings = timings or FitTimings()
     fixed = getattr(model, "classes_", None)
+    data, y = array_inputs(data, y)  # a list, a pandas frame, a column of labels: as scikit-learn takes them
     with timings.step("validation hold-out"):
         data, y, validation = hold_out_validation(
             spark, data, y, fraction=settings.validation_fraction, given=settings.validation_data,

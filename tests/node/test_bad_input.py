@@ -140,9 +140,11 @@ def test_an_epochs_dict_naming_a_phase_the_model_does_not_have_is_refused_before
                                                                                          some_digits):
     X, y = some_digits
     misspelled = {"rbm0": 1, "fintune": 20}  # would train fine-tuning for default_epochs, silently
-    with pytest.raises(node.TrainingError, match=r"epochs names 'fintune', not a phase of this model \(rbm0, finetune\)"):
+    with pytest.raises(node.TrainingError,
+                       match=r"epochs names 'fintune', not a phase of this model \(rbm0, finetune\)"):
         trainer(spark, store_url, epochs=misspelled).fit(rbm.DBN(hidden_layer_sizes=(16,), random_state=0), X, y)
-    with pytest.raises(node.TrainingError, match=r"epochs names 'rbm0', 'finetune', not a phase of this model \(train\)"):
+    with pytest.raises(node.TrainingError,
+                       match=r"epochs names 'rbm0', 'finetune', not a phase of this model \(train\)"):
         trainer(spark, store_url, epochs={"rbm0": 1, "finetune": 2}).fit(small_net(), X, y)
     assert not storage.open_store(store_url).exists("runs/bad")
 

@@ -3,9 +3,12 @@ model would refuse is refused on the driver before a single training task runs."
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pyarrow as pa
 import pytest
+from sklearn.exceptions import DataConversionWarning
 from support.spark_jobs import failed_tasks_since, newest_job
 
 import node
@@ -52,6 +55,22 @@ def test_fractional_float_labels_are_refused_on_spark_as_in_process(spark, digit
         node.Trainer(spark, store_url, run_id="fractional", epochs=EPOCHS, partitions=2, progress=False).fit(
             small_dbn(), X, y)
     assert storage.open_store(store_url).list("runs/fractional") == ["lease"]  # nothing trained, nothing stored
+
+
+def test_the_array_likes_scikit_learn_takes_are_taken_on_spark_validation_fraction_included(spark, digits, tmp_path):
+    import pandas as pd
+
+    X, y = two_digit_classes(digits, (30, 70))
+    with pytest.warns(DataConversionWarning):
+        in_process = small_dbn().fit(pd.DataFrame(X), y[:, None])
+    for X_given, y_given in ((pd.DataFrame(X), y[:, None]), (X.tolist(), pd.Series(y))):
+        with pytest.warns(DataConversionWarning) if np.ndim(y_given) == 2 else contextlib.nullcontext():
+            trainer = node.Trainer(spark, "file://" + str(tmp_path / "store"), epochs=EPOCHS, partitions=2,
+                                   validation_fraction=0.2, progress=False)
+            on_spark = trainer.fit(small_dbn(), X_given, y_given)
+        assert on_spark.classes_.tolist() == in_process.classes_.tolist() == [30, 70]
+        assert on_spark.score(X, y) >= 0.9
+        assert trainer.history_[-1]["validation"]["val_accuracy"] >= 0.9
 
 
 def test_dataframe_and_rdd_labels_give_the_same_classes_as_arrays(spark, digits, tmp_path):
