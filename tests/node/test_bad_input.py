@@ -172,3 +172,15 @@ def test_labels_given_beside_a_dataframe_are_refused_not_ignored(spark, store_ur
                                                   r"column 'label'\)"):
         trainer(spark, store_url).fit(small_net(), frame, (y[:40] + 1) % 10)
     assert nothing_trained(store_url)
+
+
+def test_features_in_separate_columns_are_refused_with_the_way_to_gather_them(spark, store_url, some_digits):
+    X, y = some_digits
+    columns = [f"pixel{k}" for k in range(X.shape[1])]
+    frame = spark.createDataFrame([tuple(map(float, row)) + (int(label),) for row, label in zip(X[:20], y[:20])],
+                                  columns + ["label"])
+    with pytest.raises(node.InputDataError, match=r"no features column 'features'; its columns are \['pixel0', .*"
+                                                  r"'label'\]; gather scalar feature columns into one with "
+                                                  r"pyspark.ml.feature.VectorAssembler"):
+        trainer(spark, store_url).fit(small_net(), frame)
+    assert nothing_trained(store_url)
