@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 from pyspark import RDD
-from sklearn.utils.validation import column_or_1d
 from pyspark.sql import SparkSession
+from sklearn.utils.validation import column_or_1d
 
 import rbm
 import storage
@@ -140,8 +140,9 @@ def _open_dataset(url: str) -> storage.Dataset:
 
 def array_inputs(data: Any, y: Any) -> tuple[Any, Any]:
     """``(data, y)`` with array-like training data (a list, a pandas DataFrame: anything scikit-learn takes as
-    ``X``) as a numpy array, and ``y`` as a numpy array, a column vector ``(n, 1)`` raveled with
-    scikit-learn's warning; Spark data, dataset URLs and what no path takes, as they are."""
+    ``X``) as a numpy array, and ``y`` as a numpy array: a column vector ``(n, 1)`` raveled with
+    scikit-learn's warning, strings held as objects (a pandas column) as strings. Spark data, dataset
+    URLs and what no path takes, as they are."""
     if not isinstance(data, np.ndarray) and (isinstance(data, (list, tuple)) or hasattr(data, "__array__")):
         try:
             data = np.asarray(data)
@@ -151,6 +152,8 @@ def array_inputs(data: Any, y: Any) -> tuple[Any, Any]:
         y = np.asarray(y)
         if y.ndim == 2 and y.shape[1] == 1:
             y = column_or_1d(y, warn=True)
+        if y.dtype == object and all(isinstance(label, str) for label in y.ravel()):
+            y = y.astype(str)
     return data, y
 
 

@@ -91,6 +91,16 @@ def test_shuffled_numpy_rows_are_named_by_their_row_in_the_arrays_given(spark):
         prepare_training_data(spark, X, labels, DataOptions(partitions=2, shuffle_seed=3))
 
 
+def test_a_pandas_frame_and_a_column_of_string_labels_are_taken_as_scikit_learn_takes_them(spark):
+    import pandas as pd
+
+    X, y = numbered_rows(rows=40)
+    names = pd.Series(np.array(["ant", "bee", "cat"])[y], dtype=object)  # pandas keeps strings as objects
+    prepared = prepare_training_data(spark, pd.DataFrame(X), names, DataOptions(partitions=2, shuffle_seed=None))
+    assert prepared.classes.tolist() == ["ant", "bee", "cat"] and prepared.feature_shape == (6,)
+    assert np.array_equal(np.concatenate([y_part for *_rest, y_part in prepared.held]), names.to_numpy().astype(str))
+
+
 def test_numpy_rows_with_nan_or_too_many_labels_are_refused_naming_where(spark):
     X, y = numbered_rows(rows=40)
     X[31, 2] = np.nan
