@@ -293,16 +293,40 @@ def save_model(path: str | os.PathLike, spec: Mapping[str, Any], params: Mapping
     os.replace(tmp, path)
 
 
+#: The first bytes of a zip archive, as ``np.savez`` writes: anything else is no model file (``np.load``
+#: would take it for a pickle and say so).
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
 def read_model_file(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
-    """The spec and named arrays of a file written by :func:`save_model` (never unpickles)."""
+    """The spec and named arrays of a file written by :func:`save_model` (never unpickles).
+
+    Raises
+    ------
+    ValueError
+        Naming the file: it cannot be read, or it is not such a file (not an ``.npz`` archive, no
+        spec, a spec that is not a JSON object).
+    """
+    path = os.fspath(path)
     try:
-        with np.load(os.fspath(path), allow_pickle=False) as data:
-            arrays = {name: data[name] for name in data.files}
+        with open(path, "rb") as handle:
+            archive = handle.read(4) == _ZIP_MAGIC
+        if archive:
+            with np.load(path, allow_pickle=False) as data:
+                arrays = {name: data[name] for name in data.files}
     except (OSError, ValueError) as error:
-        raise ValueError(f"cannot read model file {os.fspath(path)!r}: {error}") from error
+        raise ValueError(f"cannot read model file {path!r}: {error}") from error
+    if not archive:
+        raise ValueError(f"{path!r} is not a sparkdbn model file (not an .npz archive)")
     if SPEC_KEY not in arrays:
-        raise ValueError(f"{os.fspath(path)!r} is not a sparkdbn model file (no {SPEC_KEY} entry)")
-    spec = json.loads(arrays.pop(SPEC_KEY).tobytes().decode())
+        raise ValueError(f"{path!r} is not a sparkdbn model file (no {SPEC_KEY} entry)")
+    try:
+        spec = json.loads(arrays.pop(SPEC_KEY).tobytes().decode())
+    except ValueError as error:  # not UTF-8, not JSON
+        raise ValueError(f"{path!r} is not a sparkdbn model file (its {SPEC_KEY} entry is not JSON: "
+                         f"{error})") from error
+    if not isinstance(spec, dict):
+        raise ValueError(f"{path!r} is not a sparkdbn model file (its {SPEC_KEY} entry is not a JSON object)")
     return spec, arrays
 
 

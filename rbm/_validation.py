@@ -20,6 +20,7 @@ from sklearn.utils.validation import check_array
 __all__ = [
     "check_features",
     "check_labels",
+    "check_width",
     "check_finite_parameters",
     "output_dtype",
     "DivergenceError",
@@ -190,6 +191,25 @@ def check_labels(y: Any, n_samples: int, n_classes: int | None = None, *, name: 
         expected = f"0..{n_classes - 1}" if n_classes is not None else ">= 0"
         raise ValueError(f"{name} has label {labels[row]} at row {row}, outside the class range {expected}")
     return labels
+
+
+def check_width(n_features: Any, model: str) -> int:
+    """The width a model of flat feature vectors (``RBM``, ``DBN``) is initialized for, as an int.
+
+    Raises
+    ------
+    ValueError
+        A per-sample shape of more than one dimension (image samples), or not a positive integer.
+    """
+    if isinstance(n_features, (tuple, list)):
+        if len(n_features) == 1:
+            return check_width(n_features[0], model)
+        width = int(np.prod(n_features))
+        raise ValueError(f"{model} takes flat feature vectors, not samples of shape {tuple(n_features)}: "
+                         f"reshape the data to (n_samples, {width})")
+    if isinstance(n_features, (bool, np.bool_)) or not isinstance(n_features, (int, np.integer)) or n_features < 1:
+        raise ValueError(f"{model} needs a positive integer number of features, got {n_features!r}")
+    return int(n_features)
 
 
 def check_finite_parameters(params: dict[str, Any], where: str) -> None:

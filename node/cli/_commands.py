@@ -20,7 +20,7 @@ from rbm.datasets import load_digits01, load_digits28
 from ..data import RECIPES, check_output, stage_input, stage_recipe, write_parquet_safely
 from ..driver import Trainer, TrainingSettings, default_store_url, driver_spec, get_spark_session, gpu_spark_conf
 from ..run import load_run_model, open_checked_store, open_run
-from ..serve import evaluate, predict_dataframe
+from ..serve import evaluate, predict_dataframe, raise_input_errors_from
 from ..watch import check_report_folder, is_supervised, render_report, run_status
 from ._data import dataset_scaling, held_out_split, run_dataset_url, scale_frame
 from ._options import UsageError, closest, parse_spark_conf
@@ -345,7 +345,12 @@ def cmd_predict(options: dict[str, Any]) -> int:
     result = predict_dataframe(model, frame, features_col=features_col)
     if features_col != options["features_col"]:
         result = result.drop(features_col)  # the scaled copy: the input's own columns are what is written
-    write_parquet_safely(result, options["output"], inputs=(options["input"],), overwrite=bool(options.get("overwrite")))
+    try:
+        write_parquet_safely(result, options["output"], inputs=(options["input"],),
+                             overwrite=bool(options.get("overwrite")))
+    except Exception as error:  # bad rows past the driver's one-row check fail the job: name them in one line
+        raise_input_errors_from(error, f"--input {options['input']}")
+        raise
     print(f"wrote predictions of {options['input']} to {options['output']}")
     return 0
 

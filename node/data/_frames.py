@@ -42,7 +42,10 @@ def feature_column_kind(df: Any, features_col: str) -> Literal["array", "vector"
         Missing column (naming the columns there are) or a column of another type.
     """
     if features_col not in df.columns:
-        raise InputDataError(f"DataFrame has no features column {features_col!r}; its columns are {df.columns}")
+        scalars = [field.name for field in df.schema.fields if isinstance(field.dataType, NumericType)]
+        hint = ("; gather scalar feature columns into one with pyspark.ml.feature.VectorAssembler"
+                if len(scalars) > 1 else "")
+        raise InputDataError(f"DataFrame has no features column {features_col!r}; its columns are {df.columns}{hint}")
     data_type = df.schema[features_col].dataType
     if isinstance(data_type, VectorUDT):
         return "vector"

@@ -1,10 +1,11 @@
 """Class labels on the Spark side, taken exactly as the in-process estimator takes them.
 
 scikit-learn (and ``rbm.DBN.fit``) accept any sortable labels -- integers, integral floats,
-strings -- and set ``classes_ = np.unique(y)``.  On Spark the class set is found by one
-distributed aggregation (each partition's ``np.unique``, merged on the driver), labels travel
-as they are, and each executor maps them to class indices with :func:`encode_labels` before the
-model sees them: ``train_partition`` takes indices into ``classes_``.
+strings; never NaN or a fractional float, a regression target -- and set
+``classes_ = np.unique(y)``.  On Spark the class set is found by one distributed aggregation
+(each partition's ``np.unique``, merged on the driver), labels travel as they are, and each
+executor maps them to class indices with :func:`encode_labels` before the model sees them:
+``train_partition`` takes indices into ``classes_``.
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ def summarize_labels(y: np.ndarray, max_classes: int) -> dict[str, Any]:
     """
     kind = label_kind(y)
     if kind == "float":
-        bad = ~np.isfinite(y)
+        bad = ~np.isfinite(y) | (y != np.round(y))  # scikit-learn's "continuous" targets: no classifier takes them
         if bad.any():
-            return {"kind": kind, "error": f"row {int(np.flatnonzero(bad)[0])} has label {y[bad][0]!r}"}
+            row = int(np.flatnonzero(bad)[0])
+            return {"kind": kind, "error": f"row {row} has label {y[row].item()!r}, not a whole number "
+                                           "(float labels must be integral, as scikit-learn's classifiers require)"}
     values, first_rows = np.unique(y, return_index=True)
     distinct = int(len(values))
     keep = slice(0, max_classes + 1)

@@ -77,15 +77,21 @@ def rows_summary(sink: BlockSink | None, max_classes: int, index: int, rows: Ite
     features: list[np.ndarray] = []
     labels: list[Any] = []
     has_labels: bool | None = None
-    for row in rows:
+    for number, row in enumerate(rows):
         if isinstance(row, tuple) and len(row) == 2:
             vector, label = row
             has_labels = True if has_labels is None else has_labels
             labels.append(label)
         else:
             vector, has_labels = row, False
-        to_array = getattr(vector, "toArray", None)  # pyspark.ml.linalg / mllib vectors
-        features.append(np.asarray(to_array() if to_array is not None else vector, dtype=np.float32))
+        try:
+            features.append(_row_features(vector))
+        except (TypeError, ValueError) as error:  # reported once by the driver, not a task Spark retries
+            for _rest in rows:  # read to the end, or PySpark does not reuse the worker
+                pass
+            yield empty_summary(index, f"row {number} ({_describe(row)}) is neither a (features, label) pair nor "
+                                       f"a feature vector: {type(error).__name__}: {error}")
+            return
     if not features:
         yield empty_summary(index)
         return
@@ -100,6 +106,19 @@ def rows_summary(sink: BlockSink | None, max_classes: int, index: int, rows: Ite
         yield empty_summary(index, "labels mix types (numbers and strings, or None)")
         return
     yield summarize_and_store(sink, max_classes, index, np.stack(features), y)
+
+
+def _row_features(vector: Any) -> np.ndarray:
+    """One row's features as float32: an array, a list or a ``pyspark.ml.linalg`` / mllib vector."""
+    to_array = getattr(vector, "toArray", None)
+    return np.asarray(to_array() if to_array is not None else vector, dtype=np.float32)
+
+
+def _describe(row: Any) -> str:
+    """What a row is, for a message: its type, and its length for a tuple or list."""
+    if isinstance(row, (tuple, list)):
+        return f"a {type(row).__name__} of {len(row)} items"
+    return f"a {type(row).__name__}"
 
 
 def arrow_partition_summary(sink: BlockSink | None, max_classes: int,

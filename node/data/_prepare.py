@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 from pyspark import RDD
 from pyspark.sql import SparkSession
+from sklearn.utils.validation import column_or_1d
 
 import rbm
 import storage
@@ -45,11 +46,11 @@ import storage
 from .._errors import InputDataError, StoreAccessError, short_error
 from ._blocks import BlockSink
 from ._frames import check_label_column, feature_column_kind, is_dataframe, is_rdd
-from ._labels import DEFAULT_MAX_CLASSES, check_known_labels, encode_labels, merge_class_sets
+from ._labels import DEFAULT_MAX_CLASSES, check_known_labels, encode_labels, merge_class_sets, summarize_labels
 from ._partitions import arrow_partition_summary, rows_summary, shard_summary, summarize_block
 
 __all__ = ["Block", "DataOptions", "PreparedData", "count_rows", "prepare_training_data", "check_model_input",
-           "filled_partitions", "split_arrays"]
+           "filled_partitions", "split_arrays", "array_inputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +81,9 @@ class PreparedData:
     held : list of Block or None
         Numpy arrays' partitions, on the driver: ``(index, X, y)`` for each partition holding rows.
         None for data Spark read, and once dropped.
+    array_rows : list of ndarray or None
+        Numpy arrays' partitions: the row of the arrays given that each row of the partition is
+        (messages name it, the partitions being shuffled). None for data Spark read.
     stored : bool
         Spark stored the partitions where ``DataOptions.sink`` said while it read them.
     """
@@ -92,6 +96,7 @@ class PreparedData:
     source: str
     summaries: list[dict] = field(default_factory=list, repr=False)
     held: list[Block] | None = field(default=None, repr=False)
+    array_rows: list[np.ndarray] | None = field(default=None, repr=False)
     stored: bool = False
 
     @property
@@ -109,16 +114,18 @@ def filled_partitions(rows_per_partition: list[int]) -> list[int]:
 
 
 def split_arrays(X: np.ndarray, y: np.ndarray | None, partitions: int,
-                 rng: np.random.Generator | None) -> list[Block]:
+                 rng: np.random.Generator | None) -> tuple[list[Block], list[np.ndarray]]:
     """``X`` (n, *shape) and ``y`` (n,) cut into ``partitions`` blocks of nearly equal rows: in
-    ``rng``'s random order, else in order (then each block is a view of ``X``, not a copy)."""
+    ``rng``'s random order, else in order (then each block is a view of ``X``, not a copy).
+    Also returns each block's rows: their indices into ``X``."""
+    order = np.arange(len(X)) if rng is None else rng.permutation(len(X))
+    pieces = np.array_split(order, partitions)
     if rng is None:
-        bounds = np.cumsum([0] + [len(rows) for rows in np.array_split(np.arange(len(X)), partitions)])
-        return [(index, X[start:stop], None if y is None else y[start:stop])
-                for index, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:]))]
-    order = rng.permutation(len(X))
-    return [(index, X[rows], None if y is None else y[rows])
-            for index, rows in enumerate(np.array_split(order, partitions))]
+        bounds = np.cumsum([0] + [len(rows) for rows in pieces])
+        blocks = [(index, X[start:stop], None if y is None else y[start:stop])
+                  for index, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:]))]
+        return blocks, pieces
+    return [(index, X[rows], None if y is None else y[rows]) for index, rows in enumerate(pieces)], pieces
 
 
 def _open_dataset(url: str) -> storage.Dataset:
@@ -129,6 +136,25 @@ def _open_dataset(url: str) -> storage.Dataset:
     except (storage.StoreError, FileNotFoundError, KeyError, ValueError) as error:
         raise InputDataError(f"dataset {url!r} cannot be opened (missing or not a staged dataset: "
                              f"{type(error).__name__}: {error}); stage it first with `sparkdbn stage`") from error
+
+
+def array_inputs(data: Any, y: Any) -> tuple[Any, Any]:
+    """``(data, y)`` with array-like training data (a list, a pandas DataFrame: anything scikit-learn takes as
+    ``X``) as a numpy array, and ``y`` as a numpy array: a column vector ``(n, 1)`` raveled with
+    scikit-learn's warning, strings held as objects (a pandas column) as strings. Spark data, dataset
+    URLs and what no path takes, as they are."""
+    if not isinstance(data, np.ndarray) and (isinstance(data, (list, tuple)) or hasattr(data, "__array__")):
+        try:
+            data = np.asarray(data)
+        except ValueError as error:  # ragged rows
+            raise InputDataError(f"X cannot be read as an array: {error}") from error
+    if y is not None:
+        y = np.asarray(y)
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = column_or_1d(y, warn=True)
+        if y.dtype == object and all(isinstance(label, str) for label in y.ravel()):
+            y = y.astype(str)
+    return data, y
 
 
 def _check_arrays(X: Any, y: Any) -> tuple[np.ndarray, np.ndarray | None]:
@@ -148,7 +174,8 @@ def _check_arrays(X: Any, y: Any) -> tuple[np.ndarray, np.ndarray | None]:
 def count_rows(data: Any) -> int | None:
     """Rows of training data before it is prepared (a Spark job for an RDD or DataFrame); None for a
     staged dataset (its shards are its partitions) or data of a kind :func:`prepare_training_data` refuses."""
-    if isinstance(data, (np.ndarray, list, tuple)):
+    data, _ = array_inputs(data, None)
+    if isinstance(data, np.ndarray):
         return len(data)
     if is_dataframe(data) or is_rdd(data):
         return int(data.count())
@@ -212,7 +239,8 @@ def prepare_training_data(spark: SparkSession, data: Any, y: Any = None,
     partitions = int(options.partitions or 2 * sc.defaultParallelism)
     if partitions < 1:
         raise InputDataError(f"partitions must be >= 1, got {partitions}")
-    if isinstance(data, (np.ndarray, list, tuple)):
+    data, y = array_inputs(data, y)
+    if isinstance(data, np.ndarray):
         return _prepare_arrays(data, y, partitions, options)
     return _read_and_check(sc, data, y, partitions, options)
 
@@ -224,14 +252,22 @@ def _prepare_arrays(data: Any, y: Any, partitions: int, options: DataOptions) ->
     cache, a job) took 60-75 % of a short fit's fixed cost, and the summaries come out the same.
     """
     X, labels = _check_arrays(data, y)
-    if labels is not None and options.classes is not None:
-        encode_labels(labels, options.classes)  # names the caller's own row of a label the model does not know
-    rng = np.random.default_rng(options.shuffle_seed) if options.shuffle_seed is not None else None
-    held = split_arrays(X, labels, min(partitions, len(X)), rng)
     source = f"arrays {X.shape}"
+    if labels is not None:  # the labels' rules, naming the caller's own row (the partitions are shuffled)
+        try:
+            label_error = summarize_labels(labels, options.max_classes)["error"]
+        except InputDataError as error:  # not numbers or strings
+            raise InputDataError(f"{source}: {error}") from error
+        if label_error:
+            raise InputDataError(f"{source}: {label_error}; labels must be class values")
+        if options.classes is not None:
+            encode_labels(labels, options.classes)  # a label the model does not know
+    rng = np.random.default_rng(options.shuffle_seed) if options.shuffle_seed is not None else None
+    held, rows = split_arrays(X, labels, min(partitions, len(X)), rng)
     summaries = [summarize_block(index, X_part, y_part, options.max_classes) for index, X_part, y_part in held]
     prepared = _check_summaries(summaries, source, options.classes, options.require_labels, options.max_classes)
     prepared.held = [block for block in held if len(block[1])]
+    prepared.array_rows = rows
     return prepared
 
 
@@ -240,7 +276,7 @@ def _read_and_check(sc: Any, data: Any, y: Any, partitions: int, options: DataOp
     if isinstance(data, str):
         summaries, source = _staged_summaries(sc, data, y, options)
     elif is_dataframe(data):
-        summaries, source = _frame_summaries(data, partitions, options)
+        summaries, source = _frame_summaries(data, y, partitions, options)
     elif is_rdd(data):
         summaries, source = _row_summaries(data, y, partitions, options)
     else:
@@ -270,7 +306,7 @@ def _staged_summaries(sc: Any, url: str, y: Any, options: DataOptions) -> tuple[
     return rdd.collect, f"dataset {url}"
 
 
-def _frame_summaries(df: Any, partitions: int, options: DataOptions) -> tuple[Any, str]:
+def _frame_summaries(df: Any, y: Any, partitions: int, options: DataOptions) -> tuple[Any, str]:
     """A DataFrame: select features and labels, repartition, each partition read through Arrow in one task.
 
     One ``mapInArrow`` stage does it all (its rows: each partition's summary as JSON).  Pipelined
@@ -279,6 +315,8 @@ def _frame_summaries(df: Any, partitions: int, options: DataOptions) -> tuple[An
     among them (tests/node/test_worker_pool.py).
     """
     features_col, label_col = options.features_col, options.label_col
+    if y is not None:
+        raise InputDataError(f"y must not be given with a DataFrame (its labels are its column {label_col!r})")
     feature_column_kind(df, features_col)
     columns = [features_col]
     if label_col in df.columns:
@@ -364,7 +402,10 @@ def check_model_input(prepared: PreparedData, width: int, bounds: tuple[float, f
                                       (s["column_max"], s["column_max_row"], lambda v: v > high)):
             column = next((c for c, value in enumerate(values) if outside(value)), None)
             if column is not None:
+                row = rows[column]
+                given = ("" if prepared.array_rows is None else
+                         f"row {int(prepared.array_rows[s['partition']][row])} of the arrays given; ")
                 raise InputDataError(
-                    f"{prepared.source}: partition {s['partition']} row {rows[column]} column {column} holds "
+                    f"{prepared.source}: partition {s['partition']} row {row} column {column} holds "
                     f"{values[column]:g}, outside [{low:g}, {high:g}] that the model's visible units take "
-                    "(scale the features into that range first, e.g. divide pixels by their maximum)")
+                    f"({given}scale the features into that range first, e.g. divide pixels by their maximum)")

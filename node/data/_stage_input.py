@@ -14,6 +14,7 @@ import logging
 import os
 import tempfile
 import uuid
+import zipfile
 from typing import Any, Sequence
 
 import numpy as np
@@ -99,17 +100,35 @@ def read_input(source: str, *, label_col: str | None = "label", features_cols: S
                 raise DatasetError(f"{source} cannot be read as {kind}: {error}") from error
             return _from_table(table, source, label_col, features_cols)
         if kind == "npz":
-            with np.load(path, allow_pickle=False) as arrays:
-                if "X" not in arrays.files:
-                    raise DatasetError(f"{source} has no array 'X' (it has {arrays.files})")
-                X = np.asarray(arrays["X"], dtype=np.float32)
-                y = arrays["y"] if "y" in arrays.files else None
+            X, y = _read_npz(path, source)
+            _check_one_label_per_sample(source, X, y)
             return X.reshape(len(X), -1), y, None
         X = read_idx(path)
         if X.ndim < 2:
             raise DatasetError(f"{source} holds a 1-D IDX array (labels?), not samples")
         y = read_idx(_local_copy(labels, folder)) if labels else None
+        _check_one_label_per_sample(source, X, y)
         return X.reshape(len(X), -1).astype(np.float32), y, None
+
+
+def _read_npz(path: str, source: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """Arrays ``X`` and ``y`` of an NPZ file, never unpickled: an object array or a file that is no
+    NPZ is refused, naming the file."""
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            if "X" not in arrays.files:
+                raise DatasetError(f"{source} has no array 'X' (it has {arrays.files})")
+            X = np.asarray(arrays["X"], dtype=np.float32)
+            y = arrays["y"] if "y" in arrays.files else None
+    except (ValueError, TypeError, OSError, zipfile.BadZipFile) as error:
+        raise DatasetError(f"{source} cannot be read as npz (numpy.savez's arrays of numbers or strings, no "
+                           f"objects): {type(error).__name__}: {error}") from error
+    return X, y
+
+
+def _check_one_label_per_sample(source: str, X: np.ndarray, y: np.ndarray | None) -> None:
+    if y is not None and (y.ndim != 1 or len(y) != len(X)):
+        raise DatasetError(f"{source}: the labels have shape {y.shape} for {len(X)} samples; expected ({len(X)},)")
 
 
 def minmax_scaling(X: np.ndarray) -> dict[str, Any]:

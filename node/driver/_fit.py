@@ -153,6 +153,11 @@ class Fit:
             settings.check_trains_something(self.phases)
         except ValueError as error:
             raise TrainingError(str(error)) from error
+        named = list(settings.epochs) if isinstance(settings.epochs, Mapping) else []
+        unknown = [phase for phase in named if phase not in self.phases]
+        if unknown:  # a misspelled phase would silently train default_epochs instead
+            raise TrainingError(f"epochs names {', '.join(map(repr, unknown))}, not a phase of this model "
+                                f"({', '.join(self.phases)})")
         if settings.stop_after_phase is not None and settings.stop_after_phase not in self.phases:
             raise TrainingError(f"stop_after_phase {settings.stop_after_phase!r} is not a phase of this model "
                                 f"({self.phases})")

@@ -16,7 +16,8 @@ from pyspark.sql import SparkSession
 import rbm
 
 from .._errors import InputDataError
-from ..data import BlockSink, DataOptions, PreparedData, check_model_input, count_rows, prepare_training_data
+from ..data import (BlockSink, DataOptions, PreparedData, array_inputs, check_model_input, count_rows,
+                    prepare_training_data)
 from ..modes import mode_named
 from ..watch import ValidationSet, hold_out_validation
 from ._settings import TrainingSettings
@@ -53,6 +54,7 @@ def prepare_fit_data(spark: SparkSession, settings: TrainingSettings, model: Any
     """
     timings = timings or FitTimings()
     fixed = getattr(model, "classes_", None)
+    data, y = array_inputs(data, y)  # a list, a pandas frame, a column of labels: as scikit-learn takes them
     with timings.step("validation hold-out"):
         data, y, validation = hold_out_validation(
             spark, data, y, fraction=settings.validation_fraction, given=settings.validation_data,
@@ -66,6 +68,7 @@ def prepare_fit_data(spark: SparkSession, settings: TrainingSettings, model: Any
     try:
         with timings.step("model check"):
             _check_model(model, spec, prepared)
+            _check_validation(validation, prepared)
     except BaseException:
         prepared.unpersist()
         raise
@@ -81,6 +84,21 @@ def _check_model(model: Any, spec: dict, prepared: PreparedData) -> None:
     replica = _replica(spec, prepared)
     model.initialize(model_input(prepared.feature_shape), prepared.classes)
     check_model_input(prepared, int(np.prod(prepared.feature_shape)), replica.input_bounds())
+
+
+def _check_validation(validation: ValidationSet | None, prepared: PreparedData) -> None:
+    """The held-out rows have the training data's per-sample width and finite values (the model would
+    refuse them at the first validation, after an epoch of training)."""
+    if validation is None:
+        return
+    width, have = int(np.prod(prepared.feature_shape)), int(np.prod(validation.X.shape[1:]))
+    if have != width:
+        raise InputDataError(f"{validation.source} has {have} features per sample, the training data "
+                             f"({prepared.source}) {width}")
+    try:
+        rbm.check_features(validation.X.reshape(len(validation.X), width), dtype=np.float32)
+    except ValueError as error:
+        raise InputDataError(f"{validation.source}: {error}") from error
 
 
 def _replica(spec: dict, prepared: PreparedData) -> Any:

@@ -44,7 +44,8 @@ class TrainingSettings:
         times its compute time after each partition; ``1`` (default) slows nobody.  The sleep
         is recorded in each partition's metrics (``slowed_s``).
     epochs : int or dict of str to int
-        Passes over the data per phase; a dict gives per-phase counts (missing phases: ``default_epochs``).
+        Passes over the data per phase; a dict gives per-phase counts (missing phases: ``default_epochs``;
+        a key that is not a phase of the model is refused when the fit starts).
         Some phase must train at least one epoch, unless ``initialize_only``.
     default_epochs : int
         Epochs of phases a dict ``epochs`` leaves out.

@@ -107,8 +107,10 @@ class Trainer:
         ----------
         model : rbm.RBM, rbm.DBN, rbm.ConvNet or any model with the trainable seam
         data : ndarray (n, *shape), RDD of (features, label), DataFrame, or staged dataset URL
+            Arrays as scikit-learn takes them: a list or a pandas DataFrame too.
         y : ndarray (n,), optional
-            Labels for array ``data``: numbers or strings, as scikit-learn takes them.
+            Labels for array ``data``: numbers or strings, as scikit-learn takes them (a column
+            ``(n, 1)`` too, with scikit-learn's ``DataConversionWarning``).
 
         Raises
         ------

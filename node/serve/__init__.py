@@ -5,7 +5,8 @@
 """
 
 from ._evaluation import ClassificationReport, evaluate
-from ._inference import predict_dataframe
+from ._inference import predict_dataframe, raise_input_errors_from
 from ._ml import DBNClassificationModel, DBNClassifier
 
-__all__ = ["ClassificationReport", "evaluate", "predict_dataframe", "DBNClassificationModel", "DBNClassifier"]
+__all__ = ["ClassificationReport", "evaluate", "predict_dataframe", "raise_input_errors_from", "DBNClassificationModel",
+           "DBNClassifier"]

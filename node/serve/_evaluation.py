@@ -16,10 +16,10 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.types import NumericType
+from pyspark.sql.types import NumericType, StringType
 
 from .._errors import InputDataError
-from ..data import feature_column_kind, features_from_arrow, is_dataframe, is_rdd
+from ..data import feature_column_kind, features_from_arrow, is_dataframe, is_rdd, labels_from_arrow
 from ..driver import get_spark_session
 from ._inference import (
     check_first_row,
@@ -176,9 +176,20 @@ def _safe_divide(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- per-partition work
 
 
-def _labels_as_int(labels: Any, where: str) -> np.ndarray:
-    """Labels as int64; Spark ML's double labels are fine when they hold whole numbers."""
+def _string_classes(classes: np.ndarray) -> bool:
+    """The model was fitted on string labels (the truth and the predictions are strings then)."""
+    return classes.dtype.kind in "US"
+
+
+def _class_labels(labels: Any, classes: np.ndarray, where: str) -> np.ndarray:
+    """Labels comparable with the model's ``classes``: strings for a model fitted on strings, else
+    int64 (Spark ML's double labels are fine when they hold whole numbers)."""
     labels = np.asarray(labels)
+    if _string_classes(classes):
+        if labels.dtype.kind not in "US":
+            raise InputDataError(f"labels in {where} must be strings, as the model's classes are; got dtype "
+                                 f"{labels.dtype}")
+        return labels.astype(str)
     if labels.dtype == object or not (np.issubdtype(labels.dtype, np.integer) or np.issubdtype(labels.dtype, np.floating)):
         raise InputDataError(f"labels in {where} must be numbers, got dtype {labels.dtype}")
     if np.issubdtype(labels.dtype, np.floating):
@@ -193,18 +204,24 @@ def _count_pairs(model: Any, X: np.ndarray, y: np.ndarray, batch_size: int) -> C
     """``Counter{(true, predicted): count}`` for one chunk of rows."""
     classes = model_classes(model)
     proba = predict_proba_batched(model, X, batch_size)
-    predicted = classes[np.argmax(proba, axis=1)].astype(np.int64)
+    predicted = classes[np.argmax(proba, axis=1)]
+    predicted = predicted.astype(str) if _string_classes(classes) else predicted.astype(np.int64)
     pairs, counts = np.unique(np.stack([y, predicted], axis=1), axis=0, return_counts=True)
-    return Counter({(int(t), int(p)): int(c) for (t, p), c in zip(pairs, counts)})
+    return Counter({(t, p): int(c) for (t, p), c in zip(pairs.tolist(), counts)})
 
 
 def _chunk_rows(rows: Iterator[Any], batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Group an RDD partition's ``(features, label)`` rows into ``(X, y)`` batches."""
     features: list[np.ndarray] = []
     labels: list[Any] = []
-    for features_row, label in rows:
-        vector = features_row.toArray() if hasattr(features_row, "toArray") else features_row
-        features.append(np.asarray(vector, dtype=np.float32).reshape(-1))
+    for number, row in enumerate(rows):
+        try:
+            features_row, label = row
+            vector = features_row.toArray() if hasattr(features_row, "toArray") else features_row
+            features.append(np.asarray(vector, dtype=np.float32).reshape(-1))
+        except (TypeError, ValueError) as error:
+            message = f"row {number} is not a (features, label) pair: {type(error).__name__}: {error}"
+            raise InputDataError(message) from error
         labels.append(label)
         if len(features) == batch_size:
             yield _stack(features), np.asarray(labels)
@@ -241,7 +258,8 @@ def evaluate(
     data : (X, y) tuple of numpy arrays, RDD of ``(features, label)``, or DataFrame
         ``X`` of shape (n_samples, n_features) (or the model's input shape), ``y`` of shape
         (n_samples,).  RDD features may be arrays, lists or ml Vectors.  A DataFrame holds
-        ``features_col`` (array or ml Vector) and ``label_col`` (integer or whole double).
+        ``features_col`` (array or ml Vector) and ``label_col`` (integer or whole double; strings
+        for a model fitted on string labels).
     spark : SparkSession, optional
         Used for numpy input; defaults to the active session (or a new local one).
     features_col : str
@@ -266,16 +284,16 @@ def evaluate(
     """
     if batch_size < 1:
         raise InputDataError(f"batch_size must be >= 1, got {batch_size}")
-    model_classes(model)  # fails early for an untrained model
+    classes = model_classes(model)  # fails early for an untrained model
     payload = model_payload(model)
 
     try:
         if isinstance(data, tuple) and len(data) == 2:
-            counts = _evaluate_arrays(model, payload, data, spark, batch_size, num_partitions)
+            counts = _evaluate_arrays(model, payload, data, spark, batch_size, num_partitions, classes)
         elif is_dataframe(data):
-            counts = _evaluate_dataframe(model, payload, data, features_col, label_col, batch_size)
+            counts = _evaluate_dataframe(model, payload, data, features_col, label_col, batch_size, classes)
         elif is_rdd(data):
-            counts = _evaluate_rdd(model, payload, data, batch_size)
+            counts = _evaluate_rdd(model, payload, data, batch_size, classes)
         else:
             raise InputDataError(
                 f"evaluate() takes (X, y) numpy arrays, an RDD of (features, label) or a DataFrame, not {type(data).__name__}"
@@ -287,8 +305,9 @@ def evaluate(
         raise
     if not counts:
         raise InputDataError("evaluation data has no rows")
-    labels = np.array(sorted({t for t, _ in counts} | {p for _, p in counts}), dtype=np.int64)
-    index = {int(label): k for k, label in enumerate(labels)}
+    labels = np.array(sorted({t for t, _ in counts} | {p for _, p in counts}),
+                      dtype=str if _string_classes(classes) else np.int64)
+    index = {label: k for k, label in enumerate(labels.tolist())}
     matrix = np.zeros((len(labels), len(labels)), dtype=np.int64)
     for (true, predicted), count in counts.items():
         matrix[index[true], index[predicted]] += count
@@ -332,13 +351,14 @@ def _merge_counts(parts: Iterable[Counter | str]) -> Counter:
     return total
 
 
-def _evaluate_arrays(model: Any, payload: bytes, data: tuple, spark: Any, batch_size: int, num_partitions: int | None) -> Counter:
+def _evaluate_arrays(model: Any, payload: bytes, data: tuple, spark: Any, batch_size: int, num_partitions: int | None,
+                     classes: np.ndarray) -> Counter:
     X, y = np.asarray(data[0]), np.asarray(data[1])
     if len(X) != len(y):
         raise InputDataError(f"X has {len(X)} rows but y has {len(y)} labels")
     if len(X) == 0:
         raise InputDataError("evaluation data has no rows")
-    y = _labels_as_int(y, "y")
+    y = _class_labels(y, classes, "y")
     try:
         model.predict_proba(X[:1])  # the model's own checks (width, NaN) on the driver first
     except (ValueError, RuntimeError) as error:  # the model's own input checks
@@ -362,7 +382,7 @@ def _evaluate_arrays(model: Any, payload: bytes, data: tuple, spark: Any, batch_
         broadcast.destroy()  # the model's bytes leave the executors with the job
 
 
-def _evaluate_rdd(model: Any, payload: bytes, rdd: Any, batch_size: int) -> Counter:
+def _evaluate_rdd(model: Any, payload: bytes, rdd: Any, batch_size: int, classes: np.ndarray) -> Counter:
     first = rdd.take(1)
     if not first:
         raise InputDataError("evaluation RDD has no rows")
@@ -381,7 +401,7 @@ def _evaluate_rdd(model: Any, payload: bytes, rdd: Any, batch_size: int) -> Coun
         with _reported_input_errors() as outcome:
             replica = model_from_payload(broadcast.value)
             for X, y in _chunk_rows(rows, batch_size):
-                outcome.counts.update(_count_pairs(replica, X, _labels_as_int(y, "an RDD partition"), batch_size))
+                outcome.counts.update(_count_pairs(replica, X, _class_labels(y, classes, "an RDD partition"), batch_size))
         yield outcome.result()
 
     try:
@@ -390,16 +410,17 @@ def _evaluate_rdd(model: Any, payload: bytes, rdd: Any, batch_size: int) -> Coun
         broadcast.destroy()
 
 
-def _cells_batch(result: Counter | str) -> Any:
-    """One partition's confusion-matrix cells (or its error, in a row of its own) as an Arrow batch."""
+def _cells_batch(result: Counter | str, label_type: Any) -> Any:
+    """One partition's confusion-matrix cells (or its error, in a row of its own) as an Arrow batch;
+    the labels of Arrow type ``label_type`` (``pa.int64()`` or ``pa.string()``)."""
     cells = [] if isinstance(result, str) else list(result.items())
     errors: list[str | None] = [None] * len(cells)
     if isinstance(result, str):
-        cells, errors = [((0, 0), 0)], [result]
+        cells, errors = [((None, None), 0)], [result]
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([true for (true, _), _ in cells], type=pa.int64()),
-            pa.array([predicted for (_, predicted), _ in cells], type=pa.int64()),
+            pa.array([true for (true, _), _ in cells], type=label_type),
+            pa.array([predicted for (_, predicted), _ in cells], type=label_type),
             pa.array([count for _, count in cells], type=pa.int64()),
             pa.array(errors, type=pa.string()),
         ],
@@ -407,12 +428,16 @@ def _cells_batch(result: Counter | str) -> Any:
     )
 
 
-def _evaluate_dataframe(model: Any, payload: bytes, df: Any, features_col: str, label_col: str, batch_size: int) -> Counter:
+def _evaluate_dataframe(model: Any, payload: bytes, df: Any, features_col: str, label_col: str, batch_size: int,
+                        classes: np.ndarray) -> Counter:
     feature_column_kind(df, features_col)
     if label_col not in df.columns:
         raise InputDataError(f"DataFrame has no label column {label_col!r}; its columns are {df.columns}")
-    if not isinstance(df.schema[label_col].dataType, NumericType):
-        raise InputDataError(f"label column {label_col!r} has type {df.schema[label_col].dataType.simpleString()}; expected numbers")
+    strings = _string_classes(classes)
+    if not isinstance(df.schema[label_col].dataType, StringType if strings else NumericType):
+        expected = "strings, as the model's classes are" if strings else "numbers"
+        raise InputDataError(f"label column {label_col!r} has type {df.schema[label_col].dataType.simpleString()}; "
+                             f"expected {expected}")
     check_first_row(model, df, features_col)
     broadcast = df.sparkSession.sparkContext.broadcast(payload)
 
@@ -426,11 +451,12 @@ def _evaluate_dataframe(model: Any, payload: bytes, df: Any, features_col: str, 
                 labels = batch.column(1)
                 if labels.null_count:
                     raise InputDataError(f"label column {label_col!r} holds nulls; drop or fill them before evaluating")
-                y = _labels_as_int(labels.to_numpy(zero_copy_only=False), f"column {label_col!r}")
+                y = _class_labels(labels_from_arrow(labels, name=label_col), classes, f"column {label_col!r}")
                 outcome.counts.update(_count_pairs(replica, X, y, batch_size))
-        yield _cells_batch(outcome.result())
+        yield _cells_batch(outcome.result(), pa.string() if strings else pa.int64())
 
-    schema = "true long, predicted long, count long, error string"
+    label_type = "string" if strings else "long"
+    schema = f"true {label_type}, predicted {label_type}, count long, error string"
     try:
         rows = df.select(features_col, label_col).mapInArrow(count_batches, schema).collect()
     finally:

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.ml.linalg import VectorUDT
-from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
+from pyspark.sql.types import ArrayType, DoubleType, StringType, StructField, StructType
 
 import rbm
 import storage
@@ -259,7 +259,8 @@ def predict_dataframe(
         ``df``'s columns plus ``raw_prediction_col`` (n_classes values: ``log`` of the
         probabilities, see :func:`raw_predictions`), ``probability_col`` (n_classes values in
         ``model.classes_`` order) and ``prediction_col`` (double: the predicted class label, as
-        Spark ML does; class indices when the labels were ``0 .. k-1``).
+        Spark ML does; class indices when the labels were ``0 .. k-1``; a string for a model
+        fitted on string labels).
 
     Raises
     ------
@@ -273,7 +274,9 @@ def predict_dataframe(
             raise InputDataError(f"output column {column!r} already exists in the DataFrame; choose another name")
     if batch_size < 1:
         raise InputDataError(f"batch_size must be >= 1, got {batch_size}")
-    classes = model_classes(model).astype(np.float64)
+    classes = model_classes(model)
+    string_classes = classes.dtype.kind in "US"  # a model fitted on string labels predicts them
+    classes = classes.astype(str if string_classes else np.float64)
     check_first_row(model, df, features_col)
 
     if probability_type not in ("vector", "array"):
@@ -284,7 +287,7 @@ def predict_dataframe(
         fields.append(StructField(raw_prediction_col, vector_type, False))
     if probability_col is not None:
         fields.append(StructField(probability_col, vector_type, False))
-    fields.append(StructField(prediction_col, DoubleType(), False))
+    fields.append(StructField(prediction_col, StringType() if string_classes else DoubleType(), False))
     schema = StructType(fields)
 
     broadcast = df.sparkSession.sparkContext.broadcast(model_payload(model))
@@ -296,7 +299,7 @@ def predict_dataframe(
         for batch in batches:
             X = features_from_arrow(batch.column(features_col), name=features_col)
             proba = predict_proba_batched(replica, X, batch_size)
-            prediction = classes[np.argmax(proba, axis=1)] if len(X) else np.zeros(0)
+            prediction = classes[np.argmax(proba, axis=1)] if len(X) else classes[:0]
             columns, names = list(batch.columns), list(batch.schema.names)
             if raw_prediction_col is not None:
                 columns.append(_arrow_probability(raw_predictions(proba), as_vector))
@@ -304,7 +307,7 @@ def predict_dataframe(
             if probability_col is not None:
                 columns.append(_arrow_probability(proba, as_vector))
                 names.append(probability_col)
-            columns.append(pa.array(prediction, type=pa.float64()))
+            columns.append(pa.array(prediction, type=pa.string() if string_classes else pa.float64()))
             names.append(prediction_col)
             yield pa.RecordBatch.from_arrays(columns, names=names)
 

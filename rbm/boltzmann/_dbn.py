@@ -31,7 +31,7 @@ from .._gpu import check_precision, effective_precision
 from .._model import print_iteration, register_model
 from .._params import check_integer, check_number
 from .._updaters import Updater, anneal_factor, make_updater
-from .._validation import check_features, check_finite_parameters, output_dtype
+from .._validation import check_features, check_finite_parameters, check_width, output_dtype
 from ..datasets import train_test_indices
 from . import _cd, _finetune
 from ._dbn_seam import DBNSeam
@@ -274,8 +274,9 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         Idempotent for the same width and classes.
         """
         self._check_params()
+        n_features = check_width(n_features, type(self).__name__)
         if not (self.__sklearn_is_fitted__() and self.n_features_in_ == n_features):
-            self._allocate_layers(int(n_features), make_rng(self.random_state))
+            self._allocate_layers(n_features, make_rng(self.random_state))
         if classes is not None:
             labels = resolve_classes(classes)
             if getattr(self, "classes_", None) is None or not np.array_equal(labels, self.classes_):

@@ -24,7 +24,7 @@ from .._gpu import check_precision, effective_precision
 from .._model import print_iteration, register_model
 from .._params import check_integer, check_number
 from .._updaters import anneal_factor
-from .._validation import check_features, check_finite_parameters
+from .._validation import check_features, check_finite_parameters, check_width
 from . import _cd
 from ._rbm_inference import RBMInference
 from ._rbm_seam import RBMSeam
@@ -259,9 +259,10 @@ class RBM(RBMInference, RBMSeam, NamespacePickling, ClassNamePrefixFeaturesOutMi
         Idempotent when already initialized with the same width.  ``classes`` is ignored.
         """
         self._check_params()
+        n_features = check_width(n_features, type(self).__name__)
         if self.__sklearn_is_fitted__() and self.n_features_in_ == n_features:
             return self
-        self._allocate(int(n_features), make_rng(self.random_state))
+        self._allocate(n_features, make_rng(self.random_state))
         return self
 
     def _allocate(self, n_features: int, rng: np.random.Generator) -> None:

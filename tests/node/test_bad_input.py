@@ -6,6 +6,7 @@ import socket
 
 import numpy as np
 import pytest
+from support.spark_jobs import failed_tasks_since, newest_job
 
 import node
 import rbm
@@ -110,4 +111,76 @@ def test_a_dbn_with_ten_classes_refuses_label_ten(spark, store_url, some_digits)
     model = rbm.DBN(hidden_layer_sizes=(16,), random_state=0).initialize(64, 10)
     with pytest.raises(node.InputDataError, match=r"row 3 has label 10, not one of the classes"):
         trainer(spark, store_url).fit(model, X, labels)
+    assert nothing_trained(store_url)
+
+
+def test_an_rdd_row_that_is_not_a_feature_row_is_named_without_a_failed_task(spark, store_url, some_digits):
+    X, y = some_digits
+    rows = list(zip(X, y.tolist()))
+    rows[230] = (X[230], int(y[230]), "an extra field")  # 2 partitions of 200: partition 1, row 30
+    before = newest_job(spark)
+    with pytest.raises(node.InputDataError, match=r"partition 1: row 30 \(a tuple of 3 items\) is neither a "
+                                                  r"\(features, label\) pair nor a feature vector"):
+        trainer(spark, store_url).fit(small_net(), spark.sparkContext.parallelize(rows, 2))
+    assert failed_tasks_since(spark, before) == 0  # refused once, not a task Spark retried until it gave up
+    assert nothing_trained(store_url)
+
+
+def test_image_shaped_samples_for_a_dbn_are_refused_naming_the_shape(spark, store_url, some_digits):
+    X, y = some_digits
+    model = rbm.DBN(hidden_layer_sizes=(16,), random_state=0)
+    with pytest.raises(ValueError, match=r"Found array with dim 3"):
+        model.fit(X.reshape(-1, 8, 8), y)  # in process: scikit-learn's refusal
+    with pytest.raises(node.InputDataError, match=r"per-sample shape \(8, 8\).*DBN takes flat feature vectors"):
+        trainer(spark, store_url).fit(model, X.reshape(-1, 8, 8), y)
+    assert nothing_trained(store_url)
+
+
+def test_an_epochs_dict_naming_a_phase_the_model_does_not_have_is_refused_before_anything(spark, store_url,
+                                                                                         some_digits):
+    X, y = some_digits
+    misspelled = {"rbm0": 1, "fintune": 20}  # would train fine-tuning for default_epochs, silently
+    with pytest.raises(node.TrainingError,
+                       match=r"epochs names 'fintune', not a phase of this model \(rbm0, finetune\)"):
+        trainer(spark, store_url, epochs=misspelled).fit(rbm.DBN(hidden_layer_sizes=(16,), random_state=0), X, y)
+    with pytest.raises(node.TrainingError,
+                       match=r"epochs names 'rbm0', 'finetune', not a phase of this model \(train\)"):
+        trainer(spark, store_url, epochs={"rbm0": 1, "finetune": 2}).fit(small_net(), X, y)
+    assert not storage.open_store(store_url).exists("runs/bad")
+
+
+def test_validation_data_the_model_would_refuse_is_refused_before_training(spark, store_url, some_digits):
+    X, y = some_digits
+    narrow = (X[:20, :63], y[:20])
+    with pytest.raises(node.InputDataError, match=r"validation_data \(20 rows\) has 63 features per sample, the "
+                                                  r"training data \(arrays \(400, 64\)\) 64"):
+        trainer(spark, store_url, validation_data=narrow).fit(small_net(), X, y)
+    assert nothing_trained(store_url)
+    holed = X[:20].copy()
+    holed[12, 7] = np.nan
+    with pytest.raises(node.InputDataError, match=r"validation_data \(20 rows\): X contains NaN or Inf \(first at "
+                                                  r"row 12\)"):
+        trainer(spark, store_url, validation_data=(holed, y[:20])).fit(small_net(), X, y)
+    assert nothing_trained(store_url)
+
+
+def test_labels_given_beside_a_dataframe_are_refused_not_ignored(spark, store_url, some_digits):
+    X, y = some_digits
+    frame = spark.createDataFrame([(row.tolist(), int(label)) for row, label in zip(X[:40], y[:40])],
+                                  ["features", "label"])
+    with pytest.raises(node.InputDataError, match=r"y must not be given with a DataFrame \(its labels are its "
+                                                  r"column 'label'\)"):
+        trainer(spark, store_url).fit(small_net(), frame, (y[:40] + 1) % 10)
+    assert nothing_trained(store_url)
+
+
+def test_features_in_separate_columns_are_refused_with_the_way_to_gather_them(spark, store_url, some_digits):
+    X, y = some_digits
+    columns = [f"pixel{k}" for k in range(X.shape[1])]
+    frame = spark.createDataFrame([tuple(map(float, row)) + (int(label),) for row, label in zip(X[:20], y[:20])],
+                                  columns + ["label"])
+    with pytest.raises(node.InputDataError, match=r"no features column 'features'; its columns are \['pixel0', .*"
+                                                  r"'label'\]; gather scalar feature columns into one with "
+                                                  r"pyspark.ml.feature.VectorAssembler"):
+        trainer(spark, store_url).fit(small_net(), frame)
     assert nothing_trained(store_url)

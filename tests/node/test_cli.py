@@ -102,6 +102,20 @@ def test_train_prints_the_evaluation_and_writes_the_plots(spark, tmp_path, capsy
     assert len(pq.read_table(str(empty))) == len(X_test)
     assert not [path for path in tmp_path.iterdir() if ".sparkdbn-" in path.name]  # no temporaries left behind
 
+    # A bad row past the driver's look at the first one fails the job: one line naming it, nothing written.
+    holed = X_test.copy()
+    holed[300, 9] = np.nan
+    pq.write_table(pa.table({"features": pa.array(list(holed), type=pa.list_(pa.float32()))}),
+                   str(tmp_path / "holed.parquet"))
+    status = cli.main(["predict", "--store", str(store), "--run", "cli", "--input", str(tmp_path / "holed.parquet"),
+                       "--output", str(tmp_path / "holed-out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and err[-1].startswith(f"sparkdbn predict: --input {tmp_path / 'holed.parquet'}: partition 0, "
+                                              f"rows 0..{len(X_test) - 1} of a batch: X contains NaN or Inf (first "
+                                              "at row 300)"), err
+    assert not (tmp_path / "holed-out").exists()
+    assert not [path for path in tmp_path.iterdir() if ".sparkdbn-" in path.name]
+
 
 def test_stage_then_train_reads_the_shards_on_the_executors(spark, tmp_path, capsys):
     store = tmp_path / "store"

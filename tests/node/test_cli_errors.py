@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BAD_CONVNET = """model:
@@ -207,3 +208,25 @@ def test_misspelled_keys_and_flags_are_one_line_naming_the_closest_and_spark_nev
         assert status == 2, args
         assert capsys.readouterr().err.strip() == expected
     assert not (tmp_path / "store").exists() and not (tmp_path / "d").exists()
+
+
+NPZ_FILES = {
+    "labels of another length": (lambda path: np.savez(path, X=np.zeros((6, 4)), y=np.arange(5)),
+                                 "the labels have shape (5,) for 6 samples; expected (6,)"),
+    "an object array": (lambda path: np.savez(path, X=np.array([{"a": 1}] * 6, dtype=object), y=np.arange(6)),
+                        "cannot be read as npz (numpy.savez's arrays of numbers or strings, no objects)"),
+    "not an npz": (lambda path: path.write_text("x,y\n1,2\n"), "cannot be read as npz"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NPZ_FILES))
+def test_an_npz_that_cannot_be_staged_is_one_line_naming_the_file_and_nothing_is_staged(case, tmp_path):
+    write, expected = NPZ_FILES[case]
+    write(tmp_path / "mine.npz")
+    result = sparkdbn("stage", "--input", str(tmp_path / "mine.npz"), "--url", str(tmp_path / "staged"),
+                      "--shards", "2", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"sparkdbn stage: {tmp_path / 'mine.npz'}"), result.stderr
+    assert expected in lines[0] and "Traceback" not in result.stderr
+    assert not (tmp_path / "staged").exists() or not any((tmp_path / "staged").iterdir())

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, precision_recall_fscore_support
 from support.numerics import forward_rtol, near_ties
+from support.spark_jobs import failed_tasks_since, newest_job
 
 import rbm
 from node._errors import InputDataError
@@ -184,6 +185,28 @@ def test_predict_dataframe_adds_the_single_machine_predictions_and_probabilities
 
 
 @pytest.mark.slow
+def test_a_model_fitted_on_string_labels_is_evaluated_and_predicts_them_on_spark(spark, digits):
+    names = np.array(["even", "odd"])
+    y_train, y_test = names[digits.y_train % 2], names[digits.y_test % 2]
+    dbn = rbm.DBN([16], pretrain_epochs=1, finetune_epochs=3, batch_size=10, random_state=0)
+    dbn.fit(digits.X_train, y_train)
+    rows = [(x.astype(float).tolist(), str(label)) for x, label in zip(digits.X_test, y_test)]
+    frame = spark.createDataFrame(rows, ["features", "label"]).repartition(2)
+    for data in ((digits.X_test, y_test), spark.sparkContext.parallelize(rows, 2), frame):
+        report = evaluate(dbn, data, spark=spark)
+        assert report.labels.tolist() == ["even", "odd"]
+        _assert_matches_single_machine(report, dbn, digits.X_test, y_test)
+    with pytest.raises(InputDataError, match="labels in y must be strings, as the model's classes are"):
+        evaluate(dbn, (digits.X_test, digits.y_test % 2), spark=spark)
+
+    out = predict_dataframe(dbn, frame).collect()
+    assert {type(row["prediction"]) for row in out} == {str}
+    expected = dict(zip(map(tuple, digits.X_test.astype(float).tolist()), dbn.predict(digits.X_test)))
+    ties = near_ties(dbn.predict_proba(digits.X_test), PROBABILITY_RTOL).sum()
+    assert sum(row["prediction"] != expected[tuple(row["features"])] for row in out) <= ties
+
+
+@pytest.mark.slow
 def test_wrong_feature_width_is_refused_on_the_driver_naming_the_problem(spark, model, digits):
     with pytest.raises(InputDataError, match=r"X does not fit the model.*60.*expect\w* 64"):
         evaluate(model, (digits.X_test[:, :60], digits.y_test), spark=spark)
@@ -214,3 +237,13 @@ def test_nan_deep_inside_a_dataframe_fails_the_job_with_an_error_naming_partitio
     df = spark.createDataFrame([(x.tolist(), int(label)) for x, label in zip(X, digits.y_test)], ["features", "label"])
     with pytest.raises(InputDataError, match=r"evaluation data: partition 0, rows 64\.\.119 of a batch: .*NaN or Inf \(first at row 13\)"):
         evaluate(model, df.coalesce(1), batch_size=64)
+
+
+@pytest.mark.slow
+def test_an_rdd_row_that_is_not_a_pair_deep_inside_is_named_without_a_failed_task(spark, model, digits):
+    rows = [(x, int(label)) for x, label in zip(digits.X_test[:120], digits.y_test)]
+    rows[77] = rows[77][0]  # a bare feature vector: the driver's look at the first row cannot see it
+    before = newest_job(spark)
+    with pytest.raises(InputDataError, match=r"evaluation data: partition 0, row 77 is not a \(features, label\) pair"):
+        evaluate(model, spark.sparkContext.parallelize(rows, 1))
+    assert failed_tasks_since(spark, before) == 0

@@ -3,9 +3,13 @@ model would refuse is refused on the driver before a single training task runs."
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pyarrow as pa
 import pytest
+from sklearn.exceptions import DataConversionWarning
+from support.spark_jobs import failed_tasks_since, newest_job
 
 import node
 import rbm
@@ -41,6 +45,34 @@ def test_a_spark_fit_gives_the_classes_an_in_process_fit_gives(spark, digits, tm
     assert on_spark.score(X, y) >= 0.9
 
 
+def test_fractional_float_labels_are_refused_on_spark_as_in_process(spark, digits, tmp_path):
+    X, y = two_digit_classes(digits, (30.0, 70.0))
+    y[17] = 30.5  # a regression target's value: scikit-learn's classifiers call it "continuous" and refuse it
+    with pytest.raises(ValueError, match="continuous"):
+        small_dbn().fit(X, y)
+    store_url = "file://" + str(tmp_path / "store")
+    with pytest.raises(node.InputDataError, match=r"arrays \(\d+, 64\): row 17 has label 30.5, not a whole number"):
+        node.Trainer(spark, store_url, run_id="fractional", epochs=EPOCHS, partitions=2, progress=False).fit(
+            small_dbn(), X, y)
+    assert storage.open_store(store_url).list("runs/fractional") == ["lease"]  # nothing trained, nothing stored
+
+
+def test_the_array_likes_scikit_learn_takes_are_taken_on_spark_validation_fraction_included(spark, digits, tmp_path):
+    import pandas as pd
+
+    X, y = two_digit_classes(digits, (30, 70))
+    with pytest.warns(DataConversionWarning):
+        in_process = small_dbn().fit(pd.DataFrame(X), y[:, None])
+    for X_given, y_given in ((pd.DataFrame(X), y[:, None]), (X.tolist(), pd.Series(y))):
+        with pytest.warns(DataConversionWarning) if np.ndim(y_given) == 2 else contextlib.nullcontext():
+            trainer = node.Trainer(spark, "file://" + str(tmp_path / "store"), epochs=EPOCHS, partitions=2,
+                                   validation_fraction=0.2, progress=False)
+            on_spark = trainer.fit(small_dbn(), X_given, y_given)
+        assert on_spark.classes_.tolist() == in_process.classes_.tolist() == [30, 70]
+        assert on_spark.score(X, y) >= 0.9
+        assert trainer.history_[-1]["validation"]["val_accuracy"] >= 0.9
+
+
 def test_dataframe_and_rdd_labels_give_the_same_classes_as_arrays(spark, digits, tmp_path):
     X, y = two_digit_classes(digits, ("cat", "dog"))
     frame = spark.createDataFrame(pa.table({"features": pa.array(list(X), type=pa.list_(pa.float32())),
@@ -50,24 +82,6 @@ def test_dataframe_and_rdd_labels_give_the_same_classes_as_arrays(spark, digits,
         model = node.Trainer(spark, "file://" + str(tmp_path / "store"), epochs=EPOCHS, partitions=2,
                              progress=False).fit(small_dbn(), data)
         assert model.classes_.tolist() == ["cat", "dog"]
-
-
-def newest_job(spark) -> int:
-    """The newest job the session has started (-1: none yet)."""
-    return max(spark.sparkContext.statusTracker().getJobIdsForGroup(None) or [-1])
-
-
-def failed_tasks_since(spark, job: int) -> int:
-    """Failed task attempts of the jobs newer than ``job``.  (Only those: Spark's status tracker forgets the
-    oldest jobs past ``spark.ui.retainedJobs``, so a count over every remembered job may fall.)"""
-    tracker = spark.sparkContext.statusTracker()
-    failed = 0
-    for job_id in tracker.getJobIdsForGroup(None) or []:
-        info = tracker.getJobInfo(job_id) if job_id > job else None
-        for stage_id in (info.stageIds if info else []):
-            stage = tracker.getStageInfo(stage_id)
-            failed += stage.numFailedTasks if stage else 0
-    return failed
 
 
 def test_raw_pixels_for_a_bernoulli_model_fail_on_the_driver_without_a_failed_task(spark, digits, tmp_path):

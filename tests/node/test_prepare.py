@@ -78,6 +78,29 @@ def test_a_numpy_value_outside_the_models_range_is_named_by_partition_row_and_co
         check_model_input(prepared, X.shape[1], (0.0, 1.0))
 
 
+def test_shuffled_numpy_rows_are_named_by_their_row_in_the_arrays_given(spark):
+    X, y = numbered_rows(rows=40)
+    X[23, 5] = 2.5
+    prepared = prepare_training_data(spark, X, y, DataOptions(partitions=2, shuffle_seed=3))
+    with pytest.raises(node.InputDataError, match=r"partition \d row \d+ column 5 holds 2.5, outside \[0, 1\] that the "
+                                                  r"model's visible units take \(row 23 of the arrays given; scale"):
+        check_model_input(prepared, X.shape[1], (0.0, 1.0))
+    labels = y.astype(float)
+    labels[17] = 1.5
+    with pytest.raises(node.InputDataError, match=r"^arrays \(40, 6\): row 17 has label 1.5, not a whole number"):
+        prepare_training_data(spark, X, labels, DataOptions(partitions=2, shuffle_seed=3))
+
+
+def test_a_pandas_frame_and_a_column_of_string_labels_are_taken_as_scikit_learn_takes_them(spark):
+    import pandas as pd
+
+    X, y = numbered_rows(rows=40)
+    names = pd.Series(np.array(["ant", "bee", "cat"])[y], dtype=object)  # pandas keeps strings as objects
+    prepared = prepare_training_data(spark, pd.DataFrame(X), names, DataOptions(partitions=2, shuffle_seed=None))
+    assert prepared.classes.tolist() == ["ant", "bee", "cat"] and prepared.feature_shape == (6,)
+    assert np.array_equal(np.concatenate([y_part for *_rest, y_part in prepared.held]), names.to_numpy().astype(str))
+
+
 def test_numpy_rows_with_nan_or_too_many_labels_are_refused_naming_where(spark):
     X, y = numbered_rows(rows=40)
     X[31, 2] = np.nan

@@ -1,6 +1,7 @@
 """The scikit-learn contract and the trainable-model seam, for RBM, DBN and ConvNet alike."""
 
 import json
+import pathlib
 import pickle
 
 import numpy as np
@@ -141,6 +142,38 @@ def test_save_and_load_round_trip_is_exact(kind, digits, tmp_path):
         np.testing.assert_array_equal(loaded.classes_, model.classes_)
         np.testing.assert_array_equal(loaded.predict(X_test), model.predict(X_test))
         np.testing.assert_array_equal(loaded.predict_proba(X_test), model.predict_proba(X_test))
+
+
+class _Touches:
+    """Unpickling this creates the file ``marker``: proof that a loader unpickled it."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (pathlib.Path.touch, (self.marker,))
+
+
+def test_loading_a_file_that_is_not_a_model_names_it_and_unpickles_nothing(digits, tmp_path):
+    X, y, _ = digits
+    model_file = tmp_path / "model.npz"
+    fit(make_dbn(), X, y).save(model_file)
+    with np.load(model_file) as stored:
+        arrays = {name: stored[name] for name in stored.files if name != "__spec__"}
+    marker = tmp_path / "unpickled"
+    (tmp_path / "model.pkl").write_bytes(pickle.dumps(_Touches(marker)))
+    (tmp_path / "notes.txt").write_text("hello")
+    np.save(tmp_path / "weights.npy", np.zeros(3))
+    np.savez(tmp_path / "other.npz", W=np.zeros(3))
+    np.savez(tmp_path / "broken.npz", __spec__=np.frombuffer(b"{not json", np.uint8), **arrays)
+    np.savez(tmp_path / "list.npz", __spec__=np.frombuffer(b"[1, 2]", np.uint8), **arrays)
+    expected = {"model.pkl": "not an .npz archive", "notes.txt": "not an .npz archive",
+                "weights.npy": "not an .npz archive", "other.npz": "no __spec__ entry",
+                "broken.npz": "its __spec__ entry is not JSON", "list.npz": "its __spec__ entry is not a JSON object"}
+    for name, reason in expected.items():
+        with pytest.raises(ValueError, match=f"{name}' is not a sparkdbn model file \\({reason}"):
+            load_model(tmp_path / name)
+    assert not marker.exists()
 
 
 @pytest.mark.parametrize("kind", MODELS)
@@ -294,6 +327,18 @@ def test_unfitted_models_say_so():
     with pytest.raises(ValueError, match="not fitted yet"):
         make_dbn().predict(np.zeros((2, 64)))
     assert not hasattr(make_rbm(), "components_")
+
+
+@pytest.mark.parametrize("kind", ["rbm", "dbn"])
+def test_models_of_flat_vectors_refuse_an_image_shape_or_a_width_that_is_not_a_positive_integer(kind):
+    model = MODELS[kind]()
+    with pytest.raises(ValueError, match=r"takes flat feature vectors, not samples of shape \(1, 8, 8\): reshape "
+                                         r"the data to \(n_samples, 64\)"):
+        model.initialize((1, 8, 8), 10)
+    for width in (0, -3, 6.5, "64", True):
+        with pytest.raises(ValueError, match=f"needs a positive integer number of features, got {width!r}"):
+            model.initialize(width, 10)
+    assert model.initialize(np.int64(64), 10).n_features_in_ == model.initialize((64,), 10).n_features_in_ == 64
 
 
 @pytest.mark.parametrize("kind", ["rbm", "dbn", "convnet"])
