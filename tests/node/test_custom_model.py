@@ -48,6 +48,9 @@ def test_a_model_of_ones_own_trains_on_two_nodes_is_recorded_served_and_refitted
 
     report = node.evaluate(model, (X_test, y_test), spark=shipped)  # the executors rebuild it from its file
     assert report.accuracy == pytest.approx(accuracy, abs=1e-9)
+    frame = shipped.createDataFrame([(row.tolist(),) for row in X_test], ["features"])
+    predicted = node.predict_dataframe(model, frame).select("prediction").toPandas()["prediction"].to_numpy()
+    np.testing.assert_array_equal(predicted, model.predict(X_test))
 
     again = node.Trainer(shipped, store_url, run_id=mode, mode=mode, epochs=EPOCHS, partitions=4,
                          progress=False).fit(SoftmaxRegression(epochs=EPOCHS), X, y)
@@ -63,12 +66,17 @@ def test_a_spec_names_the_module_a_fresh_process_imports_before_the_lookup(tmp_p
         "        self.size = size\n"
         "    @classmethod\n"
         "    def from_spec(cls, spec):\n"
-        "        return cls(spec['size'])\n")
+        "        return cls(spec['size'])\n"
+        "    def spec_for_batch_size(self, batch_size):\n"
+        "        return {'kind': 'test-fresh', 'size': batch_size}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert "_fresh_model_module" not in sys.modules
     try:
         model = rbm.model_from_spec({"kind": "test-fresh", "module": "_fresh_model_module", "size": 3})
         assert type(model).__module__ == "_fresh_model_module" and model.size == 3
+        # a node's smaller-minibatch replica (the model's own spec_for_batch_size) still names the module
+        assert rbm.spec_for_batch_size({"kind": "test-fresh", "module": "_fresh_model_module", "size": 3}, 2) == \
+            {"kind": "test-fresh", "module": "_fresh_model_module", "size": 2}
     finally:
         sys.modules.pop("_fresh_model_module", None)
     with pytest.raises(ValueError, match="'_no_such_model_module'.*addPyFile"):
