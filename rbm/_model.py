@@ -385,13 +385,15 @@ def read_model_file(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray
 
 
 def save_trained(model: Any, path: str | os.PathLike) -> None:
-    """Write ``model``'s file: ``model.save(path)`` where it has one (rbm's models), else the seam's.
+    """Write ``model``'s file, which :func:`load_model` reads back in any process: ``model.save(path)`` for a
+    kind of ``rbm``'s own, the seam's file for a model of one's own (whether or not it has a ``save``).
 
     The seam's file is :func:`save_model`'s with :func:`model_spec` (naming the model's module),
     ``parameters()``, and the input and classes ``initialize`` took, read from the model's
     ``input_shape_`` or ``n_features_in_`` and ``classes_`` (which such a model must keep).
     """
-    if callable(getattr(model, "save", None)):
+    spec = model_spec(model)
+    if MODULE_KEY not in spec:
         model.save(path)
         return
     shape = getattr(model, "input_shape_", None) or getattr(model, "n_features_in_", None)
@@ -402,7 +404,7 @@ def save_trained(model: Any, path: str | os.PathLike) -> None:
     arrays = {**model.parameters(None), INPUT_KEY: np.atleast_1d(np.asarray(shape, dtype=np.int64))}
     if classes is not None:
         arrays[CLASSES_KEY] = np.asarray(classes)
-    save_model(path, model_spec(model), arrays)
+    save_model(path, spec, arrays)
 
 
 def load_model(path: str | os.PathLike) -> Any:

@@ -49,18 +49,19 @@ _cache_lock = threading.Lock()
 
 
 def model_payload(model: Any) -> bytes:
-    """The model's file as bytes: exactly what ``model.save(path)`` writes (npz + JSON spec), or for a model
-    of one's own without ``save``, :func:`rbm.save_trained`'s file.
+    """The model's file as bytes: :func:`rbm.save_trained`'s (``model.save(path)``'s for rbm's models: npz + JSON spec).
 
     Raises
     ------
     InputDataError (a ValueError)
         The model cannot be saved (not trained, or not a sparkdbn model).
+    TypeError
+        A model of one's own that no executor can import (:func:`rbm.model_spec`).
     """
-    if not hasattr(model, "predict_proba") or not (hasattr(model, "save") or hasattr(model, "to_spec")):
+    if not hasattr(model, "predict_proba") or not hasattr(model, "to_spec"):
         raise InputDataError(
-            f"{type(model).__name__} is not a sparkdbn classifier: it needs predict_proba() and save() or the "
-            "trainable seam (use rbm.DBN, rbm.ConvNet, a model from rbm.load_model or one of rbm.TrainableModel)"
+            f"{type(model).__name__} is not a sparkdbn classifier: it needs predict_proba() and the trainable seam "
+            "(use rbm.DBN, rbm.ConvNet, a model from rbm.load_model, or a model of your own: rbm.TrainableModel)"
         )
     with tempfile.TemporaryDirectory(prefix="sparkdbn-payload-") as directory:
         path = os.path.join(directory, "model.npz")

@@ -112,3 +112,21 @@ def test_a_model_missing_seam_methods_is_refused_naming_them(spark, store_url, d
     with pytest.raises(TypeError, match=r"_NoTraining .* lacks train_partition, set_minibatch_hook "):
         node.Trainer(spark, store_url, run_id="seam", epochs=1, progress=False).fit(_NoTraining(), digits.X_train,
                                                                                     digits.y_train)
+
+
+@rbm.register_model("test-saving")
+class _SavesItself(SoftmaxRegression):
+    def to_spec(self) -> dict:
+        return {**super().to_spec(), "kind": "test-saving"}
+
+    def save(self, path) -> None:  # a format of its own, which rbm.load_model cannot read
+        np.save(path, self.W)
+
+
+def test_a_model_of_ones_own_is_written_from_the_seam_even_with_a_save_of_its_own(digits, tmp_path):
+    model = _SavesItself(epochs=2).fit(digits.X_train, digits.y_train)
+    rbm.save_trained(model, tmp_path / "model.npz")
+    back = rbm.load_model(tmp_path / "model.npz")
+    assert type(back) is _SavesItself and back.n_features_in_ == 64
+    np.testing.assert_array_equal(back.classes_, model.classes_)
+    np.testing.assert_array_equal(back.predict(digits.X_test), model.predict(digits.X_test))
