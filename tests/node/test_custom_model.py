@@ -33,18 +33,24 @@ def test_a_model_of_ones_own_trains_on_two_nodes_is_recorded_served_and_refitted
     X, y, X_test, y_test = digits
     single = SoftmaxRegression(epochs=EPOCHS).fit(X, y).score(X_test, y_test)
 
-    trainer = node.Trainer(shipped, store_url, run_id=mode, mode=mode, epochs=EPOCHS, partitions=4, progress=False)
+    settings = dict(run_id=mode, mode=mode, epochs=EPOCHS, partitions=4, progress=False,
+                    validation_fraction=0.1 if mode == "sync" else None)  # the executors validate it too
+    trainer = node.Trainer(shipped, store_url, **settings)
     model = trainer.fit(SoftmaxRegression(epochs=EPOCHS), X, y)
+    if mode == "sync":
+        assert trainer.history_[-1]["validation"]["val_accuracy"] >= 0.8
     accuracy = model.score(X_test, y_test)
     # One process: 0.944; two async nodes: 0.928 (they average their progress, so move less per epoch).
     assert single >= 0.9
     assert accuracy >= single - 0.05, (accuracy, single)
 
-    record = node.open_run(store_url, mode).record
+    view = node.open_run(store_url, mode)
+    record = view.record
     assert record["status"] == "done"
     assert record["spec"]["kind"] == "test-softmax" and record["spec"]["module"] == "_custom_model"
     saved = rbm.load_model(store_url.removeprefix("file://") + "/" + record["model"]["path"])
     np.testing.assert_array_equal(saved.predict(X_test), model.predict(X_test))
+    np.testing.assert_array_equal(node.load_run_model(view).predict(X_test), model.predict(X_test))
 
     report = node.evaluate(model, (X_test, y_test), spark=shipped)  # the executors rebuild it from its file
     assert report.accuracy == pytest.approx(accuracy, abs=1e-9)
@@ -52,8 +58,7 @@ def test_a_model_of_ones_own_trains_on_two_nodes_is_recorded_served_and_refitted
     predicted = node.predict_dataframe(model, frame).select("prediction").toPandas()["prediction"].to_numpy()
     np.testing.assert_array_equal(predicted, model.predict(X_test))
 
-    again = node.Trainer(shipped, store_url, run_id=mode, mode=mode, epochs=EPOCHS, partitions=4,
-                         progress=False).fit(SoftmaxRegression(epochs=EPOCHS), X, y)
+    again = node.Trainer(shipped, store_url, **settings).fit(SoftmaxRegression(epochs=EPOCHS), X, y)
     np.testing.assert_array_equal(again.predict(X_test), model.predict(X_test))
 
 
