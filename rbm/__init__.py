@@ -10,8 +10,8 @@ import logging
 
 from ._backend import array_module, gpu_available, resolve_device, to_host
 from ._gpu import PRECISIONS, DeviceDataCache, configure_kernel_cache
-from ._model import (TrainableModel, load_model, model_from_spec, read_model_file, save_model, spec_for_batch_size,
-                     takes_outer_step)
+from ._model import (TrainableModel, check_trainable, load_model, model_from_spec, model_spec, read_model_file,
+                     register_model, save_model, save_trained, spec_for_batch_size, takes_outer_step)
 from ._params import read_config
 from ._validation import DivergenceError, check_features, check_labels
 from ._warm_up import warm_up
@@ -25,11 +25,15 @@ __all__ = [
     "lenet",
     "TrainableModel",
     "DivergenceError",
+    "register_model",
+    "model_spec",
+    "check_trainable",
     "model_from_spec",
     "spec_for_batch_size",
     "takes_outer_step",
     "load_model",
     "save_model",
+    "save_trained",
     "read_model_file",
     "read_config",
     "check_features",

@@ -45,6 +45,7 @@ only ever talks to a model through it:
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from typing import Any, Callable, Mapping, NamedTuple, Protocol, runtime_checkable
@@ -56,10 +57,13 @@ from ._backend import to_device, to_host
 __all__ = [
     "TrainableModel",
     "register_model",
+    "model_spec",
+    "check_trainable",
     "model_from_spec",
     "spec_for_batch_size",
     "takes_outer_step",
     "save_model",
+    "save_trained",
     "load_model",
     "SPEC_KEY",
     "copy_parameters",
@@ -72,8 +76,20 @@ __all__ = [
 ]
 
 SPEC_KEY = "__spec__"
+#: The entries of a model file written from the seam (:func:`save_trained`, a model without ``save``):
+#: the input ``initialize`` took (a width, or an image's shape) and the class labels.
+INPUT_KEY, CLASSES_KEY = "__input__", "__classes__"
 
-_REGISTRY: dict[str, Callable[[dict], Any]] = {}
+#: The spec entry naming the module that registers the spec's ``kind`` (a model of one's own):
+#: :func:`model_from_spec` imports it before the lookup, so a process that has not imported it yet
+#: (an executor, a resuming driver) finds the class.  Added by :func:`model_spec`.
+MODULE_KEY = "module"
+
+_REGISTRY: dict[str, type] = {}
+
+#: The methods of :class:`TrainableModel` a model must have; the optional ones (docstring above) it may lack.
+REQUIRED_METHODS = ("to_spec", "initialize", "phases", "input_bounds", "parameters", "set_parameters",
+                    "train_partition", "set_learning_rate_scale", "set_minibatch_hook")
 
 
 @runtime_checkable
@@ -242,22 +258,81 @@ def copy_parameters(assignments: list[tuple[str, Any, Any]], xp: Any) -> None:
 def register_model(kind: str) -> Callable[[type], type]:
     """Class decorator: make ``model_from_spec({"kind": kind, ...})`` build this class.
 
-    The class must provide ``from_spec(spec) -> model``.
+    The class must provide ``from_spec(spec) -> model`` (a classmethod) and its ``to_spec()`` must
+    say ``"kind": kind``.  Define it in a module the executors can import (not ``__main__``): ship it
+    with ``spark.submit.pyFiles`` / ``SparkContext.addPyFile`` or install it; the spec the trainer
+    sends names that module (:func:`model_spec`), and every process imports it before the lookup.
     """
 
     def decorate(cls: type) -> type:
-        _REGISTRY[kind] = cls.from_spec  # type: ignore[attr-defined]
+        if not callable(getattr(cls, "from_spec", None)):
+            raise TypeError(f"register_model({kind!r}): {cls.__qualname__} has no from_spec(spec) classmethod")
+        _REGISTRY[kind] = cls
         return cls
 
     return decorate
 
 
+def check_trainable(model: Any) -> None:
+    """Refuse a model without every required method of the seam (:data:`REQUIRED_METHODS`).
+
+    Raises
+    ------
+    TypeError
+        Naming the missing methods.
+    """
+    missing = [name for name in REQUIRED_METHODS if not callable(getattr(model, name, None))]
+    if missing:
+        raise TypeError(f"{type(model).__qualname__} cannot be trained by the distributed trainer: it lacks "
+                        f"{', '.join(missing)} (see rbm.TrainableModel)")
+
+
+def model_spec(model: Any) -> dict:
+    """``model.to_spec()`` as every other process can build it: with the module that registers its kind
+    (:data:`MODULE_KEY`) where that is not one of ``rbm``'s own.
+
+    Raises
+    ------
+    TypeError
+        The model lacks a required method of the seam, its kind is not registered, or its class is
+        defined in ``__main__`` (which no executor can import).
+    """
+    check_trainable(model)
+    spec = dict(model.to_spec())
+    kind = spec.get("kind")
+    cls = _REGISTRY.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise TypeError(f"{type(model).__qualname__}.to_spec() says kind {kind!r}, which no class registers: "
+                        f"decorate the class with @rbm.register_model({kind!r}) (known kinds: {sorted(_REGISTRY)})")
+    module = cls.__module__
+    if module == "__main__":
+        raise TypeError(f"model kind {kind!r} ({cls.__qualname__}) is defined in __main__, which the executors "
+                        "cannot import: define it in a module of its own and ship that module with "
+                        "spark.submit.pyFiles / SparkContext.addPyFile, or install it on every machine")
+    if module.partition(".")[0] != __name__.partition(".")[0]:
+        spec[MODULE_KEY] = module
+    return spec
+
+
 def model_from_spec(spec: Mapping[str, Any]) -> Any:
-    """Build an untrained model from a JSON-able spec (``spec["kind"]`` picks the class)."""
+    """Build an untrained model from a JSON-able spec (``spec["kind"]`` picks the class).
+
+    A spec naming its module (:data:`MODULE_KEY`, :func:`model_spec`) has it imported first; the
+    class's ``from_spec`` gets the spec without that entry.
+    """
+    spec = dict(spec)
+    module = spec.pop(MODULE_KEY, None)
+    if module is not None:
+        try:
+            importlib.import_module(str(module))
+        except ImportError as error:
+            raise ValueError(f"model kind {spec.get('kind')!r} is defined in module {module!r}, which this "
+                             f"process cannot import ({error}): ship it with spark.submit.pyFiles / "
+                             "SparkContext.addPyFile, or install it") from error
     kind = spec.get("kind")
     if kind not in _REGISTRY:
         raise ValueError(f"unknown model kind {kind!r} in spec; known kinds: {sorted(_REGISTRY)}")
-    return _REGISTRY[kind](dict(spec))
+    return _REGISTRY[kind].from_spec(spec)  # type: ignore[attr-defined]
 
 
 def spec_for_batch_size(spec: Mapping[str, Any], batch_size: int) -> dict:
@@ -267,7 +342,10 @@ def spec_for_batch_size(spec: Mapping[str, Any], batch_size: int) -> dict:
     chains), else ``spec`` with ``batch_size`` replaced.
     """
     method = getattr(model_from_spec(spec), "spec_for_batch_size", None)
-    return method(batch_size) if method is not None else {**spec, "batch_size": int(batch_size)}
+    if method is None:
+        return {**spec, "batch_size": int(batch_size)}
+    module = {MODULE_KEY: spec[MODULE_KEY]} if MODULE_KEY in spec else {}
+    return {**method(batch_size), **module}
 
 
 def takes_outer_step(model: Any, phase: str) -> bool:
@@ -330,9 +408,38 @@ def read_model_file(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray
     return spec, arrays
 
 
+def save_trained(model: Any, path: str | os.PathLike) -> None:
+    """Write ``model``'s file, which :func:`load_model` reads back in any process: ``model.save(path)`` for a
+    kind of ``rbm``'s own, the seam's file for a model of one's own (whether or not it has a ``save``).
+
+    The seam's file is :func:`save_model`'s with :func:`model_spec` (naming the model's module),
+    ``parameters()``, and the input and classes ``initialize`` took, read from the model's
+    ``input_shape_`` or ``n_features_in_`` and ``classes_`` (which such a model must keep).
+    """
+    spec = model_spec(model)
+    if MODULE_KEY not in spec:
+        model.save(path)
+        return
+    shape = getattr(model, "input_shape_", None) or getattr(model, "n_features_in_", None)
+    if shape is None:
+        raise ValueError(f"{type(model).__qualname__} has no save() and no n_features_in_ (or input_shape_): "
+                         "initialize it (train it) first, and keep the input it took there")
+    classes = getattr(model, "classes_", None)
+    arrays = {**model.parameters(None), INPUT_KEY: np.atleast_1d(np.asarray(shape, dtype=np.int64))}
+    if classes is not None:
+        arrays[CLASSES_KEY] = np.asarray(classes)
+    save_model(path, spec, arrays)
+
+
 def load_model(path: str | os.PathLike) -> Any:
-    """Rebuild a model saved with ``model.save(path)``: exact weights, same spec."""
+    """Rebuild a model saved with ``model.save(path)`` or :func:`save_trained`: exact weights, same spec."""
     spec, arrays = read_model_file(path)
     model = model_from_spec(spec)
-    model._restore(spec, arrays)  # each model knows how to size itself from its arrays
+    if INPUT_KEY in arrays:  # the seam's file: initialize, then the parameters
+        shape = tuple(int(d) for d in arrays.pop(INPUT_KEY))
+        classes = arrays.pop(CLASSES_KEY, None)
+        model.initialize(shape[0] if len(shape) == 1 else shape, classes)
+        model.set_parameters(arrays)
+    else:
+        model._restore(spec, arrays)  # each model knows how to size itself from its arrays
     return model

@@ -36,6 +36,7 @@ from typing import Any, Callable, Mapping
 
 from pyspark.sql import SparkSession
 
+import rbm
 import storage
 
 from .._errors import TrainingError, short_error
@@ -99,9 +100,10 @@ class Fit:
         self.fit_id = uuid.uuid4().hex
         self.group = f"sparkdbn-{self.run_id}-{self.fit_id[:6]}"
         self.history: list[dict[str, Any]] = []
-        self.phases: list[str] = list(model.phases())
         # What the nodes build, on their tasks' GPUs if it asks for one: final before anything is built from it.
-        self.spec: dict = final_spec(model.to_spec(), settings.batch_size)
+        # rbm.model_spec refuses a model without the seam, or whose class no executor can import, here.
+        self.spec: dict = final_spec(rbm.model_spec(model), settings.batch_size)
+        self.phases: list[str] = list(model.phases())
         self.model = driver_model(model, self.spec)  # the driver's copy, on its CPU: checks, phases, validation
         self._given_key = key
         self.reachability = ReachabilityWatch()

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 from pyspark import SparkContext
 
+import rbm
 import storage
 
 from .._contract import NodeConfig, PartitionReport, params_digest
@@ -283,7 +284,7 @@ class LeasedFit:
         """
         with tempfile.TemporaryDirectory(prefix="sparkdbn-model-") as folder:
             path = os.path.join(folder, "model.npz")
-            self.model.save(path)
+            rbm.save_trained(self.model, path)
             with open(path, "rb") as handle:
                 payload = handle.read()
             self.watch.finish(status, path)

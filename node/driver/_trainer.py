@@ -106,6 +106,8 @@ class Trainer:
         Parameters
         ----------
         model : rbm.RBM, rbm.DBN, rbm.ConvNet or any model with the trainable seam
+            A model of one's own: its kind registered with :func:`rbm.register_model` in a module the
+            executors can import (docs/how-it-works.md, "Your own model").
         data : ndarray (n, *shape), RDD of (features, label), DataFrame, or staged dataset URL
             Arrays as scikit-learn takes them: a list or a pandas DataFrame too.
         y : ndarray (n,), optional
@@ -114,6 +116,9 @@ class Trainer:
 
         Raises
         ------
+        TypeError
+            The model lacks a required method of the seam, its kind is not registered, or its class is
+            defined in ``__main__`` (no executor can import it) -- before any Spark job.
         InputDataError
             The data does not fit the model (width, NaN, input range, labels) -- before any training.
         StoreAccessError

@@ -49,22 +49,24 @@ _cache_lock = threading.Lock()
 
 
 def model_payload(model: Any) -> bytes:
-    """The model's file as bytes: exactly what ``model.save(path)`` writes (npz + JSON spec).
+    """The model's file as bytes: :func:`rbm.save_trained`'s (``model.save(path)``'s for rbm's models: npz + JSON spec).
 
     Raises
     ------
     InputDataError (a ValueError)
         The model cannot be saved (not trained, or not a sparkdbn model).
+    TypeError
+        A model of one's own that no executor can import (:func:`rbm.model_spec`).
     """
-    if not hasattr(model, "save") or not hasattr(model, "predict_proba"):
+    if not hasattr(model, "predict_proba") or not hasattr(model, "to_spec"):
         raise InputDataError(
-            f"{type(model).__name__} is not a sparkdbn classifier: it needs save() and predict_proba() "
-            "(use rbm.DBN, rbm.ConvNet or a model from rbm.load_model)"
+            f"{type(model).__name__} is not a sparkdbn classifier: it needs predict_proba() and the trainable seam "
+            "(use rbm.DBN, rbm.ConvNet, a model from rbm.load_model, or a model of your own: rbm.TrainableModel)"
         )
     with tempfile.TemporaryDirectory(prefix="sparkdbn-payload-") as directory:
         path = os.path.join(directory, "model.npz")
         try:
-            model.save(path)
+            rbm.save_trained(model, path)
         except (RuntimeError, ValueError, AttributeError) as error:  # an untrained model has nothing to save
             raise InputDataError(f"cannot ship the {type(model).__name__} to the executors: {error}; is it trained?") from error
         with open(path, "rb") as handle:
