@@ -3,15 +3,14 @@ the sweep of a resumed fit and the ``sharing`` mode's exchange skip them and go 
 
 from __future__ import annotations
 
-import errno
 import os
-import threading
-import time
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
 from crash_store import harness_model, harness_settings
+from support.fifos import call_beside_fifos
 
 import node
 import storage
@@ -47,15 +46,6 @@ def test_the_sharing_exchange_passes_over_a_file_planted_where_a_peers_folder_wo
     assert receiver.refused == {"runs/r1/updates/rbm0/node-b"}
 
 
-def _release_readers(fifo) -> None:
-    """Give any process blocked opening ``fifo`` for reading its end of file (a no-op when none waits)."""
-    try:
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-    except OSError as error:
-        if error.errno != errno.ENXIO:  # ENXIO: no reader has it open
-            raise
-
-
 @pytest.mark.slow
 def test_a_run_resumes_and_finishes_beside_entries_of_the_wrong_kind_planted_in_its_folders(spark, digits, tmp_path):
     store_url = "file://" + str(tmp_path / "store")
@@ -68,29 +58,17 @@ def test_a_run_resumes_and_finishes_beside_entries_of_the_wrong_kind_planted_in_
     (run / "weights" / "finetune").mkdir()
     for planted in (run / "weights" / "planted", run / "weights" / "finetune" / "planted", run / "metrics" / "planted"):
         planted.write_bytes(b"a file where a folder would be")
-    outcome: dict = {}
 
-    def resume() -> None:
-        try:
-            trainer = node.Trainer(spark, store_url, run_id="planted", **harness_settings(mode="async"))
-            outcome["model"] = trainer.fit(harness_model(), digits.X_train, digits.y_train)
-        except BaseException as error:  # reported below, in the test's thread
-            outcome["error"] = error
+    def resume() -> Any:
+        trainer = node.Trainer(spark, store_url, run_id="planted", **harness_settings(mode="async"))
+        return trainer.fit(harness_model(), digits.X_train, digits.y_train)
 
-    fit = threading.Thread(target=resume, daemon=True)
-    fit.start()
-    fit.join(600.0)
-    stuck = fit.is_alive()
-    deadline = time.monotonic() + 300.0
-    while fit.is_alive() and time.monotonic() < deadline:  # release node processes waiting on the FIFO
-        _release_readers(fifo)
-        fit.join(0.5)
-    assert not stuck, "the resumed fit did not finish within 10 minutes"
-    if "error" in outcome:
-        raise outcome["error"]
+    # nodes that opened the FIFO are released after 10 minutes, and the test fails
+    model = call_beside_fifos(resume, [fifo], wait_s=600.0, release_s=300.0,
+                              stuck="the resumed fit did not finish within 10 minutes")
     record = node.open_run(store_url, "planted").runs.read_record()
     assert record["status"] == "done"
-    assert outcome["model"].score(digits.X_test, digits.y_test) > 0.5
+    assert model.score(digits.X_test, digits.y_test) > 0.5
     assert (run / "weights" / "planted").read_bytes() == b"a file where a folder would be"  # not ours: left alone
 
 

@@ -4,13 +4,11 @@ them, never wait on them, and go on with what the run's key holders wrote -- on 
 
 from __future__ import annotations
 
-import errno
 import os
-import threading
-import time
 
 import numpy as np
 import pytest
+from support.fifos import call_beside_fifos
 
 from storage import LeaseFolder, RunStore, StoreEntryTypeError, WeightStore
 
@@ -80,15 +78,6 @@ def test_listing_a_file_is_an_entry_type_error(store):
         store.list("f")
 
 
-def _unblock(fifo: str) -> None:
-    """Give a reader blocked on ``fifo`` its end of file (a no-op when none waits)."""
-    try:
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-    except OSError as error:
-        if error.errno != errno.ENXIO:  # ENXIO: no reader has it open
-            raise
-
-
 def test_a_fifo_or_a_device_where_a_file_is_read_is_refused_at_once_and_a_reader_never_waits_on_it(local_store):
     weights, runs = WeightStore(local_store, "r1", KEY), RunStore(local_store, "r1", KEY)
     older = weights.put_version("rbm0", "a", 1, _params(1))
@@ -104,33 +93,18 @@ def test_a_fifo_or_a_device_where_a_file_is_read_is_refused_at_once_and_a_reader
         os.mkfifo(fifo)
     os.symlink(fifos[0], os.path.join(root, "runs/r1/peers/link-to-fifo.json"))
     os.symlink("/dev/zero", os.path.join(root, "runs/r1/peers/zeros.json"))
-    outcome: dict = {}
 
-    def read() -> None:
-        try:
-            outcome["peers"] = sorted(runs.list_peers())
-            outcome["newest"] = weights.newest_verified("rbm0", "a")[0]
-            outcome["lease generation"] = lease.view().generation  # a FIFO under a lease generation's name
-            with pytest.raises(StoreEntryTypeError, match="is a FIFO, not a file"):
-                local_store.read_bytes("runs/r1/peers/fifo.json")
-            with pytest.raises(StoreEntryTypeError, match="is a device or socket, not a file"):
-                with local_store.open_read("runs/r1/peers/zeros.json"):
-                    pass
-        except BaseException as error:  # reported below, in the test's thread
-            outcome["error"] = error
+    def read() -> dict:
+        found = {"peers": sorted(runs.list_peers()), "newest": weights.newest_verified("rbm0", "a")[0],
+                 "lease generation": lease.view().generation}  # a FIFO under a lease generation's name
+        with pytest.raises(StoreEntryTypeError, match="is a FIFO, not a file"):
+            local_store.read_bytes("runs/r1/peers/fifo.json")
+        with pytest.raises(StoreEntryTypeError, match="is a device or socket, not a file"):
+            with local_store.open_read("runs/r1/peers/zeros.json"):
+                pass
+        return found
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(60.0)
-    stuck = reader.is_alive()
-    deadline = time.monotonic() + 60.0
-    while reader.is_alive() and time.monotonic() < deadline:  # release a reader that waits on a FIFO
-        for fifo in fifos:
-            _unblock(fifo)
-        reader.join(0.1)
-    assert not stuck, "a reader waited on a FIFO planted in the store"
-    if "error" in outcome:
-        raise outcome["error"]
+    outcome = call_beside_fifos(read, fifos, wait_s=60.0, stuck="a reader waited on a FIFO planted in the store")
     assert outcome == {"peers": ["honest"], "newest": older, "lease generation": 0}
     assert runs.refusals() == {"peer_entries": 3}
     assert weights.refusals() == {"corrupt": 1}
