@@ -105,7 +105,7 @@ def _check_labels(y: Any, n_samples: int) -> np.ndarray:
             raise DatasetError(
                 f"labels must be integer class ids; got {labels.dtype} with value {labels[row].item()!r} at row {row}"
             )
-    elif labels.dtype.kind not in "iu":
+    elif labels.dtype.kind not in "biu":  # booleans are the class ids 0 and 1
         raise DatasetError(f"labels must be integer class ids; got dtype {labels.dtype} (map classes to 0..C-1 first)")
     labels = labels.astype(np.int64)
     if labels.min() < 0:

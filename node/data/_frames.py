@@ -15,7 +15,7 @@ import pyarrow as pa
 from pyspark import RDD
 from pyspark.ml.linalg import VectorUDT
 from pyspark.sql import DataFrame
-from pyspark.sql.types import ArrayType, NumericType, StringType
+from pyspark.sql.types import ArrayType, BooleanType, NumericType, StringType
 
 from .._errors import InputDataError
 
@@ -58,13 +58,13 @@ def feature_column_kind(df: Any, features_col: str) -> Literal["array", "vector"
 
 
 def check_label_column(df: Any, label_col: str) -> None:
-    """Labels are numbers or strings (the class set is whatever values the column holds)."""
+    """Labels are numbers, booleans or strings (the class set is whatever values the column holds)."""
     if label_col not in df.columns:
         raise InputDataError(f"DataFrame has no label column {label_col!r}; its columns are {df.columns}")
     data_type = df.schema[label_col].dataType
-    if not isinstance(data_type, (NumericType, StringType)):
+    if not isinstance(data_type, (NumericType, BooleanType, StringType)):
         raise InputDataError(f"label column {label_col!r} has type {data_type.simpleString()}; "
-                             "expected numbers or strings")
+                             "expected numbers, booleans or strings")
 
 
 def features_from_arrow(column: Any, *, name: str = "features", dtype: Any = np.float32) -> np.ndarray:
@@ -145,10 +145,10 @@ def _vectors_from_arrow(column: Any, name: str, dtype: Any) -> np.ndarray:
 
 
 def labels_from_arrow(column: Any, *, name: str = "label") -> np.ndarray:
-    """A label vector from an Arrow column of numbers or strings, keeping the column's type.
+    """A label vector from an Arrow column of numbers, booleans or strings, keeping the column's type.
 
-    Integer columns give integers, floating columns floats, string columns ``str`` arrays
-    (never ``object``), exactly as scikit-learn would see the same values.
+    Integer columns give integers, floating columns floats, boolean columns ``bool``, string columns
+    ``str`` arrays (never ``object``), exactly as scikit-learn would see the same values.
     """
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
@@ -157,8 +157,8 @@ def labels_from_arrow(column: Any, *, name: str = "label") -> np.ndarray:
         raise InputDataError(f"label column {name!r} is null at row {row} of a batch; drop or fill missing labels")
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         return np.asarray(column.to_pylist(), dtype=str)
-    if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+    if pa.types.is_integer(column.type) or pa.types.is_floating(column.type) or pa.types.is_boolean(column.type):
         return np.asarray(column.to_numpy(zero_copy_only=False))
     if pa.types.is_decimal(column.type):
         return np.asarray(column.cast(pa.float64()).to_numpy(zero_copy_only=False))
-    raise InputDataError(f"label column {name!r} has Arrow type {column.type}; expected numbers or strings")
+    raise InputDataError(f"label column {name!r} has Arrow type {column.type}; expected numbers, booleans or strings")

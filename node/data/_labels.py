@@ -1,7 +1,7 @@
 """Class labels on the Spark side, taken exactly as the in-process estimator takes them.
 
-scikit-learn (and ``rbm.DBN.fit``) accept any sortable labels -- integers, integral floats,
-strings; never NaN or a fractional float, a regression target -- and set
+scikit-learn (and ``rbm.DBN.fit``) accept any sortable labels -- booleans, integers, integral
+floats, strings; never NaN or a fractional float, a regression target -- and set
 ``classes_ = np.unique(y)``.  On Spark the class set is found by one distributed aggregation
 (each partition's ``np.unique``, merged on the driver), labels travel as they are, and each
 executor maps them to class indices with :func:`encode_labels` before the model sees them:
@@ -24,8 +24,10 @@ DEFAULT_MAX_CLASSES = 10_000
 
 
 def label_kind(y: np.ndarray) -> str:
-    """``"integer"``, ``"float"`` or ``"string"``; anything else is refused."""
-    if y.dtype.kind in "iub":
+    """``"bool"``, ``"integer"``, ``"float"`` or ``"string"``; anything else is refused."""
+    if y.dtype.kind == "b":
+        return "bool"
+    if y.dtype.kind in "iu":
         return "integer"
     if y.dtype.kind == "f":
         return "float"
@@ -74,14 +76,22 @@ def merge_class_sets(summaries: Iterable[tuple[int, dict[str, Any]]], source: st
                                  f"more than max_classes={max_classes}; is the label column a class?")
     if "string" in kinds and len(kinds) > 1:
         raise InputDataError(f"{source}: some partitions hold string labels and others numbers")
-    dtype = {"string": str, "float": np.float64}.get(next(iter(kinds)) if len(kinds) == 1 else "float", np.int64)
-    classes = np.unique(np.asarray(values, dtype=dtype))
+    classes = np.unique(np.asarray(values, dtype=_class_dtype(kinds)))
     if len(classes) > max_classes:
         raise InputDataError(f"{source} has {len(classes)} distinct labels, more than max_classes={max_classes}; "
                              "raise TrainingSettings.max_classes if that many classes is really meant")
     if len(classes) < 2:
         raise InputDataError(f"{source} has a single label {classes.tolist()}; a classifier needs at least 2 classes")
     return classes
+
+
+def _class_dtype(kinds: set[str]) -> Any:
+    """The dtype ``np.unique`` would give the labels of all partitions together."""
+    if kinds == {"bool"}:
+        return bool
+    if "string" in kinds:
+        return str
+    return np.float64 if "float" in kinds else np.int64
 
 
 def check_known_labels(summaries: Iterable[tuple[int, dict[str, Any]]], classes: np.ndarray, source: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.types import NumericType, StringType
+from pyspark.sql.types import BooleanType, NumericType, StringType
 
 from .._errors import InputDataError
 from ..data import feature_column_kind, features_from_arrow, is_dataframe, is_rdd, labels_from_arrow
@@ -183,14 +183,14 @@ def _string_classes(classes: np.ndarray) -> bool:
 
 def _class_labels(labels: Any, classes: np.ndarray, where: str) -> np.ndarray:
     """Labels comparable with the model's ``classes``: strings for a model fitted on strings, else
-    int64 (Spark ML's double labels are fine when they hold whole numbers)."""
+    int64 (Spark ML's double labels are fine when they hold whole numbers; booleans are 0 and 1)."""
     labels = np.asarray(labels)
     if _string_classes(classes):
         if labels.dtype.kind not in "US":
             raise InputDataError(f"labels in {where} must be strings, as the model's classes are; got dtype "
                                  f"{labels.dtype}")
         return labels.astype(str)
-    if labels.dtype == object or not (np.issubdtype(labels.dtype, np.integer) or np.issubdtype(labels.dtype, np.floating)):
+    if labels.dtype.kind not in "biuf":  # booleans count as the classes 0 and 1, as numpy compares them
         raise InputDataError(f"labels in {where} must be numbers, got dtype {labels.dtype}")
     if np.issubdtype(labels.dtype, np.floating):
         bad = ~np.isfinite(labels) | (labels != np.round(labels))
@@ -434,8 +434,8 @@ def _evaluate_dataframe(model: Any, payload: bytes, df: Any, features_col: str, 
     if label_col not in df.columns:
         raise InputDataError(f"DataFrame has no label column {label_col!r}; its columns are {df.columns}")
     strings = _string_classes(classes)
-    if not isinstance(df.schema[label_col].dataType, StringType if strings else NumericType):
-        expected = "strings, as the model's classes are" if strings else "numbers"
+    if not isinstance(df.schema[label_col].dataType, StringType if strings else (NumericType, BooleanType)):
+        expected = "strings, as the model's classes are" if strings else "numbers or booleans"
         raise InputDataError(f"label column {label_col!r} has type {df.schema[label_col].dataType.simpleString()}; "
                              f"expected {expected}")
     check_first_row(model, df, features_col)

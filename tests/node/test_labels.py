@@ -31,8 +31,8 @@ def two_digit_classes(digits, labels: tuple) -> tuple[np.ndarray, np.ndarray]:
     return X, np.where(y == 0, labels[0], labels[1])
 
 
-@pytest.mark.parametrize("labels", [(30, 70), (30.0, 70.0), ("cat", "dog"), (0, 10**9)],
-                         ids=["ints", "integral-floats", "strings", "huge"])
+@pytest.mark.parametrize("labels", [(30, 70), (30.0, 70.0), ("cat", "dog"), (0, 10**9), (False, True)],
+                         ids=["ints", "integral-floats", "strings", "huge", "booleans"])
 def test_a_spark_fit_gives_the_classes_an_in_process_fit_gives(spark, digits, tmp_path, labels):
     X, y = two_digit_classes(digits, labels)
     in_process = small_dbn().fit(X, y)
@@ -82,6 +82,18 @@ def test_dataframe_and_rdd_labels_give_the_same_classes_as_arrays(spark, digits,
         model = node.Trainer(spark, "file://" + str(tmp_path / "store"), epochs=EPOCHS, partitions=2,
                              progress=False).fit(small_dbn(), data)
         assert model.classes_.tolist() == ["cat", "dog"]
+
+
+def test_a_boolean_label_column_trains_and_evaluates_as_boolean_arrays_do(spark, digits, tmp_path):
+    X, y = two_digit_classes(digits, (False, True))
+    frame = spark.createDataFrame(pa.table({"features": pa.array(list(X), type=pa.list_(pa.float32())),
+                                            "label": pa.array(y.tolist(), type=pa.bool_())}))
+    model = node.Trainer(spark, "file://" + str(tmp_path / "store"), epochs=EPOCHS, partitions=2,
+                         progress=False).fit(small_dbn(), frame)
+    assert model.classes_.tolist() == [False, True] and model.classes_.dtype == bool
+    report = node.evaluate(model, frame)
+    assert report.accuracy >= 0.9
+    assert report.support.sum() == len(y)
 
 
 def test_raw_pixels_for_a_bernoulli_model_fail_on_the_driver_without_a_failed_task(spark, digits, tmp_path):

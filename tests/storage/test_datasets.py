@@ -260,6 +260,13 @@ def test_whole_number_float_labels_are_accepted_as_class_ids(local_store):
     np.testing.assert_array_equal(open_dataset(local_store.child("d")).read_all()[1], [0, 2, 1, 2])
 
 
+def test_boolean_labels_are_staged_as_the_class_ids_0_and_1(local_store):
+    X, _ = _data(n=4)
+    meta = stage_arrays(local_store.child("d"), X, np.array([True, False, True, True]))
+    assert meta["n_classes"] == 2
+    np.testing.assert_array_equal(open_dataset(local_store.child("d")).read_all()[1], [1, 0, 1, 1])
+
+
 def test_csv_files_are_staged_with_the_label_column_split_off(local_store, tmp_path):
     X, y = _data(n=30, shape=(5,))
     path = tmp_path / "data.csv"
