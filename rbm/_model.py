@@ -262,15 +262,33 @@ def register_model(kind: str) -> Callable[[type], type]:
     say ``"kind": kind``.  Define it in a module the executors can import (not ``__main__``): ship it
     with ``spark.submit.pyFiles`` / ``SparkContext.addPyFile`` or install it; the spec the trainer
     sends names that module (:func:`model_spec`), and every process imports it before the lookup.
+
+    Raises
+    ------
+    ValueError
+        ``kind`` is not a non-empty string, or another class holds it already (``rbm``'s own
+        kinds included); registering the same class again -- its module re-imported -- is fine.
+    TypeError
+        The class has no ``from_spec``.
     """
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f"register_model takes a non-empty string kind, got {kind!r}")
 
     def decorate(cls: type) -> type:
         if not callable(getattr(cls, "from_spec", None)):
             raise TypeError(f"register_model({kind!r}): {cls.__qualname__} has no from_spec(spec) classmethod")
+        holder = _REGISTRY.get(kind)
+        if holder is not None and _class_name(holder) != _class_name(cls):
+            raise ValueError(f"register_model({kind!r}): the kind belongs to {_class_name(holder)} already; "
+                             f"give {_class_name(cls)} a kind of its own")
         _REGISTRY[kind] = cls
         return cls
 
     return decorate
+
+
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def check_trainable(model: Any) -> None:

@@ -135,3 +135,19 @@ def test_a_model_of_ones_own_is_written_from_the_seam_even_with_a_save_of_its_ow
     assert type(back) is _SavesItself and back.n_features_in_ == 64
     np.testing.assert_array_equal(back.classes_, model.classes_)
     np.testing.assert_array_equal(back.predict(digits.X_test), model.predict(digits.X_test))
+
+
+def test_a_kind_another_class_holds_is_refused_and_the_holder_keeps_it():
+    class Impostor(SoftmaxRegression):
+        pass
+
+    for kind, holder in (("dbn", rbm.DBN), ("test-softmax", SoftmaxRegression)):  # rbm's own kind, a user's
+        with pytest.raises(ValueError, match=rf"register_model\('{kind}'\): the kind belongs to .*{holder.__qualname__}"):
+            rbm.register_model(kind)(Impostor)
+        assert type(rbm.model_from_spec(holder().to_spec())) is holder
+
+
+def test_registering_the_same_class_again_as_a_reimported_module_does_is_allowed():
+    assert rbm.register_model("test-softmax")(SoftmaxRegression) is SoftmaxRegression
+    with pytest.raises(ValueError, match="non-empty string kind"):
+        rbm.register_model("")
