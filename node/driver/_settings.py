@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -209,6 +210,21 @@ class TrainingSettings:
     port_range: str | None = None
     gpu_data_budget_bytes: int | None = None
     kill_worker_once_at: str | None = None
+
+    def replaced(self, overrides: Mapping[str, Any]) -> "TrainingSettings":
+        """A copy with ``overrides`` set; an unknown name is a ``TypeError`` naming it and the closest field."""
+        fields = {field.name for field in dataclasses.fields(self)}
+        for name in overrides:
+            if name in fields:
+                continue
+            guess = difflib.get_close_matches(name, sorted(fields), n=1, cutoff=0.6)
+            if "node" in name or "worker" in name:
+                hint = ("the number of nodes is not a setting: one node trains in each executor Python worker "
+                        "running the fit's tasks (local[N] runs N)")
+            else:
+                hint = f"did you mean {guess[0]!r}?" if guess else "node.TrainingSettings lists the settings"
+            raise TypeError(f"unknown training setting {name!r}: {hint}")
+        return dataclasses.replace(self, **overrides)
 
     def epochs_for(self, phase: str) -> int:
         """Epochs of ``phase``."""

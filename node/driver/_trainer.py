@@ -19,7 +19,6 @@ fit stopped at (see :mod:`node.driver._fit`).
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import os
 from typing import Any, Callable
@@ -77,7 +76,7 @@ class Trainer:
     def __init__(self, spark: SparkSession | None = None, store_url: str | None = None,
                  settings: TrainingSettings | None = None, *, on_epoch: Callable[[dict], None] | None = None,
                  key: bytes | None = None, **overrides: Any) -> None:
-        self.settings = dataclasses.replace(settings or TrainingSettings(), **overrides)
+        self.settings = (settings or TrainingSettings()).replaced(overrides)
         self.settings.validate()
         self._explicit = explicit_fields(self.settings, overrides)
         self._given_store_url = store_url

@@ -184,3 +184,13 @@ def test_features_in_separate_columns_are_refused_with_the_way_to_gather_them(sp
                                                   r"pyspark.ml.feature.VectorAssembler"):
         trainer(spark, store_url).fit(small_net(), frame)
     assert nothing_trained(store_url)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("n_nodes", "'n_nodes': the number of nodes is not a setting: one node trains in each executor Python worker"),
+    ("epoch", "'epoch': did you mean 'epochs'"),
+    ("zzz", "'zzz': node.TrainingSettings lists the settings"),
+])
+def test_an_unknown_training_setting_is_named_with_the_closest_one(name, message):
+    with pytest.raises(TypeError, match=f"unknown training setting {message}"):
+        node.Trainer(None, "file:///nowhere", **{name: 3})
