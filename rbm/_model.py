@@ -450,14 +450,29 @@ def save_trained(model: Any, path: str | os.PathLike) -> None:
 
 
 def load_model(path: str | os.PathLike) -> Any:
-    """Rebuild a model saved with ``model.save(path)`` or :func:`save_trained`: exact weights, same spec."""
+    """Rebuild a model saved with ``model.save(path)`` or :func:`save_trained`: exact weights, same spec.
+
+    Raises
+    ------
+    ValueError
+        Naming the file: it is no model file (:func:`read_model_file`), or it lacks an array its
+        model needs -- a file cut short never loads with freshly initialized weights in the gap.
+    """
     spec, arrays = read_model_file(path)
     model = model_from_spec(spec)
-    if INPUT_KEY in arrays:  # the seam's file: initialize, then the parameters
-        shape = tuple(int(d) for d in arrays.pop(INPUT_KEY))
-        classes = arrays.pop(CLASSES_KEY, None)
-        model.initialize(shape[0] if len(shape) == 1 else shape, classes)
-        model.set_parameters(arrays)
-    else:
-        model._restore(spec, arrays)  # each model knows how to size itself from its arrays
+    names = set(arrays) - {INPUT_KEY, CLASSES_KEY}
+    try:
+        if INPUT_KEY in arrays:  # the seam's file: initialize, then the parameters
+            arrays = dict(arrays)
+            shape = tuple(int(d) for d in arrays.pop(INPUT_KEY))
+            classes = arrays.pop(CLASSES_KEY, None)
+            model.initialize(shape[0] if len(shape) == 1 else shape, classes)
+            model.set_parameters(arrays)
+        else:
+            model._restore(spec, arrays)  # each model knows how to size itself from its arrays
+    except KeyError as error:
+        raise ValueError(f"model file {os.fspath(path)!r} lacks the array {error.args[0]!r}") from error
+    missing = sorted(set(model.parameters(None)) - names)
+    if missing:
+        raise ValueError(f"model file {os.fspath(path)!r} lacks the arrays {missing} of its {spec.get('kind')!r} model")
     return model

@@ -147,5 +147,7 @@ class DBNSeam(SpecConstructors, MinibatchHook, ScheduleClock):
     def _restore(self, spec: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         arrays = dict(arrays)
         classes = arrays.pop(CLASSES_KEY, None)
+        if classes is None and "out.W" in arrays:
+            raise KeyError(CLASSES_KEY)  # an output layer without its classes (rbm.load_model names the file)
         self.initialize(int(arrays["rbm0.W"].shape[0]), classes=classes)
         self.set_parameters(arrays)

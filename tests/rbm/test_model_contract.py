@@ -177,6 +177,18 @@ def test_loading_a_file_that_is_not_a_model_names_it_and_unpickles_nothing(digit
 
 
 @pytest.mark.parametrize("kind", MODELS)
+def test_a_model_file_lacking_any_array_is_refused_naming_the_file_not_filled_in(kind, digits, tmp_path):
+    X, y, _ = digits
+    fit(MODELS[kind](), X, y).save(tmp_path / "model.npz")
+    with np.load(tmp_path / "model.npz") as stored:
+        arrays = {name: stored[name] for name in stored.files}
+    for left_out in sorted(set(arrays) - {"__spec__"}):
+        np.savez(tmp_path / "cut.npz", **{name: value for name, value in arrays.items() if name != left_out})
+        with pytest.raises(ValueError, match=rf"model file '.*cut.npz' lacks .*'{left_out}'"):
+            load_model(tmp_path / "cut.npz")
+
+
+@pytest.mark.parametrize("kind", MODELS)
 def test_each_model_class_loads_its_own_kind_exactly_and_refuses_another_kinds_file(kind, digits, tmp_path):
     X, y, X_test = digits
     model = fit(MODELS[kind](), X, y)
