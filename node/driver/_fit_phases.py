@@ -235,10 +235,10 @@ class LeasedFit:
             # validation, early stopping, logs; the next epoch's job may be queued already (async)
             stop = self.watch.end_epoch(phase, epoch, summary, model=self.model, validate=validate,
                                         executors_busy=self.jobs.job_queued)
-        progress.report(summary_line(summary, epochs))
-        if summary["warning"]:  # every summary carries it
-            self.say_once.say(f"small-partition warning of {phase}", "run %s %s epoch %d: %s (said once per phase)",
-                              self.state.run_id, phase, epoch + 1, summary["warning"])
+        first_warning = bool(summary["warning"]) and self.say_once.say(  # every summary carries it: said once
+            f"small-partition warning of {phase}", "run %s %s epoch %d: %s (said once per phase)",
+            self.state.run_id, phase, epoch + 1, summary["warning"])
+        progress.report(summary_line(summary, epochs, full_warning=first_warning))
         untrained = self._untrained_partitions(phase, epoch, reports)
         if untrained:  # never recorded as trained: the fit fails, a resume trains the epoch again
             summary["untrained_partitions"] = untrained

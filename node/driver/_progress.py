@@ -149,7 +149,11 @@ def small_partition_warning(records: list[dict], batch_size: int | None) -> str 
     return scaling_warning(per_node, len(records), batch_size)
 
 
-def summary_line(summary: Mapping[str, Any], epochs: int) -> str:
+def summary_line(summary: Mapping[str, Any], epochs: int, *, full_warning: bool = True) -> str:
+    """One epoch's summary; its warning in full, or (``full_warning`` False: said already) in a few words."""
+    warning = summary.get("warning")
+    if warning and not full_warning:
+        warning = "too few minibatch steps per node (said above)"
     staleness = "-" if summary["staleness_s"] is None else f"{summary['staleness_s']:.2f}s"
     by_node = summary.get("merges_by_node") or {}
     counted = any(counts["announced"] or counts["listed"] for counts in by_node.values())
@@ -163,7 +167,7 @@ def summary_line(summary: Mapping[str, Any], epochs: int) -> str:
             + f" for {summary.get('nodes_merging', 1)} merging"
             + (", outer step {:.3g}/{:.3g}".format(*summary["outer_step"]) if summary.get("outer_step") else "")
             + "".join(f", {name} {value:.4f}" for name, value in (summary.get("validation") or {}).items())
-            + (f"; WARNING: {summary['warning']}" if summary.get("warning") else ""))
+            + (f"; WARNING: {warning}" if warning else ""))
 
 
 def progress_postfix(partitions_done: int, partitions_total: int, samples_done: float, elapsed_s: float) -> str:

@@ -308,8 +308,9 @@ def scaling_warning(samples_per_node: Mapping[str, int], partitions: int, batch_
     if steps >= MIN_STEPS_PER_NODE_EPOCH:
         return None
     advice = ["train more epochs", "use fewer nodes for this data"]
-    if partitions < ADVISED_PARTITIONS_PER_NODE * nodes:
-        advice.insert(0, f"merge more often: partitions={ADVISED_PARTITIONS_PER_NODE * nodes}")
+    advised = nodes * min(ADVISED_PARTITIONS_PER_NODE, steps)  # never a partition smaller than a minibatch
+    if partitions < advised:
+        advice.append(f"merge more often (partitions={advised}), which makes up part of the shortfall")
     return (f"each of the {nodes} nodes takes only {steps} minibatch steps of {batch_size} per epoch "
             f"(~{rows} rows), fewer than {MIN_STEPS_PER_NODE_EPOCH} steps: the scaled learning rates cannot make up "
             f"for so few steps, and accuracy at these epochs will fall short of one node's; {', or '.join(advice)}")

@@ -345,6 +345,10 @@ def test_the_epoch_summary_warns_when_nodes_take_too_few_steps_per_epoch_and_say
     assert "partitions=64" in warning and "more epochs" in warning and "fewer nodes" in warning
     merged_often = [{"node": f"n{k % 8}", "samples": 21} for k in range(64)]
     assert "partitions=" not in small_partition_warning(merged_often, batch_size=10)
+    tiny = [{"node": f"n{k % 8}", "samples": 15} for k in range(16)]  # 3 steps per node: 3 partitions of a minibatch
+    assert "(partitions=24)" in small_partition_warning(tiny, batch_size=10)
+    tinier = [{"node": f"n{k % 8}", "samples": 10} for k in range(16)]  # 2 steps: merging after each already
+    assert "partitions=" not in small_partition_warning(tinier, batch_size=10)
     assert small_partition_warning([{"node": f"n{k % 2}", "samples": 337} for k in range(4)], batch_size=10) is None
     assert small_partition_warning([{"node": "n0", "samples": 84}], batch_size=10) is None  # one node: nothing to scale
     summary = {"run": "r", "phase": "rbm0", "epoch": 0, "loss": 0.1, "samples_per_s": 10.0, "merges": 3,
@@ -354,6 +358,8 @@ def test_the_epoch_summary_warns_when_nodes_take_too_few_steps_per_epoch_and_say
     assert "learning rate x7.50 for 8 merging" in line and "WARNING: each of the 8 nodes" in line
     assert "learning rate x3.75 and minibatch 5 for 8 merging" in summary_line(
         {**summary, "learning_rate_scale": 3.75, "node_batch_size": 5}, 3)
+    said = summary_line(summary, 3, full_warning=False)  # the epochs after the first that warned
+    assert said.endswith("; WARNING: too few minibatch steps per node (said above)") and "each of" not in said
 
 
 def test_the_command_line_and_a_config_file_set_the_rule(tmp_path):
