@@ -2,7 +2,7 @@
 
 What runs, in an empty temporary folder (the working directory) and nothing else, as a reader who
 copies the README's blocks into a folder of their own would run them -- nothing is read from the
-checkout:
+checkout (the rules are :mod:`support.markdown_examples`, shared with tests/test_doc_examples.py):
 
 0. Every ```yaml block whose first line is ``# file: NAME`` is written to ``NAME`` in that folder (the
    README tells the reader to save it so).
@@ -31,59 +31,16 @@ reports' ``accuracy  0.95  359`` rows) is above 0.8 -- 0.1 is chance on ten digi
 
 from __future__ import annotations
 
-import os
-import re
 import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.markdown_examples import (PLAUSIBLE_ACCURACY, accuracies, example_env, python_script, run_example,
+                                       saved_files, sparkdbn_commands)
 
 ROOT = Path(__file__).resolve().parents[1]
-NEEDS_CLUSTER = "# needs a cluster"
-FILE_HEADER = re.compile(r"^# file: (\S+)[ \t]*$", re.MULTILINE)
-ACCURACY = re.compile(r"\baccuracy\s+([01]\.\d+)")
-PLAUSIBLE_ACCURACY = 0.8
-TIMEOUT_S = 600  # a hung command fails the test instead of holding CI
-
-
-def fenced_blocks(text: str, language: str) -> list[str]:
-    """The contents of the ```language blocks of a Markdown text, in order (indented fences too)."""
-    pattern = re.compile(rf"^([ \t]*)```{language}[ \t]*\n(.*?)^\1```[ \t]*$", re.MULTILINE | re.DOTALL)
-    blocks = []
-    for match in pattern.finditer(text):
-        indent = len(match.group(1))
-        blocks.append("".join(line[indent:] for line in match.group(2).splitlines(keepends=True)))
-    return blocks
-
-
-def python_script(text: str) -> str:
-    """The README's Python blocks that run anywhere, as one script."""
-    blocks = [block for block in fenced_blocks(text, "python") if not block.startswith(NEEDS_CLUSTER)]
-    return "\n".join(blocks)
-
-
-def saved_files(text: str) -> dict[str, str]:
-    """The ```yaml blocks a reader is told to save: ``{name: content}`` for each whose first line is ``# file: NAME``."""
-    files = {}
-    for block in fenced_blocks(text, "yaml"):
-        header = FILE_HEADER.match(block)
-        if header:
-            files[header.group(1)] = block
-    return files
-
-
-def sparkdbn_commands(text: str) -> list[list[str]]:
-    """The README's ``sparkdbn`` command lines that run anywhere, as argument lists (see the module docstring)."""
-    commands = []
-    for block in fenced_blocks(text, "bash"):
-        for line in block.replace("\\\n", " ").splitlines():
-            if not line.startswith("sparkdbn ") or NEEDS_CLUSTER in line or "[--" in line:
-                continue
-            commands.append(shlex.split(line, comments=True))
-    return commands
 
 
 def test_the_extraction_rules_keep_runnable_blocks_and_commands_and_skip_marked_ones():
@@ -101,27 +58,16 @@ def test_yaml_blocks_headed_by_a_file_name_are_the_files_to_save_and_others_are_
     assert saved_files(text) == {"job.yaml": "# file: job.yaml\nepochs: 2\n"}
 
 
-def accuracies(output: str) -> list[float]:
-    return [float(value) for value in ACCURACY.findall(output)]
-
-
-def _run(args: list[str], cwd: Path, env: dict[str, str]) -> str:
-    done = subprocess.run(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=TIMEOUT_S)
-    assert done.returncode == 0, f"{shlex.join(args)} exited {done.returncode}:\n{done.stdout[-6000:]}"
-    return done.stdout
-
-
 @pytest.mark.slow
 def test_every_python_block_and_sparkdbn_command_of_the_readme_runs_and_learns(tmp_path):
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     for name, content in saved_files(text).items():
         (tmp_path / name).write_text(content, encoding="utf-8")
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(saved_files(text)), "the folder is not empty"
-    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+    env = example_env(ROOT)
     (tmp_path / "readme.py").write_text(python_script(text), encoding="utf-8")
 
-    output = _run([sys.executable, "readme.py"], tmp_path, env)
+    output = run_example([sys.executable, "readme.py"], tmp_path, env)
     found = accuracies(output)
     # The DBN, LeNet, the Spark-trained DBN's report, the pipeline, the watched run's best validation.
     assert len(found) == 5 and min(found) > PLAUSIBLE_ACCURACY, output[-3000:]
@@ -129,7 +75,7 @@ def test_every_python_block_and_sparkdbn_command_of_the_readme_runs_and_learns(t
     commands = sparkdbn_commands(text)
     assert {args[1] for args in commands} >= {"train", "evaluate", "predict", "stage", "report", "status"}
     for args in commands:
-        output = _run([shutil.which("sparkdbn", path=env["PATH"]), *args[1:]], tmp_path, env)
+        output = run_example([shutil.which("sparkdbn", path=env["PATH"]), *args[1:]], tmp_path, env)
         if args[1] in ("train", "evaluate"):
             found = accuracies(output)
             assert found and min(found) > PLAUSIBLE_ACCURACY, f"{shlex.join(args)}:\n{output[-3000:]}"
