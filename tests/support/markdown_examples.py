@@ -83,10 +83,12 @@ def accuracies(output: str) -> list[float]:
 def example_env(checkout: Path) -> dict[str, str]:
     """The environment an example runs in: the virtualenv's ``bin`` first on the PATH (where ``sparkdbn`` is,
     as ``. .venv/bin/activate`` puts it), and ``checkout`` on PYTHONPATH, so the checkout under test is the
-    one imported (the editable install may point at another)."""
+    one imported (the editable install may point at another).  BLAS takes one thread per process: beside
+    the suite's other worker on a 2-core machine, its busy-waiting threads made LeNet's recipe several
+    times slower (the examples' figures do not depend on it: every accuracy need only be plausible)."""
     python_path = os.pathsep.join(filter(None, [str(checkout), os.environ.get("PYTHONPATH")]))
     return {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-            "PYTHONPATH": python_path}
+            "PYTHONPATH": python_path, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
 def run_example(args: list[str], cwd: Path, env: dict[str, str]) -> str:
