@@ -23,6 +23,7 @@ the node's device and what the cache holds.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import socket
@@ -329,6 +330,12 @@ class ExecutorNode:
         except ValueError as error:  # the model's own input checks, or divergence: the same on every retry
             raise InputDataError(f"{type(error).__name__}: {error}") from error
         cpu_s = time.thread_time() - cpu_started
+        if not math.isfinite(float(metrics["loss"])):  # weights still finite, but the next pass overflows them
+            raise InputDataError(
+                f"training diverged on node {self.name} (phase {task.phase}, epoch {task.epoch}, partition "
+                f"{partition}): its loss is {float(metrics['loss'])} with the learning rates x"
+                f"{self.learning_rate_scale:g} (the scaling rule's factor); lower the learning rate, check the "
+                "input scaling, or set scale_rule='none'")
         self.samples_seen[task.phase] = self.samples_seen.get(task.phase, 0) + int(metrics["samples"])
         self.partitions_done += 1
         self.scaling.trained()
