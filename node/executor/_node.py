@@ -331,11 +331,12 @@ class ExecutorNode:
             raise InputDataError(f"{type(error).__name__}: {error}") from error
         cpu_s = time.thread_time() - cpu_started
         if not math.isfinite(float(metrics["loss"])):  # weights still finite, but the next pass overflows them
+            scaled = (f" with the learning rates x{self.learning_rate_scale:g} (the scaling rule's factor: "
+                      "scale_rule='none' leaves them as the model has them)" if self.learning_rate_scale > 1 else "")
             raise InputDataError(
                 f"training diverged on node {self.name} (phase {task.phase}, epoch {task.epoch}, partition "
-                f"{partition}): its loss is {float(metrics['loss'])} with the learning rates x"
-                f"{self.learning_rate_scale:g} (the scaling rule's factor); lower the learning rate, check the "
-                "input scaling, or set scale_rule='none'")
+                f"{partition}): its loss is {float(metrics['loss'])}{scaled}; lower the learning rate or check "
+                "the input scaling")
         self.samples_seen[task.phase] = self.samples_seen.get(task.phase, 0) + int(metrics["samples"])
         self.partitions_done += 1
         self.scaling.trained()
