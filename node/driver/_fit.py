@@ -28,6 +28,7 @@ consolidation rule of :meth:`storage.WeightStore.consolidate`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -42,7 +43,7 @@ import storage
 from .._errors import TrainingError, short_error
 from ..data import PreparedData
 from ..executor import block_sink
-from ..modes import max_learning_rate_factor
+from ..modes import max_learning_rate_factor, mode_named
 from ..run import (DriverLease, RunRecord, open_checked_store, remove_work_folders, resolve_run_key,
                    sweep_temporaries)
 from ..watch import ReachabilityWatch, RunWatch, ValidationSet
@@ -53,7 +54,7 @@ from ._fit_phases import LeasedFit, fail
 from ._fit_state import FitState
 from ._node_config import node_config
 from ._progress import SparkJob
-from ._session import start_python_workers
+from ._session import start_python_workers, task_slots
 from ._settings import TrainingSettings
 from ._timings import FitTimings
 
@@ -163,6 +164,10 @@ class Fit:
         if settings.stop_after_phase is not None and settings.stop_after_phase not in self.phases:
             raise TrainingError(f"stop_after_phase {settings.stop_after_phase!r} is not a phase of this model "
                                 f"({self.phases})")
+        # Tasks per job: a node each, or fewer where fewer partitions are dealt (node.driver._fit_jobs).
+        tasks = min(self.nodes, int(settings.partitions or self.nodes))
+        mode_named(settings.mode).check_nodes(tasks, None if _dynamic_allocation(self.spark_conf)
+                                              else task_slots(self.sc), master=self.sc.master)
         if settings.batch_size is not None and "batch_size" not in self.spec:
             raise TrainingError(f"batch_size was set, but a {self.spec.get('kind')!r} model has no batch_size setting")
 
@@ -231,10 +236,14 @@ class Fit:
         """The spec of the driver's CPU copy of the model (the checks, the validation tasks)."""
         return driver_spec(self.spec)
 
-    @property
+    @functools.cached_property
     def nodes(self) -> int:
-        """Nodes training at once: ``averaging_nodes``, else Spark's default parallelism (a node per task slot)."""
-        return int(self.settings.averaging_nodes or self.sc.defaultParallelism)
+        """Nodes training at once: ``averaging_nodes``, else a node per task slot (Spark's default parallelism,
+        at most the tasks Spark runs at once: ``spark.default.parallelism`` may name more).  Counted once per fit."""
+        if self.settings.averaging_nodes:
+            return int(self.settings.averaging_nodes)
+        slots = task_slots(self.sc)
+        return min(self.sc.defaultParallelism, slots) if slots else int(self.sc.defaultParallelism)
 
     # ------------------------------------------------------------------ the end
     def _close(self, held: _Held) -> None:
@@ -280,6 +289,11 @@ def final_spec(spec: dict, batch_size: int | None) -> dict:
     if batch_size is not None and "batch_size" in spec:
         spec["batch_size"] = int(batch_size)
     return spec
+
+
+def _dynamic_allocation(spark_conf: Mapping[str, str]) -> bool:
+    """Whether Spark adds executors as jobs need them (then the tasks it runs at once now say little)."""
+    return spark_conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true"
 
 
 def _data_facts(prepared: PreparedData) -> dict[str, Any]:

@@ -31,13 +31,14 @@ import re
 import sys
 from typing import Mapping
 
+from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
 from ..executor import start_worker_task
 from ._progress import SparkJob
 
 __all__ = ["DEFAULT_MASTER", "get_spark_session", "given_spark_conf", "session_settings",
-           "running_under_spark_submit", "start_python_workers", "with_task_retries"]
+           "running_under_spark_submit", "start_python_workers", "task_slots", "with_task_retries"]
 
 #: The job group of :func:`start_python_workers`'s jobs.
 START_WORKERS_GROUP = "sparkdbn-start-workers"
@@ -174,3 +175,20 @@ def start_python_workers(sc, slots: int | None = None, group: str = START_WORKER
     slots = max(1, sc.defaultParallelism if slots is None else slots)
     rdd = sc.parallelize(range(slots), slots).mapPartitions(start_worker_task)
     return SparkJob(sc, rdd, group, description)
+
+
+def task_slots(sc) -> int | None:
+    """How many tasks ``sc``'s executors run at once now (Spark's count for its default resource
+    profile: cores over ``spark.task.cpus``, GPUs over their per-task amount), or None where Spark
+    does not say (no executor registered yet, or a Spark without the call).
+
+    Unlike ``defaultParallelism`` it is not ``spark.default.parallelism``, which users set to a multiple
+    of the cores for their own jobs: a node per *that* would queue tasks behind each other.
+    """
+    try:
+        context = sc._jsc.sc()
+        slots = int(context.maxNumConcurrentTasks(context.resourceProfileManager().defaultResourceProfile()))
+    except Py4JError as error:  # a Spark whose JVM has no such method: the caller keeps its own count
+        logger.debug("Spark does not say how many tasks run at once: %s", error)
+        return None
+    return slots if slots > 0 else None

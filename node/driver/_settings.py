@@ -31,8 +31,9 @@ class TrainingSettings:
     averaging_frequency : int
         ``"sync"``: partitions each node trains between two averages.
     averaging_nodes : int, optional
-        ``"sync"``: nodes that train and average together (default: Spark's default parallelism;
-        never more than the task slots the cluster runs at once, or the barrier waits in vain).
+        ``"sync"``: nodes that train and average together (default: a node per task slot, Spark's
+        default parallelism capped at the tasks it runs at once).  More than the task slots the
+        cluster runs at once is refused before any work: the barrier would wait in vain.
     barrier_timeout_s : float
         ``"sync"``: how long a node waits at a barrier for the others before the task fails.
     sharing_threshold : float

@@ -23,6 +23,7 @@ the node's device and what the cache holds.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import socket
@@ -329,6 +330,13 @@ class ExecutorNode:
         except ValueError as error:  # the model's own input checks, or divergence: the same on every retry
             raise InputDataError(f"{type(error).__name__}: {error}") from error
         cpu_s = time.thread_time() - cpu_started
+        if not math.isfinite(float(metrics["loss"])):  # weights still finite, but the next pass overflows them
+            scaled = (f" with the learning rates x{self.learning_rate_scale:g} (the scaling rule's factor: "
+                      "scale_rule='none' leaves them as the model has them)" if self.learning_rate_scale > 1 else "")
+            raise InputDataError(
+                f"training diverged on node {self.name} (phase {task.phase}, epoch {task.epoch}, partition "
+                f"{partition}): its loss is {float(metrics['loss'])}{scaled}; lower the learning rate or check "
+                "the input scaling")
         self.samples_seen[task.phase] = self.samples_seen.get(task.phase, 0) + int(metrics["samples"])
         self.partitions_done += 1
         self.scaling.trained()

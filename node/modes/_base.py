@@ -40,6 +40,11 @@ class TrainingMode(ABC):
         """At most how many peers one merge takes in (None: every node)."""
         return None
 
+    def check_nodes(self, nodes: int, slots: int | None, *, master: str) -> None:
+        """Driver, before any work: refuse ``nodes`` tasks per job where this mode cannot train them with
+        ``slots`` tasks running at once on ``master`` (None: Spark does not say).  Every mode but ``sync``
+        takes any count: tasks beyond the slots wait for a free one."""
+
     def default_partitions(self, settings: ModeSettings, nodes: int, rows: int | None, batch_size: int | None) -> int:
         """Partitions per epoch when the settings name none (:func:`node.modes._scaling.default_partitions`)."""
         return default_partitions(self._rule(settings), nodes, rows, batch_size, self.merge_fanout(settings))

@@ -86,6 +86,14 @@ class SyncMode(TrainingMode):
                            barrier_timeout_s=float(settings.barrier_timeout_s))
 
     # ------------------------------------------------------------------ driver
+    def check_nodes(self, nodes: int, slots: int | None, *, master: str) -> None:
+        """Every node of a round waits at its barrier for all the others: more nodes than Spark runs at
+        once would wait ``barrier_timeout_s`` for a task that cannot start, on every attempt of the task."""
+        if slots is not None and nodes > slots:
+            raise TrainingError(f"sync mode averages {nodes} nodes at every round's barrier, all running at once, "
+                                f"but Spark ({master}) runs at most {slots} tasks at once: set averaging_nodes "
+                                f"to at most {slots}, or give the cluster more task slots")
+
     def run_epochs(self, driver: ModeDriver, phase: str, *, first: int, epochs: int) -> list[list[PartitionReport]]:
         reports = driver.start_job(phase, range(first, epochs), self.options(driver.settings)).reports()
         return [[report for report in reports if report.epoch == epoch] for epoch in range(first, epochs)]
