@@ -86,7 +86,15 @@ class RunRecord:
                 "steps": {phase: {"epochs_done": 0, "nodes": [], "result": None, "restarts": []} for phase in phases},
             }, lease)
         for phase in phases:
-            record.data["steps"][phase]["epochs"] = int(epochs[phase])
+            step = record.data["steps"][phase]
+            if step["result"] is not None and int(step.get("epochs", epochs[phase])) != int(epochs[phase]):
+                # A finished phase is never trained again (the later phases start from its result): say so,
+                # and keep the count it was trained with.
+                logger.warning("run %s: phase %s is done after %d epochs; fitting the run again does not train it "
+                               "for the %d asked now (train a new run id for that)", runs.run, phase,
+                               int(step["epochs"]), int(epochs[phase]))
+                continue
+            step["epochs"] = int(epochs[phase])
         record.write()
         return record, bool(previous)
 

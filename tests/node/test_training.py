@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 
 import numpy as np
 import pytest
@@ -89,7 +90,8 @@ def test_a_conv_net_trained_by_two_nodes_from_a_dataframe_learns(spark, store_ur
     assert trainer.history_[-1]["loss"] < trainer.history_[0]["loss"]
 
 
-def test_fitting_again_with_the_same_run_id_resumes_after_the_stored_phases(spark, store_url, digits, dbn_recipe):
+def test_fitting_again_with_the_same_run_id_resumes_after_the_stored_phases(spark, store_url, digits, dbn_recipe,
+                                                                             caplog):
     X, y, X_test, y_test = digits
     epochs = {"rbm0": 3, "rbm1": 3, "finetune": 6}
     first = node.Trainer(spark, store_url, run_id="resume", epochs=epochs, partitions=PARTITIONS, progress=False,
@@ -102,10 +104,15 @@ def test_fitting_again_with_the_same_run_id_resumes_after_the_stored_phases(spar
     rbm0 = weights.get_phase_result("rbm0")
     rbm0_records = [m for m in runs.read_metrics() if m["phase"] == "rbm0"]
 
-    # A new driver (a fresh model object) picks the run up where it stopped.
-    second = node.Trainer(spark, store_url, run_id="resume", epochs=epochs, partitions=PARTITIONS, progress=False)
-    model = second.fit(dbn_recipe.make(), X, y)
+    # A new driver (a fresh model object) picks the run up where it stopped; more epochs for the finished
+    # rbm0 train nothing, said in the log, and the record keeps the 3 it trained.
+    second = node.Trainer(spark, store_url, run_id="resume", epochs={**epochs, "rbm0": 5}, partitions=PARTITIONS,
+                          progress=False)
+    with caplog.at_level(logging.WARNING, logger="node.run"):
+        model = second.fit(dbn_recipe.make(), X, y)
+    assert "phase rbm0 is done after 3 epochs; fitting the run again does not train it for the 5 asked" in caplog.text
     record = runs.read_record()
+    assert record["steps"]["rbm0"]["epochs"] == 3
     assert record["status"] == "done" and phases_done(record) == ["rbm0", "rbm1", "finetune"]
     assert record["attempts"] == 2
     assert [h["phase"] for h in second.history_] == ["rbm1"] * 3 + ["finetune"] * 6  # rbm0 was not trained again
