@@ -15,7 +15,7 @@ import pyarrow as pa
 from pyspark import RDD
 from pyspark.ml.linalg import VectorUDT
 from pyspark.sql import DataFrame
-from pyspark.sql.types import ArrayType, BooleanType, NumericType, StringType
+from pyspark.sql.types import ArrayType, BinaryType, BooleanType, NumericType, StringType
 
 from .._errors import InputDataError
 
@@ -51,9 +51,12 @@ def feature_column_kind(df: Any, features_col: str) -> Literal["array", "vector"
         return "vector"
     if isinstance(data_type, ArrayType) and isinstance(data_type.elementType, NumericType):
         return "array"
+    staged = ("; a staged dataset's shards hold their features as bytes: read it with "
+              "storage.open_dataset(url).read_all(), or evaluate on it with node.evaluate(model, url)"
+              if isinstance(data_type, BinaryType) else "")
     raise InputDataError(
         f"features column {features_col!r} has type {data_type.simpleString()}; "
-        "expected array<float|double> or a pyspark.ml.linalg Vector (use VectorAssembler for scalar columns)"
+        f"expected array<float|double> or a pyspark.ml.linalg Vector (use VectorAssembler for scalar columns){staged}"
     )
 
 

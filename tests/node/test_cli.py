@@ -189,7 +189,8 @@ def test_an_input_whose_features_a_scaled_run_cannot_take_is_refused_before_any_
 
     frame = spark.createDataFrame([(b"\x00\x01", 3)], "features binary, label int")
     jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(None)
-    with pytest.raises(node.InputDataError, match="features column 'features' has type binary"):
+    with pytest.raises(node.InputDataError, match="features column 'features' has type binary; .*a staged dataset's "
+                                                  r"shards hold their features as bytes: read it with storage.open_dataset"):
         scale_frame(frame, "features", {"kind": "minmax", "min": [0.0], "max": [1.0]})
     assert spark.sparkContext.statusTracker().getJobIdsForGroup(None) == jobs  # no job ran
 
