@@ -162,15 +162,20 @@ def _store_url(options: dict[str, Any]) -> str:
     return store if "://" in store else "file://" + os.path.abspath(store)
 
 
+def _dataset_error(url: str, error: Exception) -> UsageError:
+    """``--dataset URL`` names no staged dataset the store has: say so, and name a recipe it may mean."""
+    guess = closest(url, RECIPES) if "/" not in url else None  # a recipe's name mistyped, not a path
+    hint = f"not a recipe ({', '.join(RECIPES)}; did you mean {guess!r}?), and " if guess else ""
+    return UsageError(f"--dataset {url}: {hint}{error}")
+
+
 def cmd_train(options: dict[str, Any]) -> int:
     X, y, X_test, y_test = _load_dataset(str(options["dataset"]), int(options["seed"]))
     if isinstance(X, str):
         try:
             meta = storage.open_dataset(X).meta
         except storage.StoreError as error:
-            guess = closest(X, RECIPES) if "/" not in X else None  # a recipe's name mistyped, not a path
-            hint = f"not a recipe ({', '.join(RECIPES)}; did you mean {guess!r}?), and " if guess else ""
-            raise UsageError(f"--dataset {X}: {hint}{error}") from error
+            raise _dataset_error(X, error) from error
         n_features, n_classes = int(np.prod(meta["feature_shape"])), int(meta.get("n_classes") or 10)
         X_test, y_test = held_out_split(X) or (None, None)  # evaluated after training, as a recipe's split is
     else:
@@ -303,15 +308,22 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
                          "classifiers (its held-out reconstruction error is printed by train, and its validation "
                          "metrics are in `sparkdbn status --run ID`)")
     dataset = _run_dataset(store_url, options["run"])
+    asked = options.get("dataset")
+    staged = asked if asked is not None and asked not in (*RECIPES, "digits01") else None
     # What can be checked without Spark is checked before it starts.
     if options.get("input"):
         _check_input(options["input"])
-    elif options.get("dataset") is None and dataset is not None:  # the run's own held-out split
-        data = held_out_split(dataset)
+    elif staged is not None or (asked is None and dataset is not None):  # a staged dataset's held-out split
+        url = staged or dataset
+        try:
+            data = held_out_split(url)
+        except storage.StoreError as error:
+            raise _dataset_error(url, error) from error
         if data is None:
-            raise UsageError(f"run {options['run']} trained on {dataset}, which has no held-out split "
-                             "(stage with --test-fraction); give --input or --dataset")
-        print(f"evaluating on the held-out split of {dataset}")
+            whose = url if staged else f"run {options['run']} trained on {url}, which"
+            raise UsageError(f"{whose} has no held-out split (stage with --test-fraction); give --input or "
+                             "another --dataset")
+        print(f"evaluating on the held-out split of {url}")
     else:  # a recipe's held-out split, as `train --dataset` split it: the run's recipe and seed unless given
         recipe, seed = _run_recipe(store_url, options["run"])
         recipe, seed = options.get("dataset") or recipe, seed if options.get("seed") is None else options["seed"]

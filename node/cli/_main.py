@@ -117,9 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--overwrite", action="store_const", const=True,
                              help="replace predictions an earlier predict wrote to --output (nothing else)")
         else:
-            sub.add_argument("--dataset", help="recipe whose held-out split to use (default: the held-out split of "
-                                               "the staged dataset the run trained on, else of the recipe it "
-                                               "trained on: digits or digits28, split by the run's seed)")
+            sub.add_argument("--dataset", help="recipe (digits, digits28) or staged dataset URL whose held-out "
+                                               "split to use (default: the held-out split of the staged dataset "
+                                               "the run trained on, else of the recipe it trained on, split by "
+                                               "the run's seed)")
         sub.set_defaults(handler=handler, defaults={"dataset": None, "seed": None, "features_col": "features",
                                                     "label_col": "label"})
 

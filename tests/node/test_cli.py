@@ -133,6 +133,8 @@ def test_stage_then_train_reads_the_shards_on_the_executors(spark, tmp_path, cap
     trained = capsys.readouterr().out.split("evaluation on 359 held-out samples (computed with Spark):\n", 1)[1]
     assert cli.main(["evaluate", "--store", str(store), "--run", "staged"]) == 0
     assert capsys.readouterr().out == f"evaluating on the held-out split of {url}\n{trained}"
+    assert cli.main(["evaluate", "--store", str(store), "--run", "staged", "--dataset", url]) == 0  # named, the same
+    assert capsys.readouterr().out == f"evaluating on the held-out split of {url}\n{trained}"
 
 
 def test_train_on_a_dataset_staged_without_a_held_out_split_says_it_evaluated_nothing(spark, tmp_path, capsys):
@@ -146,6 +148,9 @@ def test_train_on_a_dataset_staged_without_a_held_out_split_says_it_evaluated_no
     out = capsys.readouterr().out
     assert f"nothing evaluated: {url} has no held-out split (stage it with --test-fraction)" in out
     assert "precision" not in out
+    assert cli.main(["evaluate", "--store", str(tmp_path / "store"), "--run", "untested", "--dataset", url]) == 2
+    assert f"{url} has no held-out split (stage with --test-fraction); give --input or another --dataset" in \
+        capsys.readouterr().err
 
 
 def test_evaluating_a_run_that_does_not_exist_fails_with_a_one_line_error(spark, tmp_path, capsys):
