@@ -64,7 +64,7 @@ def lenets():
 @pytest.mark.seed_bound
 def test_lenet_with_the_readme_recipe_reaches_99_percent_held_out_accuracy_on_digits28(lenets):
     accuracies = [net.score(split.X_test, split.y_test) for net, split in lenets]
-    # Measured here: 0.997, 0.997, 0.997.
+    # Measured (scripts/check-seed-bounds): 0.992, 0.997, 0.997, the median 0.997 under Haswell and SkylakeX kernels.
     assert_at_least(np.median(accuracies), 0.99, "median LeNet accuracy, seeds 0-2", accuracies)
 
 
