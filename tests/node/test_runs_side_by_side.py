@@ -1,0 +1,100 @@
+"""Runs side by side: two fits of one Spark session at once (a thread each), sharing its Python workers."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+from crash_store import ASYNC_HARNESS_TOLERANCE, HARNESS_TRAINED, harness_model, harness_settings
+
+import node
+import rbm
+from node._contract import NodeConfig
+from node.executor import _tasks
+
+pytestmark = pytest.mark.slow
+
+
+class RecordedNode:
+    """A stand-in for ExecutorNode in a worker's registry: started and stopped when told."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config, self.device, self.stopped = config, None, False
+
+    def start(self) -> "RecordedNode":
+        return self
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def a_config(run: str, fit_id: str = "f1") -> NodeConfig:
+    return NodeConfig(run=run, fit_id=fit_id, store_url="file:///tmp/s", store_retry_timeout_s=30.0,
+                      key=b"\x00\x01" * 16, spec=rbm.DBN(hidden_layer_sizes=(8,)).to_spec(), feature_shape=(16,),
+                      classes=(0, 1), seed=0, fanout=None, merge_alpha=0.5, keep_versions=3,
+                      anti_entropy_interval_s=2.0, peer_refresh_interval_s=0.5, flush_timeout_s=60.0)
+
+
+@pytest.fixture
+def worker_registry(monkeypatch):
+    """The worker's node registry, empty, with stand-in nodes."""
+    monkeypatch.setattr(_tasks, "ExecutorNode", RecordedNode)
+    monkeypatch.setattr(_tasks, "settle_worker_heap", lambda: None)
+    monkeypatch.setattr(_tasks, "_nodes", {})
+    monkeypatch.setattr(_tasks, "_last_used", {}, raising=False)
+    return monkeypatch
+
+
+def test_a_worker_taking_turns_between_two_runs_keeps_both_runs_nodes(worker_registry):
+    a, b = _tasks._node_for(a_config("A")), _tasks._node_for(a_config("B"))
+    assert _tasks._node_for(a_config("A")) is a and _tasks._node_for(a_config("B")) is b
+    assert not a.stopped and not b.stopped
+
+
+def test_a_worker_stops_an_earlier_fit_of_the_run_and_a_run_left_idle_but_not_the_runs_in_use(worker_registry):
+    a, b = _tasks._node_for(a_config("A")), _tasks._node_for(a_config("B"))
+    refit = _tasks._node_for(a_config("A", fit_id="f2"))
+    assert refit is not a and a.stopped and not b.stopped  # the run's earlier fit goes, the other run stays
+    worker_registry.setattr(_tasks, "IDLE_NODE_STOP_S", 0.0)  # every node of another run has been idle long enough
+    c = _tasks._node_for(a_config("C"))
+    assert b.stopped and refit.stopped and not c.stopped and list(_tasks._nodes) == ["C"]
+
+
+def test_two_fits_of_one_session_at_once_train_both_runs_each_node_entering_each_phase_once(spark, digits, tmp_path):
+    store_url = "file://" + str(tmp_path / "store")
+    settings = harness_settings(mode="async", partitions=4, log_dir=str(tmp_path / "tensorboard"))
+    alone = node.Trainer(spark, store_url, run_id="alone", **settings).fit(harness_model(), digits.X_train,
+                                                                          digits.y_train)
+    alone_accuracy = alone.score(digits.X_test, digits.y_test)
+    trainers = {run: node.Trainer(spark, store_url, run_id=run, **settings) for run in ("A", "B")}
+    models, errors = {}, []
+
+    def fit(run: str) -> None:
+        try:
+            models[run] = trainers[run].fit(harness_model(), digits.X_train, digits.y_train)
+        except BaseException as error:  # handed to the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=fit, args=(run,)) for run in trainers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    assert not errors and sorted(models) == ["A", "B"], errors
+
+    records = {run: [record for summary in trainer.history_ for record in summary["records"]]
+               for run, trainer in trainers.items()}
+    spans = {run: (min(r["time"] for r in rows), max(r["time"] for r in rows))
+             for run, rows in records.items()}
+    assert spans["A"][0] < spans["B"][1] and spans["B"][0] < spans["A"][1]  # the two trained at the same time
+    assert {r["pid"] for r in records["A"]} & {r["pid"] for r in records["B"]}  # in the same Python workers
+    for run, rows in records.items():
+        assert {r["run"] for r in rows} == {run}
+        entered = Counter((r["node"], r["phase"]) for r in rows if r["entered_from"])
+        assert max(entered.values()) == 1, (run, entered)  # no node was stopped by the other run's tasks and restarted
+        view = node.open_run(store_url, run)
+        assert view.record["status"] == "done"
+        accuracy = node.load_run_model(view).score(digits.X_test, digits.y_test)
+        assert accuracy >= HARNESS_TRAINED and abs(accuracy - alone_accuracy) <= ASYNC_HARNESS_TOLERANCE, run
+    assert sorted(p.name for p in (tmp_path / "tensorboard").iterdir()) == ["A", "B", "alone"]
