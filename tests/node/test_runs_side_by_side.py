@@ -98,3 +98,28 @@ def test_two_fits_of_one_session_at_once_train_both_runs_each_node_entering_each
         accuracy = node.load_run_model(view).score(digits.X_test, digits.y_test)
         assert accuracy >= HARNESS_TRAINED and abs(accuracy - alone_accuracy) <= ASYNC_HARNESS_TOLERANCE, run
     assert sorted(p.name for p in (tmp_path / "tensorboard").iterdir()) == ["A", "B", "alone"]
+
+
+def test_two_fits_starting_their_mlflow_runs_together_both_log_into_the_one_experiment(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    from mlflow import MlflowClient
+
+    from node.watch._mlflow_log import EXPERIMENT, MlflowLog
+
+    uri = str(tmp_path / "mlruns")
+    first = MlflowLog(uri, "A", {"a": 1})  # creates the experiment
+    looked_up = MlflowClient.get_experiment_by_name
+    lookups = []
+
+    def late_lookup(client, name):
+        lookups.append(name)  # the second fit's first look came before the first fit created the experiment
+        return None if len(lookups) == 1 else looked_up(client, name)
+
+    monkeypatch.setattr(MlflowClient, "get_experiment_by_name", late_lookup)
+    second = MlflowLog(uri, "B", {"a": 1})
+    monkeypatch.undo()
+    client = MlflowClient(tracking_uri=first.tracking_uri)
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    runs = client.search_runs([experiment.experiment_id])
+    assert sorted(run.info.run_name for run in runs) == ["A", "B"]
+    assert {first.run_id, second.run_id} == {run.info.run_id for run in runs}
