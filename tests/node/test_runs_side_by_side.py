@@ -123,3 +123,20 @@ def test_two_fits_starting_their_mlflow_runs_together_both_log_into_the_one_expe
     runs = client.search_runs([experiment.experiment_id])
     assert sorted(run.info.run_name for run in runs) == ["A", "B"]
     assert {first.run_id, second.run_id} == {run.info.run_id for run in runs}
+
+
+def test_a_fits_spark_jobs_run_in_the_scheduler_pool_of_the_thread_that_fits(spark):
+    from node.driver._progress import SparkJob
+
+    def scheduler_pool(_elements):  # shipped by value: the executors cannot import this test module
+        from pyspark import TaskContext
+
+        yield TaskContext.get().getLocalProperty("spark.scheduler.pool")
+
+    sc = spark.sparkContext
+    sc.setLocalProperty("spark.scheduler.pool", "notebook-a")
+    try:
+        job = SparkJob(sc, sc.parallelize([0], 1).mapPartitions(scheduler_pool), "sparkdbn-pool-test", "pool")
+        assert job.wait() == ["notebook-a"]
+    finally:
+        sc.setLocalProperty("spark.scheduler.pool", None)
