@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
+import numpy as np
 import pytest
 from crash_store import ASYNC_HARNESS_TOLERANCE, HARNESS_TRAINED, harness_model, harness_settings
 
@@ -12,6 +13,7 @@ import node
 import rbm
 from node._contract import NodeConfig
 from node.executor import _tasks
+from node.run import run_model_arrays
 
 pytestmark = pytest.mark.slow
 
@@ -140,3 +142,22 @@ def test_a_fits_spark_jobs_run_in_the_scheduler_pool_of_the_thread_that_fits(spa
         assert job.wait() == ["notebook-a"]
     finally:
         sc.setLocalProperty("spark.scheduler.pool", None)
+
+
+def test_a_reader_that_read_the_run_before_a_refit_finished_gets_the_refits_model(spark, digits, tmp_path):
+    store_url = "file://" + str(tmp_path / "store")
+    def fit() -> None:
+        node.Trainer(spark, store_url, run_id="read-while-refit", **harness_settings()).fit(
+            harness_model(), digits.X_train, digits.y_train)
+
+    fit()
+    before = node.open_run(store_url, "read-while-refit")  # e.g. `sparkdbn predict --run` starting
+    fit()  # finishes before that reader reads the model file
+    after = node.open_run(store_url, "read-while-refit")
+    assert before.done_record["model"]["path"] != after.done_record["model"]["path"]
+    assert not (tmp_path / "store" / before.done_record["model"]["path"]).exists()  # the refit removed the earlier
+    served = run_model_arrays(before)
+    refitted = run_model_arrays(after)
+    assert served.keys() == refitted.keys()
+    assert all(np.array_equal(served[name], refitted[name]) for name in refitted)
+    assert node.load_run_model(before).score(digits.X_test, digits.y_test) >= HARNESS_TRAINED
