@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 import numpy as np
@@ -63,6 +64,19 @@ def test_a_worker_stops_an_earlier_fit_of_the_run_and_a_run_left_idle_but_not_th
     assert b.stopped and refit.stopped and not c.stopped and list(_tasks._nodes) == ["C"]
 
 
+def read_while_training(store_url: str, run: str) -> str:
+    """What reading ``run``'s model says now: "no run yet", "still training" or "done" (else the error itself)."""
+    try:
+        node.load_run_model(node.open_run(store_url, run))
+    except node.InputDataError as error:
+        return "no run yet" if "there is no run" in str(error) else repr(error)
+    except node.TrainingError as error:
+        return "still training" if "it is still training" in str(error) else repr(error)
+    except Exception as error:  # noqa: BLE001 - anything else is what the test reports
+        return repr(error)
+    return "done"
+
+
 def test_two_fits_of_one_session_at_once_train_both_runs_each_node_entering_each_phase_once(spark, digits, tmp_path):
     store_url = "file://" + str(tmp_path / "store")
     settings = harness_settings(mode="async", partitions=4, log_dir=str(tmp_path / "tensorboard"))
@@ -81,9 +95,15 @@ def test_two_fits_of_one_session_at_once_train_both_runs_each_node_entering_each
     threads = [threading.Thread(target=fit, args=(run,)) for run in trainers]
     for thread in threads:
         thread.start()
+    answers = set()  # what a reader of each run is told while they train
+    while any(thread.is_alive() for thread in threads):
+        for run in trainers:
+            answers.add(read_while_training(store_url, run))
+        time.sleep(0.5)  # a reader asking now and then, as `sparkdbn evaluate --run` would
     for thread in threads:
         thread.join(timeout=600)
     assert not errors and sorted(models) == ["A", "B"], errors
+    assert "still training" in answers and answers <= {"no run yet", "still training", "done"}, answers
 
     records = {run: [record for summary in trainer.history_ for record in summary["records"]]
                for run, trainer in trainers.items()}
