@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
@@ -181,3 +182,28 @@ def test_a_reader_that_read_the_run_before_a_refit_finished_gets_the_refits_mode
     assert served.keys() == refitted.keys()
     assert all(np.array_equal(served[name], refitted[name]) for name in refitted)
     assert node.load_run_model(before).score(digits.X_test, digits.y_test) >= HARNESS_TRAINED
+
+
+def test_a_second_fit_of_a_run_from_another_thread_of_the_same_driver_is_refused_and_the_first_finishes(
+        spark, digits, tmp_path):
+    store_url = "file://" + str(tmp_path / "store")
+    settings = harness_settings(lease_timeout_s=8.0)
+    first = node.Trainer(spark, store_url, run_id="twice", **settings)
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.update(model=first.fit(harness_model(), digits.X_train,
+                                                                            digits.y_train)))
+    thread.start()
+    store = tmp_path / "store" / "runs" / "twice" / "lease"
+    deadline = time.monotonic() + 120
+    while not (store.exists() and any(store.iterdir())):  # until the first fit holds the run
+        assert thread.is_alive() and time.monotonic() < deadline
+        time.sleep(0.05)
+    with pytest.raises(node.LeaseHeldError, match=r"run 'twice' is being trained by another driver \(host .*, pid "
+                                                  rf"{os.getpid()}, fit "):
+        node.Trainer(spark, store_url, run_id="twice", **settings).fit(harness_model(), digits.X_train,
+                                                                       digits.y_train)
+    assert thread.is_alive()  # refused while the first trains, not after it
+    thread.join(timeout=600)
+    record = node.open_run(store_url, "twice").record
+    assert record["status"] == "done" and record["attempts"] == 1
+    assert outcome["model"].score(digits.X_test, digits.y_test) >= HARNESS_TRAINED
