@@ -94,11 +94,12 @@ def _node_for(config: NodeConfig) -> ExecutorNode:
     return node
 
 
-def _used(run: str) -> None:
-    """Note that a task used ``run``'s node just now."""
+def _used(node: ExecutorNode) -> None:
+    """Note that a task used ``node`` just now (while it is its run's node in this worker)."""
     with _registry_lock:
-        if run in _nodes:
-            _last_used[run] = time.monotonic()
+        for run, held in _nodes.items():
+            if held is node:
+                _last_used[run] = time.monotonic()
 
 
 def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
@@ -139,7 +140,7 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
             yield encode(dataclasses.replace(report, setup_s=setup_s, data_load_s=data_load_s))
             setup_s = data_load_s = 0.0
     finally:
-        _used(task.node.run)  # idle from the task's end on, not its start (IDLE_NODE_STOP_S)
+        _used(node)  # idle from the task's end on, not its start (IDLE_NODE_STOP_S)
 
 
 def start_worker_task(_elements: Iterator[int]) -> Iterator[int]:
