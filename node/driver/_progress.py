@@ -43,6 +43,9 @@ def partitions_done(done_tasks: int, tasks: int, partitions: int, claimed: int) 
 class SparkJob:
     """A Spark job collected in a helper thread: it starts when made, its records come when waited for.
 
+    The job has the Spark local properties of the thread that made it (``spark.scheduler.pool``, say),
+    and its own job group.
+
     Several jobs of one group may run at once (``async`` queues each epoch's job behind the one
     running, :mod:`node.modes._async`).  A job counts its own finished tasks: those of the first of
     the group's jobs that Spark started after this one was made -- so a caller that starts another
@@ -59,11 +62,17 @@ class SparkJob:
         self._outcome: dict[str, Any] = {}
         self.started = time.perf_counter()
         self.seconds: float | None = None  # from made to ended, once it ended
+        # The caller's Spark local properties (its FAIR scheduler pool, above all) go with the job: a thread of
+        # its own starts with none, and two fits of one session in two pools shared the default pool.
+        jvm_context = sc._jsc.sc() if getattr(sc, "_jsc", None) is not None else None  # none in a stand-in
+        self._properties = None if jvm_context is None else jvm_context.getLocalProperties().clone()
         self._thread = threading.Thread(target=self._collect, args=(sc, rdd), name=f"sparkdbn-job-{description}",
                                         daemon=True)
         self._thread.start()
 
     def _collect(self, sc: Any, rdd: Any) -> None:
+        if self._properties is not None:
+            sc._jsc.sc().setLocalProperties(self._properties)
         sc.setJobGroup(self._group, self.description, interruptOnCancel=True)
         try:
             self._outcome["records"] = rdd.collect()

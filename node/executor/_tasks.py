@@ -33,12 +33,23 @@ logger = logging.getLogger(__name__)
 
 _registry_lock = threading.Lock()
 _nodes: dict[str, ExecutorNode] = {}  # run -> the node of this process
+_last_used: dict[str, float] = {}  # run -> when a task last used its node (time.monotonic)
+
+#: A node of another run than the task's stays in its worker unless no task used it for this long.
+#: Fits running side by side (two threads of one session, each calling ``Trainer.fit``) share Spark's
+#: Python workers, and a worker runs their tasks in turn: stopping the other run's node at every turn
+#: restarted both fits' nodes at nearly every epoch (each re-entering its phase from the store, reading
+#: its partitions again, losing its mode state).  A node whose fit ended without its release task
+#: reaching this worker (:func:`release_run_task`) goes after this long, or with the worker (Spark ends
+#: a Python worker left without tasks for 60 s).
+IDLE_NODE_STOP_S = 60.0
 
 
 def _stop_all() -> None:
     with _registry_lock:
         nodes = list(_nodes.values())
         _nodes.clear()
+        _last_used.clear()
     for node in nodes:
         node.stop()
 
@@ -53,23 +64,42 @@ if _register_thread_exit is not None:
 
 
 def _node_for(config: NodeConfig) -> ExecutorNode:
-    """The process-wide node of this fit, started on first use; nodes of other fits are stopped."""
+    """The process-wide node of this fit, started on first use.
+
+    The node of an earlier fit of the run is stopped, and so is a node of another run left idle for
+    :data:`IDLE_NODE_STOP_S`; a node of another run used more recently stays (see :data:`IDLE_NODE_STOP_S`).
+    """
+    now = time.monotonic()
     with _registry_lock:
         node = _nodes.get(config.run)
         moved = moved_from(node.device, task_gpu_addresses()) if node is not None else None
-        if node is not None and node.config.fit_id == config.fit_id and moved is None:
-            return node
-        if moved:
-            logger.warning("%s", moved)
-        stale = list(_nodes.values())
-        _nodes.clear()
-    for old in stale:  # another run (or an earlier fit of this run) used this worker before
+        kept = node is not None and node.config.fit_id == config.fit_id and moved is None
+        stale = [run for run in _nodes if (run == config.run and not kept)
+                 or (run != config.run and now - _last_used[run] >= IDLE_NODE_STOP_S)]
+        stopping = [_nodes.pop(run) for run in stale]
+        for run in stale:
+            del _last_used[run]
+        _last_used[config.run] = now
+    if moved:
+        logger.warning("%s", moved)
+    for old in stopping:  # an earlier fit of this run, or another run that stopped using this worker
         old.stop()
+    if kept:
+        return node
     node = ExecutorNode(config).start()
     with _registry_lock:
         _nodes[config.run] = node
+        _last_used[config.run] = time.monotonic()
     settle_worker_heap()  # the stopped nodes collected, this one out of Spark's per-task collection
     return node
+
+
+def _used(node: ExecutorNode) -> None:
+    """Note that a task used ``node`` just now (while it is its run's node in this worker)."""
+    with _registry_lock:
+        for run, held in _nodes.items():
+            if held is node:
+                _last_used[run] = time.monotonic()
 
 
 def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
@@ -104,10 +134,13 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
     data_load_s = time.perf_counter() - loading
     node.enter_phase(task.phase, task.start_digest, lambda: start.value, task.start_nodes)
     setup_s = time.perf_counter() - started
-    for report in mode.train_task(node, task, spark_partition=partition, blocks=blocks):
-        # The task's first report carries what the task spent before it (node.driver._timings).
-        yield encode(dataclasses.replace(report, setup_s=setup_s, data_load_s=data_load_s))
-        setup_s = data_load_s = 0.0
+    try:
+        for report in mode.train_task(node, task, spark_partition=partition, blocks=blocks):
+            # The task's first report carries what the task spent before it (node.driver._timings).
+            yield encode(dataclasses.replace(report, setup_s=setup_s, data_load_s=data_load_s))
+            setup_s = data_load_s = 0.0
+    finally:
+        _used(node)  # idle from the task's end on, not its start (IDLE_NODE_STOP_S)
 
 
 def start_worker_task(_elements: Iterator[int]) -> Iterator[int]:
@@ -124,6 +157,7 @@ def release_run_task(run: str, _partition: int, _elements: Iterator[Any]) -> Ite
     """Stop this process's node of ``run`` if it has one (the driver's best-effort cleanup)."""
     with _registry_lock:
         node = _nodes.pop(run, None)
+        _last_used.pop(run, None)
     if node is not None:
         node.stop()
         yield node.name

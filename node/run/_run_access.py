@@ -13,6 +13,7 @@ that a newer fit is running or failed (:func:`newer_fit_note`).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import os
@@ -122,6 +123,11 @@ def _verified_model_bytes(view: RunView) -> bytes:
     model = record.get("model") if isinstance(record.get("model"), dict) else None
     if record.get("status") != "done" or model is None:
         status = (view.record or {}).get("status", "unknown")
+        if view.record is None or status == "running":  # a fit is training it, or its driver stopped without a word
+            raise TrainingError(f"run {view.run!r} has no finished model in {view.store_url} yet: it is still "
+                                f"training ({f'status {status!r}' if view.record else 'no record yet'}; `sparkdbn status --run {view.run}` says where it "
+                                "stands), or its driver stopped before it finished -- then fit again with the same "
+                                "run id to finish it")
         raise TrainingError(f"run {view.run!r} has no finished model in {view.store_url} (status {status!r}); finish "
                             "it by fitting again with the same run id")
     note = newer_fit_note(view)
@@ -130,11 +136,32 @@ def _verified_model_bytes(view: RunView) -> bytes:
     try:
         payload = view.store.read_bytes(model["path"])
     except storage.StoreError as error:
+        newer = _newer_done(view, model["path"]) if isinstance(error, storage.StoreNotFoundError) else None
+        if newer is not None:
+            logger.info("run %s: a newer fit finished while its model was read, and removed %s; serving the newer "
+                        "fit's model", view.run, model["path"])
+            return _verified_model_bytes(newer)
         raise TrainingError(f"run {view.run!r}: its model {model['path']} cannot be read: {error}") from error
     if storage.sha256_hex(payload) != model["sha256"]:
         raise TrainingError(f"run {view.run!r}: the model file {model['path']} is not the one its record names "
                             "(sha256 differs): it was changed after the run finished")
     return payload
+
+
+def _newer_done(view: RunView, path: str) -> RunView | None:
+    """``view`` read again when a fit finished since and named another model than ``path``; else None.
+
+    A fit that finishes removes the models of earlier generations (their records no longer name them),
+    so a reader that read the run before it finished may find the model it was told of gone.
+    """
+    try:
+        done = view.runs.read_done_record()
+    except storage.StoreError:
+        return None
+    model = (done or {}).get("model")
+    if not isinstance(model, dict) or model.get("path") == path:
+        return None
+    return dataclasses.replace(view, record=done, done_record=done)
 
 
 def _when(timestamp: Any) -> str:

@@ -50,9 +50,7 @@ class MlflowLog:
 
         self.tracking_uri = _tracking_uri(tracking_uri)
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
-        experiment = self.client.get_experiment_by_name(EXPERIMENT)
-        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(EXPERIMENT)
-        self.run_id = self.client.create_run(experiment_id, run_name=run, tags={"sparkdbn.run": run}).info.run_id
+        self.run_id = self.client.create_run(_experiment_id(self.client), run_name=run, tags={"sparkdbn.run": run}).info.run_id
         flat = [Param(key, _param_text(value)) for key, value in sorted(params.items())]
         for start in range(0, len(flat), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(self.run_id, params=flat[start:start + 100])
@@ -71,6 +69,26 @@ class MlflowLog:
     def finish(self, status: str) -> None:
         finished = status in ("done", "stopped", "initialized")
         self.client.set_terminated(self.run_id, "FINISHED" if finished else "FAILED")
+
+
+def _experiment_id(client: Any) -> str:
+    """The id of the experiment :data:`EXPERIMENT`, created when there is none.
+
+    Fits started together (two threads, two notebooks on one tracking store) may both find none:
+    the one whose create comes second is refused, and takes the experiment the other created.
+    """
+    from mlflow.exceptions import MlflowException
+
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    if experiment is not None:
+        return experiment.experiment_id
+    try:
+        return client.create_experiment(EXPERIMENT)
+    except MlflowException:
+        experiment = client.get_experiment_by_name(EXPERIMENT)
+        if experiment is None:  # refused for another reason than another fit creating it first
+            raise
+        return experiment.experiment_id
 
 
 def _param_text(value: Any) -> str:
