@@ -124,10 +124,11 @@ def _verified_model_bytes(view: RunView) -> bytes:
     if record.get("status") != "done" or model is None:
         status = (view.record or {}).get("status", "unknown")
         if view.record is None or status == "running":  # a fit is training it, or its driver stopped without a word
+            where = f"status {status!r}" if view.record else "no record yet"
             raise TrainingError(f"run {view.run!r} has no finished model in {view.store_url} yet: it is still "
-                                f"training ({f'status {status!r}' if view.record else 'no record yet'}; `sparkdbn status --run {view.run}` says where it "
-                                "stands), or its driver stopped before it finished -- then fit again with the same "
-                                "run id to finish it")
+                                f"training ({where}; `sparkdbn status --run {view.run}` says where it stands), or "
+                                "its driver stopped before it finished -- then fit again with the same run id to "
+                                "finish it")
         raise TrainingError(f"run {view.run!r} has no finished model in {view.store_url} (status {status!r}); finish "
                             "it by fitting again with the same run id")
     note = newer_fit_note(view)

@@ -50,7 +50,8 @@ class MlflowLog:
 
         self.tracking_uri = _tracking_uri(tracking_uri)
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
-        self.run_id = self.client.create_run(_experiment_id(self.client), run_name=run, tags={"sparkdbn.run": run}).info.run_id
+        self.run_id = self.client.create_run(_experiment_id(self.client), run_name=run,
+                                             tags={"sparkdbn.run": run}).info.run_id
         flat = [Param(key, _param_text(value)) for key, value in sorted(params.items())]
         for start in range(0, len(flat), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(self.run_id, params=flat[start:start + 100])
