@@ -31,7 +31,8 @@ Executor half (one task = one node's share of every epoch of the phase)
     after its last round a node stores that anchor as its newest snapshot, which the phase
     consolidates).  Optimizer state (momentum) stays local, as in Deeplearning4j without
     ``saveUpdater``.  A slot whose node does not reach the barrier
-    within ``barrier_timeout_s`` fails the task with a message that says what to check.
+    within ``barrier_timeout_s`` fails the task with a message that says what to check; a task
+    Spark retries (its worker died) fails the job at once (:meth:`SyncMode.check_retried_task`).
 
 A slow node holds every other node at each barrier: that is the price of this mode.
 """
@@ -99,6 +100,16 @@ class SyncMode(TrainingMode):
         return [[report for report in reports if report.epoch == epoch] for epoch in range(first, epochs)]
 
     # ------------------------------------------------------------------ executor
+    def check_retried_task(self, task: TaskSpec, slot: int, attempt: int) -> None:
+        """A node lost mid-phase (its worker died) cannot be replaced: the other nodes are rounds ahead,
+        waiting at a barrier for its record, and the snapshots its rounds named are pruned.  A retry
+        read them and failed on a missing file; it now fails the job at once, saying what to do."""
+        if attempt > 0:
+            raise TrainingError(f"sync: the node of slot {slot} of run {task.node.run} was lost in phase "
+                                f"{task.phase} (attempt {attempt + 1} of its task): a sync phase takes no "
+                                "replacement node between its rounds; fit again with the same run id to train "
+                                "the phase again from its start, or use mode 'async' or 'sharing', which do")
+
     def train_task(self, node: ModeNode, task: TaskSpec, *, spark_partition: int,
                    blocks: list[Block]) -> Iterator[PartitionReport]:
         slots = [list(partitions) for partitions in task.slots]

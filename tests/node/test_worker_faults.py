@@ -103,3 +103,21 @@ def test_a_run_sweeps_temporaries_left_by_killed_writers(tmp_path):
     assert sweep_temporaries(store, "r1") == 1
     assert not dead.exists() and in_flight.exists()
     assert weights.get_version(ref)["W"].sum() == 4
+
+
+def test_in_sync_mode_a_worker_killed_mid_phase_fails_the_fit_in_one_line_and_fitting_again_finishes_it(
+        spark, store_url, digits, dbn_recipe):
+    # A sync node cannot be replaced between rounds (its peers wait rounds ahead, the snapshots its rounds
+    # named are pruned): the retried task read them and the fit failed on a missing file.
+    X, y, X_test, y_test = digits
+    reference = dbn_recipe.reference_accuracy(digits)
+    settings = dict(run_id="fault-sync", mode="sync", epochs=dbn_recipe.epochs, partitions=dbn_recipe.partitions,
+                    progress=False)
+    with pytest.raises(node.TrainingError, match=r"sync: the node of slot \d of run fault-sync was lost in phase "
+                                                 r"finetune \(attempt \d of its task\): .* fit again with the same run id"):
+        node.Trainer(spark, store_url, kill_worker_once_at="finetune:2", **settings).fit(dbn_recipe.make(), X, y)
+    model = node.Trainer(spark, store_url, **settings).fit(dbn_recipe.make(), X, y)
+    record = node.open_run(store_url, "fault-sync").runs.read_record()
+    assert record["status"] == "done" and record["attempts"] == 2
+    # The bound of the async test above; measured 0.969 (reference 0.969) under Haswell kernels, 0.975 (0.967) SkylakeX.
+    assert model.score(X_test, y_test) >= reference - 0.03
