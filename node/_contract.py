@@ -23,11 +23,12 @@ import numpy as np
 from . import _codec
 from ._codec import ContractError
 
-__all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "AsyncOptions", "SyncOptions", "SharingOptions",
+__all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "AsyncOptions", "SyncOptions", "SyncResume",
+           "SharingOptions",
            "ModeOptions", "TaskSpec", "NodeDevice", "PartitionReport", "encode", "decode", "params_digest"]
 
 #: Bumped whenever a field of the contract changes meaning, appears or goes.
-CONTRACT_VERSION = 15
+CONTRACT_VERSION = 16
 
 T = TypeVar("T")
 
@@ -133,11 +134,25 @@ class AsyncOptions:
 
 
 @dataclass(frozen=True)
+class SyncResume:
+    """Where an attempt of a sync job starts: round ``round`` of ``epoch`` as ``attempt`` recorded it (its
+    start records where ``start``; :mod:`node.modes._sync_rounds`)."""
+
+    attempt: int
+    epoch: int
+    round: int
+    start: bool
+
+
+@dataclass(frozen=True)
 class SyncOptions:
-    """``mode="sync"``: partitions between two averages, and how long a node waits at a barrier."""
+    """``mode="sync"``: partitions between two averages, how long a node waits at a barrier, and which attempt
+    of the job this is (0: the first; a later one continues from ``resume``, None: from the job's start)."""
 
     averaging_frequency: int
     barrier_timeout_s: float
+    attempt: int = 0
+    resume: SyncResume | None = None
 
 
 @dataclass(frozen=True)

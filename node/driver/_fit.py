@@ -54,7 +54,7 @@ from ._fit_phases import LeasedFit, fail
 from ._fit_state import FitState
 from ._node_config import node_config
 from ._progress import SparkJob
-from ._session import start_python_workers, task_slots
+from ._session import dynamic_allocation, start_python_workers, task_slots
 from ._settings import TrainingSettings
 from ._timings import FitTimings
 
@@ -166,7 +166,7 @@ class Fit:
                                 f"({self.phases})")
         # Tasks per job: a node each, or fewer where fewer partitions are dealt (node.driver._fit_jobs).
         tasks = min(self.nodes, int(settings.partitions or self.nodes))
-        mode_named(settings.mode).check_nodes(tasks, None if _dynamic_allocation(self.spark_conf)
+        mode_named(settings.mode).check_nodes(tasks, None if dynamic_allocation(self.spark_conf)
                                               else task_slots(self.sc), master=self.sc.master)
         if settings.batch_size is not None and "batch_size" not in self.spec:
             raise TrainingError(f"batch_size was set, but a {self.spec.get('kind')!r} model has no batch_size setting")
@@ -289,11 +289,6 @@ def final_spec(spec: dict, batch_size: int | None) -> dict:
     if batch_size is not None and "batch_size" in spec:
         spec["batch_size"] = int(batch_size)
     return spec
-
-
-def _dynamic_allocation(spark_conf: Mapping[str, str]) -> bool:
-    """Whether Spark adds executors as jobs need them (then the tasks it runs at once now say little)."""
-    return spark_conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true"
 
 
 def _data_facts(prepared: PreparedData) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from ..executor import release_run_task, run_training_task, write_partition
 from ..run import RunRecord
 from ._fit_state import FitState
 from ._progress import EpochProgress
+from ._session import dynamic_allocation
 from ._settings import TrainingSettings
 from ._timings import FitTimings
 from ._training_job import TrainingJob
@@ -76,8 +77,8 @@ class FitJobs:
                  node_config: NodeConfig, record: RunRecord, store: storage.Store,
                  timings: FitTimings | None = None) -> None:
         self.sc, self._settings, self._nodes = sc, settings, int(state.nodes)
-        self.prepared, self.node_config, self.record, self.phases, self.store = (prepared, node_config, record,
-                                                                                 state.phases, store)
+        self.prepared, self.node_config, self.record, self.phases, self._store = (prepared, node_config, record,
+                                                                                  state.phases, store)
         self.run_id, self.fit_id = state.run_id, state.fit_id
         self._timings = timings or FitTimings()
         self._stored = False  # the fit's partitions are in the store (store_partitions)
@@ -102,8 +103,23 @@ class FitJobs:
         """Nodes training at once: ``averaging_nodes``, else Spark's default parallelism (a node per task slot)."""
         return self._nodes
 
-    def start_job(self, phase: str, epochs: range, options: ModeOptions) -> TrainingJob:
-        """Start the job that trains ``epochs`` of ``phase``: one task per node, over the slots' numbers."""
+    @property
+    def store(self) -> storage.Store:
+        """The run's store."""
+        return self._store
+
+    @property
+    def gang_scheduling(self) -> bool:
+        """Whether a job may be one barrier stage: Spark's barrier mode does not take dynamic allocation."""
+        return not dynamic_allocation(dict(self.sc.getConf().getAll()))
+
+    def start_job(self, phase: str, epochs: range, options: ModeOptions, *, gang: bool = False) -> TrainingJob:
+        """Start the job that trains ``epochs`` of ``phase``: one task per node, over the slots' numbers.
+
+        ``gang``: as one barrier stage, which Spark starts all at once and, when a task fails, runs again
+        whole; followed by a shuffle of the reports, since Spark runs again a barrier stage that feeds a
+        shuffle but not one whose results it returns (the reports are a few kB).
+        """
         self.store_partitions()
         slots = self._dealt()
         self._nodes_started = True
@@ -111,9 +127,13 @@ class FitJobs:
                         phase_index=self.phases.index(phase), epoch=epochs.start, end_epoch=epochs.stop,
                         start_digest=self._start_digest, slots=slots, options=options,
                         start_nodes=tuple(self.record.nodes(phase)), planned_epochs=self._planned_epochs)
-        rdd = self._slot_numbers.mapPartitionsWithIndex(functools.partial(run_training_task, encode(task), self._start))
+        body = functools.partial(run_training_task, encode(task), self._start)
+        if gang:
+            rdd = self._slot_numbers.barrier().mapPartitionsWithIndex(body).repartition(len(slots))
+        else:
+            rdd = self._slot_numbers.mapPartitionsWithIndex(body)
         job = self._progress.start(rdd, f"{self.run_id} {phase} epoch {epochs.start + 1}")
-        return TrainingJob(self._progress, task, job=job, prepared=self.prepared, store=self.store, fit_id=self.fit_id)
+        return TrainingJob(self._progress, task, job=job, prepared=self.prepared, store=self._store, fit_id=self.fit_id)
 
     def queue_job(self, running: TrainingJob, phase: str, *, epochs: range, options: ModeOptions) -> None:
         """Start the job of ``epochs`` behind ``running``: its tasks take the task slots as ``running``'s free them."""
@@ -182,7 +202,7 @@ class FitJobs:
         if self.prepared.held is not None:
             with self._timings.step("store the training partitions"):
                 with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="sparkdbn-store-partition") as pool:
-                    written = sum(pool.map(lambda block: write_partition(self.store, self.node_config, *block),
+                    written = sum(pool.map(lambda block: write_partition(self._store, self.node_config, *block),
                                            self.prepared.held))
                 logger.info("run %s: the driver stored %d training partitions (%.1f MB)", self.run_id,
                             len(self.prepared.held), written / 1e6)

@@ -37,7 +37,7 @@ from pyspark.sql import SparkSession
 from ..executor import start_worker_task
 from ._progress import SparkJob
 
-__all__ = ["DEFAULT_MASTER", "get_spark_session", "given_spark_conf", "session_settings",
+__all__ = ["DEFAULT_MASTER", "dynamic_allocation", "get_spark_session", "given_spark_conf", "session_settings",
            "running_under_spark_submit", "start_python_workers", "task_slots", "with_task_retries"]
 
 #: The job group of :func:`start_python_workers`'s jobs.
@@ -175,6 +175,12 @@ def start_python_workers(sc, slots: int | None = None, group: str = START_WORKER
     slots = max(1, sc.defaultParallelism if slots is None else slots)
     rdd = sc.parallelize(range(slots), slots).mapPartitions(start_worker_task)
     return SparkJob(sc, rdd, group, description)
+
+
+def dynamic_allocation(spark_conf: Mapping[str, str]) -> bool:
+    """Whether Spark adds executors as jobs need them (then the tasks it runs at once now say little, and
+    a job cannot be a barrier stage)."""
+    return spark_conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true"
 
 
 def task_slots(sc) -> int | None:

@@ -244,6 +244,12 @@ class ExecutorNode:
             logger.warning("node %s ignores the stored outer momentum of phase %s: %s", self.name, phase, error)
             self.outer = actors.OuterState.start(params)
 
+    def restart_outer(self, phase: str) -> None:
+        """Anchor the outer step on the parameters now, with the momentum stored for ``phase`` (a sync job that
+        Spark runs again continues from an average its nodes did not step from)."""
+        if phase == self.phase:
+            self._start_outer(phase, ())
+
     def adopt_merge(self, phase: str, before: Mapping[str, np.ndarray], merged: Mapping[str, np.ndarray]) -> None:
         """Take the weights a merge made from ``before``; the outer step's anchor moves with them.
 
@@ -407,6 +413,15 @@ class ExecutorNode:
                                publish_s=0.0, task_s=0.0, merged=0, merged_from=(), staleness_s=None,
                                samples_seen=self.samples_seen.get(task.phase, 0), time=time.time(), pid=os.getpid(),
                                error=f"partition {partition}: {error}", device=self.device)
+
+    def report_earlier(self, task: TaskSpec, partition: int, samples: int, loss: float, origin: str) -> PartitionReport:
+        """This node's report of a partition an earlier attempt of its task trained (figures from that attempt's
+        record; not stored again as a metrics record: that attempt's node stored it)."""
+        return PartitionReport(node=self.name, run=task.node.run, phase=task.phase, epoch=task.epoch,
+                               partition=partition, samples=int(samples), loss=float(loss), train_s=0.0, merge_s=0.0,
+                               publish_s=0.0, task_s=0.0, merged=0, merged_from=(), staleness_s=None,
+                               samples_seen=self.samples_seen.get(task.phase, 0), time=time.time(), pid=os.getpid(),
+                               code=_PACKAGE_FOLDER, device=self.device, entered_from=origin)
 
     def _maybe_fault(self, task: TaskSpec, X: np.ndarray, y: np.ndarray | None, rng: np.random.Generator) -> None:
         """Test hook: once per run, train half the partition and SIGKILL this worker.

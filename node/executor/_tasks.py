@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Iterator
 
-from pyspark import Broadcast, TaskContext
+from pyspark import Broadcast
 
 from .._contract import ContractError, NodeConfig, TaskSpec, decode, encode
 from ..modes import mode_named
@@ -126,8 +126,6 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
         raise ContractError(f"a {task.mode!r} task carries {type(task.options).__name__}, "
                             f"not {mode.options_type.__name__}")
     list(elements)  # the slot's number (read to the end, or PySpark does not reuse the worker)
-    context = TaskContext.get()
-    mode.check_retried_task(task, partition, context.attemptNumber() if context is not None else 0)
     started = time.perf_counter()
     node = _node_for(task.node)
     node.use_device()

@@ -40,11 +40,6 @@ class TrainingMode(ABC):
         """At most how many peers one merge takes in (None: every node)."""
         return None
 
-    def check_retried_task(self, task: TaskSpec, slot: int, attempt: int) -> None:
-        """Executor, before a task trains: refuse attempt ``attempt`` (0: the first) of the task of ``slot``
-        where a replacement node cannot join this mode mid-job.  Every mode but ``sync`` takes one: its
-        node starts from what the store holds."""
-
     def check_nodes(self, nodes: int, slots: int | None, *, master: str) -> None:
         """Driver, before any work: refuse ``nodes`` tasks per job where this mode cannot train them with
         ``slots`` tasks running at once on ``master`` (None: Spark does not say).  Every mode but ``sync``

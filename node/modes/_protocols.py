@@ -54,6 +54,10 @@ class ModeSettings(Protocol):
 class StartedJob(Protocol):
     """A training job the driver started (:class:`node.driver.TrainingJob`)."""
 
+    @property
+    def task(self) -> TaskSpec:
+        """What every task of the job carries."""
+
     def reports(self) -> list[PartitionReport]:
         """The nodes' reports, one per partition trained, once the job has ended."""
 
@@ -72,8 +76,17 @@ class ModeDriver(Protocol):
     def nodes(self) -> int:
         """Nodes training at once: tasks per training job."""
 
-    def start_job(self, phase: str, epochs: range, options: ModeOptions) -> StartedJob:
-        """Start the job that trains ``epochs`` of ``phase``."""
+    @property
+    def store(self) -> storage.Store:
+        """The run's store."""
+
+    @property
+    def gang_scheduling(self) -> bool:
+        """Whether Spark can run a job's tasks as one barrier stage (all at once, retried together): not
+        under dynamic allocation, which Spark's barrier mode does not take."""
+
+    def start_job(self, phase: str, epochs: range, options: ModeOptions, *, gang: bool = False) -> StartedJob:
+        """Start the job that trains ``epochs`` of ``phase``; ``gang``: as one barrier stage (:attr:`gang_scheduling`)."""
 
     def queue_job(self, running: StartedJob, phase: str, *, epochs: range, options: ModeOptions) -> None:
         """Start the job of ``epochs`` behind ``running``: its tasks take the slots as ``running``'s free them."""
@@ -195,8 +208,14 @@ class ModeNode(Protocol):
     def save_outer(self, phase: str) -> None:
         """Store the node's outer momentum in ``phase``, where a restarted or new node finds it."""
 
+    def restart_outer(self, phase: str) -> None:
+        """Anchor the outer step on the node's parameters now, with the momentum the store holds for ``phase``."""
+
     def report(self, task: TaskSpec, work: PartitionWork) -> PartitionReport:
         """The partition's report, also stored as the node's metrics record."""
 
     def refusal(self, task: TaskSpec, partition: int, error: Exception) -> PartitionReport:
         """A report that says why the partition's data was refused (returned, not raised: no retry)."""
+
+    def report_earlier(self, task: TaskSpec, partition: int, samples: int, loss: float, origin: str) -> PartitionReport:
+        """This node's report of a partition an earlier attempt of its task trained (``origin`` says which)."""

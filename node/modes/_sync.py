@@ -12,8 +12,12 @@ Driver half
     epochs of a phase are one Spark job of ``nodes`` tasks running at once, each task one node
     for the whole phase (so a node keeps its optimizer state, as one process does).  ``nodes``
     is ``averaging_nodes`` or Spark's default parallelism (never more than the partitions).
-    The run record marks the phase's epochs when the job ends: a fit stopped in the middle of
-    a sync phase trains that phase again from its start.
+    The job is a Spark *barrier stage* where Spark can run one (not under dynamic allocation): its
+    tasks start all at once or not at all, so two sync fits of one session never each hold half
+    the task slots.  When a node is lost the job fails, and the driver runs it again as its next
+    attempt, continuing from the last round every node completed (:mod:`node.modes._sync_rounds`,
+    :data:`JOB_ATTEMPTS`).  The run record marks the phase's epochs when the job ends: a fit stopped
+    in the middle of a sync phase trains that phase again from its start.
 
 Executor half (one task = one node's share of every epoch of the phase)
     Per epoch, rounds of ``averaging_frequency`` of its partitions, in index order.  After each round the
@@ -21,7 +25,8 @@ Executor half (one task = one node's share of every epoch of the phase)
     authenticated layout, so the phase-end consolidation and a fresh node find them), then a
     signed *round record* naming that snapshot::
 
-        runs/<run>/rounds/<phase>/<fit>-<epoch>-<round>/<slot>.json   {node, version, sha256, mac}
+        runs/<run>/rounds/<phase>/<fit>-<first epoch>/<attempt>/<epoch>-<round>/<slot>.json
+            {node, version, sha256, mac, epoch, round, trained: [[partition, samples, loss], ...]}
 
     and waits until every slot of the round has written its record -- the barrier, through the
     store, so it works wherever the store is shared.  It reads the named snapshots (MAC and
@@ -30,9 +35,10 @@ Executor half (one task = one node's share of every epoch of the phase)
     on the average (DiLoCo: every node holds the same anchor and momentum, so they stay one model;
     after its last round a node stores that anchor as its newest snapshot, which the phase
     consolidates).  Optimizer state (momentum) stays local, as in Deeplearning4j without
-    ``saveUpdater``.  A slot whose node does not reach the barrier
-    within ``barrier_timeout_s`` fails the task with a message that says what to check; a task
-    Spark retries (its worker died) fails the job at once (:meth:`SyncMode.check_retried_task`).
+    ``saveUpdater`` (a new attempt of the job starts them afresh).  A slot whose node does not reach
+    the barrier within ``barrier_timeout_s`` fails the task with a message that says what to check.
+    A task Spark runs again (its node lost) fails at once: it cannot join peers rounds ahead
+    (:class:`SyncNodeLost`).
 
 A slow node holds every other node at each barrier: that is the price of this mode.
 """
@@ -50,25 +56,41 @@ import numpy as np
 
 import storage
 
-from .._contract import PartitionReport, SyncOptions, TaskSpec
+from .._contract import PartitionReport, SyncOptions, SyncResume, TaskSpec
 from .._errors import InputDataError, TrainingError
 from ..data import Block
 from ._base import TrainingMode
 from ._protocols import ModeDriver, ModeNode, ModeSettings, PartitionWork
+from ._sync_rounds import RoundPlace, RoundRecord, SyncJob, SyncNodeLost, round_members
 
-__all__ = ["SyncMode", "SyncState", "round_members"]
+__all__ = ["JOB_ATTEMPTS", "SyncMode", "SyncNodeLost", "SyncState", "round_members"]
 
 logger = logging.getLogger(__name__)
 
-_ROUND_CONTEXT = "sparkdbn sync round v1"
-_ROUND_RECORD_MAX_BYTES = 4096
+#: At most this many runs of a sync job when nodes are lost (the first and the ones after; Spark's own
+#: ``spark.stage.maxConsecutiveAttempts`` is 4 as well).
+JOB_ATTEMPTS = 4
 _POLL_S = 0.01  # the barrier polls the store: first quickly, then every 0.2 s at most
 _MAX_POLL_S = 0.2
 
 
-def round_members(slots: list[list[int]], frequency: int, round_index: int) -> list[int]:
-    """The slots that train in round ``round_index`` (a slot with fewer partitions stops earlier)."""
-    return [slot for slot, partitions in enumerate(slots) if math.ceil(len(partitions) / frequency) > round_index]
+class _PeerMissing(TrainingError):
+    """A round's peer did not reach the barrier in time: a lost node, which the job's next attempt gets past."""
+
+
+def _task_failed(error: BaseException) -> bool:
+    """Whether a Spark job failed because a task did (its node lost, its worker killed), not because it was
+    cancelled (the fit stopping, its lease lost): only the first is worth another attempt."""
+    text = " ".join(str(link) for link in _chain(error))
+    return "aborted due to stage failure" in text
+
+
+def _chain(error: BaseException | None) -> list[BaseException]:
+    links = []
+    while error is not None and len(links) < 8:
+        links.append(error)
+        error = error.__cause__ or error.__context__
+    return links
 
 
 @dataclass
@@ -96,77 +118,135 @@ class SyncMode(TrainingMode):
                                 f"to at most {slots}, or give the cluster more task slots")
 
     def run_epochs(self, driver: ModeDriver, phase: str, *, first: int, epochs: int) -> list[list[PartitionReport]]:
-        reports = driver.start_job(phase, range(first, epochs), self.options(driver.settings)).reports()
+        """The phase's epochs as one job (a barrier stage where Spark can run one: its tasks start together).
+
+        When the job fails because a node was lost, it runs again as the job's next attempt, continuing
+        from the last round every node completed (:mod:`node.modes._sync_rounds`), at most
+        :data:`JOB_ATTEMPTS` times in all.
+        """
+        gang = driver.gang_scheduling
+        options = self.options(driver.settings)
+        while True:
+            job = driver.start_job(phase, range(first, epochs), options, gang=gang)
+            try:
+                reports = job.reports()
+                break
+            except TrainingError as error:
+                options = self._next_attempt(driver, job.task, error)
         return [[report for report in reports if report.epoch == epoch] for epoch in range(first, epochs)]
 
-    # ------------------------------------------------------------------ executor
-    def check_retried_task(self, task: TaskSpec, slot: int, attempt: int) -> None:
-        """A node lost mid-phase (its worker died) cannot be replaced: the other nodes are rounds ahead,
-        waiting at a barrier for its record, and the snapshots its rounds named are pruned.  A retry
-        read them and failed on a missing file; it now fails the job at once, saying what to do."""
-        if attempt > 0:
-            raise TrainingError(f"sync: the node of slot {slot} of run {task.node.run} was lost in phase "
-                                f"{task.phase} (attempt {attempt + 1} of its task): a sync phase takes no "
-                                "replacement node between its rounds; fit again with the same run id to train "
-                                "the phase again from its start, or use mode 'async' or 'sharing', which do")
+    @staticmethod
+    def _next_attempt(driver: ModeDriver, task: TaskSpec, error: TrainingError) -> SyncOptions:
+        """The options of the job's next attempt after ``error``; raises where another attempt would not help."""
+        options = task.options
+        failed = SyncJob(driver.store, task, options.attempt)
+        failure = failed.failure()
+        if failure is not None:  # the same error again on any attempt: said once, plainly
+            raise failed.failure_error(failure) from error
+        if not _task_failed(error) or options.attempt + 1 >= JOB_ATTEMPTS:
+            raise error
+        resume = SyncJob(driver.store, task, options.attempt + 1).resume_point()
+        where = ("from its start" if resume is None else
+                 f"from epoch {resume.epoch + 1} round {resume.round + 1} of attempt {resume.attempt}")
+        logger.warning("run %s, phase %s: a sync node was lost (%s); the job runs again %s (attempt %d of %d)",
+                       task.node.run, task.phase, error, where, options.attempt + 2, JOB_ATTEMPTS)
+        return dataclasses.replace(options, attempt=options.attempt + 1, resume=resume)
 
+    # ------------------------------------------------------------------ executor
     def train_task(self, node: ModeNode, task: TaskSpec, *, spark_partition: int,
                    blocks: list[Block]) -> Iterator[PartitionReport]:
         slots = [list(partitions) for partitions in task.slots]
-        frequency = int(task.options.averaging_frequency)
         blocks = sorted(blocks, key=lambda block: block[0])
         if [block[0] for block in blocks] != slots[spark_partition]:
             raise TrainingError(f"sync slot {spark_partition} of run {task.node.run} holds partitions "
                                 f"{[block[0] for block in blocks]}, expected {slots[spark_partition]}")
+        job = SyncJob(node.store, task, task.options.attempt)
+        if not job.claim(spark_partition):  # Spark ran this task again: its node was lost mid-job
+            raise job.lost_node_error(spark_partition)
+        try:
+            yield from self._train_attempt(node, task, job, spark_partition, blocks)
+        except _PeerMissing:
+            raise  # what a lost node looks like from its peers: the driver runs the job again
+        except Exception as error:  # the next attempt would fail alike: the driver raises it instead
+            job.record_failure(error)
+            raise
+
+    def _train_attempt(self, node: ModeNode, task: TaskSpec, job: SyncJob, slot: int,
+                       blocks: list[Block]) -> Iterator[PartitionReport]:
+        """The slot's share of the job, from its start or from where the attempt resumes."""
+        frequency = int(task.options.averaging_frequency)
+        resume = task.options.resume
+        resumed_at = RoundPlace(task.epoch, -1)
+        origin = ""
+        if resume is not None:
+            resumed_at = RoundPlace(resume.epoch, resume.round)
+            self._continue_from(node, task, job, resume)
+            origin = f"resumed(epoch {resume.epoch + 1} round {resume.round + 1} of attempt {resume.attempt})"
+        self._publish(node, task, job, None, slot, [], started_at=resumed_at)
         for epoch in task.epochs:
             epoch_task = dataclasses.replace(task, epoch=epoch)
+            trained_any = False
             for round_index in range(math.ceil(len(blocks) / frequency)):
                 chunk = blocks[round_index * frequency:(round_index + 1) * frequency]
-                # The learning rates follow the nodes this round averages (node.modes._scaling).
-                averaged = [f"slot-{member}" for member in round_members(slots, frequency, round_index)
-                            if member != spark_partition]
-                pending = []
-                for index, X, y in chunk:
-                    started = time.time()
-                    try:
-                        pending.append((node.train(epoch_task, index, X, y, merged_from=averaged), started))
-                    except InputDataError as error:  # reported, not raised: the same data fails on a retry
-                        yield node.refusal(epoch_task, index, error)
-                        return
-                sync_started = time.perf_counter()
-                sent, peers, read = self._average(node, epoch_task, spark_partition, slots, frequency, round_index)
-                node.outer_step(task.phase)  # DiLoCo: every node steps on the same average from the same anchor
-                sync_s = time.perf_counter() - sync_started
-                for position, (trained, started) in enumerate(pending):
-                    if position < len(pending) - 1:
-                        yield node.report(epoch_task, PartitionWork(trained, started))
-                    else:  # the round's barrier is charged to its last partition
-                        yield node.report(epoch_task, PartitionWork(trained, started, merge_s=sync_s, merged_from=peers,
-                                                                    sent_bytes=sent, read_bytes=read))
-            node.save_outer(task.phase)
+                place = RoundPlace(epoch, round_index)
+                if place <= resumed_at:  # trained by an earlier attempt: its figures, reported again
+                    for report in self._earlier_reports(node, epoch_task, job, place, slot, chunk, origin):
+                        origin = ""
+                        yield report
+                    continue
+                trained_any = True
+                yield from self._train_round(node, epoch_task, job, place, slot, chunk)
+            if trained_any:
+                node.save_outer(task.phase)
         if node.outer_enabled:  # the phase's result is the anchor of the last outer step, not the round's average
             node.weights.put_version(task.phase, node.name, self._next_version(node, task.phase),
                                      node.model.parameters(task.phase))
 
-    def _average(self, node: ModeNode, task: TaskSpec, slot: int, slots: list[list[int]], frequency: int,
-                 round_index: int) -> tuple[int, list[str], int]:
-        """Publish this node's round, wait for the round's other nodes, continue from the mean.
+    def _train_round(self, node: ModeNode, task: TaskSpec, job: SyncJob, place: RoundPlace, slot: int,
+                     chunk: list[Block]) -> Iterator[PartitionReport]:
+        """Train the round's partitions, average with the round's other nodes, report each partition."""
+        members = job.members(place)
+        # The learning rates follow the nodes this round averages (node.modes._scaling).
+        averaged = [f"slot-{member}" for member in members if member != slot]
+        pending = []
+        for index, X, y in chunk:
+            started = time.time()
+            try:
+                pending.append((node.train(task, index, X, y, merged_from=averaged), started))
+            except InputDataError as error:  # reported, not raised: the same data fails on a retry
+                yield node.refusal(task, index, error)
+                return
+        sync_started = time.perf_counter()
+        trained = [(item.partition, int(item.metrics["samples"]), float(item.metrics["loss"])) for item, _ in pending]
+        sent = self._publish(node, task, job, place, slot, trained)
+        peers, read = self._average(node, task, job, place, [member for member in members if member != slot])
+        # Past the barrier every member has read what it started from: the snapshots before this round's may go.
+        node.weights.prune(task.phase, node.name, max(2, task.node.keep_versions))
+        node.outer_step(task.phase)  # DiLoCo: every node steps on the same average from the same anchor
+        sync_s = time.perf_counter() - sync_started
+        for position, (item, started) in enumerate(pending):
+            if position < len(pending) - 1:
+                yield node.report(task, PartitionWork(item, started))
+            else:  # the round's barrier is charged to its last partition
+                yield node.report(task, PartitionWork(item, started, merge_s=sync_s, merged_from=peers,
+                                                      sent_bytes=sent, read_bytes=read))
 
-        Returns the bytes written, the peers averaged with and the bytes read.
+    def _publish(self, node: ModeNode, task: TaskSpec, job: SyncJob, place: RoundPlace | None, slot: int,
+                 trained: list[tuple[int, int, float]], started_at: RoundPlace | None = None) -> int:
+        """Store this node's parameters and record them for the round at ``place`` (None: the attempt's start).
+
+        Returns the bytes written.
         """
-        phase, key = task.phase, task.node.key
-        own = node.model.parameters(phase)
-        ref = node.weights.put_version(phase, node.name, self._next_version(node, phase), own)
-        node.weights.prune(phase, node.name, max(2, task.node.keep_versions))  # a peer reads at most 1 round back
-        folder = (f"runs/{task.node.run}/rounds/{phase}/"
-                  f"{task.node.fit_id[:12]}-{task.epoch:04d}-{round_index:05d}")
-        record = {"node": ref.node, "version": ref.version, "sha256": ref.sha256, "mac": ref.mac}
-        node.store.write_bytes(f"{folder}/{slot}.json",
-                               storage.sign_json(key, record, _ROUND_CONTEXT, task.node.run, folder))
-        sent = sum(int(value.nbytes) for value in own.values())
+        own = node.model.parameters(task.phase)
+        ref = node.weights.put_version(task.phase, node.name, self._next_version(node, task.phase), own)
+        job.write_record(place, slot, ref, trained, started_at=started_at)
+        return sum(int(value.nbytes) for value in own.values())
 
-        members = [member for member in round_members(slots, frequency, round_index) if member != slot]
-        peers = self._wait_for_round(node, task, folder, members)
+    def _average(self, node: ModeNode, task: TaskSpec, job: SyncJob, place: RoundPlace,
+                 members: list[int]) -> tuple[list[str], int]:
+        """Wait for the round's other nodes, continue from the mean.  Returns the peers averaged with, bytes read."""
+        own = node.model.parameters(task.phase)
+        peers = [record.ref for record in self._wait_for_round(node, task, job, place, members)]
         total = {name: value.astype(np.float64) for name, value in own.items()}
         read = 0
         for peer in peers:
@@ -177,51 +257,70 @@ class SyncMode(TrainingMode):
         if peers:  # one node's average is itself: leave its parameters untouched
             node.model.set_parameters({name: (value / (len(peers) + 1)).astype(own[name].dtype)
                                        for name, value in total.items()})
-        return sent, [peer.node for peer in peers], read
+        return [peer.node for peer in peers], read
 
-    def _wait_for_round(self, node: ModeNode, task: TaskSpec, folder: str,
-                        members: list[int]) -> list[storage.SnapshotRef]:
-        """The barrier: the snapshot every other member slot wrote for this round (polls the store)."""
+    def _continue_from(self, node: ModeNode, task: TaskSpec, job: SyncJob, resume: SyncResume) -> None:
+        """Take the mean of the snapshots of the round an earlier attempt completed (every node the same mean:
+        summed in slot order), and anchor the outer step there."""
+        place = RoundPlace(resume.epoch, resume.round)
+        at = None if resume.start else place
+        members = job.members(place if at is not None else RoundPlace(place.epoch, -1))
+        where = (f"{node.store.url}/{job.root}/{resume.attempt}: epoch {place.epoch + 1} round {place.round + 1}, "
+                 "which the driver continues from,")
+        total: dict[str, np.ndarray] = {}
+        dtypes = {name: value.dtype for name, value in node.model.parameters(task.phase).items()}
+        for member in members:
+            record = job.read_record(resume.attempt, at, member)
+            if record is None:
+                raise TrainingError(f"sync, run {task.node.run}, phase {task.phase}: {where} has no record of "
+                                    f"slot {member} any more")
+            try:
+                params = node.weights.get_version(record.ref)
+            except storage.StoreError as error:
+                raise TrainingError(f"sync, run {task.node.run}, phase {task.phase}: {where} names a snapshot "
+                                    f"of slot {member} that does not read back: {error}") from error
+            for name, value in params.items():
+                total[name] = total[name] + value if name in total else value.astype(np.float64)
+        node.model.set_parameters({name: (value / len(members)).astype(dtypes.get(name, value.dtype))
+                                   for name, value in total.items()})
+        node.restart_outer(task.phase)
+
+    def _earlier_reports(self, node: ModeNode, task: TaskSpec, job: SyncJob, place: RoundPlace, slot: int,
+                         chunk: list[Block], origin: str) -> Iterator[PartitionReport]:
+        """This slot's partitions of a round an earlier attempt trained, reported again from its round record."""
+        record = job.earlier_round(task.options.resume, place, slot)
+        figures = {partition: (samples, loss) for partition, samples, loss in (record.trained if record else ())}
+        for index, X, _y in chunk:
+            samples, loss = figures.get(index, (len(X), float("nan")))
+            if index not in figures:
+                logger.warning("sync, run %s: no record says what partition %d scored in epoch %d round %d; "
+                               "reported without a loss", task.node.run, index, place.epoch + 1, place.round + 1)
+            yield node.report_earlier(task, index, samples, loss, origin)
+            origin = ""
+
+    def _wait_for_round(self, node: ModeNode, task: TaskSpec, job: SyncJob, place: RoundPlace,
+                        members: list[int]) -> list[RoundRecord]:
+        """The barrier: the record every other member slot wrote for this round (polls the store)."""
         deadline = time.monotonic() + float(task.options.barrier_timeout_s)
-        found: dict[int, storage.SnapshotRef] = {}
+        found: dict[int, RoundRecord] = {}
         pause = _POLL_S
         while True:
             for member in members:
                 if member not in found:
-                    record = self._read_round_record(node, task, folder, member)
+                    record = job.read_record(job.attempt, place, member)
                     if record is not None:
                         found[member] = record
             if len(found) == len(members):
                 return [found[member] for member in members]
             if time.monotonic() > deadline:
                 missing = sorted(set(members) - set(found))
-                raise TrainingError(
+                raise _PeerMissing(
                     f"sync mode, run {task.node.run}, phase {task.phase}: slot(s) {missing} did not reach "
-                    f"{node.store.url}/{folder} within barrier_timeout_s={task.options.barrier_timeout_s}; "
-                    "every node of a round must run at once: set averaging_nodes to at most the number of tasks "
-                    "the cluster runs in parallel, and check the executors' logs")
+                    f"{node.store.url}/{job.round_folder(place)} within barrier_timeout_s="
+                    f"{task.options.barrier_timeout_s}; every node of a round must run at once: set averaging_nodes "
+                    "to at most the number of tasks the cluster runs in parallel, and check the executors' logs")
             time.sleep(pause)  # polling the store with a deadline
             pause = min(_MAX_POLL_S, pause * 2)
-
-    @staticmethod
-    def _read_round_record(node: ModeNode, task: TaskSpec, folder: str,
-                           slot: int) -> storage.SnapshotRef | None:
-        path = f"{folder}/{slot}.json"
-        try:
-            data = node.store.read_bytes(path, max_bytes=_ROUND_RECORD_MAX_BYTES)
-        except storage.StoreNotFoundError:
-            return None
-        except (storage.FileTooLargeError, storage.StoreEntryTypeError) as error:  # no record a node writes
-            logger.warning("sync barrier skips %s: %s", path, error)
-            return None
-        try:
-            record = storage.verify_json(task.node.key, data, _ROUND_CONTEXT, task.node.run, folder,
-                                         where=f"{node.store.url}/{path}")
-        except storage.AuthenticationError as error:  # not written by a node of this run: never acted upon
-            logger.warning("sync barrier skips %s: %s", path, error)
-            return None
-        return storage.SnapshotRef(task.node.run, task.phase, str(record["node"]), int(record["version"]),
-                                   str(record["sha256"]), str(record["mac"]))
 
     @staticmethod
     def _next_version(node: ModeNode, phase: str) -> int:

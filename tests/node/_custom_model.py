@@ -99,3 +99,25 @@ class SoftmaxRegression:
 
     def score(self, X: np.ndarray, y: np.ndarray) -> float:
         return float(np.mean(self.predict(X) == np.asarray(y)))
+
+
+@rbm.register_model("test-softmax-broken")
+class BrokenSoftmaxRegression(SoftmaxRegression):
+    """The softmax regression with a bug of its user's: its ``partitions_before_failing + 1``-th partition in a
+    process raises (a RuntimeError: no input error the trainer reports, the same on every retry)."""
+
+    def __init__(self, learning_rate: float = 0.5, batch_size: int = 16, epochs: int = 10, seed: int = 0,
+                 partitions_before_failing: int = 2) -> None:
+        super().__init__(learning_rate, batch_size, epochs, seed)
+        self.partitions_before_failing = partitions_before_failing
+        self._trained = 0
+
+    def to_spec(self) -> dict:
+        return {**super().to_spec(), "kind": "test-softmax-broken",
+                "partitions_before_failing": self.partitions_before_failing}
+
+    def train_partition(self, X: np.ndarray, y: np.ndarray | None, phase: str, rng: np.random.Generator) -> dict:
+        if self._trained >= self.partitions_before_failing:
+            raise RuntimeError("the user's model broke")
+        self._trained += 1
+        return super().train_partition(X, y, phase, rng)

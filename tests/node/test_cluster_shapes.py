@@ -50,13 +50,27 @@ def test_a_session_whose_default_parallelism_exceeds_its_task_slots_trains_a_nod
     # Users set spark.default.parallelism to a multiple of the cores for their own jobs.  A node per
     # default-parallelism task put six sync nodes on local[2]'s two slots: the fit waited at the first
     # barrier, and failed after every attempt of the waiting task had timed out.
-    config = {"store": f"file://{tmp_path / 'store'}", "master": "local[2]", "parallelism": 6}
+    result = run_driver({"store": f"file://{tmp_path / 'store'}", "master": "local[2]", "parallelism": 6})
+    assert result["default_parallelism"] == 6
+    assert {phase: len(nodes) for phase, nodes in result["nodes"].items()} == {"rbm0": 2, "finetune": 2}
+    assert result["accuracy"] >= HARNESS_TRAINED
+
+
+def test_two_sync_fits_side_by_side_under_fair_scheduling_both_finish(tmp_path):
+    # Each sync job is one barrier stage, which Spark starts whole or not at all: under FAIR scheduling two
+    # fits' jobs each took one of local[2]'s two slots and waited at their first barrier for a node that
+    # could not start, until barrier_timeout_s failed both.
+    result = run_driver({"store": f"file://{tmp_path / 'store'}", "master": "local[2]", "parallelism": 2,
+                         "fair": True})
+    assert isinstance(result["left"], float) and isinstance(result["right"], float), result
+    assert min(result["left"], result["right"]) >= HARNESS_TRAINED
+
+
+def run_driver(config: dict) -> dict:
+    """Run ``_shapes_driver.py`` with ``config`` in a process of its own; the JSON line it printed."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT)]), SPARK_LOCAL_IP="127.0.0.1",
                PYSPARK_PYTHON=sys.executable)
     done = subprocess.run([sys.executable, str(HERE / "_shapes_driver.py"), json.dumps(config)], env=env,
                           capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
-    result = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")][-1]
-    assert result["default_parallelism"] == 6
-    assert {phase: len(nodes) for phase, nodes in result["nodes"].items()} == {"rbm0": 2, "finetune": 2}
-    assert result["accuracy"] >= HARNESS_TRAINED
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")][-1]

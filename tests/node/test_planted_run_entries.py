@@ -15,7 +15,7 @@ from support.fifos import call_beside_fifos
 import node
 import storage
 from node.modes._sharing import SparseUpdate, UpdateExchange
-from node.modes._sync import SyncMode
+from node.modes._sync_rounds import RoundPlace, SyncJob
 from node.run import sweep_temporaries
 
 KEY = b"planted-entries-key-0123456789"
@@ -74,9 +74,9 @@ def test_a_run_resumes_and_finishes_beside_entries_of_the_wrong_kind_planted_in_
 
 def test_the_sync_barrier_passes_over_a_round_record_that_is_a_folder_or_too_large(tmp_path):
     store = storage.open_store(str(tmp_path / "store"))
-    node_view = SimpleNamespace(store=store)
-    task = SimpleNamespace(node=SimpleNamespace(key=KEY, run="r1"))
-    folder = "runs/r1/rounds/rbm0/00000001"
+    task = SimpleNamespace(node=SimpleNamespace(key=KEY, run="r1", fit_id="f" * 32), phase="rbm0", epoch=0)
+    job = SyncJob(store, task, 0)
+    folder = job.round_folder(RoundPlace(0, 0))
     store.makedirs(f"{folder}/0.json")
     store.write_bytes(f"{folder}/1.json", b" " * (1 << 20))
-    assert [SyncMode._read_round_record(node_view, task, folder, slot) for slot in (0, 1, 2)] == [None, None, None]
+    assert [job.read_record(0, RoundPlace(0, 0), slot) for slot in (0, 1, 2)] == [None, None, None]
