@@ -17,12 +17,12 @@ import rbm
 import storage
 from rbm.datasets import load_digits01, load_digits28
 
-from ..data import RECIPES, check_output, stage_input, stage_recipe, write_parquet_safely
+from ..data import RECIPES, check_output, read_staged_frame, stage_input, stage_recipe
 from ..driver import Trainer, TrainingSettings, default_store_url, driver_spec, get_spark_session, gpu_spark_conf
 from ..run import load_run_model, open_checked_store, open_run
-from ..serve import evaluate, predict_dataframe, raise_input_errors_from
+from ..serve import evaluate, raise_input_errors_from, write_predictions
 from ..watch import check_report_folder, is_supervised, render_report, run_status
-from ._data import dataset_scaling, held_out_split, run_dataset_url, scale_frame
+from ._data import check_same_scaling, dataset_scaling, held_out_split, run_dataset_url
 from ._options import UsageError, closest, parse_spark_conf
 
 __all__ = ["TRAIN_DEFAULTS", "build_model", "cmd_train", "cmd_evaluate", "cmd_predict", "cmd_stage", "cmd_report",
@@ -294,10 +294,15 @@ def _run_recipe(store_url: str, run: str) -> tuple[str | None, int]:
     return recipe, int((record.get("settings") or {}).get("seed") or 0)
 
 
-def _new_data(spark: Any, options: dict[str, Any], dataset: str | None) -> tuple[Any, str]:
-    """``(frame, features column)``: the ``--input`` Parquet, its features scaled as the run's staged dataset was."""
-    frame = _read_parquet(spark, options["input"])
-    return scale_frame(frame, options["features_col"], dataset_scaling(dataset))
+def _staged(flag: str, url: str) -> storage.Dataset:
+    """The staged dataset ``flag url`` names (``--dataset``), or a :class:`UsageError` saying what is there instead."""
+    if url in (*RECIPES, "digits01"):
+        raise UsageError(f"{flag} {url} is a recipe; {flag} here is a staged dataset. Stage it first (sparkdbn stage "
+                         f"--recipe {url} --url URL), then give URL, or URL/test for its held-out split")
+    try:
+        return storage.open_dataset(url)
+    except storage.StoreError as error:
+        raise _dataset_error(url, error) from error
 
 
 def cmd_evaluate(options: dict[str, Any]) -> int:
@@ -319,6 +324,8 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
             data = held_out_split(url)
         except storage.StoreError as error:
             raise _dataset_error(url, error) from error
+        if staged is not None and data is not None:
+            check_same_scaling("--dataset", url, storage.open_dataset(url).meta, dataset)
         if data is None:
             whose = url if staged else f"run {options['run']} trained on {url}, which"
             raise UsageError(f"{whose} has no held-out split (stage with --test-fraction); give --input or "
@@ -336,34 +343,44 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
         data = (X_test, y_test)
         print(f"evaluating on the held-out split of {recipe} (seed {seed})")
     spark = _session(options)
-    features_col = options["features_col"]
+    scaling = None
     if options.get("input"):
-        data, features_col = _new_data(spark, options, dataset)
-    print(evaluate(model, data, spark=spark, features_col=features_col, label_col=options["label_col"]))
+        data, scaling = _read_parquet(spark, options["input"]), dataset_scaling(dataset)  # new rows: scaled as trained
+    print(evaluate(model, data, spark=spark, features_col=options["features_col"], label_col=options["label_col"],
+                   scaling=scaling))
     return 0
 
 
 def cmd_predict(options: dict[str, Any]) -> int:
     store_url = _store_url(options)
     model = _load_run_model(store_url, options["run"])
-    if not options.get("input"):
-        raise UsageError("predict needs --input (a Parquet file or folder with a features column)")
-    _check_input(options["input"])
+    given, url = options.get("input"), options.get("dataset")
+    if bool(given) == bool(url):
+        raise UsageError("predict needs --input (a Parquet file or folder with a features column) or --dataset (a "
+                         f"staged dataset URL; URL/test for its held-out split){', not both' if given else ''}")
+    trained_on = _run_dataset(store_url, options["run"])
+    # What can be checked without Spark is checked before it starts.
+    if given:
+        _check_input(given)
+    else:
+        staged = _staged("--dataset", url)
+        check_same_scaling("--dataset", url, staged.meta, trained_on)
+    source = f"--input {given}" if given else f"--dataset {url}"
+    inputs = (given or url,)
     # what can be seen of --output without Spark (checked again when written)
-    check_output(options["output"], inputs=(options["input"],), overwrite=bool(options.get("overwrite")))
-    dataset = _run_dataset(store_url, options["run"])
+    check_output(options["output"], inputs=inputs, overwrite=bool(options.get("overwrite")))
     spark = _session(options)
-    frame, features_col = _new_data(spark, options, dataset)
-    result = predict_dataframe(model, frame, features_col=features_col)
-    if features_col != options["features_col"]:
-        result = result.drop(features_col)  # the scaled copy: the input's own columns are what is written
+    if given:  # new rows: scaled as the run's staged dataset was
+        frame, features_col, scaling = _read_parquet(spark, given), options["features_col"], dataset_scaling(trained_on)
+    else:  # staged rows: as the shards hold them (scaled when staged)
+        frame, features_col, scaling = read_staged_frame(spark, staged), "features", None
     try:
-        write_parquet_safely(result, options["output"], inputs=(options["input"],),
-                             overwrite=bool(options.get("overwrite")))
-    except Exception as error:  # bad rows past the driver's one-row check fail the job: name them in one line
-        raise_input_errors_from(error, f"--input {options['input']}")
+        write_predictions(model, frame, options["output"], inputs=inputs, overwrite=bool(options.get("overwrite")),
+                          source=source, features_col=features_col, scaling=scaling)
+    except Exception as error:  # a failed job with an input error in its trace: name it in one line
+        raise_input_errors_from(error, source)
         raise
-    print(f"wrote predictions of {options['input']} to {options['output']}")
+    print(f"wrote predictions of {given or url} to {options['output']}")
     return 0
 
 

@@ -1,0 +1,128 @@
+"""`sparkdbn predict` and `evaluate` on staged data, and bad rows found on the executors: reported once."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from support.numerics import forward_rtol, near_ties
+from support.spark_jobs import failed_tasks_since, newest_job
+
+import node
+import storage
+from node import cli
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def staged_run(spark, tmp_path_factory):
+    """digits staged in 3 shards (held-out split at <url>/test) in a store whose path has spaces, and a conv net
+    trained on it for one epoch from the command line (run ``staged``)."""
+    root = tmp_path_factory.mktemp("staged cli")
+    store = root / "a store"
+    url = "file://" + str(store / "datasets" / "digits")
+    assert cli.main(["stage", "--recipe", "digits", "--url", url, "--shards", "3"]) == 0
+    assert cli.main(["train", "--store", str(store), "--run-id", "staged", "--dataset", url, "--model", "convnet",
+                     "--epochs", "1", "--no-report", "--no-progress"]) == 0
+    model = node.load_run_model(node.open_run("file://" + str(store), "staged"))
+    return SimpleNamespace(root=root, store=store, url=url, model=model)
+
+
+def _predict(staged_run, *args: str) -> list[str]:
+    return ["predict", "--store", str(staged_run.store), "--run", "staged", *args]
+
+
+def test_predict_writes_each_row_of_a_staged_split_with_its_number_features_label_and_prediction(staged_run, capsys):
+    capsys.readouterr()
+    out = staged_run.root / "test predictions"
+    assert cli.main(_predict(staged_run, "--dataset", staged_run.url + "/test", "--output", str(out))) == 0
+    assert capsys.readouterr().out == f"wrote predictions of {staged_run.url}/test to {out}\n"
+    table = pq.read_table(str(out)).to_pandas().sort_values("row")
+    X, y = storage.open_dataset(staged_run.url + "/test").read_all()
+    assert table["row"].tolist() == list(range(len(X)))  # every row once, numbered as staged
+    features = np.stack(table["features"].to_numpy())
+    np.testing.assert_array_equal(features, X.reshape(len(X), -1))
+    assert table["label"].tolist() == y.tolist()
+    proba = staged_run.model.predict_proba(features)
+    # Alike but for a row whose two best classes are within float32 rounding of each other (see test_cli).
+    ties = near_ties(proba, forward_rtol(9, 128, 64))
+    assert not np.any((table["prediction"].to_numpy().astype(np.int64) != proba.argmax(axis=1)) & ~ties)
+    written = np.stack(table["probability"].map(lambda vector: vector["values"]).to_numpy())  # Spark's Vector struct
+    np.testing.assert_allclose(written, proba, rtol=forward_rtol(9, 128, 64), atol=1e-7)
+
+
+def test_predict_on_a_staged_dataset_is_refused_before_spark_where_it_cannot_work(staged_run, spark, capsys):
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()  # raw pixels 0..16, staged scaled to [0, 1] by their own range
+    header = ",".join(["label"] + [f"p{k}" for k in range(64)])
+    rows = [",".join([str(label)] + [str(int(v)) for v in x]) for x, label in zip(digits.data[:40], digits.target)]
+    (staged_run.root / "raw.csv").write_text(header + "\n" + "\n".join(rows) + "\n")
+    scaled = "file://" + str(staged_run.root / "scaled")
+    assert cli.main(["stage", "--input", str(staged_run.root / "raw.csv"), "--url", scaled, "--scale", "minmax"]) == 0
+    capsys.readouterr()
+    never = staged_run.root / "never"
+    cases = {
+        ("--dataset", scaled): f"--dataset {scaled} holds features scaled to [0, 1] when staged (--scale minmax); the "
+                               f"run's training data {staged_run.url} was not: the model would meet features on another "
+                               "scale than it learned",
+        ("--dataset", "digits"): "--dataset digits is a recipe; --dataset here is a staged dataset. Stage it first",
+        ("--dataset", staged_run.url + "/nothing"): f"--dataset {staged_run.url}/nothing: no dataset at",
+        (): "predict needs --input (a Parquet file or folder with a features column) or --dataset (a staged dataset "
+            "URL; URL/test for its held-out split)",
+        ("--dataset", staged_run.url, "--input", str(staged_run.root / "raw.csv")): "or --dataset (a staged dataset "
+                                                                                    "URL; URL/test for its held-out "
+                                                                                    "split), not both",
+        ("--dataset", staged_run.url, "--output", staged_run.url[len("file://"):] + "/out"): "overlaps the input",
+    }
+    before = newest_job(spark)
+    for args, said in cases.items():
+        output = () if "--output" in args else ("--output", str(never))
+        assert cli.main(_predict(staged_run, *args, *output)) == 2, args
+        err = capsys.readouterr().err
+        assert err.startswith("sparkdbn predict: ") and said in err and err.count("\n") == 1, (args, err)
+    assert newest_job(spark) == before and not never.exists()
+
+
+def test_a_bad_row_past_the_first_fails_predict_once_naming_it_and_writes_nothing(staged_run, spark, capsys):
+    X, _ = storage.open_dataset(staged_run.url + "/test").read_all()
+    holed = X.reshape(len(X), -1).copy()
+    holed[300, 9] = np.nan  # the driver's look at the first row sees nothing wrong
+    pq.write_table(pa.table({"features": pa.array(list(holed), type=pa.list_(pa.float32()))}),
+                   str(staged_run.root / "holed.parquet"))
+    capsys.readouterr()
+    before = newest_job(spark)
+    status = cli.main(_predict(staged_run, "--input", str(staged_run.root / "holed.parquet"),
+                               "--output", str(staged_run.root / "holed out")))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and err == [f"sparkdbn predict: --input {staged_run.root / 'holed.parquet'}: partition 0, rows "
+                                   f"0..{len(X) - 1} of a batch: X contains NaN or Inf (first at row 300); nothing was "
+                                   "written"]
+    assert failed_tasks_since(spark, before) == 0  # reported by its task, not retried by Spark until it gave up
+    assert not (staged_run.root / "holed out").exists()
+    assert not [path for path in staged_run.root.iterdir() if ".sparkdbn-" in path.name]
+
+
+@pytest.mark.parametrize("how", ["predict", "evaluate"])
+def test_a_row_the_scaling_cannot_take_in_a_later_partition_is_reported_once(staged_run, spark, tmp_path, how):
+    # New rows of a run trained on a scaled dataset are scaled on the executors: a row of another width
+    # failed the scaling task, which Spark tried 4 times, each with a Java stack trace, before the job failed.
+    X, y = storage.open_dataset(staged_run.url + "/test").read_all()
+    rows = [(x.reshape(-1).tolist(), int(label)) for x, label in zip(X[:20], y[:20])]
+    rows[10:] = [(features[:-1], label) for features, label in rows[10:]]  # the second partition: 63 features
+    frame = spark.createDataFrame(rows, "features array<float>, label long").coalesce(2)
+    assert frame.rdd.getNumPartitions() == 2
+    scaling = {"kind": "minmax", "min": [0.0] * 64, "max": [1.0] * 64}
+    before = newest_job(spark)
+    with pytest.raises(node.InputDataError, match=r"partition 1, the data has \(63,\) features per sample; the "
+                                                  r"dataset's scaling has \(64,\)"):
+        if how == "predict":
+            node.serve.write_predictions(staged_run.model, frame, str(tmp_path / "out"), scaling=scaling)
+        else:
+            node.evaluate(staged_run.model, frame, scaling=scaling)
+    assert failed_tasks_since(spark, before) == 0
+    assert not (tmp_path / "out").exists()
