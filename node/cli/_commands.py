@@ -358,17 +358,18 @@ def cmd_predict(options: dict[str, Any]) -> int:
     if bool(given) == bool(url):
         raise UsageError("predict needs --input (a Parquet file or folder with a features column) or --dataset (a "
                          f"staged dataset URL; URL/test for its held-out split){', not both' if given else ''}")
-    trained_on = _run_dataset(store_url, options["run"])
     # What can be checked without Spark is checked before it starts.
     if given:
         _check_input(given)
     else:
         staged = _staged("--dataset", url)
-        check_same_scaling("--dataset", url, staged.meta, trained_on)
     source = f"--input {given}" if given else f"--dataset {url}"
     inputs = (given or url,)
     # what can be seen of --output without Spark (checked again when written)
     check_output(options["output"], inputs=inputs, overwrite=bool(options.get("overwrite")))
+    trained_on = _run_dataset(store_url, options["run"])
+    if not given:
+        check_same_scaling("--dataset", url, staged.meta, trained_on)
     spark = _session(options)
     if given:  # new rows: scaled as the run's staged dataset was
         frame, features_col, scaling = _read_parquet(spark, given), options["features_col"], dataset_scaling(trained_on)
