@@ -46,7 +46,7 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "merge_alpha": None,
     "scale_rule": None,
     "mode": None,
-    "seed": 0,
+    "seed": None,  # --seed or the file's seed:, else settings: seed, else 0 (_train_seed)
     "bind_host": None,
     "advertise_host": None,
     "port_range": None,
@@ -169,7 +169,19 @@ def _dataset_error(url: str, error: Exception) -> UsageError:
     return UsageError(f"--dataset {url}: {hint}{error}")
 
 
+def _train_seed(options: dict[str, Any]) -> int:
+    """The one seed of ``train``: of a recipe's held-out split, of the model and of the training (recorded as the
+    run's ``settings.seed``, by which ``evaluate --run`` splits the recipe again): ``--seed`` or the config's
+    ``seed:``, else its ``settings: seed``, else 0.  Both, differing, are a :class:`UsageError`."""
+    given, in_settings = options.get("seed"), (options.get("settings") or {}).get("seed")
+    if given is not None and in_settings is not None and int(given) != int(in_settings):
+        raise UsageError(f"seed {given} (--seed or the config's seed:) and the config's settings: seed {in_settings} "
+                         "differ; a recipe's held-out split, the model and the training take one seed: give it once")
+    return int(next((seed for seed in (given, in_settings) if seed is not None), 0))
+
+
 def cmd_train(options: dict[str, Any]) -> int:
+    options = {**options, "seed": _train_seed(options)}
     X, y, X_test, y_test = _load_dataset(str(options["dataset"]), int(options["seed"]))
     if isinstance(X, str):
         try:

@@ -126,3 +126,24 @@ def test_a_row_the_scaling_cannot_take_in_a_later_partition_is_reported_once(sta
             node.evaluate(staged_run.model, frame, scaling=scaling)
     assert failed_tasks_since(spark, before) == 0
     assert not (tmp_path / "out").exists()
+
+
+def test_a_seed_given_only_under_settings_splits_the_recipe_that_evaluate_splits_again(spark, tmp_path, capsys):
+    # `train` split the recipe by --seed (default 0) while a config's `settings: seed` seeded the run, which
+    # the record keeps and `evaluate --run` splits by: it evaluated on another split, holding training rows.
+    store, config = tmp_path / "store", tmp_path / "job.yaml"
+    config.write_text("model: convnet\nepochs: 1\nreport: false\nsettings:\n  seed: 3\n  progress: false\n")
+    assert cli.main(["train", "--config", str(config), "--store", str(store), "--run-id", "seeded"]) == 0
+    trained = capsys.readouterr().out.split("(computed with Spark):\n", 1)[1]
+    assert node.open_run("file://" + str(store), "seeded").record["settings"]["seed"] == 3
+    assert cli.main(["evaluate", "--store", str(store), "--run", "seeded"]) == 0
+    said, report = capsys.readouterr().out.split("\n", 1)
+    assert said == "evaluating on the held-out split of digits (seed 3)" and report == trained
+
+    # Two seeds that differ are one line, before Spark starts.
+    before = newest_job(spark)
+    assert cli.main(["train", "--config", str(config), "--store", str(store), "--run-id", "two", "--seed", "4"]) == 2
+    assert capsys.readouterr().err == ("sparkdbn train: seed 4 (--seed or the config's seed:) and the config's settings: "
+                                       "seed 3 differ; a recipe's held-out split, the model and the training take one "
+                                       "seed: give it once\n")
+    assert newest_job(spark) == before
