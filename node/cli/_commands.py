@@ -162,6 +162,14 @@ def _store_url(options: dict[str, Any]) -> str:
     return store if "://" in store else "file://" + os.path.abspath(store)
 
 
+def _dataset_url(name: str) -> str:
+    """A recipe's name as it is; a staged dataset's path as an absolute ``file://`` URL: the run record keeps it
+    (a relative one named another folder for every command run elsewhere), and the executors read it."""
+    if name in (*RECIPES, "digits01") or "://" in name:
+        return name
+    return "file://" + os.path.abspath(os.path.expanduser(name))
+
+
 def _dataset_error(url: str, error: Exception) -> UsageError:
     """``--dataset URL`` names no staged dataset the store has: say so, and name a recipe it may mean."""
     guess = closest(url, RECIPES) if "/" not in url else None  # a recipe's name mistyped, not a path
@@ -181,7 +189,7 @@ def _train_seed(options: dict[str, Any]) -> int:
 
 
 def cmd_train(options: dict[str, Any]) -> int:
-    options = {**options, "seed": _train_seed(options)}
+    options = {**options, "seed": _train_seed(options), "dataset": _dataset_url(str(options["dataset"]))}
     X, y, X_test, y_test = _load_dataset(str(options["dataset"]), int(options["seed"]))
     if isinstance(X, str):
         try:
@@ -325,7 +333,7 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
                          "classifiers (its held-out reconstruction error is printed by train, and its validation "
                          "metrics are in `sparkdbn status --run ID`)")
     dataset = _run_dataset(store_url, options["run"])
-    asked = options.get("dataset")
+    asked = None if options.get("dataset") is None else _dataset_url(str(options["dataset"]))
     staged = asked if asked is not None and asked not in (*RECIPES, "digits01") else None
     # What can be checked without Spark is checked before it starts.
     if options.get("input"):
@@ -335,6 +343,9 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
         try:
             data = held_out_split(url)
         except storage.StoreError as error:
+            if staged is None:  # the dataset the run's record names, not one the user gave
+                raise UsageError(f"run {options['run']} trained on the staged dataset {url}, which cannot be read "
+                                 f"now ({error}); give --dataset or --input") from error
             raise _dataset_error(url, error) from error
         if staged is not None and data is not None:
             check_same_scaling("--dataset", url, storage.open_dataset(url).meta, dataset)
@@ -366,7 +377,7 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
 def cmd_predict(options: dict[str, Any]) -> int:
     store_url = _store_url(options)
     model = _load_run_model(store_url, options["run"])
-    given, url = options.get("input"), options.get("dataset")
+    given, url = options.get("input"), options.get("dataset") and _dataset_url(str(options["dataset"]))
     if bool(given) == bool(url):
         raise UsageError("predict needs --input (a Parquet file or folder with a features column) or --dataset (a "
                          f"staged dataset URL; URL/test for its held-out split){', not both' if given else ''}")

@@ -147,3 +147,29 @@ def test_a_seed_given_only_under_settings_splits_the_recipe_that_evaluate_splits
                                        "seed 3 differ; a recipe's held-out split, the model and the training take one "
                                        "seed: give it once\n")
     assert newest_job(spark) == before
+
+
+def test_a_dataset_given_as_a_relative_path_is_recorded_where_it_lies(spark, tmp_path, monkeypatch, capsys):
+    # The record kept `--dataset data/small` as given: `evaluate --run` from any other folder looked for
+    # the dataset there, and said `--dataset data/small` though no --dataset was given.
+    from rbm.datasets import load_digits01
+
+    split = load_digits01()
+    project, elsewhere = tmp_path / "my project", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    small = "file://" + str(project / "data" / "small")  # 200 rows, 50 held out, as `stage` pairs them
+    storage.stage_arrays(small + "/test", split.X_test[:50], split.y_test[:50], shards=1,
+                         extra_meta={"split": "test", "split_pair": "p"})
+    storage.stage_arrays(small, split.X_train[:200], split.y_train[:200], shards=2, keep=("test",),
+                         extra_meta={"split": "train", "splits": {"test": "test"}, "split_pair": "p"})
+    monkeypatch.chdir(project)
+    assert cli.main(["train", "--store", "store", "--run-id", "rel", "--dataset", "data/small", "--model", "convnet",
+                     "--epochs", "1", "--no-report", "--no-progress"]) == 0
+    url = small
+    assert node.open_run("file://" + str(project / "store"), "rel").record["data"]["source"] == f"dataset {url}"
+    capsys.readouterr()
+    monkeypatch.chdir(elsewhere)
+    status = cli.main(["evaluate", "--store", str(project / "store"), "--run", "rel"])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert captured.out.startswith(f"evaluating on the held-out split of {url}\n")
