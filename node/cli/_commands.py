@@ -281,14 +281,31 @@ def _check_input(path: str) -> None:
                              "'PAR1'): --input is a Parquet file or folder with a features column")
 
 
+def _java_message(error: Py4JJavaError) -> str:
+    """The first line of the Java exception's message (or its class, without one)."""
+    return (str(error.java_exception.getMessage() or "") or error.java_exception.getClass().getName()).splitlines()[0]
+
+
+#: What Hadoop says where an ``hdfs://`` URL names an HTTP port (WebHDFS's) that its RPC client cannot speak to.
+_RPC_TO_HTTP = ("RPC response has a length", "exceeds maximum data length")
+
+
+def _hdfs_hint(location: str, message: str) -> str:
+    """A hint for an ``hdfs://`` location Spark reached on a port that does not speak Hadoop's RPC (WebHDFS's)."""
+    if not location.startswith("hdfs://") or not any(text in message for text in _RPC_TO_HTTP):
+        return ""
+    return (". Spark reads and writes hdfs:// through the namenode's RPC port (usually 8020), not the WebHDFS "
+            "port a sparkdbn store URL names (usually 9870): give hdfs://NAMENODE:8020/... or webhdfs://NAMENODE:9870/...")
+
+
 def _read_parquet(spark: Any, path: str) -> Any:
     try:
         return spark.read.parquet(path)
     except AnalysisException as error:
         raise UsageError(f"--input {path} cannot be read as Parquet: {str(error).splitlines()[0]}") from error
-    except Py4JJavaError as error:  # a file Spark could not read (not Parquet, truncated, ...)
-        message = (str(error.java_exception.getMessage() or "") or type(error).__name__).splitlines()[0]
-        raise UsageError(f"--input {path} cannot be read as Parquet: {message}") from error
+    except Py4JJavaError as error:  # a file Spark could not read (not Parquet, truncated, a port it cannot speak to)
+        message = _java_message(error)
+        raise UsageError(f"--input {path} cannot be read as Parquet: {message}{_hdfs_hint(path, message)}") from error
 
 
 def _load_run_model(store_url: str, run: str) -> Any:
@@ -401,9 +418,11 @@ def cmd_predict(options: dict[str, Any]) -> int:
     try:
         write_predictions(model, frame, options["output"], inputs=inputs, overwrite=bool(options.get("overwrite")),
                           source=source, features_col=features_col, scaling=scaling)
-    except Exception as error:  # a failed job with an input error in its trace: name it in one line
+    except Py4JJavaError as error:  # the job or the output's file system failed: one line (--verbose: the trace)
         raise_input_errors_from(error, source)
-        raise
+        message = _java_message(error)
+        raise UsageError(f"predicting {source} into --output {options['output']} failed: {message}"
+                         f"{_hdfs_hint(options['output'], message)}") from error
     print(f"wrote predictions of {given or url} to {options['output']}")
     return 0
 

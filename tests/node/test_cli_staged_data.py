@@ -173,3 +173,29 @@ def test_a_dataset_given_as_a_relative_path_is_recorded_where_it_lies(spark, tmp
     captured = capsys.readouterr()
     assert status == 0, captured.err
     assert captured.out.startswith(f"evaluating on the held-out split of {url}\n")
+
+
+def test_predict_reads_a_dataset_staged_on_webhdfs_and_says_what_an_hdfs_output_on_its_port_needs(staged_run, tmp_path,
+                                                                                                   capsys):
+    from support.webhdfs_server import WebHDFSServer
+
+    with WebHDFSServer(tmp_path / "hdfs") as server:
+        url = f"hdfs://127.0.0.1:{server.port}/store/datasets/digits"
+        assert cli.main(["stage", "--recipe", "digits", "--url", url, "--shards", "2"]) == 0
+        out = tmp_path / "from hdfs"
+        assert cli.main(_predict(staged_run, "--dataset", url + "/test", "--output", str(out))) == 0
+        local = tmp_path / "from file"
+        assert cli.main(_predict(staged_run, "--dataset", staged_run.url + "/test", "--output", str(local))) == 0
+        by_row = [pq.read_table(str(folder)).to_pandas().sort_values("row") for folder in (out, local)]
+        assert len(by_row[0]) == 359  # the same recipe, split by the same seed: the same rows, the same predictions
+        assert by_row[0]["prediction"].tolist() == by_row[1]["prediction"].tolist()
+        capsys.readouterr()
+
+        # hdfs:// in a sparkdbn store URL is WebHDFS; Spark's Hadoop client speaks RPC to it: a traceback, exit 1.
+        output = f"hdfs://127.0.0.1:{server.port}/predictions"
+        assert cli.main(_predict(staged_run, "--dataset", url + "/test", "--output", output)) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"sparkdbn predict: predicting --dataset {url}/test into --output {output} failed: ")
+        assert err.endswith("Spark reads and writes hdfs:// through the namenode's RPC port (usually 8020), not the "
+                            "WebHDFS port a sparkdbn store URL names (usually 9870): give hdfs://NAMENODE:8020/... or "
+                            "webhdfs://NAMENODE:9870/...\n") and err.count("\n") == 1
