@@ -391,6 +391,10 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
     return 0
 
 
+#: The columns ``predict`` adds (predict_dataframe's defaults).
+PREDICTION_COLUMNS = ("rawPrediction", "probability", "prediction")
+
+
 def cmd_predict(options: dict[str, Any]) -> int:
     store_url = _store_url(options)
     model = _load_run_model(store_url, options["run"])
@@ -411,13 +415,19 @@ def cmd_predict(options: dict[str, Any]) -> int:
     if not given:
         check_same_scaling("--dataset", url, staged.meta, trained_on)
     spark = _session(options)
-    if given:  # new rows: scaled as the run's staged dataset was
+    if given:  # new rows: scaled as the run's staged dataset was; every column of theirs written back
         frame, features_col, scaling = _read_parquet(spark, given), options["features_col"], dataset_scaling(trained_on)
-    else:  # staged rows: as the shards hold them (scaled when staged)
+        written = [column for column in PREDICTION_COLUMNS if column in frame.columns]
+        if written:
+            raise UsageError(f"{source} already holds a column {written[0]!r}, one of those predict adds "
+                             f"({', '.join(PREDICTION_COLUMNS)}): is it the output of an earlier predict? Give its "
+                             "input, or drop those columns first")
+    else:  # staged rows, as the shards hold them (scaled when staged): their number and label are written
         frame, features_col, scaling = read_staged_frame(spark, staged), "features", None
     try:
         write_predictions(model, frame, options["output"], inputs=inputs, overwrite=bool(options.get("overwrite")),
-                          source=source, features_col=features_col, scaling=scaling)
+                          source=source, features_col=features_col, scaling=scaling,
+                          drop_columns=() if given else ("features",))
     except Py4JJavaError as error:  # the job or the output's file system failed: one line (--verbose: the trace)
         raise_input_errors_from(error, source)
         message = _java_message(error)

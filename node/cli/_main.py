@@ -119,8 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--overwrite", action="store_const", const=True,
                              help="replace predictions an earlier predict wrote to --output (nothing else)")
             sub.add_argument("--dataset", help="a staged dataset URL whose rows to predict instead of --input "
-                                               "(URL/test: its held-out split); written with their row number, "
-                                               "features and label")
+                                               "(URL/test: its held-out split); written with their row number and "
+                                               "label")
         else:
             sub.add_argument("--dataset", help="recipe (digits, digits28) or staged dataset URL whose held-out "
                                                "split to use (default: the held-out split of the staged dataset "

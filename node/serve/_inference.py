@@ -326,6 +326,7 @@ def write_predictions(
     batch_size: int = 1024,
     probability_type: Literal["array", "vector"] = "vector",
     scaling: dict | None = None,
+    drop_columns: tuple[str, ...] = (),
 ) -> None:
     """Write ``df`` with :func:`predict_dataframe`'s columns as Parquet to the folder ``output``.
 
@@ -346,6 +347,8 @@ def write_predictions(
         What ``df`` is, to begin the error message with (e.g. ``"--input data.parquet"``).
     features_col, prediction_col, probability_col, raw_prediction_col, batch_size, probability_type, scaling
         As :func:`predict_dataframe` takes them.
+    drop_columns : tuple of str
+        Columns of ``df`` the model reads but that are not written (e.g. the features).
 
     Raises
     ------
@@ -358,6 +361,7 @@ def write_predictions(
                                          probability_col=probability_col, raw_prediction_col=raw_prediction_col,
                                          batch_size=batch_size, probability_type=probability_type, scaling=scaling,
                                          refusals=refusals)
+    frame = frame.drop(*drop_columns) if drop_columns else frame
 
     def check() -> None:
         found = sorted(refusals.value)  # by partition: the first one is the same whichever task ended first

@@ -36,23 +36,30 @@ def _predict(staged_run, *args: str) -> list[str]:
     return ["predict", "--store", str(staged_run.store), "--run", "staged", *args]
 
 
-def test_predict_writes_each_row_of_a_staged_split_with_its_number_features_label_and_prediction(staged_run, capsys):
+def test_predict_writes_each_row_of_a_staged_split_with_its_number_label_and_prediction(staged_run, capsys):
     capsys.readouterr()
     out = staged_run.root / "test predictions"
     assert cli.main(_predict(staged_run, "--dataset", staged_run.url + "/test", "--output", str(out))) == 0
     assert capsys.readouterr().out == f"wrote predictions of {staged_run.url}/test to {out}\n"
     table = pq.read_table(str(out)).to_pandas().sort_values("row")
+    # No features: the shards' (scaled, when staged so) features fed back as --input would be scaled twice.
+    assert list(table.columns) == ["row", "label", "rawPrediction", "probability", "prediction"]
     X, y = storage.open_dataset(staged_run.url + "/test").read_all()
     assert table["row"].tolist() == list(range(len(X)))  # every row once, numbered as staged
-    features = np.stack(table["features"].to_numpy())
-    np.testing.assert_array_equal(features, X.reshape(len(X), -1))
     assert table["label"].tolist() == y.tolist()
-    proba = staged_run.model.predict_proba(features)
+    proba = staged_run.model.predict_proba(X.reshape(len(X), -1))
     # Alike but for a row whose two best classes are within float32 rounding of each other (see test_cli).
     ties = near_ties(proba, forward_rtol(9, 128, 64))
     assert not np.any((table["prediction"].to_numpy().astype(np.int64) != proba.argmax(axis=1)) & ~ties)
     written = np.stack(table["probability"].map(lambda vector: vector["values"]).to_numpy())  # Spark's Vector struct
     np.testing.assert_allclose(written, proba, rtol=forward_rtol(9, 128, 64), atol=1e-7)
+
+    # Those predictions as --input of predict again: said in one line (it said "choose another name", which
+    # no flag of predict can).
+    assert cli.main(_predict(staged_run, "--input", str(out), "--output", str(staged_run.root / "again"))) == 2
+    assert capsys.readouterr().err == (f"sparkdbn predict: --input {out} already holds a column 'rawPrediction', one "
+                                       "of those predict adds (rawPrediction, probability, prediction): is it the "
+                                       "output of an earlier predict? Give its input, or drop those columns first\n")
 
 
 def test_predict_on_a_staged_dataset_is_refused_before_spark_where_it_cannot_work(staged_run, spark, capsys):
