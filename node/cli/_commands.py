@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import time
@@ -265,20 +266,35 @@ def _data_files(folder: str) -> Iterator[str]:
                 yield os.path.join(root, name)
 
 
-def _check_input(path: str) -> None:
-    """A local ``--input`` that does not exist, or holds a file that is not Parquet, is refused before Spark starts."""
+#: What makes a path a pattern for Spark (Hadoop's glob), as for the shell.
+GLOB_CHARACTERS = "*?["
+
+
+def _check_input(path: str) -> tuple[str, ...]:
+    """A local ``--input`` that does not exist (a pattern that matches nothing), or holds a file that is not
+    Parquet, is refused before Spark starts.  Returns the local files and folders it names (a pattern's
+    matches, as Spark reads them), ``()`` on another file system."""
     local = path[len("file://"):] if path.startswith("file://") else (None if "://" in path else path)
     if local is None:
-        return
-    if not os.path.exists(local):
+        return ()
+    if any(character in local for character in GLOB_CHARACTERS):
+        matches = tuple(sorted(glob.glob(os.path.expanduser(local))))
+        if not matches:
+            raise UsageError(f"--input {path} matches no file")
+    elif not os.path.exists(local):
         raise UsageError(f"--input {path} does not exist")
-    for file in _data_files(local) if os.path.isdir(local) else [local]:
-        with open(file, "rb") as handle:
-            head = handle.read(4)
-        if head and head not in PARQUET_MAGIC:  # Spark skips an empty file
-            where = "" if file == local else f" holds {os.path.relpath(file, local)}, which"
-            raise UsageError(f"--input {path}{where} is not a Parquet file ({head!r} where Parquet begins with "
-                             "'PAR1'): --input is a Parquet file or folder with a features column")
+    else:
+        matches = (local,)
+    for match in matches:
+        for file in _data_files(match) if os.path.isdir(match) else [match]:
+            with open(file, "rb") as handle:
+                head = handle.read(4)
+            if head and head not in PARQUET_MAGIC:  # Spark skips an empty file
+                where = ("" if file == local else f" holds {os.path.relpath(file, local)}, which" if match == local
+                         else f" matches {file}, which")
+                raise UsageError(f"--input {path}{where} is not a Parquet file ({head!r} where Parquet begins with "
+                                 "'PAR1'): --input is a Parquet file or folder with a features column")
+    return matches
 
 
 def _java_message(error: Py4JJavaError) -> str:
@@ -404,11 +420,10 @@ def cmd_predict(options: dict[str, Any]) -> int:
                          f"staged dataset URL; URL/test for its held-out split){', not both' if given else ''}")
     # What can be checked without Spark is checked before it starts.
     if given:
-        _check_input(given)
+        inputs = _check_input(given) or (given,)  # a pattern's matches: each must stay apart from --output
     else:
-        staged = _staged("--dataset", url)
+        staged, inputs = _staged("--dataset", url), (url,)
     source = f"--input {given}" if given else f"--dataset {url}"
-    inputs = (given or url,)
     # what can be seen of --output without Spark (checked again when written)
     check_output(options["output"], inputs=inputs, overwrite=bool(options.get("overwrite")))
     trained_on = _run_dataset(store_url, options["run"])

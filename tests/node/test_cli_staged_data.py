@@ -206,3 +206,24 @@ def test_predict_reads_a_dataset_staged_on_webhdfs_and_says_what_an_hdfs_output_
         assert err.endswith("Spark reads and writes hdfs:// through the namenode's RPC port (usually 8020), not the "
                             "WebHDFS port a sparkdbn store URL names (usually 9870): give hdfs://NAMENODE:8020/... or "
                             "webhdfs://NAMENODE:9870/...\n") and err.count("\n") == 1
+
+
+def test_predict_takes_an_input_pattern_as_spark_does(staged_run, capsys):
+    # Spark reads `--input 'parts/day-*.parquet'`; the check before Spark said it did not exist.
+    X, y = storage.open_dataset(staged_run.url + "/test").read_all()
+    parts = staged_run.root / "parts"
+    parts.mkdir()
+    for day, rows in enumerate(np.array_split(np.arange(len(X)), 2)):
+        pq.write_table(pa.table({"features": pa.array(list(X[rows].reshape(len(rows), -1)), type=pa.list_(pa.float32())),
+                                 "label": pa.array(y[rows])}), str(parts / f"day-{day}.parquet"))
+    (parts / "notes.txt").write_text("not data")  # beside the pattern's matches: never read
+    capsys.readouterr()
+    out = staged_run.root / "by pattern"
+    assert cli.main(_predict(staged_run, "--input", str(parts / "day-*.parquet"), "--output", str(out))) == 0
+    assert len(pq.read_table(str(out))) == len(X)
+    assert cli.main(_predict(staged_run, "--input", str(parts / "week-*.parquet"), "--output", str(out) + "2")) == 2
+    assert capsys.readouterr().err.endswith(f"--input {parts / 'week-*.parquet'} matches no file\n")
+    # the output may not lie inside what the pattern names, nor be one of its matches
+    assert cli.main(_predict(staged_run, "--input", str(parts / "day-*"), "--output", str(parts / "day-0.parquet"),
+                             "--overwrite")) == 2
+    assert "is the input" in capsys.readouterr().err
