@@ -190,13 +190,14 @@ def _train_seed(options: dict[str, Any]) -> int:
 
 
 def cmd_train(options: dict[str, Any]) -> int:
-    options = {**options, "seed": _train_seed(options), "dataset": _dataset_url(str(options["dataset"]))}
+    asked = str(options["dataset"])  # as given: a mistyped recipe's name is said as typed
+    options = {**options, "seed": _train_seed(options), "dataset": _dataset_url(asked)}
     X, y, X_test, y_test = _load_dataset(str(options["dataset"]), int(options["seed"]))
     if isinstance(X, str):
         try:
             meta = storage.open_dataset(X).meta
         except storage.StoreError as error:
-            raise _dataset_error(X, error) from error
+            raise _dataset_error(asked, error) from error
         n_features, n_classes = int(np.prod(meta["feature_shape"])), int(meta.get("n_classes") or 10)
         X_test, y_test = held_out_split(X) or (None, None)  # evaluated after training, as a recipe's split is
     else:
@@ -347,15 +348,16 @@ def _run_recipe(store_url: str, run: str) -> tuple[str | None, int]:
     return recipe, int((record.get("settings") or {}).get("seed") or 0)
 
 
-def _staged(flag: str, url: str) -> storage.Dataset:
-    """The staged dataset ``flag url`` names (``--dataset``), or a :class:`UsageError` saying what is there instead."""
+def _staged(flag: str, given: str) -> storage.Dataset:
+    """The staged dataset ``flag given`` names (``--dataset``), or a :class:`UsageError` saying what is there instead."""
+    url = _dataset_url(given)
     if url in (*RECIPES, "digits01"):
         raise UsageError(f"{flag} {url} is a recipe; {flag} here is a staged dataset. Stage it first (sparkdbn stage "
                          f"--recipe {url} --url URL), then give URL, or URL/test for its held-out split")
     try:
         return storage.open_dataset(url)
     except storage.StoreError as error:
-        raise _dataset_error(url, error) from error
+        raise _dataset_error(given, error) from error
 
 
 def cmd_evaluate(options: dict[str, Any]) -> int:
@@ -379,7 +381,7 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
             if staged is None:  # the dataset the run's record names, not one the user gave
                 raise UsageError(f"run {options['run']} trained on the staged dataset {url}, which cannot be read "
                                  f"now ({error}); give --dataset or --input") from error
-            raise _dataset_error(url, error) from error
+            raise _dataset_error(str(options["dataset"]), error) from error
         if staged is not None and data is not None:
             check_same_scaling("--dataset", url, storage.open_dataset(url).meta, dataset)
         if data is None:
@@ -422,7 +424,7 @@ def cmd_predict(options: dict[str, Any]) -> int:
     if given:
         inputs = _check_input(given) or (given,)  # a pattern's matches: each must stay apart from --output
     else:
-        staged, inputs = _staged("--dataset", url), (url,)
+        staged, inputs = _staged("--dataset", options["dataset"]), (url,)
     source = f"--input {given}" if given else f"--dataset {url}"
     # what can be seen of --output without Spark (checked again when written)
     check_output(options["output"], inputs=inputs, overwrite=bool(options.get("overwrite")))
