@@ -128,7 +128,7 @@ def test_a_row_the_scaling_cannot_take_in_a_later_partition_is_reported_once(sta
     with pytest.raises(node.InputDataError, match=r"partition 1, the data has \(63,\) features per sample; the "
                                                   r"dataset's scaling has \(64,\)"):
         if how == "predict":
-            node.serve.write_predictions(staged_run.model, frame, str(tmp_path / "out"), scaling=scaling)
+            node.write_predictions(staged_run.model, frame, str(tmp_path / "out"), scaling=scaling)
         else:
             node.evaluate(staged_run.model, frame, scaling=scaling)
     assert failed_tasks_since(spark, before) == 0
