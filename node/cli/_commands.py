@@ -374,21 +374,25 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
     if options.get("input"):
         _check_input(options["input"])
     elif staged is not None or (asked is None and dataset is not None):  # a staged dataset's held-out split
-        url = staged or dataset
+        url, what = staged or dataset, f"the held-out split of {staged or dataset}"
         try:
-            data = held_out_split(url)
+            named = storage.open_dataset(url) if staged is not None else None
+            if named is not None and named.meta.get("split") == "test":  # a held-out split itself: <url>/test
+                data, what = named.read_all(), f"{url}, a held-out split"
+            else:
+                data = held_out_split(url)
         except storage.StoreError as error:
             if staged is None:  # the dataset the run's record names, not one the user gave
                 raise UsageError(f"run {options['run']} trained on the staged dataset {url}, which cannot be read "
                                  f"now ({error}); give --dataset or --input") from error
             raise _dataset_error(str(options["dataset"]), error) from error
-        if staged is not None and data is not None:
-            check_same_scaling("--dataset", url, storage.open_dataset(url).meta, dataset)
+        if named is not None and data is not None:
+            check_same_scaling("--dataset", url, named.meta, dataset)
         if data is None:
             whose = url if staged else f"run {options['run']} trained on {url}, which"
             raise UsageError(f"{whose} has no held-out split (stage with --test-fraction); give --input or "
                              "another --dataset")
-        print(f"evaluating on the held-out split of {url}")
+        print(f"evaluating on {what}")
     else:  # a recipe's held-out split, as `train --dataset` split it: the run's recipe and seed unless given
         recipe, seed = _run_recipe(store_url, options["run"])
         recipe, seed = options.get("dataset") or recipe, seed if options.get("seed") is None else options["seed"]

@@ -227,3 +227,14 @@ def test_predict_takes_an_input_pattern_as_spark_does(staged_run, capsys):
     assert cli.main(_predict(staged_run, "--input", str(parts / "day-*"), "--output", str(parts / "day-0.parquet"),
                              "--overwrite")) == 2
     assert "is the input" in capsys.readouterr().err
+
+
+def test_evaluate_takes_a_held_out_split_named_itself_as_predict_does(staged_run, capsys):
+    # `predict --dataset URL/test` predicts the held-out split; `evaluate --dataset URL/test` said it had none.
+    capsys.readouterr()
+    assert cli.main(["evaluate", "--store", str(staged_run.store), "--run", "staged"]) == 0
+    said, report = capsys.readouterr().out.split("\n", 1)
+    assert said == f"evaluating on the held-out split of {staged_run.url}"
+    assert cli.main(["evaluate", "--store", str(staged_run.store), "--run", "staged", "--dataset",
+                     staged_run.url + "/test"]) == 0
+    assert capsys.readouterr().out == f"evaluating on {staged_run.url}/test, a held-out split\n{report}"
