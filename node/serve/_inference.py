@@ -345,8 +345,20 @@ def write_predictions(
         Replace predictions this function wrote to ``output`` before (nothing else).
     source : str
         What ``df`` is, to begin the error message with (e.g. ``"--input data.parquet"``).
-    features_col, prediction_col, probability_col, raw_prediction_col, batch_size, probability_type, scaling
-        As :func:`predict_dataframe` takes them.
+    features_col : str
+        Column of the features read (as :func:`predict_dataframe` takes it, as are the next six).
+    prediction_col : str
+        Column of the predicted label written.
+    probability_col : str or None
+        Column of the class probabilities written; None leaves it out.
+    raw_prediction_col : str or None
+        Column of the raw scores written; None leaves it out.
+    batch_size : int
+        Rows per ``predict_proba`` call on an executor.
+    probability_type : {"vector", "array"}
+        The type of the probability and raw prediction columns.
+    scaling : dict, optional
+        The ``scaling`` of the staged dataset the model trained on, applied to the features first.
     drop_columns : tuple of str
         Columns of ``df`` the model reads but that are not written (e.g. the features).
 
