@@ -3,16 +3,14 @@
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from py4j.protocol import Py4JJavaError
-from pyspark.errors import AnalysisException
 
 import rbm
 import storage
@@ -24,6 +22,7 @@ from ..run import load_run_model, open_checked_store, open_run
 from ..serve import evaluate, raise_input_errors_from, write_predictions
 from ..watch import check_report_folder, is_supervised, render_report, run_status
 from ._data import check_same_scaling, dataset_scaling, held_out_split, run_dataset_url
+from ._inputs import check_input, hdfs_hint, java_message, read_parquet
 from ._options import UsageError, closest, parse_spark_conf
 
 __all__ = ["TRAIN_DEFAULTS", "build_model", "cmd_train", "cmd_evaluate", "cmd_predict", "cmd_stage", "cmd_report",
@@ -254,77 +253,6 @@ def _check_model_fits(model: Any, X: Any, y: Any, n_features: int, n_classes: in
                              f"[{bounds[0]:g}, {bounds[1]:g}] (scale the data, or use Gaussian visible units)")
 
 
-#: How a Parquet file begins (``PARE``: one with an encrypted footer).
-PARQUET_MAGIC = (b"PAR1", b"PARE")
-
-
-def _data_files(folder: str) -> Iterator[str]:
-    """The files Spark reads as data in ``folder``: all but the hidden ones (``_*``, ``.*``), in subfolders too."""
-    for root, folders, files in os.walk(folder):
-        folders[:] = sorted(name for name in folders if not name.startswith(("_", ".")))
-        for name in sorted(files):
-            if not name.startswith(("_", ".")):
-                yield os.path.join(root, name)
-
-
-#: What makes a path a pattern for Spark (Hadoop's glob), as for the shell.
-GLOB_CHARACTERS = "*?["
-
-
-def _check_input(path: str) -> tuple[str, ...]:
-    """A local ``--input`` that does not exist (a pattern that matches nothing), or holds a file that is not
-    Parquet, is refused before Spark starts.  Returns the local files and folders it names (a pattern's
-    matches, as Spark reads them), ``()`` on another file system."""
-    local = path[len("file://"):] if path.startswith("file://") else (None if "://" in path else path)
-    if local is None:
-        return ()
-    if any(character in local for character in GLOB_CHARACTERS):
-        matches = tuple(sorted(glob.glob(os.path.expanduser(local))))
-        if not matches:
-            raise UsageError(f"--input {path} matches no file")
-    elif not os.path.exists(local):
-        raise UsageError(f"--input {path} does not exist")
-    else:
-        matches = (local,)
-    for match in matches:
-        for file in _data_files(match) if os.path.isdir(match) else [match]:
-            with open(file, "rb") as handle:
-                head = handle.read(4)
-            if head and head not in PARQUET_MAGIC:  # Spark skips an empty file
-                where = ("" if file == local else f" holds {os.path.relpath(file, local)}, which" if match == local
-                         else f" matches {file}, which")
-                raise UsageError(f"--input {path}{where} is not a Parquet file ({head!r} where Parquet begins with "
-                                 "'PAR1'): --input is a Parquet file or folder with a features column")
-    return matches
-
-
-def _java_message(error: Py4JJavaError) -> str:
-    """The first line of the Java exception's message (or its class, without one)."""
-    return (str(error.java_exception.getMessage() or "") or error.java_exception.getClass().getName()).splitlines()[0]
-
-
-#: What Hadoop says where an ``hdfs://`` URL names an HTTP port (WebHDFS's) that its RPC client cannot speak to.
-_RPC_TO_HTTP = ("RPC response has a length", "exceeds maximum data length")
-
-
-def _hdfs_hint(location: str, message: str) -> str:
-    """A hint for an ``hdfs://`` location Spark reached on a port that does not speak Hadoop's RPC (WebHDFS's)."""
-    if not location.startswith("hdfs://") or not any(text in message for text in _RPC_TO_HTTP):
-        return ""
-    return (". Spark reads and writes hdfs:// through the namenode's RPC port (usually 8020), not the WebHDFS "
-            "port a sparkdbn store URL names (usually 9870): give hdfs://NAMENODE:8020/... or webhdfs://NAMENODE:9870/...")
-
-
-def _read_parquet(spark: Any, path: str) -> Any:
-    try:
-        return spark.read.parquet(path)
-    except AnalysisException as error:
-        raise UsageError(f"--input {path} cannot be read as Parquet: {str(error).splitlines()[0]}") from error
-    except Py4JJavaError as error:  # a file Spark could not read (not Parquet, truncated, a port it cannot speak to)
-        message = _java_message(error)
-        raise UsageError(f"--input {path} cannot be read as Parquet: {message}{_hdfs_hint(path, message)}") from error
-
-
 def _load_run_model(store_url: str, run: str) -> Any:
     return load_run_model(open_run(store_url, run))
 
@@ -372,7 +300,7 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
     staged = asked if asked is not None and asked not in (*RECIPES, "digits01") else None
     # What can be checked without Spark is checked before it starts.
     if options.get("input"):
-        _check_input(options["input"])
+        check_input(options["input"])
     elif staged is not None or (asked is None and dataset is not None):  # a staged dataset's held-out split
         url, what = staged or dataset, f"the held-out split of {staged or dataset}"
         try:
@@ -407,7 +335,7 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
     spark = _session(options)
     scaling = None
     if options.get("input"):
-        data, scaling = _read_parquet(spark, options["input"]), dataset_scaling(dataset)  # new rows: scaled as trained
+        data, scaling = read_parquet(spark, options["input"]), dataset_scaling(dataset)  # new rows: scaled as trained
     print(evaluate(model, data, spark=spark, features_col=options["features_col"], label_col=options["label_col"],
                    scaling=scaling))
     return 0
@@ -426,7 +354,7 @@ def cmd_predict(options: dict[str, Any]) -> int:
                          f"staged dataset URL; URL/test for its held-out split){', not both' if given else ''}")
     # What can be checked without Spark is checked before it starts.
     if given:
-        inputs = _check_input(given) or (given,)  # a pattern's matches: each must stay apart from --output
+        inputs = check_input(given) or (given,)  # a pattern's matches: each must stay apart from --output
     else:
         staged, inputs = _staged("--dataset", options["dataset"]), (url,)
     source = f"--input {given}" if given else f"--dataset {url}"
@@ -437,7 +365,7 @@ def cmd_predict(options: dict[str, Any]) -> int:
         check_same_scaling("--dataset", url, staged.meta, trained_on)
     spark = _session(options)
     if given:  # new rows: scaled as the run's staged dataset was; every column of theirs written back
-        frame, features_col, scaling = _read_parquet(spark, given), options["features_col"], dataset_scaling(trained_on)
+        frame, features_col, scaling = read_parquet(spark, given), options["features_col"], dataset_scaling(trained_on)
         written = [column for column in PREDICTION_COLUMNS if column in frame.columns]
         if written:
             raise UsageError(f"{source} already holds a column {written[0]!r}, one of those predict adds "
@@ -451,9 +379,9 @@ def cmd_predict(options: dict[str, Any]) -> int:
                           drop_columns=() if given else ("features",))
     except Py4JJavaError as error:  # the job or the output's file system failed: one line (--verbose: the trace)
         raise_input_errors_from(error, source)
-        message = _java_message(error)
+        message = java_message(error)
         raise UsageError(f"predicting {source} into --output {options['output']} failed: {message}"
-                         f"{_hdfs_hint(options['output'], message)}") from error
+                         f"{hdfs_hint(options['output'], message)}") from error
     print(f"wrote predictions of {given or url} to {options['output']}")
     return 0
 

@@ -207,13 +207,13 @@ def test_an_input_whose_features_a_scaled_run_cannot_take_is_refused_before_any_
 def test_an_input_spark_cannot_read_as_parquet_is_one_line_naming_it(spark, tmp_path):
     # What the check before Spark cannot see (a file on HDFS, one truncated after its first bytes)
     # Spark refuses with a Java error: said in one line naming the input, not as a traceback.
-    from node.cli import _commands
+    from node.cli import _inputs
     from node.cli._options import UsageError
 
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"PAR1 and then nothing a footer needs")
     with pytest.raises(UsageError, match=rf"^--input {broken} cannot be read as Parquet: \S.*{broken.name}"):
-        _commands._read_parquet(spark, str(broken))
+        _inputs.read_parquet(spark, str(broken))
 
 
 def test_an_rbm_alone_trains_from_the_command_line_and_reports_its_held_out_reconstruction(spark, tmp_path, capsys):
