@@ -21,7 +21,8 @@ from ..driver import Trainer, TrainingSettings, default_store_url, driver_spec, 
 from ..run import load_run_model, open_checked_store, open_run
 from ..serve import evaluate, raise_input_errors_from, write_predictions
 from ..watch import check_report_folder, is_supervised, render_report, run_status
-from ._data import check_same_scaling, dataset_scaling, held_out_split, run_dataset_url
+from ._data import (check_same_scaling, class_names, dataset_scaling, held_out_split, run_dataset_url,
+                    with_class_names)
 from ._inputs import check_input, hdfs_hint, java_message, read_parquet
 from ._options import UsageError, closest, parse_spark_conf
 
@@ -217,6 +218,8 @@ def cmd_train(options: dict[str, Any]) -> int:
           f"model saved in {trainer.store_url} under runs/{trainer.run_id_}/model")
     if X_test is not None and _is_classifier(model):
         report = evaluate(model, (X_test, y_test), spark=spark)
+        if isinstance(X, str):  # a staged dataset's label indices: said as the classes they stand for
+            report = with_class_names(report, class_names(X))
         print(f"evaluation on {len(X_test)} held-out samples (computed with Spark):")
         print(report)
     elif X_test is not None:  # an RBM alone learns no labels: how well it reconstructs unseen data
@@ -298,11 +301,13 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
     dataset = _run_dataset(store_url, options["run"])
     asked = None if options.get("dataset") is None else _dataset_url(str(options["dataset"]))
     staged = asked if asked is not None and asked not in (*RECIPES, "digits01") else None
+    names = None  # the classes a staged dataset's label indices stand for
     # What can be checked without Spark is checked before it starts.
     if options.get("input"):
         check_input(options["input"])
     elif staged is not None or (asked is None and dataset is not None):  # a staged dataset's held-out split
         url, what = staged or dataset, f"the held-out split of {staged or dataset}"
+        names = class_names(dataset)  # the classes the run's label indices stand for (checked alike below)
         try:
             named = storage.open_dataset(url) if staged is not None else None
             if named is not None and named.meta.get("split") == "test":  # a held-out split itself: <url>/test
@@ -315,7 +320,7 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
                                  f"now ({error}); give --dataset or --input") from error
             raise _dataset_error(str(options["dataset"]), error) from error
         if named is not None and data is not None:
-            check_same_scaling("--dataset", url, named.meta, dataset)
+            check_same_scaling("--dataset", url, named.meta, dataset, labels=True)
         if data is None:
             whose = url if staged else f"run {options['run']} trained on {url}, which"
             raise UsageError(f"{whose} has no held-out split (stage with --test-fraction); give --input or "
@@ -336,8 +341,9 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
     scaling = None
     if options.get("input"):
         data, scaling = read_parquet(spark, options["input"]), dataset_scaling(dataset)  # new rows: scaled as trained
-    print(evaluate(model, data, spark=spark, features_col=options["features_col"], label_col=options["label_col"],
-                   scaling=scaling))
+    report = evaluate(model, data, spark=spark, features_col=options["features_col"], label_col=options["label_col"],
+                      scaling=scaling)
+    print(with_class_names(report, names))
     return 0
 
 

@@ -238,3 +238,33 @@ def test_evaluate_takes_a_held_out_split_named_itself_as_predict_does(staged_run
     assert cli.main(["evaluate", "--store", str(staged_run.store), "--run", "staged", "--dataset",
                      staged_run.url + "/test"]) == 0
     assert capsys.readouterr().out == f"evaluating on {staged_run.url}/test, a held-out split\n{report}"
+
+
+def test_reports_name_the_classes_a_staged_datasets_label_indices_stand_for(staged_run, spark, tmp_path, capsys):
+    # Staged labels that are not 0 .. k-1 are stored as class indices, their names in _meta.json: the reports
+    # printed the indices, and `evaluate --dataset` compared one dataset's indices with another's classes.
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    header = ",".join(["label"] + [f"p{k}" for k in range(64)])
+    rows = [",".join([f"digit {label}"] + [str(int(v)) for v in x]) for x, label in zip(digits.data[:400], digits.target)]
+    (tmp_path / "named.csv").write_text(header + "\n" + "\n".join(rows) + "\n")
+    url = "file://" + str(tmp_path / "named")
+    assert cli.main(["stage", "--input", str(tmp_path / "named.csv"), "--url", url, "--test-fraction", "0.25"]) == 0
+    capsys.readouterr()
+    before = newest_job(spark)
+    assert cli.main(["evaluate", "--store", str(staged_run.store), "--run", "staged", "--dataset", url]) == 2
+    assert capsys.readouterr().err == (
+        f"sparkdbn evaluate: --dataset {url} numbers its labels by the classes {[f'digit {k}' for k in range(10)]}, "
+        f"the run's training data {staged_run.url} by the labels themselves (0 .. k-1): a label index stands for "
+        "another class in each. Stage the data with the run's dataset (sparkdbn stage --input ... --test-fraction)\n")
+    assert newest_job(spark) == before
+
+    store = tmp_path / "store"
+    assert cli.main(["train", "--store", str(store), "--run-id", "named", "--dataset", url, "--model", "convnet",
+                     "--epochs", "1", "--no-report", "--no-progress"]) == 0
+    trained = capsys.readouterr().out.split("(computed with Spark):\n", 1)[1]
+    assert cli.main(["evaluate", "--store", str(store), "--run", "named"]) == 0
+    report = capsys.readouterr().out.split("\n", 1)[1]
+    assert report == trained
+    assert [line.split()[:2] for line in report.splitlines()[2:12]] == [["digit", str(k)] for k in range(10)]
