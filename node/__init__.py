@@ -3,7 +3,7 @@
 * :class:`Trainer` / :func:`train` -- decentralized training of any model with the trainable
   seam (``rbm.RBM``, ``rbm.DBN``, ``rbm.ConvNet``) on Spark, one node per executor Python worker;
 * :func:`evaluate` / :class:`ClassificationReport` -- distributed evaluation;
-  :func:`predict_dataframe` -- distributed inference on a DataFrame;
+  :func:`predict_dataframe` -- distributed inference on a DataFrame; :func:`write_predictions` -- to Parquet;
   :class:`DBNClassifier` / :class:`DBNClassificationModel` -- a pyspark.ml Estimator/Model pair;
 * :func:`render_report` -- PNG plots of a run from the metrics in the store;
 * :func:`open_run` / :func:`load_run_model` -- read a run (record, metrics, results, model) with its key;
@@ -22,7 +22,8 @@ from .driver import (SparkConfError, Trainer, TrainingSettings, default_store_ur
 from .modes import MODE_NAMES
 from .run import (LeaseHeldError, LeaseLostError, RunKey, RunKeyError, RunView, load_run_model, open_run,
                   resolve_run_key, stored_key_path)
-from .serve import ClassificationReport, DBNClassificationModel, DBNClassifier, evaluate, predict_dataframe
+from .serve import (ClassificationReport, DBNClassificationModel, DBNClassifier, evaluate, predict_dataframe,
+                    write_predictions)
 from .watch import render_report
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "evaluate",
     "ClassificationReport",
     "predict_dataframe",
+    "write_predictions",
     "DBNClassifier",
     "DBNClassificationModel",
     "render_report",

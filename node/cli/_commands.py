@@ -7,22 +7,23 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from py4j.protocol import Py4JJavaError
-from pyspark.errors import AnalysisException
 
 import rbm
 import storage
 from rbm.datasets import load_digits01, load_digits28
 
-from ..data import RECIPES, check_output, stage_input, stage_recipe, write_parquet_safely
+from ..data import RECIPES, check_output, read_staged_frame, stage_input, stage_recipe
 from ..driver import Trainer, TrainingSettings, default_store_url, driver_spec, get_spark_session, gpu_spark_conf
 from ..run import load_run_model, open_checked_store, open_run
-from ..serve import evaluate, predict_dataframe, raise_input_errors_from
+from ..serve import evaluate, raise_input_errors_from, write_predictions
 from ..watch import check_report_folder, is_supervised, render_report, run_status
-from ._data import dataset_scaling, held_out_split, run_dataset_url, scale_frame
+from ._data import (check_same_scaling, class_names, dataset_scaling, held_out_split, run_dataset_url,
+                    with_class_names)
+from ._inputs import check_input, hdfs_hint, java_message, read_parquet
 from ._options import UsageError, closest, parse_spark_conf
 
 __all__ = ["TRAIN_DEFAULTS", "build_model", "cmd_train", "cmd_evaluate", "cmd_predict", "cmd_stage", "cmd_report",
@@ -46,7 +47,7 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "merge_alpha": None,
     "scale_rule": None,
     "mode": None,
-    "seed": 0,
+    "seed": None,  # --seed or the file's seed:, else settings: seed, else 0 (_train_seed)
     "bind_host": None,
     "advertise_host": None,
     "port_range": None,
@@ -162,6 +163,14 @@ def _store_url(options: dict[str, Any]) -> str:
     return store if "://" in store else "file://" + os.path.abspath(store)
 
 
+def _dataset_url(name: str) -> str:
+    """A recipe's name as it is; a staged dataset's path as an absolute ``file://`` URL: the run record keeps it
+    (a relative one named another folder for every command run elsewhere), and the executors read it."""
+    if name in (*RECIPES, "digits01") or "://" in name:
+        return name
+    return "file://" + os.path.abspath(os.path.expanduser(name))
+
+
 def _dataset_error(url: str, error: Exception) -> UsageError:
     """``--dataset URL`` names no staged dataset the store has: say so, and name a recipe it may mean."""
     guess = closest(url, RECIPES) if "/" not in url else None  # a recipe's name mistyped, not a path
@@ -169,13 +178,26 @@ def _dataset_error(url: str, error: Exception) -> UsageError:
     return UsageError(f"--dataset {url}: {hint}{error}")
 
 
+def _train_seed(options: dict[str, Any]) -> int:
+    """The one seed of ``train``: of a recipe's held-out split, of the model and of the training (recorded as the
+    run's ``settings.seed``, by which ``evaluate --run`` splits the recipe again): ``--seed`` or the config's
+    ``seed:``, else its ``settings: seed``, else 0.  Both, differing, are a :class:`UsageError`."""
+    given, in_settings = options.get("seed"), (options.get("settings") or {}).get("seed")
+    if given is not None and in_settings is not None and int(given) != int(in_settings):
+        raise UsageError(f"seed {given} (--seed or the config's seed:) and the config's settings: seed {in_settings} "
+                         "differ; a recipe's held-out split, the model and the training take one seed: give it once")
+    return int(next((seed for seed in (given, in_settings) if seed is not None), 0))
+
+
 def cmd_train(options: dict[str, Any]) -> int:
+    asked = str(options["dataset"])  # as given: a mistyped recipe's name is said as typed
+    options = {**options, "seed": _train_seed(options), "dataset": _dataset_url(asked)}
     X, y, X_test, y_test = _load_dataset(str(options["dataset"]), int(options["seed"]))
     if isinstance(X, str):
         try:
             meta = storage.open_dataset(X).meta
         except storage.StoreError as error:
-            raise _dataset_error(X, error) from error
+            raise _dataset_error(asked, error) from error
         n_features, n_classes = int(np.prod(meta["feature_shape"])), int(meta.get("n_classes") or 10)
         X_test, y_test = held_out_split(X) or (None, None)  # evaluated after training, as a recipe's split is
     else:
@@ -196,6 +218,8 @@ def cmd_train(options: dict[str, Any]) -> int:
           f"model saved in {trainer.store_url} under runs/{trainer.run_id_}/model")
     if X_test is not None and _is_classifier(model):
         report = evaluate(model, (X_test, y_test), spark=spark)
+        if isinstance(X, str):  # a staged dataset's label indices: said as the classes they stand for
+            report = with_class_names(report, class_names(X))
         print(f"evaluation on {len(X_test)} held-out samples (computed with Spark):")
         print(report)
     elif X_test is not None:  # an RBM alone learns no labels: how well it reconstructs unseen data
@@ -232,45 +256,6 @@ def _check_model_fits(model: Any, X: Any, y: Any, n_features: int, n_classes: in
                              f"[{bounds[0]:g}, {bounds[1]:g}] (scale the data, or use Gaussian visible units)")
 
 
-#: How a Parquet file begins (``PARE``: one with an encrypted footer).
-PARQUET_MAGIC = (b"PAR1", b"PARE")
-
-
-def _data_files(folder: str) -> Iterator[str]:
-    """The files Spark reads as data in ``folder``: all but the hidden ones (``_*``, ``.*``), in subfolders too."""
-    for root, folders, files in os.walk(folder):
-        folders[:] = sorted(name for name in folders if not name.startswith(("_", ".")))
-        for name in sorted(files):
-            if not name.startswith(("_", ".")):
-                yield os.path.join(root, name)
-
-
-def _check_input(path: str) -> None:
-    """A local ``--input`` that does not exist, or holds a file that is not Parquet, is refused before Spark starts."""
-    local = path[len("file://"):] if path.startswith("file://") else (None if "://" in path else path)
-    if local is None:
-        return
-    if not os.path.exists(local):
-        raise UsageError(f"--input {path} does not exist")
-    for file in _data_files(local) if os.path.isdir(local) else [local]:
-        with open(file, "rb") as handle:
-            head = handle.read(4)
-        if head and head not in PARQUET_MAGIC:  # Spark skips an empty file
-            where = "" if file == local else f" holds {os.path.relpath(file, local)}, which"
-            raise UsageError(f"--input {path}{where} is not a Parquet file ({head!r} where Parquet begins with "
-                             "'PAR1'): --input is a Parquet file or folder with a features column")
-
-
-def _read_parquet(spark: Any, path: str) -> Any:
-    try:
-        return spark.read.parquet(path)
-    except AnalysisException as error:
-        raise UsageError(f"--input {path} cannot be read as Parquet: {str(error).splitlines()[0]}") from error
-    except Py4JJavaError as error:  # a file Spark could not read (not Parquet, truncated, ...)
-        message = (str(error.java_exception.getMessage() or "") or type(error).__name__).splitlines()[0]
-        raise UsageError(f"--input {path} cannot be read as Parquet: {message}") from error
-
-
 def _load_run_model(store_url: str, run: str) -> Any:
     return load_run_model(open_run(store_url, run))
 
@@ -294,10 +279,16 @@ def _run_recipe(store_url: str, run: str) -> tuple[str | None, int]:
     return recipe, int((record.get("settings") or {}).get("seed") or 0)
 
 
-def _new_data(spark: Any, options: dict[str, Any], dataset: str | None) -> tuple[Any, str]:
-    """``(frame, features column)``: the ``--input`` Parquet, its features scaled as the run's staged dataset was."""
-    frame = _read_parquet(spark, options["input"])
-    return scale_frame(frame, options["features_col"], dataset_scaling(dataset))
+def _staged(flag: str, given: str) -> storage.Dataset:
+    """The staged dataset ``flag given`` names (``--dataset``), or a :class:`UsageError` saying what is there instead."""
+    url = _dataset_url(given)
+    if url in (*RECIPES, "digits01"):
+        raise UsageError(f"{flag} {url} is a recipe; {flag} here is a staged dataset. Stage it first (sparkdbn stage "
+                         f"--recipe {url} --url URL), then give URL, or URL/test for its held-out split")
+    try:
+        return storage.open_dataset(url)
+    except storage.StoreError as error:
+        raise _dataset_error(given, error) from error
 
 
 def cmd_evaluate(options: dict[str, Any]) -> int:
@@ -308,22 +299,33 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
                          "classifiers (its held-out reconstruction error is printed by train, and its validation "
                          "metrics are in `sparkdbn status --run ID`)")
     dataset = _run_dataset(store_url, options["run"])
-    asked = options.get("dataset")
+    asked = None if options.get("dataset") is None else _dataset_url(str(options["dataset"]))
     staged = asked if asked is not None and asked not in (*RECIPES, "digits01") else None
+    names = None  # the classes a staged dataset's label indices stand for
     # What can be checked without Spark is checked before it starts.
     if options.get("input"):
-        _check_input(options["input"])
+        check_input(options["input"])
     elif staged is not None or (asked is None and dataset is not None):  # a staged dataset's held-out split
-        url = staged or dataset
+        url, what = staged or dataset, f"the held-out split of {staged or dataset}"
+        names = class_names(dataset)  # the classes the run's label indices stand for (checked alike below)
         try:
-            data = held_out_split(url)
+            named = storage.open_dataset(url) if staged is not None else None
+            if named is not None and named.meta.get("split") == "test":  # a held-out split itself: <url>/test
+                data, what = named.read_all(), f"{url}, a held-out split"
+            else:
+                data = held_out_split(url)
         except storage.StoreError as error:
-            raise _dataset_error(url, error) from error
+            if staged is None:  # the dataset the run's record names, not one the user gave
+                raise UsageError(f"run {options['run']} trained on the staged dataset {url}, which cannot be read "
+                                 f"now ({error}); give --dataset or --input") from error
+            raise _dataset_error(str(options["dataset"]), error) from error
+        if named is not None and data is not None:
+            check_same_scaling("--dataset", url, named.meta, dataset, labels=True)
         if data is None:
             whose = url if staged else f"run {options['run']} trained on {url}, which"
             raise UsageError(f"{whose} has no held-out split (stage with --test-fraction); give --input or "
                              "another --dataset")
-        print(f"evaluating on the held-out split of {url}")
+        print(f"evaluating on {what}")
     else:  # a recipe's held-out split, as `train --dataset` split it: the run's recipe and seed unless given
         recipe, seed = _run_recipe(store_url, options["run"])
         recipe, seed = options.get("dataset") or recipe, seed if options.get("seed") is None else options["seed"]
@@ -336,34 +338,57 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
         data = (X_test, y_test)
         print(f"evaluating on the held-out split of {recipe} (seed {seed})")
     spark = _session(options)
-    features_col = options["features_col"]
+    scaling = None
     if options.get("input"):
-        data, features_col = _new_data(spark, options, dataset)
-    print(evaluate(model, data, spark=spark, features_col=features_col, label_col=options["label_col"]))
+        data, scaling = read_parquet(spark, options["input"]), dataset_scaling(dataset)  # new rows: scaled as trained
+    report = evaluate(model, data, spark=spark, features_col=options["features_col"], label_col=options["label_col"],
+                      scaling=scaling)
+    print(with_class_names(report, names))
     return 0
+
+
+#: The columns ``predict`` adds (predict_dataframe's defaults).
+PREDICTION_COLUMNS = ("rawPrediction", "probability", "prediction")
 
 
 def cmd_predict(options: dict[str, Any]) -> int:
     store_url = _store_url(options)
     model = _load_run_model(store_url, options["run"])
-    if not options.get("input"):
-        raise UsageError("predict needs --input (a Parquet file or folder with a features column)")
-    _check_input(options["input"])
+    given, url = options.get("input"), options.get("dataset") and _dataset_url(str(options["dataset"]))
+    if bool(given) == bool(url):
+        raise UsageError("predict needs --input (a Parquet file or folder with a features column) or --dataset (a "
+                         f"staged dataset URL; URL/test for its held-out split){', not both' if given else ''}")
+    # What can be checked without Spark is checked before it starts.
+    if given:
+        inputs = check_input(given) or (given,)  # a pattern's matches: each must stay apart from --output
+    else:
+        staged, inputs = _staged("--dataset", options["dataset"]), (url,)
+    source = f"--input {given}" if given else f"--dataset {url}"
     # what can be seen of --output without Spark (checked again when written)
-    check_output(options["output"], inputs=(options["input"],), overwrite=bool(options.get("overwrite")))
-    dataset = _run_dataset(store_url, options["run"])
+    check_output(options["output"], inputs=inputs, overwrite=bool(options.get("overwrite")))
+    trained_on = _run_dataset(store_url, options["run"])
+    if not given:
+        check_same_scaling("--dataset", url, staged.meta, trained_on)
     spark = _session(options)
-    frame, features_col = _new_data(spark, options, dataset)
-    result = predict_dataframe(model, frame, features_col=features_col)
-    if features_col != options["features_col"]:
-        result = result.drop(features_col)  # the scaled copy: the input's own columns are what is written
+    if given:  # new rows: scaled as the run's staged dataset was; every column of theirs written back
+        frame, features_col, scaling = read_parquet(spark, given), options["features_col"], dataset_scaling(trained_on)
+        written = [column for column in PREDICTION_COLUMNS if column in frame.columns]
+        if written:
+            raise UsageError(f"{source} already holds a column {written[0]!r}, one of those predict adds "
+                             f"({', '.join(PREDICTION_COLUMNS)}): is it the output of an earlier predict? Give its "
+                             "input, or drop those columns first")
+    else:  # staged rows, as the shards hold them (scaled when staged): their number and label are written
+        frame, features_col, scaling = read_staged_frame(spark, staged), "features", None
     try:
-        write_parquet_safely(result, options["output"], inputs=(options["input"],),
-                             overwrite=bool(options.get("overwrite")))
-    except Exception as error:  # bad rows past the driver's one-row check fail the job: name them in one line
-        raise_input_errors_from(error, f"--input {options['input']}")
-        raise
-    print(f"wrote predictions of {options['input']} to {options['output']}")
+        write_predictions(model, frame, options["output"], inputs=inputs, overwrite=bool(options.get("overwrite")),
+                          source=source, features_col=features_col, scaling=scaling,
+                          drop_columns=() if given else ("features",))
+    except Py4JJavaError as error:  # the job or the output's file system failed: one line (--verbose: the trace)
+        raise_input_errors_from(error, source)
+        message = java_message(error)
+        raise UsageError(f"predicting {source} into --output {options['output']} failed: {message}"
+                         f"{hdfs_hint(options['output'], message)}") from error
+    print(f"wrote predictions of {given or url} to {options['output']}")
     return 0
 
 

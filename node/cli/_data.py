@@ -2,23 +2,26 @@
 
 A run's record names its data (``data.source``: ``"dataset <url>"`` for a staged dataset); the
 dataset's ``_meta.json`` holds the held-out split (``splits.test``) and the scaling applied when it
-was staged (``scaling``), so ``sparkdbn evaluate --run ID`` evaluates on that split and ``evaluate``
-/ ``predict`` with ``--input`` scale new data the same way.
+was staged (``scaling``), so ``sparkdbn evaluate --run ID`` evaluates on that split, ``evaluate``
+/ ``predict`` with ``--input`` scale new data the same way, and ``--dataset`` is refused where its
+shards were scaled otherwise than the run's training data.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+import logging
+from typing import Any
 
 import numpy as np
-import pyarrow as pa
-from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
 
 import storage
 
-from ..data import apply_scaling, feature_column_kind, features_from_arrow
+from ._options import UsageError
 
-__all__ = ["SCALED_COL", "run_dataset_url", "held_out_split", "dataset_scaling", "scale_frame"]
+__all__ = ["run_dataset_url", "held_out_split", "dataset_scaling", "check_same_scaling", "class_names",
+           "with_class_names"]
+
+logger = logging.getLogger(__name__)
 
 _PREFIX = "dataset "
 
@@ -40,26 +43,60 @@ def dataset_scaling(url: str | None) -> dict | None:
     return storage.open_dataset(url).meta.get("scaling") if url else None
 
 
-#: The column that holds scaled features while a model meets them; dropped from what is written.
-SCALED_COL = "_sparkdbn_scaled_features"
+def _scaling_difference(theirs: dict | None, trained: dict | None, trained_on: str) -> str:
+    """How a dataset's scaling ``theirs`` differs from the scaling ``trained`` of the run's dataset ``trained_on``."""
+    if theirs and not trained:
+        return f"scaled to [0, 1] when staged (--scale {theirs.get('kind')}); the run's training data {trained_on} was not"
+    if trained and not theirs:
+        return (f"as given (not scaled); the run's training data {trained_on} was scaled to [0, 1] by its own range "
+                f"(--scale {trained.get('kind')})")
+    return (f"scaled by another range than the run's training data {trained_on} (a dataset staged with --scale is "
+            "scaled by its own training part's range)")
 
 
-def scale_frame(df: Any, features_col: str, scaling: dict | None) -> tuple[Any, str]:
-    """``(frame, column)``: ``df`` plus :data:`SCALED_COL`, ``features_col`` scaled as the dataset was
-    (``array<double>``), and that column's name; ``(df, features_col)`` without scaling.  The user's own
-    columns pass through unchanged."""
-    if not scaling:
-        return df, features_col
-    feature_column_kind(df, features_col)  # a column of another type is said now, not by every task
-    fields = list(df.schema.fields) + [StructField(SCALED_COL, ArrayType(DoubleType(), False), False)]
+def _trained_meta(trained_on: str, url: str) -> dict | None:
+    """The ``_meta.json`` of the dataset ``trained_on`` the run trained on; None (said in the log) when it is gone."""
+    try:
+        return storage.open_dataset(trained_on).meta
+    except storage.StoreError as error:  # the run's dataset is gone: nothing to compare with
+        logger.warning("cannot read %s, which the run trained on (%s): %s is used as it is staged", trained_on, error,
+                       url)
+        return None
 
-    def scale(batches: Iterator[Any]) -> Iterator[Any]:
-        for batch in batches:
-            X = apply_scaling(features_from_arrow(batch.column(features_col), name=features_col, dtype=np.float64),
-                              scaling).astype(np.float64)
-            n_rows, width = X.shape
-            offsets = pa.array(np.arange(0, (n_rows + 1) * width, width, dtype=np.int32))
-            scaled = pa.ListArray.from_arrays(offsets, pa.array(X.reshape(-1), type=pa.float64()))
-            yield pa.RecordBatch.from_arrays([*batch.columns, scaled], names=[*batch.schema.names, SCALED_COL])
 
-    return df.mapInArrow(scale, StructType(fields)), SCALED_COL
+def check_same_scaling(flag: str, url: str, meta: dict, trained_on: str | None, *, labels: bool = False) -> None:
+    """Refuse ``flag url`` (a staged dataset, ``meta`` its ``_meta.json``) when its shards hold features scaled
+    otherwise than those of the staged dataset ``trained_on`` the run trained on: the model would meet
+    features on another scale.  With ``labels``, refuse it too when its label indices stand for other classes
+    (``_meta.json``'s ``classes``).  Nothing to compare for a run trained on anything else."""
+    trained = None if trained_on is None else _trained_meta(trained_on, url)
+    if trained is None:
+        return
+    if meta.get("scaling") != trained.get("scaling"):
+        raise UsageError(f"{flag} {url} holds features {_scaling_difference(meta.get('scaling'), trained.get('scaling'), trained_on)}"
+                         ": the model would meet features on another scale than it learned. Give the raw rows as "
+                         "--input (a Parquet file with a features column), which is scaled as the run's dataset was, "
+                         "or stage them with the run's dataset (sparkdbn stage --input ... --test-fraction)")
+    if labels and meta.get("classes") != trained.get("classes"):
+        def named(classes: list | None) -> str:
+            return f"the classes {classes[:12]}" if classes else "the labels themselves (0 .. k-1)"
+
+        raise UsageError(f"{flag} {url} numbers its labels by {named(meta.get('classes'))}, the run's training data "
+                         f"{trained_on} by {named(trained.get('classes'))}: a label index stands for another class "
+                         "in each. Stage the data with the run's dataset (sparkdbn stage --input ... --test-fraction)")
+
+
+def class_names(url: str | None) -> list | None:
+    """The classes a staged dataset's label indices stand for (``_meta.json``'s ``classes``), None: the labels
+    themselves (or no staged dataset, or one that cannot be read now)."""
+    try:
+        return storage.open_dataset(url).meta.get("classes") if url else None
+    except storage.StoreError:
+        return None
+
+
+def with_class_names(report: Any, classes: list | None) -> Any:
+    """``report`` (a :class:`node.ClassificationReport` over label indices) with the classes they stand for."""
+    if not classes or not all(0 <= int(label) < len(classes) for label in report.labels):
+        return report
+    return type(report).from_confusion_matrix([classes[int(label)] for label in report.labels], report.confusion_matrix)

@@ -5,6 +5,7 @@
     sparkdbn train --master spark://h:7077 --gpus-per-executor 4 --device gpu   # a node per GPU
     sparkdbn evaluate --run RUN          # the run's saved model on the dataset's test split
     sparkdbn predict --run RUN --input in.parquet --output out.parquet
+    sparkdbn predict --run RUN --dataset file:///data/sparkdbn-store/datasets/digits/test --output out.parquet
     sparkdbn stage --recipe digits --url file:///data/sparkdbn-store/datasets/digits --shards 4
     sparkdbn report --run RUN --out plots/
     sparkdbn status --run RUN            # phases, epochs, validation, nodes: where a run stands
@@ -104,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(handler=cmd_train, defaults=TRAIN_DEFAULTS)
 
     for name, handler, text in (("evaluate", cmd_evaluate, "evaluate a run's model with Spark"),
-                                ("predict", cmd_predict, "add prediction columns to a Parquet dataset")):
+                                ("predict", cmd_predict, "add prediction columns to a Parquet file or a staged "
+                                                         "dataset")):
         sub = commands.add_parser(name, help=text)
         common(sub)
         spark_settings(sub)
@@ -116,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--output", required=True, help="Parquet output folder (new or empty)")
             sub.add_argument("--overwrite", action="store_const", const=True,
                              help="replace predictions an earlier predict wrote to --output (nothing else)")
+            sub.add_argument("--dataset", help="a staged dataset URL whose rows to predict instead of --input "
+                                               "(URL/test: its held-out split); written with their row number and "
+                                               "label")
         else:
             sub.add_argument("--dataset", help="recipe (digits, digits28) or staged dataset URL whose held-out "
                                                "split to use (default: the held-out split of the staged dataset "

@@ -23,7 +23,7 @@ import fnmatch
 import logging
 import os
 import uuid
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from .._errors import InputDataError
@@ -39,8 +39,13 @@ SPARK_OUTPUT_FILES = ("part-*", ".part-*", "_SUCCESS", "._SUCCESS.crc", "_commit
                       f".{MARKER}.crc")
 
 
-def write_parquet_safely(frame: Any, output: str, *, inputs: tuple[str, ...] = (), overwrite: bool = False) -> None:
+def write_parquet_safely(frame: Any, output: str, *, inputs: tuple[str, ...] = (), overwrite: bool = False,
+                         check: Callable[[], None] | None = None) -> None:
     """Write ``frame`` as Parquet to the folder ``output`` (see the module docstring).
+
+    ``check``, when given, is called once the frame is written to the temporary folder and before
+    it is renamed into place: whatever it raises leaves nothing at ``output`` (and the temporary
+    folder removed), e.g. bad input the write job's tasks reported instead of failing.
 
     Raises
     ------
@@ -65,6 +70,8 @@ def write_parquet_safely(frame: Any, output: str, *, inputs: tuple[str, ...] = (
     staging = Path(f"{target}.sparkdbn-tmp-{suffix}")
     try:
         frame.write.mode("errorifexists").parquet(str(staging))
+        if check is not None:
+            check()
         fs.create(Path(staging, MARKER), True).close()
         if replaces:
             earlier = Path(f"{target}.sparkdbn-old-{suffix}")

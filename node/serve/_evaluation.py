@@ -28,6 +28,7 @@ from ._inference import (
     model_payload,
     predict_proba_batched,
     raise_input_errors_from,
+    scaled_features,
     task_location,
 )
 
@@ -249,6 +250,7 @@ def evaluate(
     label_col: str = "label",
     batch_size: int = 1024,
     num_partitions: int | None = None,
+    scaling: dict | None = None,
 ) -> ClassificationReport:
     """Evaluate a trained classifier on Spark and return its classification report.
 
@@ -270,6 +272,9 @@ def evaluate(
         Rows per ``predict_proba`` call on an executor.
     num_partitions : int, optional
         Partitions for numpy input (default: Spark's default parallelism).
+    scaling : dict, optional
+        The ``scaling`` of the staged dataset the model trained on (its ``_meta.json``, see
+        ``sparkdbn stage --scale``): features are scaled so before the model sees them.
 
     Returns
     -------
@@ -289,11 +294,13 @@ def evaluate(
 
     try:
         if isinstance(data, tuple) and len(data) == 2:
+            X, y = np.asarray(data[0]), data[1]
+            data = (scaled_features(X.reshape(len(X), -1), scaling).reshape(X.shape) if scaling else X, y)
             counts = _evaluate_arrays(model, payload, data, spark, batch_size, num_partitions, classes)
         elif is_dataframe(data):
-            counts = _evaluate_dataframe(model, payload, data, features_col, label_col, batch_size, classes)
+            counts = _evaluate_dataframe(model, payload, data, features_col, label_col, batch_size, classes, scaling)
         elif is_rdd(data):
-            counts = _evaluate_rdd(model, payload, data, batch_size, classes)
+            counts = _evaluate_rdd(model, payload, data, batch_size, classes, scaling)
         else:
             raise InputDataError(
                 f"evaluate() takes (X, y) numpy arrays, an RDD of (features, label) or a DataFrame, not {type(data).__name__}"
@@ -382,7 +389,8 @@ def _evaluate_arrays(model: Any, payload: bytes, data: tuple, spark: Any, batch_
         broadcast.destroy()  # the model's bytes leave the executors with the job
 
 
-def _evaluate_rdd(model: Any, payload: bytes, rdd: Any, batch_size: int, classes: np.ndarray) -> Counter:
+def _evaluate_rdd(model: Any, payload: bytes, rdd: Any, batch_size: int, classes: np.ndarray,
+                  scaling: dict | None) -> Counter:
     first = rdd.take(1)
     if not first:
         raise InputDataError("evaluation RDD has no rows")
@@ -392,7 +400,7 @@ def _evaluate_rdd(model: Any, payload: bytes, rdd: Any, batch_size: int, classes
         raise InputDataError(f"evaluation RDD rows must be (features, label) pairs, got {first[0]!r:.80}") from error
     vector = features.toArray() if hasattr(features, "toArray") else features
     try:
-        model.predict_proba(np.asarray(vector, dtype=np.float32).reshape(1, -1))
+        model.predict_proba(scaled_features(np.asarray(vector, dtype=np.float32).reshape(1, -1), scaling))
     except (ValueError, RuntimeError) as error:  # the model's own input checks
         raise InputDataError(f"RDD features do not fit the model: {error}") from error
     broadcast = rdd.context.broadcast(payload)
@@ -401,7 +409,8 @@ def _evaluate_rdd(model: Any, payload: bytes, rdd: Any, batch_size: int, classes
         with _reported_input_errors() as outcome:
             replica = model_from_payload(broadcast.value)
             for X, y in _chunk_rows(rows, batch_size):
-                outcome.counts.update(_count_pairs(replica, X, _class_labels(y, classes, "an RDD partition"), batch_size))
+                outcome.counts.update(_count_pairs(replica, scaled_features(X, scaling),
+                                                   _class_labels(y, classes, "an RDD partition"), batch_size))
         yield outcome.result()
 
     try:
@@ -429,7 +438,7 @@ def _cells_batch(result: Counter | str, label_type: Any) -> Any:
 
 
 def _evaluate_dataframe(model: Any, payload: bytes, df: Any, features_col: str, label_col: str, batch_size: int,
-                        classes: np.ndarray) -> Counter:
+                        classes: np.ndarray, scaling: dict | None) -> Counter:
     feature_column_kind(df, features_col)
     if label_col not in df.columns:
         raise InputDataError(f"DataFrame has no label column {label_col!r}; its columns are {df.columns}")
@@ -438,8 +447,9 @@ def _evaluate_dataframe(model: Any, payload: bytes, df: Any, features_col: str, 
         expected = "strings, as the model's classes are" if strings else "numbers or booleans"
         raise InputDataError(f"label column {label_col!r} has type {df.schema[label_col].dataType.simpleString()}; "
                              f"expected {expected}")
-    check_first_row(model, df, features_col)
+    check_first_row(model, df, features_col, scaling)
     broadcast = df.sparkSession.sparkContext.broadcast(payload)
+    dtype = np.float64 if scaling else np.float32  # scaled from the values as given, then float32
 
     def count_batches(batches: Iterator[Any]) -> Iterator[Any]:
         with _reported_input_errors() as outcome:
@@ -447,7 +457,7 @@ def _evaluate_dataframe(model: Any, payload: bytes, df: Any, features_col: str, 
             for batch in batches:
                 if batch.num_rows == 0:
                     continue
-                X = features_from_arrow(batch.column(0), name=features_col)
+                X = scaled_features(features_from_arrow(batch.column(0), name=features_col, dtype=dtype), scaling)
                 labels = batch.column(1)
                 if labels.null_count:
                     raise InputDataError(f"label column {label_col!r} holds nulls; drop or fill them before evaluating")

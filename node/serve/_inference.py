@@ -25,6 +25,7 @@ from typing import Any, Iterator, Literal
 import numpy as np
 import pyarrow as pa
 from pyspark import TaskContext
+from pyspark.accumulators import AccumulatorParam
 from pyspark.ml.linalg import VectorUDT
 from pyspark.sql.types import ArrayType, DoubleType, StringType, StructField, StructType
 
@@ -32,10 +33,11 @@ import rbm
 import storage
 
 from .._errors import InputDataError
-from ..data import feature_column_kind, features_from_arrow
+from ..data import apply_scaling, feature_column_kind, features_from_arrow, write_parquet_safely
 from ..executor import serving_device, serving_spec, settle_worker_heap
 
-__all__ = ["predict_dataframe", "model_payload", "model_from_payload", "load_model_here", "predict_proba_batched", "raw_predictions"]
+__all__ = ["predict_dataframe", "write_predictions", "model_payload", "model_from_payload", "load_model_here",
+           "predict_proba_batched", "raw_predictions", "scaled_features", "located"]
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +152,29 @@ def task_location() -> str:
     return f"partition {context.partitionId()}, " if context is not None else ""
 
 
+def located(error: BaseException) -> str:
+    """The message of an input error met in a task, beginning with the partition it was met in."""
+    message = str(error)
+    return message if message.startswith("partition ") else task_location() + message
+
+
+def scaled_features(X: np.ndarray, scaling: dict | None) -> np.ndarray:
+    """``X`` scaled as the staged dataset a model trained on was (its ``_meta.json``'s ``scaling``:
+    :func:`node.data.apply_scaling`), float32; ``X`` itself without scaling.
+
+    Raises
+    ------
+    InputDataError
+        ``X`` has another number of features than the scaling.
+    """
+    if not scaling or len(X) == 0:
+        return X
+    try:
+        return apply_scaling(X, scaling)
+    except storage.DatasetError as error:
+        raise InputDataError(f"{error}; the model takes features scaled as its training data was") from error
+
+
 _INPUT_ERROR = re.compile(r"InputDataError: (.+)")
 
 
@@ -200,15 +225,16 @@ def _arrow_probability(proba: np.ndarray, as_vector: bool) -> Any:
 # --------------------------------------------------------------------------- DataFrame checks
 
 
-def check_first_row(model: Any, df: Any, features_col: str) -> None:
-    """Validate one row on the driver with the model itself (width, NaN), before the Spark job."""
+def check_first_row(model: Any, df: Any, features_col: str, scaling: dict | None = None) -> None:
+    """Validate one row on the driver with the model itself (width, NaN; scaled by ``scaling``), before the Spark job."""
     first = df.select(features_col).limit(1).collect()
     if not first:
         return
     value = first[0][0]
-    row = np.asarray(value.toArray() if hasattr(value, "toArray") else value, dtype=np.float32)[None, :]
+    row = np.asarray(value.toArray() if hasattr(value, "toArray") else value,
+                     dtype=np.float64 if scaling else np.float32)[None, :]
     try:
-        model.predict_proba(row)
+        model.predict_proba(scaled_features(row, scaling))
     except (ValueError, RuntimeError) as error:  # the model's own input checks
         raise InputDataError(f"features column {features_col!r} does not fit the model: {error}") from error
 
@@ -226,6 +252,7 @@ def predict_dataframe(
     raw_prediction_col: str | None = "rawPrediction",
     batch_size: int = 1024,
     probability_type: Literal["array", "vector"] = "vector",
+    scaling: dict | None = None,
 ) -> Any:
     """Add pyspark.ml's classifier columns to a DataFrame, computed on the executors.
 
@@ -234,6 +261,10 @@ def predict_dataframe(
     ``pyspark.ml.linalg`` Vectors and ``prediction`` as a double, so pyspark's
     ``MulticlassClassificationEvaluator``, ``BinaryClassificationEvaluator``, ``CrossValidator``
     and ``TrainValidationSplit`` take the result unchanged.
+
+    The result is computed when an action asks for it.  A bad row past the first one (checked
+    on the driver) fails its task there, which Spark tries again up to ``spark.task.maxFailures``
+    times before the action fails; :func:`write_predictions` reports such a row once, untried again.
 
     Parameters
     ----------
@@ -254,6 +285,10 @@ def predict_dataframe(
     probability_type : {"vector", "array"}
         A dense ``pyspark.ml.linalg`` Vector (default: what Spark ML evaluators use), or
         ``array<double>``; for both the probability and the raw prediction column.
+    scaling : dict, optional
+        The ``scaling`` of the staged dataset the model trained on (its ``_meta.json``, see
+        ``sparkdbn stage --scale``): the features are scaled so on the executors before the
+        model sees them; the features column itself is written unchanged.
 
     Returns
     -------
@@ -270,19 +305,120 @@ def predict_dataframe(
         Missing or mistyped features column, an output column that already exists, or
         features the model refuses (checked on one row on the driver before the job runs).
     """
+    frame, _ = _prediction_frame(model, df, features_col=features_col, prediction_col=prediction_col,
+                                 probability_col=probability_col, raw_prediction_col=raw_prediction_col,
+                                 batch_size=batch_size, probability_type=probability_type, scaling=scaling, refusals=None)
+    return frame
+
+
+def write_predictions(
+    model: Any,
+    df: Any,
+    output: str,
+    *,
+    inputs: tuple[str, ...] = (),
+    overwrite: bool = False,
+    source: str = "the input",
+    features_col: str = "features",
+    prediction_col: str = "prediction",
+    probability_col: str | None = "probability",
+    raw_prediction_col: str | None = "rawPrediction",
+    batch_size: int = 1024,
+    probability_type: Literal["array", "vector"] = "vector",
+    scaling: dict | None = None,
+    drop_columns: tuple[str, ...] = (),
+) -> None:
+    """Write ``df`` with :func:`predict_dataframe`'s columns as Parquet to the folder ``output``.
+
+    Written as :func:`node.data.write_parquet_safely` writes (never over an input nor over files it
+    did not write; renamed into place once complete).  A row the model refuses (wrong width, NaN)
+    is reported by its task instead of failing it, so Spark does not try the partition again: the
+    write then raises once, naming the partition, and leaves nothing at ``output``.
+
+    Parameters
+    ----------
+    output : str
+        Folder (path or URL Spark writes to, ``hdfs://`` too).
+    inputs : tuple of str
+        Where ``df`` was read from: the output may not be, hold or lie inside any of them.
+    overwrite : bool
+        Replace predictions this function wrote to ``output`` before (nothing else).
+    source : str
+        What ``df`` is, to begin the error message with (e.g. ``"--input data.parquet"``).
+    features_col : str
+        Column of the features read (as :func:`predict_dataframe` takes it, as are the next six).
+    prediction_col : str
+        Column of the predicted label written.
+    probability_col : str or None
+        Column of the class probabilities written; None leaves it out.
+    raw_prediction_col : str or None
+        Column of the raw scores written; None leaves it out.
+    batch_size : int
+        Rows per ``predict_proba`` call on an executor.
+    probability_type : {"vector", "array"}
+        The type of the probability and raw prediction columns.
+    scaling : dict, optional
+        The ``scaling`` of the staged dataset the model trained on, applied to the features first.
+    drop_columns : tuple of str
+        Columns of ``df`` the model reads but that are not written (e.g. the features).
+
+    Raises
+    ------
+    InputDataError (a ValueError)
+        What :func:`predict_dataframe` refuses, a bad row found on an executor, or an output it may
+        not write.
+    """
+    refusals = df.sparkSession.sparkContext.accumulator([], _Refusals())
+    frame, broadcast = _prediction_frame(model, df, features_col=features_col, prediction_col=prediction_col,
+                                         probability_col=probability_col, raw_prediction_col=raw_prediction_col,
+                                         batch_size=batch_size, probability_type=probability_type, scaling=scaling,
+                                         refusals=refusals)
+    frame = frame.drop(*drop_columns) if drop_columns else frame
+
+    def check() -> None:
+        found = sorted(refusals.value)  # by partition: the first one is the same whichever task ended first
+        if found:
+            more = f" (and {len(found) - 1} more partition(s))" if len(found) > 1 else ""
+            raise InputDataError(f"{source}: {found[0][1]}{more}; nothing was written")
+
+    try:
+        write_parquet_safely(frame, output, inputs=inputs, overwrite=overwrite, check=check)
+    finally:
+        broadcast.destroy()  # the model's bytes leave the executors with the job
+
+
+class _Refusals(AccumulatorParam):
+    """A Spark accumulator of ``(partition, message)``: the input errors a write's tasks reported instead of raising."""
+
+    def zero(self, value: list) -> list:
+        return []
+
+    def addInPlace(self, first: list, second: list) -> list:
+        return first + second
+
+
+def _prediction_frame(model: Any, df: Any, *, features_col: str, prediction_col: str, probability_col: str | None,
+                      raw_prediction_col: str | None, batch_size: int, probability_type: str, scaling: dict | None,
+                      refusals: Any) -> tuple[Any, Any]:
+    """``(frame, broadcast)``: ``df`` with the prediction columns, and the broadcast model file it reads.
+
+    With ``refusals`` (an accumulator of :class:`_Refusals`), a task that meets a row the model
+    refuses adds ``(partition, message)`` to it and reads the rest of its partition without
+    predicting, instead of raising (a raise is tried again by Spark, on the same rows).
+    """
     feature_column_kind(df, features_col)
     for column in (prediction_col, probability_col, raw_prediction_col):
         if column is not None and column in df.columns:
             raise InputDataError(f"output column {column!r} already exists in the DataFrame; choose another name")
     if batch_size < 1:
         raise InputDataError(f"batch_size must be >= 1, got {batch_size}")
+    if probability_type not in ("vector", "array"):
+        raise InputDataError(f"probability_type must be 'vector' or 'array', got {probability_type!r}")
     classes = model_classes(model)
     string_classes = classes.dtype.kind in "US"  # a model fitted on string labels predicts them
     classes = classes.astype(str if string_classes else np.float64)
-    check_first_row(model, df, features_col)
+    check_first_row(model, df, features_col, scaling)
 
-    if probability_type not in ("vector", "array"):
-        raise InputDataError(f"probability_type must be 'vector' or 'array', got {probability_type!r}")
     vector_type = VectorUDT() if probability_type == "vector" else ArrayType(DoubleType(), False)
     fields = list(df.schema.fields)
     if raw_prediction_col is not None:
@@ -295,23 +431,34 @@ def predict_dataframe(
     broadcast = df.sparkSession.sparkContext.broadcast(model_payload(model))
     # Plain values only in the closure (not the model, not self): they are what the workers get.
     as_vector = probability_type == "vector"
+    dtype = np.float64 if scaling else np.float32  # scaled from the values as given, then float32
 
     def predict_batches(batches: Iterator[Any]) -> Iterator[Any]:
         replica = model_from_payload(broadcast.value)
         for batch in batches:
-            X = features_from_arrow(batch.column(features_col), name=features_col)
-            proba = predict_proba_batched(replica, X, batch_size)
+            try:
+                X = scaled_features(features_from_arrow(batch.column(features_col), name=features_col, dtype=dtype),
+                                    scaling)
+                proba = predict_proba_batched(replica, X, batch_size)
+            except InputDataError as error:
+                if refusals is None:
+                    raise
+                refusals.add([(TaskContext.get().partitionId(), located(error))])
+                for _ in batches:  # the rest is read, not predicted: the write that asked for it is refused
+                    pass
+                return
             prediction = classes[np.argmax(proba, axis=1)] if len(X) else classes[:0]
-            columns, names = list(batch.columns), list(batch.schema.names)
+            out_columns, names = list(batch.columns), list(batch.schema.names)
             if raw_prediction_col is not None:
-                columns.append(_arrow_probability(raw_predictions(proba), as_vector))
+                out_columns.append(_arrow_probability(raw_predictions(proba), as_vector))
                 names.append(raw_prediction_col)
             if probability_col is not None:
-                columns.append(_arrow_probability(proba, as_vector))
+                out_columns.append(_arrow_probability(proba, as_vector))
                 names.append(probability_col)
-            columns.append(pa.array(prediction, type=pa.string() if string_classes else pa.float64()))
+            out_columns.append(pa.array(prediction, type=pa.string() if string_classes else pa.float64()))
             names.append(prediction_col)
-            yield pa.RecordBatch.from_arrays(columns, names=names)
+            yield pa.RecordBatch.from_arrays(out_columns, names=names)
 
-    log.debug("predicting %s -> %s/%s with a %d-byte model broadcast", features_col, prediction_col, probability_col, len(broadcast.value))
-    return df.mapInArrow(predict_batches, schema)
+    log.debug("predicting %s -> %s/%s with a %d-byte model broadcast", features_col, prediction_col, probability_col,
+              len(broadcast.value))
+    return df.mapInArrow(predict_batches, schema), broadcast

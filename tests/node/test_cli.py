@@ -190,26 +190,30 @@ def test_evaluate_finds_the_recipe_by_the_width_the_run_trained_on(monkeypatch):
 def test_an_input_whose_features_a_scaled_run_cannot_take_is_refused_before_any_job(spark):
     # A staged dataset's own shards as --input of a run trained on a scaled dataset: their features are
     # bytes, which every task of the scaling job refused with a Java stack trace before the one line.
-    from node.cli._data import scale_frame
+    import rbm
 
-    frame = spark.createDataFrame([(b"\x00\x01", 3)], "features binary, label int")
+    model = rbm.DBN(hidden_layer_sizes=(4,), random_state=0).initialize(2, np.arange(2))
+    frame = spark.createDataFrame([(b"\x00\x01", 1)], "features binary, label int")
+    scaling = {"kind": "minmax", "min": [0.0, 0.0], "max": [1.0, 1.0]}
     jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(None)
-    with pytest.raises(node.InputDataError, match="features column 'features' has type binary; .*a staged dataset's "
-                                                  r"shards hold their features as bytes: read it with storage.open_dataset"):
-        scale_frame(frame, "features", {"kind": "minmax", "min": [0.0], "max": [1.0]})
+    refused = "features column 'features' has type binary; .*a staged dataset's shards hold their features as bytes"
+    with pytest.raises(node.InputDataError, match=refused):
+        node.predict_dataframe(model, frame, scaling=scaling)
+    with pytest.raises(node.InputDataError, match=refused):
+        node.evaluate(model, frame, scaling=scaling)
     assert spark.sparkContext.statusTracker().getJobIdsForGroup(None) == jobs  # no job ran
 
 
 def test_an_input_spark_cannot_read_as_parquet_is_one_line_naming_it(spark, tmp_path):
     # What the check before Spark cannot see (a file on HDFS, one truncated after its first bytes)
     # Spark refuses with a Java error: said in one line naming the input, not as a traceback.
-    from node.cli import _commands
+    from node.cli import _inputs
     from node.cli._options import UsageError
 
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"PAR1 and then nothing a footer needs")
     with pytest.raises(UsageError, match=rf"^--input {broken} cannot be read as Parquet: \S.*{broken.name}"):
-        _commands._read_parquet(spark, str(broken))
+        _inputs.read_parquet(spark, str(broken))
 
 
 def test_an_rbm_alone_trains_from_the_command_line_and_reports_its_held_out_reconstruction(spark, tmp_path, capsys):

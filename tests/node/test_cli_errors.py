@@ -165,7 +165,7 @@ def test_a_parquet_input_passes_the_check_whatever_hidden_files_lie_beside_it(tm
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from node.cli import _commands
+    from node.cli import _inputs
 
     folder = tmp_path / "in.parquet"
     (folder / "label=3").mkdir(parents=True)  # a partitioned folder: Spark reads the subfolders too
@@ -173,9 +173,9 @@ def test_a_parquet_input_passes_the_check_whatever_hidden_files_lie_beside_it(tm
     (folder / "_SUCCESS").write_text("")
     (folder / ".part-0.parquet.crc").write_bytes(b"crc")
     (folder / "label=3" / "empty.parquet").write_bytes(b"")  # Spark skips an empty file
-    _commands._check_input(str(folder))
-    _commands._check_input("file://" + str(folder / "label=3" / "part-0.parquet"))
-    _commands._check_input("hdfs://namenode:9870/not/looked/at/here")
+    _inputs.check_input(str(folder))
+    _inputs.check_input("file://" + str(folder / "label=3" / "part-0.parquet"))
+    _inputs.check_input("hdfs://namenode:9870/not/looked/at/here")
 
 
 def test_misspelled_keys_and_flags_are_one_line_naming_the_closest_and_spark_never_starts(tmp_path, monkeypatch,
