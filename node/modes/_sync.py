@@ -78,11 +78,11 @@ class _PeerMissing(TrainingError):
     """A round's peer did not reach the barrier in time: a lost node, which the job's next attempt gets past."""
 
 
-def _task_failed(error: BaseException) -> bool:
-    """Whether a Spark job failed because a task did (its node lost, its worker killed), not because it was
-    cancelled (the fit stopping, its lease lost): only the first is worth another attempt."""
-    text = " ".join(str(link) for link in _chain(error))
-    return "aborted due to stage failure" in text
+def _node_lost(error: BaseException) -> bool:
+    """Whether a Spark job failed because a run of a task again found its slot claimed (:class:`SyncNodeLost`):
+    a node was lost.  Not a cancelled job (the fit stopping, its lease lost), nor peers missing at a barrier
+    alone (they did not start, or hang: another attempt would wait for them again)."""
+    return any(SyncNodeLost.__name__ in str(link) for link in _chain(error))
 
 
 def _chain(error: BaseException | None) -> list[BaseException]:
@@ -143,7 +143,7 @@ class SyncMode(TrainingMode):
         failure = failed.failure()
         if failure is not None:  # the same error again on any attempt: said once, plainly
             raise failed.failure_error(failure) from error
-        if not _task_failed(error) or options.attempt + 1 >= JOB_ATTEMPTS:
+        if not _node_lost(error) or options.attempt + 1 >= JOB_ATTEMPTS:
             raise error
         resume = SyncJob(driver.store, task, options.attempt + 1).resume_point()
         where = ("from its start" if resume is None else

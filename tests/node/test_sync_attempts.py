@@ -10,7 +10,8 @@ import pytest
 
 import node
 import storage
-from node._contract import SyncResume
+from node._contract import SyncOptions, SyncResume
+from node.modes._sync import JOB_ATTEMPTS, SyncMode
 from node.modes._sync_rounds import RoundPlace, SyncJob, SyncNodeLost
 
 KEY = b"sync-attempts-key-0123456789"
@@ -105,3 +106,49 @@ def test_a_skipped_round_is_reported_from_the_newest_attempt_that_recorded_it_up
     found = job.earlier_round(SyncResume(attempt=1, epoch=0, round=0, start=False), RoundPlace(0, 0), 0)
     assert found.ref.node == "n1-0" and found.trained == ((0, 10, 0.5),)
     assert job.earlier_round(SyncResume(attempt=1, epoch=0, round=0, start=False), RoundPlace(0, 1), 0) is None
+
+
+def a_failed_job(store, attempt: int) -> tuple[SimpleNamespace, SimpleNamespace]:
+    task = a_task()
+    task.options = SyncOptions(averaging_frequency=2, barrier_timeout_s=5.0, attempt=attempt)
+    return SimpleNamespace(store=store), task
+
+
+def spark_failure(text: str) -> node.TrainingError:
+    try:
+        try:
+            raise RuntimeError(f"Job aborted: {text}")
+        except RuntimeError as cause:
+            raise node.TrainingError("Spark job 'r1 rbm0 epoch 1' failed") from cause
+    except node.TrainingError as error:
+        return error
+
+
+def test_the_driver_runs_a_job_again_after_a_lost_node_from_where_its_nodes_had_got(store):
+    for slot in range(3):
+        record(store, 0, None, slot, started_at=RoundPlace(0, -1))
+    driver, task = a_failed_job(store, 0)
+    options = SyncMode._next_attempt(driver, task, spark_failure("node.modes._sync_rounds.SyncNodeLost: sync, ..."))
+    assert options.attempt == 1 and options.resume == SyncResume(attempt=0, epoch=0, round=-1, start=True)
+    assert options.averaging_frequency == 2
+
+
+@pytest.mark.parametrize("text", ["Job 3 cancelled part of cancelled job group sparkdbn-r1",
+                                  "node.modes._sync._PeerMissing: slot(s) [1] did not reach ..."])
+def test_a_cancelled_job_or_peers_that_never_came_are_not_run_again(store, text):
+    driver, task = a_failed_job(store, 0)
+    with pytest.raises(node.TrainingError, match="Spark job 'r1 rbm0 epoch 1' failed"):
+        SyncMode._next_attempt(driver, task, spark_failure(text))
+
+
+def test_a_job_runs_at_most_job_attempts_times(store):
+    driver, task = a_failed_job(store, JOB_ATTEMPTS - 1)
+    with pytest.raises(node.TrainingError, match="Spark job 'r1 rbm0 epoch 1' failed"):
+        SyncMode._next_attempt(driver, task, spark_failure("SyncNodeLost: sync, ..."))
+
+
+def test_a_recorded_failure_is_raised_in_one_line_instead_of_running_the_job_again(store):
+    driver, task = a_failed_job(store, 0)
+    SyncJob(store, task, 0).record_failure(RuntimeError("the model raised"))
+    with pytest.raises(node.TrainingError, match=r"^sync, run r1, phase rbm0: RuntimeError: the model raised$"):
+        SyncMode._next_attempt(driver, task, spark_failure("SyncNodeLost: sync, ..."))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import node
+import node.driver._fit_jobs
 import storage
 
 pytestmark = pytest.mark.slow
@@ -105,29 +106,33 @@ def test_a_run_sweeps_temporaries_left_by_killed_writers(tmp_path):
     assert weights.get_version(ref)["W"].sum() == 4
 
 
+@pytest.mark.parametrize("barrier_stage", [True, False], ids=["barrier stage", "dynamic allocation"])
 def test_in_sync_mode_a_worker_killed_mid_phase_reruns_the_job_from_the_last_round_every_node_completed(
-        spark, store_url, digits, dbn_recipe):
-    # The job is one Spark barrier stage: Spark kills the other nodes and runs the whole job again, whose
-    # nodes continue from the mean of the last round all of them recorded (node.modes._sync_rounds).
+        spark, store_url, digits, dbn_recipe, barrier_stage, monkeypatch):
+    # Spark runs the killed node's task again (alone, or the whole barrier stage), which finds its slot claimed
+    # and fails; the driver runs the job again, and its nodes continue from the mean of the last round all of
+    # them recorded (node.modes._sync_rounds).  Under dynamic allocation the job is no barrier stage.
+    if not barrier_stage:
+        monkeypatch.setattr(node.driver._fit_jobs.FitJobs, "gang_scheduling", property(lambda jobs: False))
     X, y, X_test, y_test = digits
     reference = dbn_recipe.reference_accuracy(digits)
     epochs, partitions = dbn_recipe.epochs, dbn_recipe.partitions
-    trainer = node.Trainer(spark, store_url, run_id="fault-sync", mode="sync", epochs=epochs, partitions=partitions,
+    run = f"fault-sync-{barrier_stage}"
+    trainer = node.Trainer(spark, store_url, run_id=run, mode="sync", epochs=epochs, partitions=partitions,
                            progress=False, kill_worker_once_at="finetune:2")
     model = trainer.fit(dbn_recipe.make(), X, y)
 
     store = storage.open_store(store_url)
-    run = node.open_run(store_url, "fault-sync")
-    record = run.runs.read_record()
+    record = node.open_run(store_url, run).runs.read_record()
     assert record["status"] == "done" and record["attempts"] == 1  # one fit: no second one needed
-    killed = store.read_bytes("runs/fault-sync/faults/killed-worker").decode().split()[0]
+    killed = store.read_bytes(f"runs/{run}/faults/killed-worker").decode().split()[0]
     # Two attempts of the fine-tuning job; the second started where every node of the first had got: past
     # epoch 2's start (the kill came in its first round), so nothing of epochs 0-1 was trained twice.
-    jobs = store.list("runs/fault-sync/rounds/finetune")
+    jobs = store.list(f"runs/{run}/rounds/finetune")
     assert len(jobs) == 1
-    attempts = sorted(store.list(f"runs/fault-sync/rounds/finetune/{jobs[0]}"), key=int)
+    attempts = sorted(store.list(f"runs/{run}/rounds/finetune/{jobs[0]}"), key=int)
     assert len(attempts) == 2
-    second = store.list(f"runs/fault-sync/rounds/finetune/{jobs[0]}/{attempts[1]}")
+    second = store.list(f"runs/{run}/rounds/finetune/{jobs[0]}/{attempts[1]}")
     assert "start" in second and not any(name.startswith(("0000-", "0001-")) for name in second)
     # The second attempt's nodes are new (Spark killed the first's workers) and their reports cover every
     # partition of every epoch once: the first attempt's rounds reported again from its round records.
@@ -135,6 +140,6 @@ def test_in_sync_mode_a_worker_killed_mid_phase_reruns_the_job_from_the_last_rou
     assert [sorted(r["partition"] for r in summary["records"]) for summary in history] == [
         list(range(partitions))] * epochs["finetune"]
     assert killed not in {r["node"] for summary in history for r in summary["records"]}
-    assert every_weight_file_verifies(store, "fault-sync", list(epochs)) > 0
+    assert every_weight_file_verifies(store, run, list(epochs)) > 0
     # The bound of the async test above.
     assert model.score(X_test, y_test) >= reference - 0.03
