@@ -75,7 +75,8 @@ _MAX_POLL_S = 0.2
 
 
 class _PeerMissing(TrainingError):
-    """A round's peer did not reach the barrier in time: a lost node, which the job's next attempt gets past."""
+    """A round's peer did not reach the barrier in time: never recorded as the job's failure, since a lost node
+    looks so to its peers (where it was lost, Spark's run of its task again says so: :class:`SyncNodeLost`)."""
 
 
 def _node_lost(error: BaseException) -> bool:
@@ -166,7 +167,7 @@ class SyncMode(TrainingMode):
         try:
             yield from self._train_attempt(node, task, job, spark_partition, blocks)
         except _PeerMissing:
-            raise  # what a lost node looks like from its peers: the driver runs the job again
+            raise  # what a lost node looks like from its peers: no failure of the job's own
         except Exception as error:  # the next attempt would fail alike: the driver raises it instead
             job.record_failure(error)
             raise
