@@ -140,6 +140,11 @@ def test_in_sync_mode_a_worker_killed_mid_phase_reruns_the_job_from_the_last_rou
     assert [sorted(r["partition"] for r in summary["records"]) for summary in history] == [
         list(range(partitions))] * epochs["finetune"]
     assert killed not in {r["node"] for summary in history for r in summary["records"]}
+    # The metrics log too holds every partition of every epoch once: a node stores a round's metrics after its
+    # barrier, so only rounds every node completed (never trained again) have any.
+    finetune = [m for m in node.open_run(store_url, run).runs.read_metrics() if m["phase"] == "finetune"]
+    assert sorted((m["epoch"], m["partition"]) for m in finetune) == [
+        (epoch, part) for epoch in range(epochs["finetune"]) for part in range(partitions)]
     assert every_weight_file_verifies(store, run, list(epochs)) > 0
     # The bound of the async test above.
     assert model.score(X_test, y_test) >= reference - 0.03
