@@ -11,8 +11,8 @@ driver process (one Spark session) runs every fit in order while the fixture arr
 * fits 1-3, a small RBM on the two hosts left: the store host unreachable for 3 s (less than the
   retry timeout: the fit completes), then the store's servers stopped until the fit gives up (it
   fails naming the URL and the operation; refused connections fail at once, where an unreachable
-  host would make every attempt wait out its connect timeout), then the same run id fitted again
-  after the store is back (resumes, completes).
+  host would make every attempt wait out its connect timeout; its store calls give up after 2 s, the
+  blip fit's after 5 s), then the same run id fitted again after the store is back (resumes, completes).
 
 Faults are timed by the progress file the driver writes after every epoch (polled, never slept
 on); the sleeps here are the faults' own durations.  Nothing here asserts a duration.
@@ -52,6 +52,10 @@ CUT_AFTER_EPOCH = 2  # of the last phase
 KILL_EPOCHS_AFTER_RESTORE = 3
 STORE_BLIP_S = 3.0
 STORE_RETRY_TIMEOUT_S = 5.0
+#: The outage fit's (and its resume's): every store call of a fit whose store is gone waits this out -- the
+#: failed task's two attempts, then the failure's record, lease and cleanup -- 41 s in all at 5 s; it need
+#: not outlast a blip, and what is asserted (the fit fails naming the store and the operation) is the same.
+STORE_GONE_RETRY_TIMEOUT_S = 2.0
 #: Fits that wait for the store and for Spark to give up on a lost executor still end within this.
 FIT_DEADLINE_S = 300.0
 #: Short enough that Spark declares a killed host's executor lost soon, long enough that a 20 s cut is not.
@@ -103,12 +107,13 @@ def _orchestrate(cluster: VirtualCluster, folder: Path) -> Runs:
     dbn_settings = {"epochs": DBN_EPOCHS, "partitions": PARTITIONS}
     rbm_settings = {"epochs": 4, "partitions": 4, "store_retry_timeout_s": STORE_RETRY_TIMEOUT_S,
                     "lease_timeout_s": 8.0}
+    gone_settings = dict(rbm_settings, store_retry_timeout_s=STORE_GONE_RETRY_TIMEOUT_S)
     plan = {"conf": cluster.spark_conf(**SPARK_FAULT_CONF), "store_url": cluster.store_url(STORE_PATH),
             "folder": str(folder), "fits": [
                 {"name": "dbn", "run_id": "dbn", "model": "dbn", "settings": dbn_settings},
                 {"name": "store-blip", "run_id": "blip", "model": "rbm", "settings": rbm_settings},
-                {"name": "store-gone", "run_id": "gone", "model": "rbm", "settings": rbm_settings},
-                {"name": "resume", "run_id": "gone", "model": "rbm", "settings": rbm_settings, "wait": True}]}
+                {"name": "store-gone", "run_id": "gone", "model": "rbm", "settings": gone_settings},
+                {"name": "resume", "run_id": "gone", "model": "rbm", "settings": gone_settings, "wait": True}]}
     (folder / "plan.json").write_text(json.dumps(plan))
     log = folder / "driver.log"
     driver = cluster.popen("driver", [sys.executable, HERE / "_train_job.py", folder / "plan.json"], log=log,
