@@ -117,8 +117,9 @@ class FitJobs:
         """Start the job that trains ``epochs`` of ``phase``: one task per node, over the slots' numbers.
 
         ``gang``: as one barrier stage, which Spark starts all at once and, when a task fails, runs again
-        whole; followed by a shuffle of the reports, since Spark runs again a barrier stage that feeds a
-        shuffle but not one whose results it returns (the reports are a few kB).
+        whole.  A shuffle of the reports (a few kB) follows it: Spark runs again a barrier stage that feeds
+        a shuffle, not one whose results it returns, and a sync task run again says what the driver needs
+        to know, that a node was lost (:class:`~node.modes._sync_rounds.SyncNodeLost`).
         """
         self.store_partitions()
         slots = self._dealt()

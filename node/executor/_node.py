@@ -245,8 +245,8 @@ class ExecutorNode:
             self.outer = actors.OuterState.start(params)
 
     def restart_outer(self, phase: str) -> None:
-        """Anchor the outer step on the parameters now, with the momentum stored for ``phase`` (a sync job that
-        Spark runs again continues from an average its nodes did not step from)."""
+        """Anchor the outer step on the parameters now, with the momentum stored for ``phase`` (a sync job the
+        driver runs again continues from an average its nodes did not step from)."""
         if phase == self.phase:
             self._start_outer(phase, ())
 
