@@ -92,7 +92,7 @@ def fit_jobs(spark, store_url: str, prepared) -> FitJobs:
     """A FitJobs of the slots and the stored partitions only: no training job starts."""
     fit = FitJobs.__new__(FitJobs)
     fit.sc, fit._nodes, fit.run_id, fit._slots, fit._stored = spark.sparkContext, 2, "r1", None, False
-    fit.node_config, fit.store, fit.prepared, fit._timings = config_for(store_url), storage.open_store(store_url), \
+    fit.node_config, fit._store, fit.prepared, fit._timings = config_for(store_url), storage.open_store(store_url), \
         prepared, FitTimings()
     return fit
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -378,13 +379,17 @@ def test_the_command_line_and_a_config_file_set_the_rule(tmp_path):
 
 def test_sync_rounds_scale_the_learning_rates_by_the_slots_they_average(monkeypatch):
     from node.modes._sync import SyncMode
+    from node.modes._sync_rounds import SyncJob
 
     config = _config(scale_rule="linear", warmup_partitions=1)
     node = ExecutorNode(config)  # not started: the rounds' store traffic is replaced below
     node.model = rbm.model_from_spec(config.spec).initialize(6)
     node.scaling.enter_phase("rbm")
     node.report = lambda task, work: node.learning_rate_scale
-    monkeypatch.setattr(SyncMode, "_average", lambda self, *args: (0, [], 0))
+    node.weights = SimpleNamespace(prune=lambda *args: None)
+    monkeypatch.setattr(SyncJob, "claim", lambda self, slot: True)
+    monkeypatch.setattr(SyncMode, "_publish", lambda self, *args, **kwargs: 0)
+    monkeypatch.setattr(SyncMode, "_average", lambda self, *args: ([], 0))
     X = np.random.default_rng(0).random((20, 6)).astype(np.float32)
     task = TaskSpec(node=config, mode="sync", phase="rbm", phase_index=0, epoch=0, start_digest="digest", end_epoch=1,
                     slots=((0, 3), (1, 4), (2, 5)), options=SyncOptions(averaging_frequency=1, barrier_timeout_s=300.0))
