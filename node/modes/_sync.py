@@ -61,9 +61,9 @@ from .._errors import InputDataError, TrainingError
 from ..data import Block
 from ._base import TrainingMode
 from ._protocols import ModeDriver, ModeNode, ModeSettings, PartitionWork
-from ._sync_rounds import RoundPlace, RoundRecord, SyncJob, SyncNodeLost, round_members
+from ._sync_rounds import RoundPlace, RoundRecord, SyncJob, SyncNodeLost
 
-__all__ = ["JOB_ATTEMPTS", "SyncMode", "SyncNodeLost", "SyncState", "round_members"]
+__all__ = ["JOB_ATTEMPTS", "SyncMode", "SyncState"]
 
 logger = logging.getLogger(__name__)
 
