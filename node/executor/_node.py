@@ -408,20 +408,21 @@ class ExecutorNode:
 
     def refusal(self, task: TaskSpec, partition: int, error: Exception) -> PartitionReport:
         """A report that says why the partition's data was refused (returned, not raised: no retry)."""
-        return PartitionReport(node=self.name, run=task.node.run, phase=task.phase, epoch=task.epoch,
-                               partition=partition, samples=0, loss=float("nan"), train_s=0.0, merge_s=0.0,
-                               publish_s=0.0, task_s=0.0, merged=0, merged_from=(), staleness_s=None,
-                               samples_seen=self.samples_seen.get(task.phase, 0), time=time.time(), pid=os.getpid(),
-                               error=f"partition {partition}: {error}", device=self.device)
+        return self._untrained_report(task, partition, samples=0, loss=float("nan"),
+                                      error=f"partition {partition}: {error}")
 
     def report_earlier(self, task: TaskSpec, partition: int, samples: int, loss: float, origin: str) -> PartitionReport:
         """This node's report of a partition an earlier attempt of its task trained (figures from that attempt's
         record; not stored again as a metrics record: that attempt's node stored it)."""
+        return self._untrained_report(task, partition, samples=int(samples), loss=float(loss), code=_PACKAGE_FOLDER,
+                                      entered_from=origin)
+
+    def _untrained_report(self, task: TaskSpec, partition: int, **fields: Any) -> PartitionReport:
+        """A report of ``partition`` that this task did not train now: no time, no merges, ``fields`` as given."""
         return PartitionReport(node=self.name, run=task.node.run, phase=task.phase, epoch=task.epoch,
-                               partition=partition, samples=int(samples), loss=float(loss), train_s=0.0, merge_s=0.0,
-                               publish_s=0.0, task_s=0.0, merged=0, merged_from=(), staleness_s=None,
-                               samples_seen=self.samples_seen.get(task.phase, 0), time=time.time(), pid=os.getpid(),
-                               code=_PACKAGE_FOLDER, device=self.device, entered_from=origin)
+                               partition=partition, train_s=0.0, merge_s=0.0, publish_s=0.0, task_s=0.0, merged=0,
+                               merged_from=(), staleness_s=None, samples_seen=self.samples_seen.get(task.phase, 0),
+                               time=time.time(), pid=os.getpid(), device=self.device, **fields)
 
     def _maybe_fault(self, task: TaskSpec, X: np.ndarray, y: np.ndarray | None, rng: np.random.Generator) -> None:
         """Test hook: once per run, train half the partition and SIGKILL this worker.
