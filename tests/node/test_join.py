@@ -86,9 +86,11 @@ def test_a_worker_added_while_a_fit_trains_gets_nodes_that_start_from_the_store_
     assert first >= joined_after, "a node of the added worker trained before the worker existed"
     last = len(position) - 1
     assert first <= last - 2, f"the added worker's nodes came in only at epoch {first} of {len(position)}"
-    # They stay nodes to the end (the other worker may run both tasks of one epoch while they finish
-    # the epoch before, as async queues each epoch's job behind the running one) ...
-    assert (set(trained_in[last - 1]) | set(trained_in[last])) & joined, "the fit ended without the added worker"
+    # They stay nodes to the end (the other worker may run both tasks of an epoch while they finish the
+    # epoch before, as async queues each epoch's job behind the running one: on 2 Dec it ran both of the
+    # last two epochs in 2 of about 10 runs, so the last three are looked at) ...
+    assert set().union(*(trained_in.get(k, []) for k in range(last - 2, last + 1))) & joined, \
+        "the fit ended without the added worker"
     since = [name for k in range(first, last + 1) for name in trained_in.get(k, [])]
     assert sum(name in joined for name in since) >= len(since) / 4, since  # ... and take their share of the work
 
