@@ -7,7 +7,8 @@ Layout of a dataset directory (its URL is the directory itself)::
     part-00000.parquet     column "features": one row per sample, either fixed_size_binary
     part-00001.parquet       (layout "binary", default: the sample's values, little-endian)
                              or fixed_size_list<dtype>[prod(feature_shape)] (layout "list")
-                           column "label": int64 (absent for unlabelled data)
+                           column "label": int64 (absent for unlabelled data): the class index,
+                             standing for classes[index] where the meta names ``classes``
 
 Shards hold consecutive rows in input order (shuffle before staging if order matters).
 ``_meta.json`` is written last, so a dataset becomes visible only once every shard is in
@@ -121,6 +122,13 @@ class Dataset:
         """Shape of one sample."""
         return tuple(self.meta["feature_shape"])
 
+    @property
+    def classes(self) -> np.ndarray | None:
+        """The labels the staged class indices stand for (``_meta.json``'s ``classes``: strings, or numbers other
+        than ``0 .. k-1``), in index order; None where the indices are the labels themselves."""
+        classes = self.meta.get("classes")
+        return None if classes is None else np.asarray(classes)
+
     def __len__(self) -> int:
         return self.n_samples
 
@@ -134,7 +142,9 @@ class Dataset:
         -------
         X : ndarray, shape (rows, *feature_shape)
             Writable, in the staged dtype.
-        y : ndarray of int64, shape (rows,), or None for unlabelled data
+        y : ndarray, shape (rows,), or None for unlabelled data
+            The labels as they were staged: :attr:`classes` where the meta names them (strings or
+            numbers), else the int64 class indices themselves.
         """
         if not 0 <= index < self.num_shards:
             raise IndexError(f"shard {index} out of range: {self.url} has {self.num_shards} shard(s)")
@@ -170,8 +180,20 @@ class Dataset:
         X = X.reshape((info["rows"], *self.feature_shape))
         y = None
         if self.meta.get("label_column"):
-            y = np.array(table.column(self.meta["label_column"]).to_numpy(), dtype=np.int64, copy=True)
+            y = self._labels(np.array(table.column(self.meta["label_column"]).to_numpy(), dtype=np.int64), where)
         return X, y
+
+    def _labels(self, indices: np.ndarray, where: str) -> np.ndarray:
+        """The staged class ``indices`` as the labels they stand for (a copy)."""
+        classes = self.classes
+        if classes is None:
+            return indices.copy()
+        outside = (indices < 0) | (indices >= len(classes))
+        if outside.any():
+            row = int(np.flatnonzero(outside)[0])
+            raise DatasetError(f"{where}: row {row} has the class index {int(indices[row])}, but _meta.json names "
+                               f"{len(classes)} classes; stage the dataset again")
+        return classes[indices]
 
     def read_all(self) -> tuple[np.ndarray, np.ndarray | None]:
         """All shards concatenated (convenient for small datasets and tests)."""
@@ -203,6 +225,16 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _is_class_list(classes: Any) -> bool:
+    """``classes`` is what staging records: distinct strings, or distinct finite numbers (no booleans), at least two."""
+    if not isinstance(classes, list) or len(classes) < 2:
+        return False
+    strings = all(isinstance(value, str) for value in classes)
+    numbers = all(isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
+                  for value in classes)
+    return (strings or numbers) and len(set(classes)) == len(classes)
+
+
 def _checked_meta(meta: Any, where: str) -> dict:
     """``meta`` when it describes a dataset staging could have written; else :class:`DatasetError` naming the field.
 
@@ -222,6 +254,9 @@ def _checked_meta(meta: Any, where: str) -> dict:
     for key in ("features_column", "label_column"):
         if meta.get(key) is not None and not (isinstance(meta[key], str) and meta[key]):
             problems.append(f"{key} {meta[key]!r} is not a column name")
+    classes = meta.get("classes")
+    if classes is not None and not _is_class_list(classes):
+        problems.append(f"classes {str(classes)[:80]} is not a list of at least 2 distinct strings or numbers, of one kind")
     shards = meta.get("shards")
     if not isinstance(shards, list) or not all(
             isinstance(shard, dict) and isinstance(shard.get("name"), str) and _SHARD_NAME.fullmatch(shard["name"])

@@ -21,9 +21,9 @@ from ..driver import Trainer, TrainingSettings, default_store_url, driver_spec, 
 from ..run import load_run_model, open_checked_store, open_run
 from ..serve import evaluate, raise_input_errors_from, write_predictions
 from ..watch import check_report_folder, is_supervised, render_report, run_status
-from ._data import (check_same_scaling, class_names, dataset_scaling, held_out_split, run_dataset_url,
-                    with_class_names)
-from ._inputs import check_input, hdfs_hint, java_message, read_parquet
+from ._data import check_known_classes, check_same_scaling, held_out_split, run_dataset_url
+from ._inputs import hdfs_hint, java_message
+from ._new_rows import NewRows
 from ._options import UsageError, closest, parse_spark_conf
 
 __all__ = ["TRAIN_DEFAULTS", "build_model", "cmd_train", "cmd_evaluate", "cmd_predict", "cmd_stage", "cmd_report",
@@ -218,8 +218,6 @@ def cmd_train(options: dict[str, Any]) -> int:
           f"model saved in {trainer.store_url} under runs/{trainer.run_id_}/model")
     if X_test is not None and _is_classifier(model):
         report = evaluate(model, (X_test, y_test), spark=spark)
-        if isinstance(X, str):  # a staged dataset's label indices: said as the classes they stand for
-            report = with_class_names(report, class_names(X))
         print(f"evaluation on {len(X_test)} held-out samples (computed with Spark):")
         print(report)
     elif X_test is not None:  # an RBM alone learns no labels: how well it reconstructs unseen data
@@ -291,6 +289,12 @@ def _staged(flag: str, given: str) -> storage.Dataset:
         raise _dataset_error(given, error) from error
 
 
+def _features_cols_need_input(options: dict[str, Any]) -> None:
+    if options.get("features_cols") and not options.get("input"):
+        raise UsageError("--features-cols names columns of --input (new rows); a staged dataset's features are its "
+                         "own: give --input, or leave --features-cols out")
+
+
 def cmd_evaluate(options: dict[str, Any]) -> int:
     store_url = _store_url(options)
     model = _load_run_model(store_url, options["run"])
@@ -298,16 +302,15 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
         raise UsageError(f"run {options['run']} holds an RBM alone, which learns no labels: evaluate reports "
                          "classifiers (its held-out reconstruction error is printed by train, and its validation "
                          "metrics are in `sparkdbn status --run ID`)")
+    _features_cols_need_input(options)
     dataset = _run_dataset(store_url, options["run"])
     asked = None if options.get("dataset") is None else _dataset_url(str(options["dataset"]))
     staged = asked if asked is not None and asked not in (*RECIPES, "digits01") else None
-    names = None  # the classes a staged dataset's label indices stand for
     # What can be checked without Spark is checked before it starts.
     if options.get("input"):
-        check_input(options["input"])
+        new_rows = NewRows.check(options, dataset, model, labelled=True)
     elif staged is not None or (asked is None and dataset is not None):  # a staged dataset's held-out split
         url, what = staged or dataset, f"the held-out split of {staged or dataset}"
-        names = class_names(dataset)  # the classes the run's label indices stand for (checked alike below)
         try:
             named = storage.open_dataset(url) if staged is not None else None
             if named is not None and named.meta.get("split") == "test":  # a held-out split itself: <url>/test
@@ -319,12 +322,14 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
                 raise UsageError(f"run {options['run']} trained on the staged dataset {url}, which cannot be read "
                                  f"now ({error}); give --dataset or --input") from error
             raise _dataset_error(str(options["dataset"]), error) from error
-        if named is not None and data is not None:
-            check_same_scaling("--dataset", url, named.meta, dataset, labels=True)
         if data is None:
             whose = url if staged else f"run {options['run']} trained on {url}, which"
             raise UsageError(f"{whose} has no held-out split (stage with --test-fraction); give --input or "
                              "another --dataset")
+        if named is not None:
+            check_same_scaling("--dataset", url, named.meta, dataset)
+        check_known_classes(f"--dataset {url}" if staged else what, (named or storage.open_dataset(url)).meta,
+                            np.asarray(model.classes_))
         print(f"evaluating on {what}")
     else:  # a recipe's held-out split, as `train --dataset` split it: the run's recipe and seed unless given
         recipe, seed = _run_recipe(store_url, options["run"])
@@ -338,12 +343,12 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
         data = (X_test, y_test)
         print(f"evaluating on the held-out split of {recipe} (seed {seed})")
     spark = _session(options)
-    scaling = None
-    if options.get("input"):
-        data, scaling = read_parquet(spark, options["input"]), dataset_scaling(dataset)  # new rows: scaled as trained
-    report = evaluate(model, data, spark=spark, features_col=options["features_col"], label_col=options["label_col"],
+    scaling, features_col = None, options["features_col"]
+    if options.get("input"):  # new rows: scaled as the run's staged dataset was
+        (data, features_col, _), scaling = new_rows.frame(spark), new_rows.scaling
+    report = evaluate(model, data, spark=spark, features_col=features_col, label_col=options["label_col"],
                       scaling=scaling)
-    print(with_class_names(report, names))
+    print(report)
     return 0
 
 
@@ -356,33 +361,29 @@ def cmd_predict(options: dict[str, Any]) -> int:
     model = _load_run_model(store_url, options["run"])
     given, url = options.get("input"), options.get("dataset") and _dataset_url(str(options["dataset"]))
     if bool(given) == bool(url):
-        raise UsageError("predict needs --input (a Parquet file or folder with a features column) or --dataset (a "
+        raise UsageError("predict needs --input (a Parquet or CSV file or folder of new rows) or --dataset (a "
                          f"staged dataset URL; URL/test for its held-out split){', not both' if given else ''}")
+    _features_cols_need_input(options)
+    trained_on = _run_dataset(store_url, options["run"])
     # What can be checked without Spark is checked before it starts.
     if given:
-        inputs = check_input(given) or (given,)  # a pattern's matches: each must stay apart from --output
+        new_rows = NewRows.check(options, trained_on, model, adds=PREDICTION_COLUMNS)
+        inputs = new_rows.files.local or (given,)  # a pattern's matches: each must stay apart from --output
     else:
         staged, inputs = _staged("--dataset", options["dataset"]), (url,)
     source = f"--input {given}" if given else f"--dataset {url}"
     # what can be seen of --output without Spark (checked again when written)
     check_output(options["output"], inputs=inputs, overwrite=bool(options.get("overwrite")))
-    trained_on = _run_dataset(store_url, options["run"])
     if not given:
         check_same_scaling("--dataset", url, staged.meta, trained_on)
     spark = _session(options)
     if given:  # new rows: scaled as the run's staged dataset was; every column of theirs written back
-        frame, features_col, scaling = read_parquet(spark, given), options["features_col"], dataset_scaling(trained_on)
-        written = [column for column in PREDICTION_COLUMNS if column in frame.columns]
-        if written:
-            raise UsageError(f"{source} already holds a column {written[0]!r}, one of those predict adds "
-                             f"({', '.join(PREDICTION_COLUMNS)}): is it the output of an earlier predict? Give its "
-                             "input, or drop those columns first")
+        (frame, features_col, drop), scaling = new_rows.frame(spark), new_rows.scaling
     else:  # staged rows, as the shards hold them (scaled when staged): their number and label are written
-        frame, features_col, scaling = read_staged_frame(spark, staged), "features", None
+        frame, features_col, scaling, drop = read_staged_frame(spark, staged), "features", None, ("features",)
     try:
         write_predictions(model, frame, options["output"], inputs=inputs, overwrite=bool(options.get("overwrite")),
-                          source=source, features_col=features_col, scaling=scaling,
-                          drop_columns=() if given else ("features",))
+                          source=source, features_col=features_col, scaling=scaling, drop_columns=drop)
     except Py4JJavaError as error:  # the job or the output's file system failed: one line (--verbose: the trace)
         raise_input_errors_from(error, source)
         message = java_message(error)

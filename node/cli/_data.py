@@ -4,13 +4,13 @@ A run's record names its data (``data.source``: ``"dataset <url>"`` for a staged
 dataset's ``_meta.json`` holds the held-out split (``splits.test``) and the scaling applied when it
 was staged (``scaling``), so ``sparkdbn evaluate --run ID`` evaluates on that split, ``evaluate``
 / ``predict`` with ``--input`` scale new data the same way, and ``--dataset`` is refused where its
-shards were scaled otherwise than the run's training data.
+shards were scaled otherwise than the run's training data, or (for ``evaluate``) labelled by classes the
+model never learned.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import numpy as np
 
@@ -18,8 +18,7 @@ import storage
 
 from ._options import UsageError
 
-__all__ = ["run_dataset_url", "held_out_split", "dataset_scaling", "check_same_scaling", "class_names",
-           "with_class_names"]
+__all__ = ["run_dataset_url", "held_out_split", "check_same_scaling", "check_known_classes"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,11 +35,6 @@ def held_out_split(url: str) -> tuple[np.ndarray, np.ndarray] | None:
     """``(X_test, y_test)`` of the dataset's held-out split (``<url>/test``), None when it has none."""
     split = storage.open_split(url, "test")  # refuses a split staged by another staging than the training set
     return None if split is None else split.read_all()
-
-
-def dataset_scaling(url: str | None) -> dict | None:
-    """The scaling recorded in the dataset's ``_meta.json`` (None without one)."""
-    return storage.open_dataset(url).meta.get("scaling") if url else None
 
 
 def _scaling_difference(theirs: dict | None, trained: dict | None, trained_on: str) -> str:
@@ -64,11 +58,10 @@ def _trained_meta(trained_on: str, url: str) -> dict | None:
         return None
 
 
-def check_same_scaling(flag: str, url: str, meta: dict, trained_on: str | None, *, labels: bool = False) -> None:
+def check_same_scaling(flag: str, url: str, meta: dict, trained_on: str | None) -> None:
     """Refuse ``flag url`` (a staged dataset, ``meta`` its ``_meta.json``) when its shards hold features scaled
     otherwise than those of the staged dataset ``trained_on`` the run trained on: the model would meet
-    features on another scale.  With ``labels``, refuse it too when its label indices stand for other classes
-    (``_meta.json``'s ``classes``).  Nothing to compare for a run trained on anything else."""
+    features on another scale.  Nothing to compare for a run trained on anything else."""
     trained = None if trained_on is None else _trained_meta(trained_on, url)
     if trained is None:
         return
@@ -77,26 +70,19 @@ def check_same_scaling(flag: str, url: str, meta: dict, trained_on: str | None, 
                          ": the model would meet features on another scale than it learned. Give the raw rows as "
                          "--input (a Parquet file with a features column), which is scaled as the run's dataset was, "
                          "or stage them with the run's dataset (sparkdbn stage --input ... --test-fraction)")
-    if labels and meta.get("classes") != trained.get("classes"):
-        def named(classes: list | None) -> str:
-            return f"the classes {classes[:12]}" if classes else "the labels themselves (0 .. k-1)"
-
-        raise UsageError(f"{flag} {url} numbers its labels by {named(meta.get('classes'))}, the run's training data "
-                         f"{trained_on} by {named(trained.get('classes'))}: a label index stands for another class "
-                         "in each. Stage the data with the run's dataset (sparkdbn stage --input ... --test-fraction)")
 
 
-def class_names(url: str | None) -> list | None:
-    """The classes a staged dataset's label indices stand for (``_meta.json``'s ``classes``), None: the labels
-    themselves (or no staged dataset, or one that cannot be read now)."""
-    try:
-        return storage.open_dataset(url).meta.get("classes") if url else None
-    except storage.StoreError:
-        return None
-
-
-def with_class_names(report: Any, classes: list | None) -> Any:
-    """``report`` (a :class:`node.ClassificationReport` over label indices) with the classes they stand for."""
-    if not classes or not all(0 <= int(label) < len(classes) for label in report.labels):
-        return report
-    return type(report).from_confusion_matrix([classes[int(label)] for label in report.labels], report.confusion_matrix)
+def check_known_classes(what: str, meta: dict, model_classes: np.ndarray) -> None:
+    """Refuse to evaluate on ``what`` (a staged dataset, ``meta`` its ``_meta.json``) when its labels are classes the
+    model never learned: strings for a model of numbers or the other way round, or classes it names that the
+    model lacks."""
+    named = meta.get("classes")
+    strings = model_classes.dtype.kind in "US"
+    theirs = "strings" if named and isinstance(named[0], str) else "numbers"
+    if (theirs == "strings") != strings:
+        raise UsageError(f"{what} is labelled by {theirs}{f' {named[:6]}' if named else ''}, the model's classes are "
+                         f"{'strings' if strings else 'numbers'} {model_classes[:6].tolist()}: it learned other labels")
+    unknown = sorted(set(named or ()) - set(model_classes.tolist()), key=str)
+    if unknown:
+        raise UsageError(f"{what} holds the classes {unknown[:6]}{' ...' if len(unknown) > 6 else ''}, which the "
+                         f"model never learned (its classes: {model_classes[:12].tolist()})")

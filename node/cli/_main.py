@@ -111,8 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
         common(sub)
         spark_settings(sub)
         sub.add_argument("--run", required=True, help="the run whose saved model to use")
-        sub.add_argument("--input", help="Parquet input with a features column (and a label column)")
-        sub.add_argument("--features-col", help="--input's features column (default features)")
+        sub.add_argument("--input", help="Parquet or CSV (*.csv) file, folder or pattern of new rows: their features "
+                                         "(and a label column)")
+        sub.add_argument("--features-col", help="--input's column of feature vectors or arrays (default features)")
+        sub.add_argument("--features-cols", help="--input's scalar feature columns, comma-separated (default: the "
+                                                 "columns the run's dataset was staged from, without --features-col)")
         sub.add_argument("--label-col", help="--input's label column (default label)")
         if name == "predict":
             sub.add_argument("--output", required=True, help="Parquet output folder (new or empty)")

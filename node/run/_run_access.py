@@ -109,7 +109,24 @@ def load_run_model(view: RunView) -> Any:
         path = os.path.join(folder, "model.npz")
         with open(path, "wb") as handle:
             handle.write(_verified_model_bytes(view))
-        return rbm.load_model(path)
+        return _with_staged_class_names(rbm.load_model(path), view.done_record or {})
+
+
+def _with_staged_class_names(model: Any, record: Mapping[str, Any]) -> Any:
+    """A model of a run that trained on staged class names before they reached the model: it learned their
+    indices ``0 .. k-1`` (the record's ``classes``); it is given the names the dataset's meta says they stand
+    for, as a run trained now has them.  Any other model as it is."""
+    source, recorded = str((record.get("data") or {}).get("source") or ""), record.get("classes")
+    classes = getattr(model, "classes_", None)
+    if not source.startswith("dataset ") or classes is None or recorded != list(range(len(classes))):
+        return model
+    try:
+        named = storage.open_dataset(source[len("dataset "):]).classes
+    except storage.StoreError:  # the dataset is gone: nothing says what the indices stand for
+        return model
+    if named is not None and len(named) == len(classes) and np.array_equal(classes, np.arange(len(classes))):
+        model.classes_ = named
+    return model
 
 
 def run_model_arrays(view: RunView) -> dict[str, np.ndarray]:

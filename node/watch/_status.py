@@ -30,7 +30,7 @@ def run_status(store_url: str, run: str, *, key: bytes | None = None) -> str:
 
 def format_status(run: str, record: dict[str, Any], peers: dict[str, dict], *, now: float,
                   done_record: dict[str, Any] | None = None) -> str:
-    """Lines: the run and its status, one per phase, the validation set, one per node.
+    """Lines: the run and its status, what it trains on, one per phase, the validation set, one per node.
 
     When the newest record is not "done" but an earlier fit of the run finished (``done_record``),
     a line says that its model is the one served, and the status line says what the newer fit does.
@@ -43,6 +43,8 @@ def format_status(run: str, record: dict[str, Any], peers: dict[str, dict], *, n
     if newer:
         lines.append(f"  served model: the last finished fit's (done{_ages(done_record, now)}), "
                      f"{(done_record.get('model') or {}).get('path', '?')}")
+    if record.get("data"):
+        lines.append(f"data: {_data_text(record['data'], record.get('classes'))}")
     steps = record.get("steps") or {}
     lines.append("phases:")
     for phase in record.get("phases") or []:
@@ -62,6 +64,17 @@ def format_status(run: str, record: dict[str, Any], peers: dict[str, dict], *, n
         if node in devices:
             lines.append(f"    device: {device_text(devices[node])}")
     return "\n".join(lines)
+
+
+def _data_text(data: dict[str, Any], classes: list | None) -> str:
+    """What a run trains on, from its record: where from, how many samples of which shape, its classes."""
+    shape = "x".join(str(size) for size in data.get("feature_shape") or []) or "?"
+    text = (f"{data.get('source', '?')}, {data.get('n_samples', '?')} samples of {shape} features in "
+            f"{data.get('partitions', '?')} partitions")
+    if classes:
+        named = ", ".join(str(label) for label in classes[:10]) + (", ..." if len(classes) > 10 else "")
+        text += f", {len(classes)} classes ({named})"
+    return text
 
 
 def device_text(device: dict[str, Any]) -> str:

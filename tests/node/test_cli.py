@@ -213,7 +213,7 @@ def test_an_input_spark_cannot_read_as_parquet_is_one_line_naming_it(spark, tmp_
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"PAR1 and then nothing a footer needs")
     with pytest.raises(UsageError, match=rf"^--input {broken} cannot be read as Parquet: \S.*{broken.name}"):
-        _inputs.read_parquet(spark, str(broken))
+        _inputs.read_input(spark, _inputs.check_input(str(broken)))
 
 
 def test_an_rbm_alone_trains_from_the_command_line_and_reports_its_held_out_reconstruction(spark, tmp_path, capsys):

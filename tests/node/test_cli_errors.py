@@ -7,12 +7,16 @@ JVM could not launch and the command would fail with a Java gateway traceback in
 
 from __future__ import annotations
 
+import gzip
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 BAD_CONVNET = """model:
@@ -93,14 +97,15 @@ def test_a_missing_predict_input_is_named_before_spark_starts(tmp_path, monkeypa
     started = []
     monkeypatch.setattr(_commands, "_session", lambda options: started.append(options) or pytest.fail("Spark started"))
     monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: object())
+    monkeypatch.setattr(_commands, "_run_dataset", lambda store, run: None)
     status = main(["predict", "--run", "r", "--input", str(tmp_path / "in.parquet"), "--output",
                        str(tmp_path / "out")])
     assert status == 2 and not started
     assert capsys.readouterr().err.strip() == f"sparkdbn predict: --input {tmp_path / 'in.parquet'} does not exist"
 
 
-def test_an_input_that_is_not_parquet_is_named_before_spark_starts(tmp_path, monkeypatch, capsys):
-    # `predict --input data.csv` once reached Spark, which printed Java stack traces from every
+def test_an_input_that_is_neither_parquet_nor_csv_is_named_before_spark_starts(tmp_path, monkeypatch, capsys):
+    # `predict --input data.txt` once reached Spark, which printed Java stack traces from every
     # task attempt and exited 1.
     from node.cli import _commands, main
 
@@ -109,24 +114,65 @@ def test_an_input_that_is_not_parquet_is_named_before_spark_starts(tmp_path, mon
     monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: object())
     monkeypatch.setattr(_commands, "_is_classifier", lambda model: True)
     monkeypatch.setattr(_commands, "_run_dataset", lambda store, run: None)
-    csv = tmp_path / "digits.csv"
-    csv.write_text("pixel0,pixel1,label\n0,16,3\n")
+    text = tmp_path / "digits.txt"
+    text.write_text("pixel0,pixel1,label\n0,16,3\n")
     folder = tmp_path / "folder.parquet"
     folder.mkdir()
     (folder / "_SUCCESS").write_text("")  # hidden from Spark, as are .crc files: not looked at
-    (folder / "part-0.csv").write_text("0,16,3\n")
+    (folder / "part-0.txt").write_text("0,16,3\n")
+    both = tmp_path / "both"
+    both.mkdir()
+    (both / "part-0.csv").write_text("features,label\n")
+    pq.write_table(pa.table({"features": [[0.0, 1.0]]}), both / "part-1.parquet")
+    neither = "nor a CSV file (named *.csv): --input is a Parquet or CSV file, or a folder of them"
     cases = [
-        (["predict", "--run", "r", "--input", str(csv), "--output", str(tmp_path / "out")],
-         f"sparkdbn predict: --input {csv} is not a Parquet file (b'pixe' where Parquet begins with 'PAR1'): "
-         "--input is a Parquet file or folder with a features column"),
+        (["predict", "--run", "r", "--input", str(text), "--output", str(tmp_path / "out")],
+         f"sparkdbn predict: --input {text} is neither a Parquet file (b'pixe' where Parquet begins with 'PAR1') "
+         f"{neither}"),
         (["evaluate", "--run", "r", "--input", str(folder)],
-         f"sparkdbn evaluate: --input {folder} holds part-0.csv, which is not a Parquet file (b'0,16' where "
-         "Parquet begins with 'PAR1'): --input is a Parquet file or folder with a features column"),
+         f"sparkdbn evaluate: --input {folder} holds part-0.txt, which is neither a Parquet file (b'0,16' where "
+         f"Parquet begins with 'PAR1') {neither}"),
+        (["evaluate", "--run", "r", "--input", str(both)],
+         f"sparkdbn evaluate: --input {both} holds both Parquet ({both / 'part-1.parquet'}) and CSV files "
+         f"({both / 'part-0.csv'}): give one kind"),
     ]
     for args, expected in cases:
         assert main(args) == 2, args
         assert capsys.readouterr().err.strip() == expected
     assert not started and not (tmp_path / "out").exists()
+
+
+def test_an_input_without_the_features_or_labels_asked_is_named_before_spark_starts(tmp_path, monkeypatch, capsys):
+    # A CSV file of one column per feature (as `stage --input` takes) reached Spark, which said after half a
+    # minute that the DataFrame has no features column.
+    from node.cli import _commands, main
+
+    monkeypatch.setattr(_commands, "_session", lambda options: pytest.fail("Spark started"))
+    monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: SimpleNamespace(n_features_in_=3))
+    monkeypatch.setattr(_commands, "_is_classifier", lambda model: True)
+    monkeypatch.setattr(_commands, "_run_dataset", lambda store, run: None)
+    rows = tmp_path / "rows.csv.gz"
+    with gzip.open(rows, "wt") as handle:
+        handle.write("a,b,c,kind\n0.1,0.2,0.3,x\n")
+    out = ["--output", str(tmp_path / "out")]
+    cases = [
+        (["predict", "--input", str(rows), *out],
+         f"--input {rows} has no features column 'features'; its columns are ['a', 'b', 'c', 'kind']: give "
+         "--features-col (a column of vectors or arrays) or --features-cols a,b,c (scalar columns)"),
+        (["predict", "--input", str(rows), "--features-cols", "a,b,d", *out],
+         f"--input {rows} has no column 'd' of --features-cols; its columns are ['a', 'b', 'c', 'kind']"),
+        (["predict", "--input", str(rows), "--features-cols", "a,b", *out],
+         f"--input {rows}: 2 feature columns ['a', 'b'], the model takes 3 features"),
+        (["evaluate", "--input", str(rows), "--features-cols", "a,b,c"],
+         f"--input {rows} has no label column 'label' (--label-col); its columns are ['a', 'b', 'c', 'kind']"),
+        (["evaluate", "--dataset", "digits", "--features-cols", "a,b,c"],
+         "--features-cols names columns of --input (new rows); a staged dataset's features are its own: give "
+         "--input, or leave --features-cols out"),
+    ]
+    for args, expected in cases:
+        assert main([args[0], "--run", "r", *args[1:]]) == 2, args
+        assert capsys.readouterr().err.strip() == f"sparkdbn {args[0]}: {expected}"
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_output_predict_may_not_write_is_named_before_spark_starts(tmp_path, monkeypatch, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -14,6 +15,7 @@ from support.spark_jobs import failed_tasks_since, newest_job
 import node
 import storage
 from node import cli
+from node.cli._commands import PREDICTION_COLUMNS
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +81,7 @@ def test_predict_on_a_staged_dataset_is_refused_before_spark_where_it_cannot_wor
                                "scale than it learned",
         ("--dataset", "digits"): "--dataset digits is a recipe; --dataset here is a staged dataset. Stage it first",
         ("--dataset", staged_run.url + "/nothing"): f"--dataset {staged_run.url}/nothing: no dataset at",
-        (): "predict needs --input (a Parquet file or folder with a features column) or --dataset (a staged dataset "
+        (): "predict needs --input (a Parquet or CSV file or folder of new rows) or --dataset (a staged dataset "
             "URL; URL/test for its held-out split)",
         ("--dataset", staged_run.url, "--input", str(staged_run.root / "raw.csv")): "or --dataset (a staged dataset "
                                                                                     "URL; URL/test for its held-out "
@@ -240,31 +242,124 @@ def test_evaluate_takes_a_held_out_split_named_itself_as_predict_does(staged_run
     assert capsys.readouterr().out == f"evaluating on {staged_run.url}/test, a held-out split\n{report}"
 
 
-def test_reports_name_the_classes_a_staged_datasets_label_indices_stand_for(staged_run, spark, tmp_path, capsys):
-    # Staged labels that are not 0 .. k-1 are stored as class indices, their names in _meta.json: the reports
-    # printed the indices, and `evaluate --dataset` compared one dataset's indices with another's classes.
+def _digits_csv(path, labels) -> None:
+    """The first 400 of scikit-learn's digits as a CSV file: a ``label`` column (``labels[digit]``), 64 pixels."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
     header = ",".join(["label"] + [f"p{k}" for k in range(64)])
-    rows = [",".join([f"digit {label}"] + [str(int(v)) for v in x]) for x, label in zip(digits.data[:400], digits.target)]
-    (tmp_path / "named.csv").write_text(header + "\n" + "\n".join(rows) + "\n")
-    url = "file://" + str(tmp_path / "named")
-    assert cli.main(["stage", "--input", str(tmp_path / "named.csv"), "--url", url, "--test-fraction", "0.25"]) == 0
-    capsys.readouterr()
-    before = newest_job(spark)
-    assert cli.main(["evaluate", "--store", str(staged_run.store), "--run", "staged", "--dataset", url]) == 2
-    assert capsys.readouterr().err == (
-        f"sparkdbn evaluate: --dataset {url} numbers its labels by the classes {[f'digit {k}' for k in range(10)]}, "
-        f"the run's training data {staged_run.url} by the labels themselves (0 .. k-1): a label index stands for "
-        "another class in each. Stage the data with the run's dataset (sparkdbn stage --input ... --test-fraction)\n")
-    assert newest_job(spark) == before
+    rows = [",".join([str(labels[label])] + [str(int(v)) for v in x]) for x, label in zip(digits.data[:400], digits.target)]
+    path.write_text(header + "\n" + "\n".join(rows) + "\n")
 
-    store = tmp_path / "store"
+
+@pytest.fixture(scope="module")
+def named_run(spark, tmp_path_factory):
+    """400 digits as a CSV file of a string label ("digit 0" ..) and 64 pixel columns, staged with a quarter held
+    out, and a conv net trained on it for one epoch from the command line (run ``named``)."""
+    root = tmp_path_factory.mktemp("named")
+    names = [f"digit {k}" for k in range(10)]
+    _digits_csv(root / "named.csv", names)
+    url = "file://" + str(root / "named")
+    assert cli.main(["stage", "--input", str(root / "named.csv"), "--url", url, "--test-fraction", "0.25"]) == 0
+    store = root / "store"
+    before = newest_job(spark)
     assert cli.main(["train", "--store", str(store), "--run-id", "named", "--dataset", url, "--model", "convnet",
                      "--epochs", "1", "--no-report", "--no-progress"]) == 0
-    trained = capsys.readouterr().out.split("(computed with Spark):\n", 1)[1]
-    assert cli.main(["evaluate", "--store", str(store), "--run", "named"]) == 0
+    model = node.load_run_model(node.open_run("file://" + str(store), "named"))
+    return SimpleNamespace(root=root, url=url, store=store, names=names, model=model, jobs_before=before)
+
+
+def test_a_model_trained_on_staged_class_names_predicts_and_reports_them(staged_run, named_run, spark, capsys):
+    # Staged labels that are not 0 .. k-1 are stored as class indices, their names in _meta.json. The model
+    # learned the indices: `predict` wrote 0.0 .. 9.0 where the data said "digit 0" .. "digit 9".
+    url, names = named_run.url, named_run.names
+    capsys.readouterr()
+    before = newest_job(spark)  # a model of numbers meets labels it never learned: said before Spark starts
+    assert cli.main(["evaluate", "--store", str(staged_run.store), "--run", "staged", "--dataset", url]) == 2
+    assert capsys.readouterr().err == (
+        f"sparkdbn evaluate: --dataset {url} is labelled by strings {names[:6]}, the model's classes are numbers "
+        "[0, 1, 2, 3, 4, 5]: it learned other labels\n")
+    assert newest_job(spark) == before
+
+    assert named_run.model.classes_.tolist() == names
+    assert cli.main(["evaluate", "--store", str(named_run.store), "--run", "named"]) == 0
     report = capsys.readouterr().out.split("\n", 1)[1]
-    assert report == trained
     assert [line.split()[:2] for line in report.splitlines()[2:12]] == [["digit", str(k)] for k in range(10)]
+
+    out = named_run.root / "predictions"
+    assert cli.main(["predict", "--store", str(named_run.store), "--run", "named", "--dataset", url + "/test",
+                     "--output", str(out)]) == 0
+    table = pq.read_table(str(out)).to_pandas().sort_values("row")
+    X, y = storage.open_dataset(url + "/test").read_all()
+    assert table["label"].tolist() == y.tolist() and set(y.tolist()) == set(names)
+    _assert_predicted(named_run.model, X, table["prediction"])
+
+
+def _assert_predicted(model, X, predicted) -> None:
+    """``predicted`` (class names) are ``model``'s predictions of ``X`` but for near ties."""
+    proba = model.predict_proba(np.reshape(X, (len(X), -1)))
+    ties = near_ties(proba, forward_rtol(9, 128, 64))
+    indices = np.array([model.classes_.tolist().index(name) for name in predicted])
+    assert not np.any((indices != proba.argmax(axis=1)) & ~ties)
+
+
+def test_new_rows_of_the_columns_a_dataset_was_staged_from_are_predicted_and_evaluated(named_run, capsys):
+    # A model trained on a staged CSV file took new rows only as one column of vectors or arrays: the CSV's
+    # own columns, or that CSV itself, were refused ("DataFrame has no features column").
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    source = named_run.root / "named.csv"
+    run = ["--store", str(named_run.store), "--run", "named"]
+    out = named_run.root / "csv predictions"
+    assert cli.main(["predict", *run, "--input", str(source), "--output", str(out)]) == 0
+    table = pq.read_table(str(out)).to_pandas()
+    # Every column of the input written back as read (not the gathered features), then the predictions.
+    assert list(table.columns) == ["label", *[f"p{k}" for k in range(64)], *PREDICTION_COLUMNS]
+    X = table[[f"p{k}" for k in range(64)]].to_numpy(dtype=np.float32)
+    assert sorted(map(tuple, X.tolist())) == sorted(map(tuple, digits.data[:400].tolist()))  # each row once
+    _assert_predicted(named_run.model, X, table["prediction"])
+
+    capsys.readouterr()
+    assert cli.main(["evaluate", *run, "--input", str(source)]) == 0
+    report = capsys.readouterr().out
+    correct = int((table["prediction"] == table["label"]).sum())
+    assert f"accuracy {correct / 400:.2f}" in " ".join(report.split()) and "400" in report.split()
+
+    # The same rows as Parquet with one more column, named by --features-cols: alike.
+    frame = pd.read_csv(source).assign(extra=1.0)
+    frame.to_parquet(named_run.root / "rows.parquet")
+    out = named_run.root / "parquet predictions"
+    assert cli.main(["predict", *run, "--input", str(named_run.root / "rows.parquet"), "--output", str(out),
+                     "--features-cols", ",".join(f"p{k}" for k in range(64))]) == 0
+    again = pq.read_table(str(out)).to_pandas()
+    assert list(again.columns) == ["label", *[f"p{k}" for k in range(64)], "extra", *PREDICTION_COLUMNS]
+    assert sorted(again["prediction"]) == sorted(table["prediction"])
+
+
+def test_a_run_that_learned_staged_class_indices_is_served_with_their_names(staged_run, tmp_path, capsys):
+    # Runs trained before staged class names reached the model learned the indices; their record says so
+    # (classes 0 .. k-1 of a staged dataset whose meta names k classes). Here: a run trained on the
+    # indices themselves, then the dataset restaged with the names they stand for.
+    names = [f"digit {k}" for k in range(10)]
+    url = "file://" + str(tmp_path / "digits")
+    _digits_csv(tmp_path / "numbered.csv", list(range(10)))
+    assert cli.main(["stage", "--input", str(tmp_path / "numbered.csv"), "--url", url, "--test-fraction", "0.25"]) == 0
+    store = tmp_path / "store"
+    assert cli.main(["train", "--store", str(store), "--run-id", "old", "--dataset", url, "--model", "convnet",
+                     "--epochs", "1", "--no-report", "--no-progress"]) == 0
+    trained = capsys.readouterr().out.split("(computed with Spark):\n", 1)[1]
+    assert node.load_run_model(node.open_run("file://" + str(store), "old")).classes_.tolist() == list(range(10))
+
+    _digits_csv(tmp_path / "named.csv", names)
+    assert cli.main(["stage", "--input", str(tmp_path / "named.csv"), "--url", url, "--test-fraction", "0.25",
+                     "--overwrite"]) == 0
+    assert node.load_run_model(node.open_run("file://" + str(store), "old")).classes_.tolist() == names
+    capsys.readouterr()
+    assert cli.main(["evaluate", "--store", str(store), "--run", "old"]) == 0
+    report = capsys.readouterr().out.split("\n", 1)[1]
+    # The same numbers, the classes named.
+    assert [line.split()[:2] for line in report.splitlines()[2:12]] == [["digit", str(k)] for k in range(10)]
+    assert [line.split()[-4:] for line in report.splitlines()[2:12]] == [line.split()[-4:] for line in trained.splitlines()[2:12]]
+    assert [line for line in report.splitlines() if "accuracy" in line] == [line for line in trained.splitlines()
+                                                                            if "accuracy" in line]

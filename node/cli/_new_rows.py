@@ -1,0 +1,118 @@
+"""``--input`` of ``evaluate`` and ``predict``: rows the run's model has not seen, read as its data was.
+
+:meth:`NewRows.check` looks at the input before Spark starts (:func:`check_input`: a Parquet or CSV
+file, folder or pattern; its columns where it is local) and finds its features: a column of vectors or
+arrays (``--features-col``), or scalar columns -- ``--features-cols a,b,c``, else the columns the run's
+staged dataset was staged from (``_meta.json``'s ``feature_names``: a model trained on a CSV file takes
+new rows of that CSV's columns).  :meth:`NewRows.frame` reads it with Spark, gathers scalar columns into
+one array column (not written back), and says how the run's dataset was scaled, which the new rows are too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import storage
+
+from ._inputs import InputFiles, check_input, column_list, feature_columns, gather_features, read_input
+from ._options import UsageError
+
+__all__ = ["NewRows"]
+
+
+@dataclass(frozen=True)
+class NewRows:
+    """A checked ``--input`` (:meth:`check`), and how its features are read.
+
+    Attributes
+    ----------
+    files : InputFiles
+        What :func:`check_input` found.
+    features_col : str
+        Its column of feature vectors or arrays, where it has one.
+    features_cols : tuple of str or None
+        Its scalar feature columns, as ``--features-cols`` named them.
+    staged : tuple of str or None
+        The columns the run's dataset was staged from, which new rows may have instead.
+    scaling : dict or None
+        The run's dataset's scaling, applied to the new rows' features.
+    adds : tuple of str
+        The columns the command adds: an input that already holds one is refused.
+    """
+
+    files: InputFiles
+    features_col: str
+    features_cols: tuple[str, ...] | None
+    staged: tuple[str, ...] | None
+    scaling: dict | None
+    adds: tuple[str, ...] = ()
+
+    @classmethod
+    def check(cls, options: dict[str, Any], trained_on: str | None, model: Any, *, labelled: bool = False,
+              adds: Sequence[str] = ()) -> NewRows:
+        """``options["input"]`` as far as it is seen before Spark starts: where it is, its format and, for a
+        local input, where its features are, whether the model takes that many and its label column.
+
+        Parameters
+        ----------
+        options : dict
+            The command's options (``input``, ``features_col``, ``features_cols``, ``label_col``).
+        trained_on : str or None
+            The staged dataset the run trained on.
+        model : object
+            The run's model.
+        labelled : bool
+            The rows must have a label column (``evaluate``'s).
+        adds : sequence of str
+            The columns the command adds (``predict``'s): an input holding one is refused.
+        """
+        meta = storage.open_dataset(trained_on).meta if trained_on else {}
+        given = options.get("features_cols")
+        rows = cls(check_input(str(options["input"])), str(options["features_col"]),
+                   tuple(given.split(",") if isinstance(given, str) else given) if given else None,
+                   tuple(meta["feature_names"]) if meta.get("feature_names") else None, meta.get("scaling"), tuple(adds))
+        columns = rows.files.columns
+        if columns is not None:
+            rows._check_not_added(columns)
+            rows._check_width(rows._features(columns), model)
+            if labelled and options["label_col"] not in columns:
+                raise UsageError(f"--input {rows.files.path} has no label column {options['label_col']!r} "
+                                 f"(--label-col); its columns are {column_list(columns)}")
+        return rows
+
+    def _check_not_added(self, columns: Sequence[str]) -> None:
+        added = [column for column in self.adds if column in columns]
+        if added:
+            raise UsageError(f"--input {self.files.path} already holds a column {added[0]!r}, one of those predict "
+                             f"adds ({', '.join(self.adds)}): is it the output of an earlier predict? Give its "
+                             "input, or drop those columns first")
+
+    def _features(self, columns: Sequence[str]) -> tuple[str, ...] | None:
+        return feature_columns(columns, source=f"--input {self.files.path}", features_col=self.features_col,
+                               features_cols=self.features_cols, staged=self.staged)
+
+    def _check_width(self, columns: tuple[str, ...] | None, model: Any) -> None:
+        shape = getattr(model, "input_shape_", None) or getattr(model, "n_features_in_", None)
+        width = None if shape is None else int(np.prod(shape))
+        if columns is not None and width is not None and len(columns) != width:
+            raise UsageError(f"--input {self.files.path}: {len(columns)} feature columns {column_list(columns)}, the "
+                             f"model takes {width} features")
+
+    def frame(self, spark: Any) -> tuple[Any, str, tuple[str, ...]]:
+        """``(DataFrame, its features column, columns not to write back)``, read by Spark."""
+        frame = read_input(spark, self.files)
+        self._check_not_added(frame.columns)
+        columns = self._features(frame.columns)
+        if columns is None:
+            return frame, self.features_col, ()
+        into = next(name for name in (self.features_col, *(f"{self.features_col}_{k}" for k in range(1, 100)))
+                    if name not in frame.columns)
+        numeric = {"tinyint", "smallint", "int", "bigint", "float", "double", "boolean"}
+        types = dict(frame.dtypes)
+        wrong = next((name for name in columns if types[name] not in numeric and not types[name].startswith("decimal")),
+                     None)
+        if wrong is not None:
+            raise UsageError(f"--input {self.files.path}: feature column {wrong!r} holds {types[wrong]}, not numbers")
+        return gather_features(frame, columns, into), into, (into,)
