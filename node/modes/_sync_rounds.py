@@ -5,13 +5,14 @@ each round's barrier, so a node lost mid-job cannot be replaced alone: its peers
 The driver runs the whole job again instead, as a new *attempt*, from the furthest round every
 node of the earlier attempts recorded.  Each attempt keeps its own folder::
 
-    runs/<run>/rounds/<phase>/<fit>-<first epoch>/<attempt>/claims/<slot>          the slot's task started
-    runs/<run>/rounds/<phase>/<fit>-<first epoch>/<attempt>/start/<slot>.json      where its node started
-    runs/<run>/rounds/<phase>/<fit>-<first epoch>/<attempt>/<epoch>-<round>/<slot>.json   after each round
-    runs/<run>/rounds/<phase>/<fit>-<first epoch>/<attempt>/failed.json            an error no new attempt mends
+    runs/<run>/rounds/<fit>/<phase>/<first epoch>/<attempt>/claims/<slot>          the slot's task started
+    runs/<run>/rounds/<fit>/<phase>/<first epoch>/<attempt>/start/<slot>.json      where its node started
+    runs/<run>/rounds/<fit>/<phase>/<first epoch>/<attempt>/<epoch>-<round>/<slot>.json   after each round
+    runs/<run>/rounds/<fit>/<phase>/<first epoch>/<attempt>/failed.json            an error no new attempt mends
 
 each ``.json`` signed with the run key: ``{node, version, sha256, mac, epoch, round, trained}`` names the
-snapshot the node stored and what it trained for the round (partition, samples, loss).
+snapshot the node stored and what it trained for the round (partition, samples, loss).  They are a work
+folder of the fit (:func:`node.run.rounds_folder`): the driver removes them when the fit ends.
 
 * A task claims its slot first (an exclusive create).  Spark runs a task again when its node was
   lost (the task alone, or the whole job where it is a barrier stage); that run finds the claim and
@@ -39,6 +40,7 @@ import storage
 
 from .._contract import SyncResume, TaskSpec
 from .._errors import TrainingError
+from ..run import rounds_folder
 
 __all__ = ["RoundPlace", "RoundRecord", "SyncJob", "SyncNodeLost", "round_members"]
 
@@ -103,7 +105,7 @@ class SyncJob:
 
     def __init__(self, store: storage.Store, task: TaskSpec, attempt: int) -> None:
         self.store, self.task, self.attempt = store, task, int(attempt)
-        self.root = f"runs/{task.node.run}/rounds/{task.phase}/{task.node.fit_id[:12]}-{task.epoch:04d}"
+        self.root = f"{rounds_folder(task.node.run, task.node.fit_id, task.phase)}/{task.epoch:04d}"
         self.folder = f"{self.root}/{self.attempt}"
 
     # ------------------------------------------------------------------ the task's start

@@ -11,7 +11,7 @@ import storage
 from node.data import encode_block
 from node.executor._resident import NodeData, write_partition
 from node.modes._stealing import PartitionQueue, claimed_partitions, stop_epoch, trained_by_lost_attempts
-from node.run._work_folders import remove_work_folders
+from node.run._work_folders import remove_work_folders, rounds_folder
 from support.webhdfs_server import WebHDFSServer
 
 KEY = b"k" * 32
@@ -212,9 +212,12 @@ def test_the_driver_removes_one_fits_work_folders_or_every_fits(store):
         queue = make_queue(store, "node", 0, fit_id=fit)
         store_own(queue)
         trained(queue, 0)
+        store.write_bytes(f"{rounds_folder('r1', fit, 'finetune')}/0000/0/claims/0", b"a sync job's claim")
+    store.write_bytes("runs/r1/rounds/rbm0/0123456789ab-0000/0/claims/0", b"of the layout before fits came first")
     store.write_bytes("runs/r1/run.json", b"{}")
     remove_work_folders(store, "r1", "a" * 32)
     assert store.list("runs/r1/blocks") == ["b" * 12] and store.list("runs/r1/claims") == ["b" * 12]
+    assert store.list("runs/r1/rounds") == ["b" * 12, "rbm0"]
     remove_work_folders(store, "r1")
     assert store.list("runs/r1") == ["run.json"]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import node
+import node.driver._fit
 import node.driver._fit_jobs
 import storage
 
@@ -120,19 +121,21 @@ def test_in_sync_mode_a_worker_killed_mid_phase_reruns_the_job_from_the_last_rou
     run = f"fault-sync-{barrier_stage}"
     trainer = node.Trainer(spark, store_url, run_id=run, mode="sync", epochs=epochs, partitions=partitions,
                            progress=False, kill_worker_once_at="finetune:2")
+    rounds = _rounds_when_removed(monkeypatch, run)
     model = trainer.fit(dbn_recipe.make(), X, y)
 
     store = storage.open_store(store_url)
+    assert not store.exists(f"runs/{run}/rounds")  # the fit's round records went with it (after it looked below)
     record = node.open_run(store_url, run).runs.read_record()
     assert record["status"] == "done" and record["attempts"] == 1  # one fit: no second one needed
     killed = store.read_bytes(f"runs/{run}/faults/killed-worker").decode().split()[0]
     # Two attempts of the fine-tuning job; the second started where every node of the first had got: past
     # epoch 2's start (the kill came in its first round), so nothing of epochs 0-1 was trained twice.
-    jobs = store.list(f"runs/{run}/rounds/finetune")
+    jobs = rounds["finetune"]
     assert len(jobs) == 1
-    attempts = sorted(store.list(f"runs/{run}/rounds/finetune/{jobs[0]}"), key=int)
+    attempts = sorted(jobs[0], key=int)
     assert len(attempts) == 2
-    second = store.list(f"runs/{run}/rounds/finetune/{jobs[0]}/{attempts[1]}")
+    second = jobs[0][attempts[1]]
     assert "start" in second and not any(name.startswith(("0000-", "0001-")) for name in second)
     # The second attempt's nodes are new (Spark killed the first's workers) and their reports cover every
     # partition of every epoch once: the first attempt's rounds reported again from its round records.
@@ -148,3 +151,22 @@ def test_in_sync_mode_a_worker_killed_mid_phase_reruns_the_job_from_the_last_rou
     assert every_weight_file_verifies(store, run, list(epochs)) > 0
     # The bound of the async test above.
     assert model.score(X_test, y_test) >= reference - 0.03
+
+
+def _rounds_when_removed(monkeypatch, run: str) -> dict[str, list[dict[str, list[str]]]]:
+    """Filled, when the fit of ``run`` removes its work folders, with its sync jobs' round folders as they were:
+    ``{phase: [{attempt: names in its folder}, one per job]}``."""
+    found: dict[str, list[dict[str, list[str]]]] = {}
+    remove = node.driver._fit.remove_work_folders
+
+    def look_then_remove(store, run_id, fit_id=None):
+        if run_id == run and fit_id is not None:
+            for phase in store.list(f"runs/{run}/rounds/{fit_id[:12]}"):
+                folder = f"runs/{run}/rounds/{fit_id[:12]}/{phase}"
+                found[phase] = [{attempt: store.list(f"{folder}/{job}/{attempt}")
+                                 for attempt in store.list(f"{folder}/{job}")} for job in store.list(folder)]
+        remove(store, run_id, fit_id)
+
+    monkeypatch.setattr(node.driver._fit, "remove_work_folders", look_then_remove)
+    return found
+
