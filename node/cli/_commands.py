@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -206,6 +207,8 @@ def cmd_train(options: dict[str, Any]) -> int:
     model = _on_device(model, options)
     _check_model_fits(model, X, y, n_features, n_classes, str(options["dataset"]))
     settings = _settings(options, model)
+    if not isinstance(X, str) and settings.data_origin is None:  # a recipe's arrays: evaluate --run splits it again
+        settings = dataclasses.replace(settings, data_origin=f"recipe {options['dataset']}")
     if options.get("report"):
         check_report_folder(options["out"])  # a folder of other files: said before training, not after
     store_url = _store_url(options)
@@ -268,12 +271,17 @@ RECIPES_BY_WIDTH = {64: "digits", 784: "digits28"}
 
 
 def _run_recipe(store_url: str, run: str) -> tuple[str | None, int]:
-    """``(recipe, seed)`` of a run trained on arrays: the recipe of its samples' width (None for another
-    width; digits where the record names none, as before it did) and the run's seed, which ``train``
-    split the recipe by."""
+    """``(recipe, seed)`` of a run trained on arrays: the recipe its record names (``data.origin``; a record
+    written before it did: the recipe of its samples' width, digits where it names none), None for other
+    data, and the run's seed, which ``train`` split the recipe by."""
     record = open_run(store_url, run).record or {}
-    shape = (record.get("data") or {}).get("feature_shape")
-    recipe = RECIPES_BY_WIDTH.get(int(np.prod(shape))) if shape else "digits"
+    data = record.get("data") or {}
+    if "origin" in data:
+        origin = str(data["origin"] or "")
+        recipe = origin[len("recipe "):] if origin.startswith("recipe ") else None
+    else:
+        shape = data.get("feature_shape")
+        recipe = RECIPES_BY_WIDTH.get(int(np.prod(shape))) if shape else "digits"
     return recipe, int((record.get("settings") or {}).get("seed") or 0)
 
 
@@ -335,8 +343,8 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
         recipe, seed = _run_recipe(store_url, options["run"])
         recipe, seed = options.get("dataset") or recipe, seed if options.get("seed") is None else options["seed"]
         if recipe is None:
-            raise UsageError(f"run {options['run']} trained on no staged dataset and on samples of no recipe's "
-                             "width (digits 64, digits28 784): give --input (a Parquet file) or --dataset")
+            raise UsageError(f"run {options['run']} trained on neither a staged dataset nor a recipe (arrays, a "
+                             "DataFrame or an RDD of its own): give --input (new rows with their labels) or --dataset")
         _X, _y, X_test, y_test = _load_dataset(str(recipe), int(seed))
         if X_test is None:
             raise UsageError("evaluate needs --input (a Parquet file) or a recipe --dataset")

@@ -207,7 +207,7 @@ class Fit:
                 record, resumed = RunRecord.start(
                     runs, lease, previous, spec=state.spec, phases=self.phases,
                     epochs={phase: settings.epochs_for(phase) for phase in self.phases}, settings=settings.to_dict(),
-                    store_url=self.store_url, data_facts=_data_facts(prepared), classes=prepared.classes)
+                    store_url=self.store_url, data_facts=_data_facts(prepared, self.settings.data_origin), classes=prepared.classes)
                 if resumed:
                     logger.info("resuming run %s (%s)", self.run_id, _progress_text(record, state.phases))
                 sweep_temporaries(store, self.run_id)
@@ -291,8 +291,8 @@ def final_spec(spec: dict, batch_size: int | None) -> dict:
     return spec
 
 
-def _data_facts(prepared: PreparedData) -> dict[str, Any]:
-    return {"source": prepared.source, "n_samples": prepared.n_samples,
+def _data_facts(prepared: PreparedData, origin: str | None) -> dict[str, Any]:
+    return {"source": prepared.source, "origin": origin, "n_samples": prepared.n_samples,
             "feature_shape": list(prepared.feature_shape), "partitions": prepared.partitions,
             "n_classes": None if prepared.classes is None else len(prepared.classes)}
 

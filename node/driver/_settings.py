@@ -162,6 +162,11 @@ class TrainingSettings:
         (:class:`rbm.DeviceDataCache`, least recently used out, evicted before each upload; default:
         the node's share of its GPU's pool -- half the free memory, split evenly among the nodes on
         that GPU).  Each partition's metrics report what it holds.
+    data_origin : str, optional
+        What the training data is, in words, recorded in the run record (``data.origin``) and shown
+        by ``sparkdbn status``.  ``sparkdbn train`` records ``"recipe <name>"`` for a recipe, whose
+        held-out split ``sparkdbn evaluate --run`` then evaluates on; default: nothing beyond the
+        data's kind and shape (a staged dataset's URL is recorded anyway).
     kill_worker_once_at : str, optional
         Test hook ``"<phase>:<epoch>"``: the first node to reach it trains half a partition
         and kills its Python worker with SIGKILL (once per run).
@@ -210,6 +215,7 @@ class TrainingSettings:
     advertise_host: str | None = None
     port_range: str | None = None
     gpu_data_budget_bytes: int | None = None
+    data_origin: str | None = None
     kill_worker_once_at: str | None = None
 
     def replaced(self, overrides: Mapping[str, Any]) -> "TrainingSettings":

@@ -69,7 +69,8 @@ def format_status(run: str, record: dict[str, Any], peers: dict[str, dict], *, n
 def _data_text(data: dict[str, Any], classes: list | None) -> str:
     """What a run trains on, from its record: where from, how many samples of which shape, its classes."""
     shape = "x".join(str(size) for size in data.get("feature_shape") or []) or "?"
-    text = (f"{data.get('source', '?')}, {data.get('n_samples', '?')} samples of {shape} features in "
+    origin = f" ({data['origin']})" if data.get("origin") else ""
+    text = (f"{data.get('source', '?')}{origin}, {data.get('n_samples', '?')} samples of {shape} features in "
             f"{data.get('partitions', '?')} partitions")
     if classes:
         named = ", ".join(str(label) for label in classes[:10]) + (", ..." if len(classes) > 10 else "")

@@ -171,9 +171,10 @@ def test_evaluate_takes_the_held_out_split_of_the_recipe_and_seed_the_run_traine
     said, report = capsys.readouterr().out.split("\n", 1)
     assert said == "evaluating on the held-out split of digits (seed 3)"
     assert report == trained  # the same rows, the same model: the same report and confusion matrix
+    assert node.open_run("file://" + str(store), "seeded").record["data"]["origin"] == "recipe digits"
 
 
-def test_evaluate_finds_the_recipe_by_the_width_the_run_trained_on(monkeypatch):
+def test_evaluate_finds_the_recipe_the_run_trained_on_by_its_record(monkeypatch):
     from node.cli import _commands
 
     def run_of(data, seed=0):
@@ -181,9 +182,15 @@ def test_evaluate_finds_the_recipe_by_the_width_the_run_trained_on(monkeypatch):
         monkeypatch.setattr(_commands, "open_run", lambda store, run: type("View", (), {"record": record}))
         return _commands._run_recipe("file:///store", "r")
 
+    # `train` records the recipe (data.origin): 64-wide arrays of one's own were taken for digits.
+    assert run_of({"origin": "recipe digits28", "feature_shape": [784]}, seed=4) == ("digits28", 4)
+    assert run_of({"origin": "recipe digits", "feature_shape": [64]}) == ("digits", 0)
+    assert run_of({"origin": None, "feature_shape": [64]}) == (None, 0)  # evaluate asks for --input or --dataset
+    assert run_of({"origin": "my sensors, March", "feature_shape": [64]}) == (None, 0)
+    # A record written before it named the origin: the recipe of the width the run trained on.
     assert run_of({"feature_shape": [784]}, seed=4) == ("digits28", 4)
     assert run_of({"feature_shape": [1, 8, 8]}) == ("digits", 0)
-    assert run_of({"feature_shape": [10]}) == (None, 0)  # no recipe: evaluate asks for --input or --dataset
+    assert run_of({"feature_shape": [10]}) == (None, 0)
     assert run_of({}) == ("digits", 0)  # a record that names no width: digits, as before
 
 

@@ -18,10 +18,10 @@ def test_the_status_screen_names_a_runs_data_and_classes_before_its_phases():
                         "(setosa, versicolor, virginica)")
     assert lines[2] == "phases:"
 
-    images = {"source": "arrays (1000, 1, 28, 28)", "n_samples": 1000, "feature_shape": [1, 28, 28],
+    images = {"source": "arrays (1000, 1, 28, 28)", "origin": "recipe digits28", "n_samples": 1000, "feature_shape": [1, 28, 28],
               "partitions": 8, "n_classes": 12}
     lines = format_status("lenet", _record(images, list(range(12))), {}, now=5.0).splitlines()
-    assert lines[1] == ("data: arrays (1000, 1, 28, 28), 1000 samples of 1x28x28 features in 8 partitions, 12 classes "
+    assert lines[1] == ("data: arrays (1000, 1, 28, 28) (recipe digits28), 1000 samples of 1x28x28 features in 8 partitions, 12 classes "
                         "(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ...)")
 
     unlabelled = {"source": "DataFrame[features, label]", "n_samples": 50, "feature_shape": [64], "partitions": 2,
