@@ -14,7 +14,7 @@ import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
-__all__ = ["resolve_classes", "check_targets", "check_length", "encode_labels"]
+__all__ = ["resolve_classes", "plain_labels", "check_targets", "check_length", "encode_labels"]
 
 
 def resolve_classes(classes: Any) -> np.ndarray:
@@ -28,9 +28,23 @@ def resolve_classes(classes: Any) -> np.ndarray:
     if isinstance(classes, (int, np.integer)) and not isinstance(classes, bool):
         labels = np.arange(int(classes))
     else:
-        labels = np.unique(np.asarray(classes))
+        labels = np.unique(plain_labels(np.asarray(classes)))
     if len(labels) < 2:
         raise ValueError(f"y has {len(labels)} class ({labels.tolist()}): a classifier needs at least 2 classes")
+    return labels
+
+
+def plain_labels(labels: np.ndarray) -> np.ndarray:
+    """``labels`` held as Python objects (a pandas column) as the plain array they are: strings as ``str``,
+    numbers as numbers; anything else as it is.  A model keeps plain classes, which its file holds without
+    pickle."""
+    if labels.dtype != object:
+        return labels
+    values = labels.ravel().tolist()
+    if all(isinstance(value, str) for value in values):
+        return labels.astype(str)
+    if all(isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_)) for value in values):
+        return np.asarray(values).reshape(labels.shape)
     return labels
 
 
@@ -58,7 +72,7 @@ def check_length(labels: np.ndarray, n_samples: int) -> None:
 
 def encode_labels(y: Any, classes: np.ndarray, n_samples: int) -> np.ndarray:
     """Class indices (int64) of labels ``y``; a clear error for a label outside ``classes``."""
-    labels = column_or_1d(y)
+    labels = plain_labels(column_or_1d(y))
     check_length(labels, n_samples)
     try:
         index = np.clip(np.searchsorted(classes, labels), 0, len(classes) - 1)

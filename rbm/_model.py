@@ -382,6 +382,10 @@ def save_model(path: str | os.PathLike, spec: Mapping[str, Any], params: Mapping
     arrays = {name: np.asarray(value) for name, value in params.items()}
     if SPEC_KEY in arrays:
         raise ValueError(f"parameter name {SPEC_KEY!r} is reserved")
+    held = next((name for name, array in arrays.items() if array.dtype == object), None)
+    if held is not None:  # np.savez would pickle it, and load_model never unpickles
+        raise ValueError(f"cannot save {held!r}: it holds Python objects, which a model file keeps only as a pickle; "
+                         "give plain numbers or strings")
     arrays[SPEC_KEY] = np.frombuffer(json.dumps(spec, sort_keys=True).encode(), dtype=np.uint8)
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "wb") as handle:

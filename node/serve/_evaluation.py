@@ -19,7 +19,7 @@ import pyarrow as pa
 from pyspark.sql.types import BooleanType, NumericType, StringType
 
 from .._errors import InputDataError
-from ..data import feature_column_kind, features_from_arrow, is_dataframe, is_rdd, labels_from_arrow
+from ..data import array_inputs, feature_column_kind, features_from_arrow, is_dataframe, is_rdd, labels_from_arrow
 from ..driver import get_spark_session
 from ._inference import (
     check_first_row,
@@ -360,7 +360,8 @@ def _merge_counts(parts: Iterable[Counter | str]) -> Counter:
 
 def _evaluate_arrays(model: Any, payload: bytes, data: tuple, spark: Any, batch_size: int, num_partitions: int | None,
                      classes: np.ndarray) -> Counter:
-    X, y = np.asarray(data[0]), np.asarray(data[1])
+    X, y = array_inputs(data[0], data[1])  # as fit takes them: a pandas column of strings as strings
+    X = np.asarray(X)
     if len(X) != len(y):
         raise InputDataError(f"X has {len(X)} rows but y has {len(y)} labels")
     if len(X) == 0:

@@ -147,6 +147,22 @@ def test_evaluation_reports_class_labels_not_indices_and_takes_image_shaped_inpu
 
 
 @pytest.mark.slow
+def test_evaluation_takes_string_labels_from_a_pandas_frame_as_fit_does(spark, digits):
+    # A pandas column of strings is an object array: fit took it, evaluate refused it ("got dtype object").
+    import pandas as pd
+
+    names = np.array([f"digit {k}" for k in range(10)])
+    frame = pd.DataFrame(digits.X_test).assign(label=names[digits.y_test])
+    dbn = rbm.DBN([16], pretrain_epochs=1, finetune_epochs=5, batch_size=10, random_state=1)
+    dbn.fit(pd.DataFrame(digits.X_train), pd.Series(names[digits.y_train]))
+    y = frame["label"].to_numpy()
+    assert y.dtype == object
+    report = evaluate(dbn, (frame.drop(columns="label"), frame["label"]), spark=spark)
+    assert report.labels.tolist() == names.tolist()
+    _assert_matches_single_machine(report, dbn, digits.X_test, names[digits.y_test])
+
+
+@pytest.mark.slow
 def test_evaluation_of_an_rdd_of_pairs_equals_the_single_machine_model(spark, model, digits):
     from pyspark.ml.linalg import Vectors
 
