@@ -200,15 +200,28 @@ def cmd_train(options: dict[str, Any]) -> int:
         except storage.StoreError as error:
             raise _dataset_error(asked, error) from error
         n_features, n_classes = int(np.prod(meta["feature_shape"])), int(meta.get("n_classes") or 10)
+        labelled = bool(meta.get("label_column"))
         X_test, y_test = held_out_split(X) or (None, None)  # evaluated after training, as a recipe's split is
     else:
-        n_features, n_classes = int(np.prod(X.shape[1:])), int(y.max()) + 1
+        n_features, n_classes, labelled = int(np.prod(X.shape[1:])), int(y.max()) + 1, True
     model = build_model(options["model"], options.get("layers"), n_features, n_classes, int(options["seed"]))
+    if not labelled and _is_classifier(model):
+        raise UsageError(f"the dataset {X} is unlabelled (staged without a label column), but a {options['model']} "
+                         "learns labels: train --model rbm on it, or stage the data with its labels (--label-col)")
     model = _on_device(model, options)
     _check_model_fits(model, X, y, n_features, n_classes, str(options["dataset"]))
     settings = _settings(options, model)
     if not isinstance(X, str) and settings.data_origin is None:  # a recipe's arrays: evaluate --run splits it again
         settings = dataclasses.replace(settings, data_origin=f"recipe {options['dataset']}")
+    if isinstance(X, str) and settings.validation_fraction:  # said by the fit too, but after Spark started
+        raise UsageError(f"settings: validation_fraction holds rows out of arrays, not out of the staged dataset {X}: "
+                         f"give settings: validation_data: {X.rstrip('/')}/test (its held-out split) or a split "
+                         "staged apart")
+    if isinstance(settings.validation_data, str):  # a staged split: looked at before Spark starts
+        try:
+            storage.open_dataset(settings.validation_data)
+        except storage.StoreError as error:
+            raise UsageError(f"settings: validation_data {settings.validation_data}: {error}") from error
     if options.get("report"):
         check_report_folder(options["out"])  # a folder of other files: said before training, not after
     store_url = _store_url(options)

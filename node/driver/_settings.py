@@ -133,9 +133,10 @@ class TrainingSettings:
         Hold this share of the training rows (numpy arrays or a DataFrame) out on the driver,
         seeded by ``seed``, and validate on it at the end of every epoch (see
         :mod:`node.watch._validation`).
-    validation_data : (X, y) arrays or DataFrame, optional
-        A separate validation set (instead of ``validation_fraction``); stored in the run record
-        as a description only.
+    validation_data : (X, y) arrays, DataFrame or str, optional
+        A separate validation set (instead of ``validation_fraction``): arrays, a DataFrame, or the
+        URL of a staged dataset (such as a staged dataset's held-out split ``<url>/test``), read
+        whole on the driver.  The run record names a URL, and of the others their type only.
     early_stopping : dict or True, optional
         ``{"metric": "val_loss" | "val_accuracy" | "val_reconstruction_error", "patience": 3,
         "min_delta": 0.0}``: end a phase whose validation metric has not improved for
@@ -304,8 +305,10 @@ class TrainingSettings:
                              "give epochs >= 1, or initialize_only=True to store the untrained model on purpose")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able: ``validation_data`` is named by its type only (the rows are not settings)."""
+        """JSON-able: ``validation_data`` is named by its URL or its type only (the rows are not settings)."""
         data = dataclasses.asdict(dataclasses.replace(self, validation_data=None))
-        if self.validation_data is not None:
+        if isinstance(self.validation_data, str):
+            data["validation_data"] = self.validation_data
+        elif self.validation_data is not None:
             data["validation_data"] = f"<{type(self.validation_data).__name__}>"
         return data

@@ -121,6 +121,10 @@ def hold_out_validation(spark: Any, data: Any, y: Any, *, fraction: float | None
         training, held = data.randomSplit([1.0 - fraction, fraction], seed=seed)
         validation = _frame_set(held, features_col, label_col, f"validation_fraction={fraction} of the DataFrame")
         return training, y, validation
+    if isinstance(data, str):
+        raise InputDataError(f"validation_fraction holds rows out of numpy arrays or a DataFrame, not out of the "
+                             f"staged dataset {data}; give validation_data the URL of a staged split instead (its "
+                             f"held-out split {data.rstrip('/')}/test, or one staged apart)")
     if not isinstance(data, np.ndarray):
         raise InputDataError(f"validation_fraction holds rows out of numpy arrays or a DataFrame, not "
                              f"{type(data).__name__}; give validation_data=(X_val, y_val) or a DataFrame instead")
@@ -142,6 +146,15 @@ def hold_out_validation(spark: Any, data: Any, y: Any, *, fraction: float | None
 def _given_set(given: Any, features_col: str, label_col: str) -> ValidationSet:
     if is_dataframe(given):
         return _frame_set(given, features_col, label_col, "validation_data (DataFrame)")
+    if isinstance(given, str):  # a staged dataset (a held-out split): read whole on the driver
+        try:
+            X, y = storage.open_dataset(given).read_all()
+        except storage.StoreError as error:
+            raise InputDataError(f"validation_data {given} cannot be read as a staged dataset: {error}") from error
+        if len(X) == 0:
+            raise InputDataError(f"validation_data {given} has no rows")
+        return ValidationSet(X=X.reshape(len(X), -1) if X.ndim > 2 else X, y=y,
+                             source=f"validation_data {given} ({len(X)} rows)")
     if isinstance(given, tuple) and len(given) == 2:
         X, y = np.asarray(given[0]), None if given[1] is None else np.asarray(given[1])
         if X.ndim < 2 or len(X) == 0:
@@ -149,8 +162,8 @@ def _given_set(given: Any, features_col: str, label_col: str) -> ValidationSet:
         if y is not None and len(y) != len(X):
             raise InputDataError(f"validation_data has {len(X)} rows but {len(y)} labels")
         return ValidationSet(X=X, y=y, source=f"validation_data ({len(X)} rows)")
-    raise InputDataError(f"validation_data takes (X_val, y_val) numpy arrays or a DataFrame, "
-                         f"not {type(given).__name__}")
+    raise InputDataError(f"validation_data takes (X_val, y_val) numpy arrays, a DataFrame or a staged dataset's "
+                         f"URL, not {type(given).__name__}")
 
 
 def _frame_set(df: Any, features_col: str, label_col: str, source: str) -> ValidationSet:

@@ -65,3 +65,5 @@ def test_the_settings_stay_json_able_with_a_validation_set():
 
     settings = TrainingSettings(validation_data=(np.zeros((3, 2)), np.zeros(3)), early_stopping=True)
     assert json.loads(json.dumps(settings.to_dict()))["validation_data"] == "<tuple>"
+    staged = TrainingSettings(validation_data="hdfs://namenode:9870/datasets/iris/test", early_stopping=True)
+    assert json.loads(json.dumps(staged.to_dict()))["validation_data"] == "hdfs://namenode:9870/datasets/iris/test"
