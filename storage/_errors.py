@@ -77,6 +77,13 @@ class DestinationNotEmptyError(DatasetError):
 
     Its message says how to replace a dataset staged there before: ``overwrite=True (--overwrite)``;
     :meth:`message` says it otherwise (the command line names only its flag).
+
+    Parameters
+    ----------
+    url : str
+        The dataset folder.
+    entries : sequence of str
+        What it holds, sorted: the first is named.
     """
 
     def __init__(self, url: str, entries: Sequence[str]) -> None:
