@@ -431,8 +431,8 @@ def check_stage_flags(options: dict[str, Any], given: set[str]) -> None:
         raise UsageError(f"--input {source} and --recipe {options.get('recipe')}: give one, a file of your own or a "
                          "recipe")
     kind = input_format(source)
-    where = {"npz": "its arrays X and y are its features and labels",
-             "idx": "its labels are in the file --labels names"}
+    where = {"npz": "its features and labels are its arrays X and y",
+             "idx": "its features are its images, its labels in the file --labels names"}
     for name in ("label_col", "features_cols"):
         if name in given and kind in where:
             raise UsageError(f"{_flag(name)} names columns of a CSV or Parquet --input; {source} is {kind.upper()}: "

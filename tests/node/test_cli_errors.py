@@ -308,7 +308,8 @@ MISSING_LABELS = {
     "a blank CSV cell": ("mine.csv", lambda path: path.write_text("a,b,label\n0,3, \n1,2,y\n2,1,x\n3,0,x\n"),
                          "label column 'label' has 1 missing label(s) (empty, null or NaN), first at row 0 "
                          "(0-based, the header not counted)"),
-    "an empty CSV cell of numbers": ("mine.csv", lambda path: path.write_text("a,b,label\n0,3,1\n1,2,0\n2,1,1\n3,0,\n"),
+    "an empty CSV cell of numbers": ("mine.csv",
+                                     lambda path: path.write_text("a,b,label\n0,3,1\n1,2,0\n2,1,1\n3,0,\n"),
                                      "label column 'label' has 1 missing label(s) (empty, null or NaN), first at row 3"),
     "a NaN in NPZ labels": ("mine.npz", lambda path: np.savez(path, X=np.zeros((4, 2)), y=np.array([0, 1, np.nan, 1])),
                             "label array 'y' has 1 missing label(s) (empty, null or NaN), first at row 2 (0-based)"),
@@ -355,10 +356,11 @@ def test_contradictory_or_ignored_stage_flags_are_one_line_and_nothing_is_staged
         (["--recipe", "digits28", "--scale", "minmax"], "--scale applies to --input (a file of your own), and there is "
                                                         "none: the recipe digits28 would be staged without it"),
         (["--input", str(npz), "--label-col", "y"], f"--label-col names columns of a CSV or Parquet --input; {npz} is "
-                                                    "NPZ: its arrays X and y are its features and labels"),
+                                                    "NPZ: its features and labels are its arrays X and y"),
         (["--input", str(npz), "--label-col", ""], "--label-col names columns of a CSV or Parquet --input"),
-        (["--input", str(idx), "--features-cols", "a"], f"--features-cols names columns of a CSV or Parquet --input; "
-                                                        f"{idx} is IDX: its labels are in the file --labels names"),
+        (["--input", str(idx), "--features-cols", "a"],
+         f"--features-cols names columns of a CSV or Parquet --input; {idx} is IDX: its features are its images, its "
+         "labels in the file --labels names"),
         (["--input", str(csv), "--labels", str(tmp_path / "labels")],
          f"--labels names the labels file of an IDX --input; {csv} is CSV, whose labels are its --label-col column"),
         (["--input", str(npz), "--labels", str(tmp_path / "labels")],
