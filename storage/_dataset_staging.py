@@ -42,7 +42,7 @@ from ._dataset_lease import DEFAULT_STAGING_LEASE_TIMEOUT_S, LEASE_FOLDER, Datas
 from ._datasets import (_FEATURE_DTYPES, _FLAT_SHARD, _FOREIGN, _SHARD_NAME, _VERSION_FOLDER, DEFAULT_COMPRESSION,
                         DEFAULT_SHARD_BYTES, FEATURES_COLUMN, FORMAT, LABEL_COLUMN, META_NAME, STAGING_MARKER,
                         _is_marker, _read_meta, _version_meta)
-from ._errors import DatasetError, StoreError
+from ._errors import DatasetError, DestinationNotEmptyError, StoreError
 from ._paths import join
 from ._runs import write_json
 from ._store import Store, open_store
@@ -310,8 +310,10 @@ def _check_destination(store: Store, overwrite: bool, keep: tuple[str, ...]) -> 
     if meta is None:  # killed between deleting and renaming the meta: the newest complete version is the dataset
         meta = next((versions[name] for name in sorted(ours, reverse=True) if isinstance(versions[name], dict)), None)
     elif not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise DatasetError(f"overwrite refused: {store.url}/{META_NAME} was not written by staging; nothing was deleted"
-                           if overwrite else _already_holds(store, names))
+        if overwrite:
+            raise DatasetError(f"overwrite refused: {store.url}/{META_NAME} was not written by staging; nothing was "
+                               "deleted")
+        raise DestinationNotEmptyError(store.url, names)
     if meta is not None:
         ours |= {name.split("/", 1)[0] for name in _staged_names(meta)} | _replaced_names(meta) | {META_NAME}
     if STAGING_MARKER in names and _is_marker(store, STAGING_MARKER):  # a first staging that did not finish
@@ -319,7 +321,7 @@ def _check_destination(store: Store, overwrite: bool, keep: tuple[str, ...]) -> 
     if meta is None and set(names) <= ours:
         return None, ours  # only what an interrupted staging left: staged again from scratch
     if not overwrite:
-        raise DatasetError(_already_holds(store, names))
+        raise DestinationNotEmptyError(store.url, names)
     if meta is None:
         raise DatasetError(f"overwrite refused: {store.url} is not a staged dataset (no _meta.json written by "
                            "staging); nothing was deleted")
@@ -328,12 +330,6 @@ def _check_destination(store: Store, overwrite: bool, keep: tuple[str, ...]) -> 
         raise DatasetError(f"overwrite refused: {store.url} holds {foreign[0]!r}, which staging did not write; "
                            "nothing was deleted")
     return meta, ours
-
-
-def _already_holds(store: Store, names: list[str]) -> str:
-    return (f"{store.url} already holds {len(names)} entr{'y' if len(names) == 1 else 'ies'} (e.g. {names[0]!r}); "
-            "nothing was written. Stage into a new folder, or pass overwrite=True (--overwrite) to replace a dataset "
-            "staged there before")
 
 
 def _remove_own(store: Store, name: str) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 __all__ = [
     "AuthenticationError",
     "ChecksumError",
     "FileTooLargeError",
     "NoUsableSnapshotError",
     "DatasetError",
+    "DestinationNotEmptyError",
     "SnapshotValueError",
     "StoreEntryTypeError",
     "StoreError",
@@ -67,3 +70,38 @@ class SnapshotValueError(StoreError, ValueError):
 
 class DatasetError(StoreError, ValueError):
     """Dataset input that cannot be staged (ragged rows, NaN/Inf, missing label column, empty input)."""
+
+
+class DestinationNotEmptyError(DatasetError):
+    """A staging refused because its folder already holds entries; nothing was written.
+
+    Its message says how to replace a dataset staged there before: ``overwrite=True (--overwrite)``;
+    :meth:`message` says it otherwise (the command line names only its flag).
+
+    Parameters
+    ----------
+    url : str
+        The dataset folder.
+    entries : sequence of str
+        What it holds, sorted: the first is named.
+    """
+
+    def __init__(self, url: str, entries: Sequence[str]) -> None:
+        self.url, self.entries = url, list(entries)
+        super().__init__(self.message("overwrite=True (--overwrite)"))
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled by its fields, not by its message
+        return type(self), (self.url, self.entries)
+
+    def message(self, overwrite: str) -> str:
+        """The refusal, naming ``overwrite`` as the way to replace an earlier staging.
+
+        Parameters
+        ----------
+        overwrite : str
+            How the caller asks for a dataset to be replaced: ``"--overwrite"``, ``"overwrite=True"``.
+        """
+        count = len(self.entries)
+        return (f"{self.url} already holds {count} entr{'y' if count == 1 else 'ies'} (e.g. {self.entries[0]!r}); "
+                f"nothing was written. Stage into a new folder, or pass {overwrite} to replace a dataset staged there "
+                "before")

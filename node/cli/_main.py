@@ -27,7 +27,8 @@ import storage
 
 from .._errors import NodeError
 from ..modes import MODE_NAMES
-from ._commands import TRAIN_DEFAULTS, cmd_evaluate, cmd_predict, cmd_report, cmd_stage, cmd_status, cmd_train
+from ._commands import (TRAIN_DEFAULTS, check_stage_flags, cmd_evaluate, cmd_predict, cmd_report, cmd_stage, cmd_status,
+                        cmd_train)
 from ._options import OneLineParser, UsageError, load_config, parse_spark_conf
 
 __all__ = ["main", "build_parser"]
@@ -184,11 +185,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = dict(args.defaults)
         internal = ("handler", "defaults", "config", "command", "verbose", "subparsers")
         known = set(options) | {key for key in vars(args) if key not in internal}
-        options.update(load_config(getattr(args, "config", None), known))
-        options.update({key: value for key, value in vars(args).items() if value is not None and key not in internal})
+        config = load_config(getattr(args, "config", None), known)
+        flags = {key: value for key, value in vars(args).items() if value is not None and key not in internal}
+        options.update(config)
+        options.update(flags)
         parse_spark_conf(options.get("conf"))  # a malformed --conf is said before anything runs
-        if args.command == "stage" and not options.get("url"):
-            raise UsageError("stage needs --url (the dataset directory)")
+        if args.command == "stage":
+            if not options.get("url"):
+                raise UsageError("stage needs --url (the dataset directory)")
+            check_stage_flags(options, {key for key, value in {**config, **flags}.items() if value is not None})
         return int(args.handler(options) or 0)
     except (NodeError, storage.StoreError, UsageError) as error:
         if args.verbose:

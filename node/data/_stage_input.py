@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from storage import DatasetError, check_stage_destination, open_store, read_idx, stage_arrays
 
-__all__ = ["INPUT_FORMATS", "stage_input", "apply_scaling", "minmax_scaling"]
+__all__ = ["INPUT_FORMATS", "input_format", "stage_input", "apply_scaling", "minmax_scaling"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,17 @@ def _local_copy(source: str, folder: str) -> str:
     with open(path, "wb") as handle:
         handle.write(open_store(parent).read_bytes(name))
     return path
+
+
+def input_format(source: str) -> str:
+    """The format :func:`stage_input` reads ``source`` as, by its name: csv, parquet (a local folder too), npz or idx.
+
+    Parameters
+    ----------
+    source : str
+        The input: a path, ``file://`` or a store URL (``hdfs://``).
+    """
+    return _format_of(source.removeprefix("file://"))
 
 
 def _format_of(path: str) -> str:
@@ -75,8 +86,42 @@ def _from_table(table: pa.Table, source: str, label_col: str | None,
         if column.null_count:
             raise DatasetError(f"{source}: feature column {name!r} has {column.null_count} missing value(s)")
         X[:, j] = column.to_numpy()
-    y = table.column(label_col).to_numpy(zero_copy_only=False) if label_col is not None else None
+    y = _labels_of(table.column(label_col), source, label_col) if label_col is not None else None
     return X, y, features
+
+
+def _labels_of(column: pa.ChunkedArray, source: str, name: str) -> np.ndarray:
+    """The label column as numbers, booleans or strings (a missing one read as None or NaN, refused later)."""
+    if pa.types.is_dictionary(column.type):  # a pandas category: its values are the labels
+        column = column.cast(column.type.value_type)
+    kind = column.type
+    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+            or pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
+        raise DatasetError(f"{source}: label column {name!r} is {kind}, not classes (numbers, strings or booleans); "
+                           "name another with --label-col, or '' for none")
+    return column.to_numpy(zero_copy_only=False)
+
+
+def _check_labels_present(y: np.ndarray, source: str, what: str, rows: str = "0-based") -> None:
+    """Refuse a missing label (None, NaN, an empty or blank string) or one that is no class (Inf, an array
+    of another kind), naming ``what`` (the label column) and its first such row, before anything is written."""
+    if y.dtype.kind not in "biufUSO":
+        raise DatasetError(f"{source}: {what} holds {y.dtype} values, not classes (numbers, strings or booleans)")
+    if y.dtype.kind == "f":
+        missing = np.isnan(y)
+    elif y.dtype.kind in "US":
+        missing = np.char.str_len(np.char.strip(y)) == 0
+    elif y.dtype.kind == "O":  # Arrow's strings or booleans, None where null
+        missing = np.array([value is None or (isinstance(value, str) and not value.strip()) for value in y], dtype=bool)
+    else:
+        missing = np.zeros(len(y), dtype=bool)
+    if missing.any():
+        row = int(np.flatnonzero(missing)[0])
+        raise DatasetError(f"{source}: {what} has {int(missing.sum())} missing label(s) (empty, null or NaN), "
+                           f"first at row {row} ({rows}); drop or fill the missing labels before staging")
+    if y.dtype.kind == "f" and not np.isfinite(y).all():
+        row = int(np.flatnonzero(~np.isfinite(y))[0])
+        raise DatasetError(f"{source}: {what} holds {y[row].item()} at row {row} ({rows}), which is no class")
 
 
 def read_input(source: str, *, label_col: str | None = "label", features_cols: Sequence[str] | None = None,
@@ -98,16 +143,24 @@ def read_input(source: str, *, label_col: str | None = "label", features_cols: S
                 table = reader()
             except (pa.ArrowInvalid, OSError) as error:
                 raise DatasetError(f"{source} cannot be read as {kind}: {error}") from error
-            return _from_table(table, source, label_col, features_cols)
+            X, y, features = _from_table(table, source, label_col, features_cols)
+            if y is not None:
+                _check_labels_present(y, source, f"label column {label_col!r}",
+                                      "0-based, the header not counted" if kind == "csv" else "0-based")
+            return X, y, features
         if kind == "npz":
             X, y = _read_npz(path, source)
             _check_one_label_per_sample(source, X, y)
+            if y is not None:
+                _check_labels_present(y, source, "label array 'y'")
             return X.reshape(len(X), -1), y, None
         X = read_idx(path)
         if X.ndim < 2:
             raise DatasetError(f"{source} holds a 1-D IDX array (labels?), not samples")
         y = read_idx(_local_copy(labels, folder)) if labels else None
         _check_one_label_per_sample(source, X, y)
+        if y is not None:
+            _check_labels_present(y, source, f"labels file {labels}")
         return X.reshape(len(X), -1).astype(np.float32), y, None
 
 

@@ -276,3 +276,117 @@ def test_an_npz_that_cannot_be_staged_is_one_line_naming_the_file_and_nothing_is
     assert len(lines) == 1 and lines[0].startswith(f"sparkdbn stage: {tmp_path / 'mine.npz'}"), result.stderr
     assert expected in lines[0] and "Traceback" not in result.stderr
     assert not (tmp_path / "staged").exists() or not any((tmp_path / "staged").iterdir())
+
+
+def _parquet(columns: dict) -> callable:
+    return lambda path: pq.write_table(pa.table(columns), str(path))
+
+
+FEATURES = {"a": [0.0, 1.0, 2.0, 3.0], "b": [3.0, 2.0, 1.0, 0.0]}
+MISSING_LABELS = {
+    # (file name, how to write it, what the one line says after "sparkdbn stage: <file>: ")
+    "a null in a string column": ("mine.parquet", _parquet({**FEATURES, "label": ["x", None, "y", "x"]}),
+                                  "label column 'label' has 1 missing label(s) (empty, null or NaN), first at row 1 "
+                                  "(0-based); drop or fill the missing labels before staging"),
+    "a null in an integer column": ("mine.parquet", _parquet({**FEATURES, "label": pa.array([1, 0, None, 1])}),
+                                    "label column 'label' has 1 missing label(s) (empty, null or NaN), first at row 2"),
+    "a NaN in a float column": ("mine.parquet", _parquet({**FEATURES, "label": [0.0, 1.0, 1.0, float("nan")]}),
+                                "label column 'label' has 1 missing label(s) (empty, null or NaN), first at row 3 "
+                                "(0-based)"),
+    "a column of nulls": ("mine.parquet", _parquet({**FEATURES, "label": pa.nulls(4)}),
+                          "label column 'label' has 4 missing label(s) (empty, null or NaN), first at row 0"),
+    "an infinite label": ("mine.parquet", _parquet({**FEATURES, "label": [0.0, float("inf"), 1.0, 1.0]}),
+                          "label column 'label' holds inf at row 1 (0-based), which is no class"),
+    "a list column": ("mine.parquet", _parquet({**FEATURES, "label": [[1], [2], [1], [2]]}),
+                      "label column 'label' is list<element: int64>, not classes (numbers, strings or booleans); "
+                      "name another with --label-col, or '' for none"),
+    "a struct column": ("mine.parquet", _parquet({**FEATURES, "label": [{"k": 1}, {"k": 2}, {"k": 1}, {"k": 1}]}),
+                        "label column 'label' is struct<k: int64>, not classes"),
+    "an empty CSV cell": ("mine.csv", lambda path: path.write_text("a,b,label\n0,3,x\n1,2,y\n2,1,\n3,0,x\n"),
+                          "label column 'label' has 1 missing label(s) (empty, null or NaN), first at row 2 "
+                          "(0-based, the header not counted)"),
+    "a blank CSV cell": ("mine.csv", lambda path: path.write_text("a,b,label\n0,3, \n1,2,y\n2,1,x\n3,0,x\n"),
+                         "label column 'label' has 1 missing label(s) (empty, null or NaN), first at row 0 "
+                         "(0-based, the header not counted)"),
+    "an empty CSV cell of numbers": ("mine.csv",
+                                     lambda path: path.write_text("a,b,label\n0,3,1\n1,2,0\n2,1,1\n3,0,\n"),
+                                     "label column 'label' has 1 missing label(s) (empty, null or NaN), first at row 3"),
+    "a NaN in NPZ labels": ("mine.npz", lambda path: np.savez(path, X=np.zeros((4, 2)), y=np.array([0, 1, np.nan, 1])),
+                            "label array 'y' has 1 missing label(s) (empty, null or NaN), first at row 2 (0-based)"),
+    "an empty string in NPZ labels": ("mine.npz", lambda path: np.savez(path, X=np.zeros((4, 2)),
+                                                                        y=np.array(["a", "b", "a", ""])),
+                                      "label array 'y' has 1 missing label(s) (empty, null or NaN), first at row 3"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISSING_LABELS))
+def test_a_missing_label_or_one_that_is_no_class_is_one_line_naming_column_and_row_and_nothing_is_staged(
+        case, tmp_path, capsys):
+    from node.cli import main
+
+    name, write, expected = MISSING_LABELS[case]
+    write(tmp_path / name)
+    source = str(tmp_path / name)
+    assert main(["stage", "--input", source, "--url", str(tmp_path / "staged"), "--shards", "2"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"sparkdbn stage: {source}: {expected}"), lines
+    assert not (tmp_path / "staged").exists() or not any((tmp_path / "staged").iterdir())
+
+
+def test_contradictory_or_ignored_stage_flags_are_one_line_and_nothing_is_staged(tmp_path, capsys):
+    from node.cli import main
+
+    csv, npz, idx = tmp_path / "mine.csv", tmp_path / "mine.npz", tmp_path / "train-images-idx3-ubyte"
+    url = str(tmp_path / "staged")
+    (tmp_path / "both.yaml").write_text(f"input: {csv}\nrecipe: digits\n")
+    (tmp_path / "column.yaml").write_text("label_col: digit\n")
+    without_input = "applies to --input (a file of your own), and there is none: the recipe digits would be staged " \
+                    "without it"
+    cases = [
+        (["--input", str(csv), "--recipe", "digits"], f"--input {csv} and --recipe digits: give one, a file of your "
+                                                      "own or a recipe"),
+        (["--config", str(tmp_path / "both.yaml")], f"--input {csv} and --recipe digits: give one"),
+        (["--label-col", "digit"], f"--label-col {without_input}"),
+        (["--config", str(tmp_path / "column.yaml")], f"--label-col {without_input}"),
+        (["--features-cols", "a,b"], f"--features-cols {without_input}"),
+        (["--labels", str(tmp_path / "labels")], f"--labels {without_input}"),
+        (["--test-fraction", "0.2"], f"--test-fraction {without_input}"),
+        (["--scale", "minmax"], f"--scale {without_input}"),
+        (["--seed", "3"], f"--seed {without_input}"),
+        (["--recipe", "digits28", "--scale", "minmax"], "--scale applies to --input (a file of your own), and there is "
+                                                        "none: the recipe digits28 would be staged without it"),
+        (["--input", str(npz), "--label-col", "y"], f"--label-col names columns of a CSV or Parquet --input; {npz} is "
+                                                    "NPZ: its features and labels are its arrays X and y"),
+        (["--input", str(npz), "--label-col", ""], "--label-col names columns of a CSV or Parquet --input"),
+        (["--input", str(idx), "--features-cols", "a"],
+         f"--features-cols names columns of a CSV or Parquet --input; {idx} is IDX: its features are its images, its "
+         "labels in the file --labels names"),
+        (["--input", str(csv), "--labels", str(tmp_path / "labels")],
+         f"--labels names the labels file of an IDX --input; {csv} is CSV, whose labels are its --label-col column"),
+        (["--input", str(npz), "--labels", str(tmp_path / "labels")],
+         f"--labels names the labels file of an IDX --input; {npz} is NPZ, whose labels are its array y"),
+    ]
+    for args, expected in cases:
+        assert main(["stage", "--url", url, *args]) == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"sparkdbn stage: {expected}"), (args, lines)
+    assert not (tmp_path / "staged").exists()
+
+
+def test_stage_says_unlabelled_and_a_second_staging_names_only_the_overwrite_flag(tmp_path, capsys):
+    import storage
+    from node.cli import main
+    from node.data import stage_input
+
+    (tmp_path / "mine.csv").write_text("a,b\n0,3\n1,2\n2,1\n")
+    url = str(tmp_path / "staged")
+    stage = ["stage", "--input", str(tmp_path / "mine.csv"), "--url", url, "--label-col", "", "--shards", "1"]
+    assert main(stage) == 0
+    assert capsys.readouterr().out.strip() == f"staged {tmp_path / 'mine.csv'} at {url}: 3 training samples of [2] " \
+                                              "features, unlabelled"
+    assert main(stage) == 2
+    assert capsys.readouterr().err.strip() == (f"sparkdbn stage: file://{url} already holds 2 entries (e.g. "
+                                               "'_meta.json'); nothing was written. Stage into a new folder, or pass "
+                                               "--overwrite to replace a dataset staged there before")
+    with pytest.raises(storage.DestinationNotEmptyError, match=r"pass overwrite=True \(--overwrite\) to replace"):
+        stage_input(str(tmp_path / "mine.csv"), url, label_col=None)  # Python keeps its keyword

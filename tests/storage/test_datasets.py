@@ -12,6 +12,7 @@ import pytest
 from storage import (
     ChecksumError,
     DatasetError,
+    DestinationNotEmptyError,
     Store,
     StoreNotFoundError,
     StoreUnavailableError,
@@ -79,6 +80,20 @@ def test_dataset_pickles_small_and_reads_after_unpickling(local_store):
     clone = pickle.loads(pickle.dumps(dataset))
     assert len(pickle.dumps(dataset)) < 4000
     np.testing.assert_array_equal(clone.read_shard(2)[0], dataset.read_shard(2)[0])
+
+
+def test_a_refused_restaging_says_how_to_overwrite_each_way_and_survives_pickling(local_store):
+    X, y = _data()
+    stage_arrays(local_store.child("d"), X, y, shards=2)
+    with pytest.raises(DestinationNotEmptyError) as refused:
+        stage_arrays(local_store.child("d"), X, y, shards=2)
+    assert str(refused.value) == (f"{local_store.child('d').url} already holds 3 entries (e.g. '_meta.json'); nothing "
+                                  "was written. Stage into a new folder, or pass overwrite=True (--overwrite) to "
+                                  "replace a dataset staged there before")
+    assert "pass --overwrite to replace" in refused.value.message("--overwrite")
+    again = pickle.loads(pickle.dumps(refused.value))  # an error crossing processes keeps its fields and message
+    assert type(again) is DestinationNotEmptyError and str(again) == str(refused.value)
+    assert again.entries == refused.value.entries == ["_meta.json", "part-00000.parquet", "part-00001.parquet"]
 
 
 def test_restaging_is_refused_unless_asked_and_then_builds_beside_swaps_and_removes_only_the_old_shards(local_store):
