@@ -258,6 +258,7 @@ def _stage_leased(store: Store, lease: DatasetLease, features: np.ndarray, label
         "n_samples": n,
         "n_classes": int(labels.max()) + 1 if labels is not None else None,
         "class_counts": np.bincount(labels).tolist() if labels is not None else None,
+        "value_range": [float(features.min()), float(features.max())] if n else None,
         "compression": compression,
         "layout": layout,
         "created": time.time(),

@@ -3,7 +3,9 @@
 Layout of a dataset directory (its URL is the directory itself)::
 
     _meta.json             feature_shape, dtype, label_column, n_samples, n_classes,
-                           layout, shards=[{name, rows, sha256, size_bytes}], ...
+                           value_range=[min, max] of the features (checked against a model's
+                           input bounds before training), layout,
+                           shards=[{name, rows, sha256, size_bytes}], ...
     part-00000.parquet     column "features": one row per sample, either fixed_size_binary
     part-00001.parquet       (layout "binary", default: the sample's values, little-endian)
                              or fixed_size_list<dtype>[prod(feature_shape)] (layout "list")

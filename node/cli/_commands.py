@@ -209,7 +209,8 @@ def cmd_train(options: dict[str, Any]) -> int:
         raise UsageError(f"the dataset {X} is unlabelled (staged without a label column), but a {options['model']} "
                          "learns labels: train --model rbm on it, or stage the data with its labels (--label-col)")
     model = _on_device(model, options)
-    _check_model_fits(model, X, y, n_features, n_classes, str(options["dataset"]))
+    _check_model_fits(model, X, y, n_features, n_classes, str(options["dataset"]),
+                      meta.get("value_range") if isinstance(X, str) else None)
     settings = _settings(options, model)
     if not isinstance(X, str) and settings.data_origin is None:  # a recipe's arrays: evaluate --run splits it again
         settings = dataclasses.replace(settings, data_origin=f"recipe {options['dataset']}")
@@ -254,8 +255,10 @@ def _is_classifier(model: Any) -> bool:
     return any(is_supervised(phase) for phase in model.phases())
 
 
-def _check_model_fits(model: Any, X: Any, y: Any, n_features: int, n_classes: int, source: str) -> None:
-    """What the driver would refuse after Spark started, refused before: hyperparameters, width, value range."""
+def _check_model_fits(model: Any, X: Any, y: Any, n_features: int, n_classes: int, source: str,
+                      staged_range: Any = None) -> None:
+    """What the driver would refuse after Spark started, refused before: hyperparameters, width, value range
+    (of a staged dataset: the ``value_range`` its meta records)."""
     try:
         replica = rbm.model_from_spec(driver_spec(model.to_spec()))  # the driver checks on its CPU
         shape = n_features if isinstance(X, str) or np.ndim(X) == 2 else tuple(np.shape(X)[1:])
@@ -263,11 +266,20 @@ def _check_model_fits(model: Any, X: Any, y: Any, n_features: int, n_classes: in
     except ValueError as error:
         raise UsageError(f"the model does not fit the dataset {source}: {error}") from error
     bounds = replica.input_bounds()
-    if bounds is not None and not isinstance(X, str) and np.size(X):
-        low, high = float(np.min(X)), float(np.max(X))
-        if low < bounds[0] or high > bounds[1]:
-            raise UsageError(f"the dataset {source} holds values in [{low:g}, {high:g}]; this model takes "
-                             f"[{bounds[0]:g}, {bounds[1]:g}] (scale the data, or use Gaussian visible units)")
+    if bounds is None:
+        return
+    if isinstance(X, str):
+        valid = (isinstance(staged_range, list) and len(staged_range) == 2
+                 and all(isinstance(value, (int, float)) and np.isfinite(value) for value in staged_range))
+        low, high = (float(staged_range[0]), float(staged_range[1])) if valid else bounds
+        remedy = "stage it again with --scale minmax"
+    elif np.size(X):
+        low, high, remedy = float(np.min(X)), float(np.max(X)), "scale the data"
+    else:
+        return
+    if low < bounds[0] or high > bounds[1]:
+        raise UsageError(f"the dataset {source} holds values in [{low:g}, {high:g}]; this model takes "
+                         f"[{bounds[0]:g}, {bounds[1]:g}] ({remedy}, or use Gaussian visible units)")
 
 
 def _load_run_model(store_url: str, run: str) -> Any:

@@ -11,14 +11,14 @@ import node
 from node import cli
 
 
-def _stage(tmp_path, *, labelled: bool = True) -> str:
+def _stage(tmp_path, *, labelled: bool = True, raw: bool = False) -> str:
     digits = load_digits()
-    rows = digits.data[:400] / 16.0
+    rows = digits.data[:400] / (1.0 if raw else 16.0)
     columns = {f"p{k}": rows[:, k] for k in range(64)}
     if labelled:
         columns["label"] = np.array([f"digit {label}" for label in digits.target[:400]])
     np.savez(tmp_path / "digits.npz", X=rows, **({"y": columns["label"]} if labelled else {}))
-    url = "file://" + str(tmp_path / ("labelled" if labelled else "unlabelled"))
+    url = "file://" + str(tmp_path / ("raw" if raw else "labelled" if labelled else "unlabelled"))
     assert cli.main(["stage", "--input", str(tmp_path / "digits.npz"), "--url", url, "--test-fraction", "0.25"]
                     if labelled else ["stage", "--input", str(tmp_path / "digits.npz"), "--url", url]) == 0
     return url
@@ -28,7 +28,7 @@ def test_what_a_staged_dataset_cannot_train_is_said_before_spark_starts(tmp_path
     from node.cli import _commands
 
     monkeypatch.setattr(_commands, "_session", lambda options: pytest.fail("Spark started"))
-    labelled, unlabelled = _stage(tmp_path), _stage(tmp_path, labelled=False)
+    labelled, unlabelled, raw = _stage(tmp_path), _stage(tmp_path, labelled=False), _stage(tmp_path, raw=True)
     (tmp_path / "fraction.yaml").write_text("settings:\n  validation_fraction: 0.2\n")
     (tmp_path / "missing.yaml").write_text(f"settings:\n  validation_data: {tmp_path / 'nowhere'}\n")
     capsys.readouterr()
@@ -42,6 +42,9 @@ def test_what_a_staged_dataset_cannot_train_is_said_before_spark_starts(tmp_path
         (["--dataset", labelled, "--config", str(tmp_path / "fraction.yaml")],
          f"settings: validation_fraction holds rows out of arrays, not out of the staged dataset {labelled}: give "
          f"settings: validation_data: {labelled}/test (its held-out split) or a split staged apart"),
+        # Said by the driver after Spark started (45 s here), hinting to divide pixels by their maximum.
+        (["--dataset", raw], f"the dataset {raw} holds values in [0, 16]; this model takes [0, 1] (stage it again "
+                             "with --scale minmax, or use Gaussian visible units)"),
         (["--dataset", labelled, "--config", str(tmp_path / "missing.yaml")],
          f"settings: validation_data {tmp_path / 'nowhere'}: no dataset at file://{tmp_path / 'nowhere'}"),
     ]
