@@ -22,7 +22,7 @@ from ..driver import Trainer, TrainingSettings, default_store_url, driver_spec, 
 from ..run import load_run_model, open_checked_store, open_run
 from ..serve import evaluate, raise_input_errors_from, write_predictions
 from ..watch import check_report_folder, is_supervised, render_report, run_status
-from ._data import check_known_classes, check_same_scaling, held_out_split, run_dataset_url
+from ._data import check_known_classes, check_same_scaling, check_same_width, held_out_split, run_dataset_url
 from ._inputs import hdfs_hint, java_message
 from ._new_rows import NewRows
 from ._options import UsageError, closest, parse_spark_conf
@@ -360,6 +360,7 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
             raise UsageError(f"{whose} has no held-out split (stage with --test-fraction); give --input or "
                              "another --dataset")
         if named is not None:
+            check_same_width("--dataset", url, named.meta, model)
             check_same_scaling("--dataset", url, named.meta, dataset)
         check_known_classes(f"--dataset {url}" if staged else what, (named or storage.open_dataset(url)).meta,
                             np.asarray(model.classes_))
@@ -408,6 +409,7 @@ def cmd_predict(options: dict[str, Any]) -> int:
     # what can be seen of --output without Spark (checked again when written)
     check_output(options["output"], inputs=inputs, overwrite=bool(options.get("overwrite")))
     if not given:
+        check_same_width("--dataset", url, staged.meta, model)
         check_same_scaling("--dataset", url, staged.meta, trained_on)
     spark = _session(options)
     if given:  # new rows: scaled as the run's staged dataset was; every column of theirs written back

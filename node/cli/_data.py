@@ -11,6 +11,7 @@ model never learned.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +19,8 @@ import storage
 
 from ._options import UsageError
 
-__all__ = ["run_dataset_url", "held_out_split", "check_same_scaling", "check_known_classes"]
+__all__ = ["run_dataset_url", "held_out_split", "check_same_scaling", "model_width", "check_same_width",
+           "check_known_classes"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,16 +62,32 @@ def _trained_meta(trained_on: str, url: str) -> dict | None:
 
 def check_same_scaling(flag: str, url: str, meta: dict, trained_on: str | None) -> None:
     """Refuse ``flag url`` (a staged dataset, ``meta`` its ``_meta.json``) when its shards hold features scaled
-    otherwise than those of the staged dataset ``trained_on`` the run trained on: the model would meet
-    features on another scale.  Nothing to compare for a run trained on anything else."""
-    trained = None if trained_on is None else _trained_meta(trained_on, url)
-    if trained is None:
+    otherwise than those of the staged dataset ``trained_on`` the run trained on (None: arrays as given, not
+    scaled when staged): the model would meet features on another scale."""
+    trained = {} if trained_on is None else _trained_meta(trained_on, url)  # arrays of its own: as given
+    if trained is None:  # the run's dataset cannot be read now: nothing to compare with
         return
     if meta.get("scaling") != trained.get("scaling"):
-        raise UsageError(f"{flag} {url} holds features {_scaling_difference(meta.get('scaling'), trained.get('scaling'), trained_on)}"
+        what = trained_on or "(arrays of its own, not a staged dataset)"
+        raise UsageError(f"{flag} {url} holds features {_scaling_difference(meta.get('scaling'), trained.get('scaling'), what)}"
                          ": the model would meet features on another scale than it learned. Give the raw rows as "
                          "--input (a Parquet file with a features column), which is scaled as the run's dataset was, "
                          "or stage them with the run's dataset (sparkdbn stage --input ... --test-fraction)")
+
+
+def model_width(model: Any) -> int | None:
+    """How many features a sample of ``model`` has (None where the model does not say)."""
+    shape = getattr(model, "input_shape_", None) or getattr(model, "n_features_in_", None)
+    return None if shape is None else int(np.prod(shape))
+
+
+def check_same_width(flag: str, url: str, meta: dict, model: Any) -> None:
+    """Refuse ``flag url`` (a staged dataset, ``meta`` its ``_meta.json``) when its samples have another number
+    of features than the model takes."""
+    width, theirs = model_width(model), int(np.prod(meta["feature_shape"]))
+    if width is not None and theirs != width:
+        raise UsageError(f"{flag} {url} holds samples of {theirs} features {meta['feature_shape']}; the model takes "
+                         f"{width}")
 
 
 def check_known_classes(what: str, meta: dict, model_classes: np.ndarray) -> None:

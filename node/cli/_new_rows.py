@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import numpy as np
 import storage
 
+from ._data import model_width
 from ._inputs import InputFiles, check_input, column_list, feature_columns, gather_features, read_input
 from ._options import UsageError
 
@@ -94,8 +94,7 @@ class NewRows:
                                features_cols=self.features_cols, staged=self.staged)
 
     def _check_width(self, columns: tuple[str, ...] | None, model: Any) -> None:
-        shape = getattr(model, "input_shape_", None) or getattr(model, "n_features_in_", None)
-        width = None if shape is None else int(np.prod(shape))
+        width = model_width(model)
         if columns is not None and width is not None and len(columns) != width:
             raise UsageError(f"--input {self.files.path}: {len(columns)} feature columns {column_list(columns)}, the "
                              f"model takes {width} features")

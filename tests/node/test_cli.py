@@ -173,6 +173,32 @@ def test_evaluate_takes_the_held_out_split_of_the_recipe_and_seed_the_run_traine
     assert report == trained  # the same rows, the same model: the same report and confusion matrix
     assert node.open_run("file://" + str(store), "seeded").record["data"]["origin"] == "recipe digits"
 
+    # A dataset staged with its own --scale range, or of another width, is refused before Spark runs a job:
+    # a recipe run took the first (its arrays were not scaled when staged), and the second as a scaling error.
+    from sklearn.datasets import load_digits
+
+    raw = load_digits()
+    np.savez(tmp_path / "raw.npz", X=raw.data[:60], y=raw.target[:60])
+    np.savez(tmp_path / "narrow.npz", X=raw.data[:60, :4] / 16.0, y=raw.target[:60])
+    scaled, narrow = "file://" + str(tmp_path / "scaled"), "file://" + str(tmp_path / "narrow")
+    assert cli.main(["stage", "--input", str(tmp_path / "raw.npz"), "--url", scaled, "--scale", "minmax",
+                     "--test-fraction", "0.5"]) == 0
+    assert cli.main(["stage", "--input", str(tmp_path / "narrow.npz"), "--url", narrow]) == 0
+    capsys.readouterr()
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(None)
+    assert cli.main(["evaluate", "--store", str(store), "--run", "seeded", "--dataset", scaled]) == 2
+    assert capsys.readouterr().err == (
+        f"sparkdbn evaluate: --dataset {scaled} holds features scaled to [0, 1] when staged (--scale minmax); the "
+        "run's training data (arrays of its own, not a staged dataset) was not: the model would meet features on "
+        "another scale than it learned. Give the raw rows as --input (a Parquet file with a features column), which "
+        "is scaled as the run's dataset was, or stage them with the run's dataset (sparkdbn stage --input ... "
+        "--test-fraction)\n")
+    assert cli.main(["predict", "--store", str(store), "--run", "seeded", "--dataset", narrow, "--output",
+                     str(tmp_path / "never")]) == 2
+    assert capsys.readouterr().err == (f"sparkdbn predict: --dataset {narrow} holds samples of 4 features [4]; the "
+                                       "model takes 64\n")
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup(None) == jobs
+
 
 def test_evaluate_finds_the_recipe_the_run_trained_on_by_its_record(monkeypatch):
     from node.cli import _commands
