@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import traceback
 from typing import Sequence
@@ -28,7 +29,7 @@ import storage
 from .._errors import NodeError
 from ..modes import MODE_NAMES
 from ._commands import TRAIN_DEFAULTS, cmd_evaluate, cmd_predict, cmd_report, cmd_stage, cmd_status, cmd_train
-from ._options import OneLineParser, UsageError, load_config, parse_spark_conf
+from ._options import Interrupted, OneLineParser, UsageError, load_config, parse_spark_conf
 
 __all__ = ["main", "build_parser"]
 
@@ -173,7 +174,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Mistakes in what was asked (a missing file or run, a model that does not fit the data, a store
     that does not answer) print one line ``sparkdbn <command>: <what is wrong>`` and return 2.
+    Ctrl-C prints one line (``train``: how to resume the run) and returns 130.  A reader that
+    leaves early (``sparkdbn status --run ID | head -1``) ends the command quietly, with status 1.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The arguments after ``sparkdbn`` (default: ``sys.argv[1:]``).
     """
+    try:
+        try:
+            return _run_command(argv)
+        finally:
+            sys.stdout.flush()  # a reader gone is found here, not in the interpreter's exit
+    except BrokenPipeError:
+        # Python's "Note on SIGPIPE": point stdout at devnull, so that the flush at exit cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _run_command(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # said by the command's own parser: `sparkdbn train: unrecognized arguments: ...`
@@ -195,4 +215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"sparkdbn {args.command}: {error}", file=sys.stderr)
         return 2
-
+    except KeyboardInterrupt as interrupt:  # Ctrl-C: a train's run record says "failed" and resumes
+        if args.verbose:
+            traceback.print_exc()
+        print(f"sparkdbn {args.command}: {interrupt if isinstance(interrupt, Interrupted) else 'interrupted'}",
+              file=sys.stderr)
+        return 130

@@ -21,7 +21,7 @@ from rbm import read_config
 
 from ..driver import TrainingSettings
 
-__all__ = ["UsageError", "OneLineParser", "load_config", "check_keys", "parse_spark_conf", "closest"]
+__all__ = ["UsageError", "Interrupted", "OneLineParser", "load_config", "check_keys", "parse_spark_conf", "closest"]
 
 #: Keys of a config file that are not flags of the command.
 CONFIG_SECTIONS = ("settings", "spark_conf")
@@ -29,6 +29,10 @@ CONFIG_SECTIONS = ("settings", "spark_conf")
 
 class UsageError(Exception):
     """A mistake in what the command was asked: reported as one line, exit status 2, before Spark starts."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with what to do next (``train``: how to resume the run): reported as one line, exit status 130."""
 
 
 def closest(name: str, known: Iterable[str]) -> str | None:
