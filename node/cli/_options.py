@@ -63,7 +63,9 @@ def load_config(path: str | None, known: Iterable[str] | None = None) -> dict[st
     try:
         config = read_config(path)
     except (OSError, ValueError) as error:
-        raise UsageError(f"--config {path}: {error}") from error
+        reason, lead = str(error), f"cannot parse config {path!r} as "  # the file is named once, first
+        reason = f"not valid {reason[len(lead):]}" if reason.startswith(lead) else reason
+        raise UsageError(f"--config {path}: {reason}") from error
     if not isinstance(config, dict):
         raise UsageError(f"--config {path}: expected a mapping of settings, got {type(config).__name__}")
     config = {str(key).replace("-", "_"): value for key, value in config.items()}

@@ -48,6 +48,13 @@ CASES = {
     "missing dataset": (["train", "--store", "{tmp}/store", "--dataset", "file://{tmp}/nowhere"],
                         "train: --dataset file://{tmp}/nowhere: no dataset at"),
     "missing config": (["train", "--config", "{tmp}/absent.yaml"], "train: --config {tmp}/absent.yaml:"),
+    # PyYAML's and json's own messages ran over several lines (an excerpt of the file)
+    "config that is not YAML": (["train", "--config", "{tmp}/broken.yaml"],
+                                "train: --config {tmp}/broken.yaml: not valid YAML: line 3, column 9: mapping values "
+                                "are not allowed here"),
+    "config that is not JSON": (["evaluate", "--run", "r", "--config", "{tmp}/broken.json"],
+                                "evaluate: --config {tmp}/broken.json: not valid JSON: line 2, column 14: Expecting "
+                                "property name enclosed in double quotes"),
     "model that cannot take the data": (["train", "--store", "{tmp}/store", "--config", "{bad}"],
                                         "train: the model does not fit the dataset digits: 64 features"),
     "impossible hyperparameter": (["train", "--store", "{tmp}/store", "--model", "rbm", "--layers", "0"],
@@ -74,6 +81,8 @@ def test_a_mistake_is_one_line_exit_2_and_spark_never_starts(case, tmp_path):
     fill = dict(tmp=str(tmp_path), bad=make_bad_convnet(tmp_path))
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "thesis.txt").write_text("years of work")
+    (tmp_path / "broken.yaml").write_text("model: dbn\nepochs: 3\n  layers: [1\n")
+    (tmp_path / "broken.json").write_text('{"model": "dbn",\n "epochs": 3,,}\n')
     result = sparkdbn(*(arg.format(**fill) for arg in args), cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
