@@ -68,6 +68,9 @@ CASES = {
     "unknown model": (["train", "--store", "{tmp}/store", "--model", "transformer"], "train: unknown model"),
     "bad setting": (["train", "--store", "{tmp}/store", "--partitions", "0"],
                     "train: training settings: partitions must be >= 1, got 0"),
+    "setting that is no number": (["train", "--store", "{tmp}/store", "--config", "{tmp}/three.yaml"],
+                                  "train: training settings: epochs must be an integer or a mapping of phase to "
+                                  "integer, got 'three'"),
     "report folder of other files": (["train", "--store", "{tmp}/store", "--out", "{tmp}/mine"],
                                      "train: the report folder {tmp}/mine holds 'thesis.txt', which no report wrote"),
     "store that cannot be used": (["train", "--store", "ftp://{tmp}/store"],
@@ -83,6 +86,7 @@ def test_a_mistake_is_one_line_exit_2_and_spark_never_starts(case, tmp_path):
     (tmp_path / "mine" / "thesis.txt").write_text("years of work")
     (tmp_path / "broken.yaml").write_text("model: dbn\nepochs: 3\n  layers: [1\n")
     (tmp_path / "broken.json").write_text('{"model": "dbn",\n "epochs": 3,,}\n')
+    (tmp_path / "three.yaml").write_text("settings: {epochs: three}\n")
     result = sparkdbn(*(arg.format(**fill) for arg in args), cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
