@@ -314,8 +314,8 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
     model = _load_run_model(store_url, options["run"])
     if not _is_classifier(model):
         raise UsageError(f"run {options['run']} holds an RBM alone, which learns no labels: evaluate reports "
-                         "classifiers (its held-out reconstruction error is printed by train, and its validation "
-                         "metrics are in `sparkdbn status --run ID`)")
+                         "classifiers (`sparkdbn train` prints an RBM's held-out reconstruction error, and `sparkdbn "
+                         f"status --run {options['run']}` shows its validation metrics when it was validated)")
     _features_cols_need_input(options)
     dataset = _run_dataset(store_url, options["run"])
     asked = None if options.get("dataset") is None else _dataset_url(str(options["dataset"]))

@@ -220,6 +220,22 @@ def test_an_output_predict_may_not_write_is_named_before_spark_starts(tmp_path, 
     assert (tmp_path / "a-file").read_text() == "mine" and [path.name for path in data.iterdir()] == ["part-0.parquet"]
 
 
+def test_evaluate_of_an_rbm_alone_says_its_validation_metrics_are_shown_only_when_it_was_validated(monkeypatch,
+                                                                                                   capsys):
+    # It said the metrics "are in `sparkdbn status`", which shows none for a run trained without validation.
+    import rbm
+
+    from node.cli import _commands, main
+
+    monkeypatch.setattr(_commands, "_session", lambda options: pytest.fail("Spark started"))
+    monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: rbm.RBM(4))
+    assert main(["evaluate", "--run", "features"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "sparkdbn evaluate: run features holds an RBM alone, which learns no labels: evaluate reports classifiers "
+        "(`sparkdbn train` prints an RBM's held-out reconstruction error, and `sparkdbn status --run features` "
+        "shows its validation metrics when it was validated)")
+
+
 def test_a_parquet_input_passes_the_check_whatever_hidden_files_lie_beside_it(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
