@@ -211,7 +211,12 @@ def test_an_output_predict_may_not_write_is_named_before_spark_starts(tmp_path, 
         (["--output", str(tmp_path / "a-file")], f"--output {tmp_path / 'a-file'} is a file"),
         (["--output", str(data / "predictions")], f"--output {data / 'predictions'} overlaps the input {data}"),
         (["--output", "file://" + str(data)], f"--output file://{data} is the input {data}"),
+        # these reached Spark, whose tasks failed with Java traces: a folder under a file (root too) ...
+        (["--output", str(tmp_path / "a-file" / "out" / "deeper")],
+         f"--output {tmp_path / 'a-file' / 'out' / 'deeper'} cannot be created: {tmp_path / 'a-file'} is a file"),
     ]
+    if os.path.isdir("/proc/self"):  # ... and a folder where none can be made
+        cases.append((["--output", "/proc/p3"], "--output /proc/p3 cannot be created: /proc takes no new folder ("))
     for args, expected in cases:
         assert main(["predict", "--run", "r", "--input", str(data), *args]) == 2, args
         err = capsys.readouterr().err.strip()
