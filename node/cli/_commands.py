@@ -18,7 +18,9 @@ import storage
 from rbm.datasets import load_digits01, load_digits28
 
 from ..data import RECIPES, check_output, read_staged_frame, stage_input, stage_recipe
-from ..driver import Trainer, TrainingSettings, default_store_url, driver_spec, get_spark_session, gpu_spark_conf
+from ..driver import (DEFAULT_MASTER, Trainer, TrainingSettings, default_store_url, driver_spec, get_spark_session,
+                      gpu_spark_conf, running_under_spark_submit)
+from ..executor import check_ports_for_nodes, local_master_threads
 from ..run import load_run_model, open_checked_store, open_run
 from ..serve import evaluate, raise_input_errors_from, write_predictions
 from ..watch import check_report_folder, is_supervised, render_report, run_status
@@ -211,6 +213,7 @@ def cmd_train(options: dict[str, Any]) -> int:
         settings = dataclasses.replace(settings, data_origin=f"recipe {options['dataset']}")
     if options.get("report"):
         check_report_folder(options["out"])  # a folder of other files: said before training, not after
+    _check_local_ports(options, settings)
     store_url = _store_url(options)
     open_checked_store(store_url, settings.store_retry_timeout_s)  # unreachable: said before Spark starts
     spark = _session(options)
@@ -240,6 +243,23 @@ def cmd_train(options: dict[str, Any]) -> int:
         for path in paths:
             print(f"wrote {path}")
     return 0
+
+
+def _check_local_ports(options: dict[str, Any], settings: Any) -> None:
+    """A ``--port-range`` with fewer ports than a local master's nodes, said before Spark starts (the fit checks
+    again with the nodes the session has; under spark-submit the master is known only then)."""
+    if running_under_spark_submit():
+        return
+    master = str(options.get("master") or DEFAULT_MASTER)
+    nodes = settings.averaging_nodes or local_master_threads(master)
+    parallelism = {**(options.get("spark_conf") or {}), **parse_spark_conf(options.get("conf"))}.get(
+        "spark.default.parallelism")  # fewer nodes than task threads, where given
+    if nodes and parallelism is not None and str(parallelism).strip().isdigit():
+        nodes = min(nodes, int(parallelism))
+    try:
+        check_ports_for_nodes(settings.port_range, int(nodes or 1), master)
+    except ValueError as error:
+        raise UsageError(str(error)) from error
 
 
 def _is_classifier(model: Any) -> bool:

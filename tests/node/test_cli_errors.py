@@ -68,6 +68,11 @@ CASES = {
     "unknown model": (["train", "--store", "{tmp}/store", "--model", "transformer"], "train: unknown model"),
     "bad setting": (["train", "--store", "{tmp}/store", "--partitions", "0"],
                     "train: training settings: partitions must be >= 1, got 0"),
+    # a node without a port failed its tasks with a stack trace, and the run went on with one node
+    "port range smaller than the nodes": (["train", "--store", "{tmp}/store", "--port-range", "5000",
+                                           "--master", "local[3]"],
+                                          "train: port_range 5000 holds 1 port for 3 nodes: on the local master "
+                                          "local[3] every node runs on this host"),
     "setting that is no number": (["train", "--store", "{tmp}/store", "--config", "{tmp}/three.yaml"],
                                   "train: training settings: epochs must be an integer or a mapping of phase to "
                                   "integer, got 'three'"),
