@@ -169,6 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _without_interrupts(record: logging.LogRecord) -> bool:
+    """Drop a log record of a Ctrl-C (its traceback): the command says it in one line."""
+    return not (record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sparkdbn`` console script; returns the exit status.
 
@@ -200,6 +205,8 @@ def _run_command(argv: Sequence[str] | None) -> int:
         args.subparsers[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # py4j logs a Ctrl-C during a call to the JVM, with its traceback, on the root logger
+        logging.getLogger().addFilter(_without_interrupts)
     try:
         options = dict(args.defaults)
         internal = ("handler", "defaults", "config", "command", "verbose", "subparsers")

@@ -95,3 +95,23 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path):
     process.wait(timeout=SETTLE_S)
     assert process.returncode == 1, err
     assert err == ""
+
+
+def test_ctrl_c_during_a_call_to_the_jvm_is_one_line_without_py4js_logged_traceback(tmp_path):
+    # py4j logs a KeyboardInterrupt that arrives while it waits for the JVM as an ERROR with the traceback
+    # (some 50 lines, on the root logger); the command's own line says it.
+    env = dict(os.environ, JAVA_HOME=str(tmp_path / "no-java-here"))
+    py4j_interrupted = ("def fit(trainer, model, data, y=None):\n"
+                        "    trainer.run_id_ = 'mine'\n"
+                        "    try:\n"
+                        "        raise KeyboardInterrupt\n"
+                        "    except KeyboardInterrupt:\n"
+                        "        logging.exception('KeyboardInterrupt while sending command.')\n"
+                        "        raise\n")
+    command = [sys.executable, "-c", "import logging, sys\nfrom node.cli import _commands, main\n"
+               "from node.driver import Trainer\n" + py4j_interrupted + "Trainer.fit = fit\n"
+               "_commands._session = lambda options: None\nraise SystemExit(main(sys.argv[1:]))",
+               "train", "--store", str(tmp_path / "store"), "--run-id", "mine", "--no-report"]
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=SETTLE_S)
+    assert result.returncode == 130, result.stderr
+    assert result.stderr.strip() == "sparkdbn train: interrupted; run the same command again to resume run mine"
