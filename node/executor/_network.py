@@ -52,7 +52,13 @@ def is_local_master(master: str | None) -> bool:
 
 def local_master_threads(master: str | None) -> int | None:
     """The task threads of a local master: ``local`` 1, ``local[4]`` (or ``local[4,2]``) 4, ``local[*]`` the
-    CPUs; None for a cluster's master."""
+    CPUs; None for a cluster's master.
+
+    Parameters
+    ----------
+    master : str or None
+        ``spark.master`` (None: ``local``).
+    """
     if not is_local_master(master):
         return None
     match = re.fullmatch(r"local\[(\d+|\*)(,\d+)?\]", (master or "local").strip().lower())
