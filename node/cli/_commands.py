@@ -27,7 +27,7 @@ from ..watch import check_report_folder, is_supervised, render_report, run_statu
 from ._data import check_known_classes, check_same_scaling, held_out_split, run_dataset_url
 from ._inputs import hdfs_hint, java_message
 from ._new_rows import NewRows
-from ._options import Interrupted, UsageError, closest, parse_spark_conf
+from ._options import Interrupted, UsageError, closest, is_interrupt, parse_spark_conf
 
 __all__ = ["TRAIN_DEFAULTS", "build_model", "cmd_train", "cmd_evaluate", "cmd_predict", "cmd_stage", "cmd_report",
            "cmd_status"]
@@ -221,8 +221,8 @@ def cmd_train(options: dict[str, Any]) -> int:
     started = time.perf_counter()
     try:
         model = trainer.fit(model, X, y)  # a CPU copy where the driver cannot hold a GPU model
-    except KeyboardInterrupt as interrupt:  # the run record says "failed"; the same run id resumes it
-        if trainer.run_id_ is None:
+    except BaseException as interrupt:  # Ctrl-C: the run record says "failed"; the same run id resumes it
+        if trainer.run_id_ is None or not is_interrupt(interrupt):
             raise
         again = "again" if settings.run_id else f"with --run-id {trainer.run_id_}"  # else a new id each time
         raise Interrupted(f"interrupted; run the same command {again} to resume run {trainer.run_id_}") from interrupt

@@ -29,7 +29,7 @@ import storage
 from .._errors import NodeError
 from ..modes import MODE_NAMES
 from ._commands import TRAIN_DEFAULTS, cmd_evaluate, cmd_predict, cmd_report, cmd_stage, cmd_status, cmd_train
-from ._options import Interrupted, OneLineParser, UsageError, load_config, parse_spark_conf
+from ._options import Interrupted, OneLineParser, UsageError, is_interrupt, load_config, parse_spark_conf
 
 __all__ = ["main", "build_parser"]
 
@@ -170,8 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _without_interrupts(record: logging.LogRecord) -> bool:
-    """Drop a log record of a Ctrl-C (its traceback): the command says it in one line."""
-    return not (record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt))
+    """Drop a log record of a Ctrl-C (py4j's, with its traceback): the command says it in one line."""
+    return not is_interrupt(record.exc_info[1] if record.exc_info else None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -222,9 +222,10 @@ def _run_command(argv: Sequence[str] | None) -> int:
             traceback.print_exc()
         print(f"sparkdbn {args.command}: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as interrupt:  # Ctrl-C: a train's run record says "failed" and resumes
+    except BaseException as error:  # Ctrl-C (or py4j's error raised for it): a train's run record says "failed"
+        if not is_interrupt(error):
+            raise
         if args.verbose:
             traceback.print_exc()
-        print(f"sparkdbn {args.command}: {interrupt if isinstance(interrupt, Interrupted) else 'interrupted'}",
-              file=sys.stderr)
+        print(f"sparkdbn {args.command}: {error if isinstance(error, Interrupted) else 'interrupted'}", file=sys.stderr)
         return 130

@@ -21,7 +21,7 @@ from rbm import read_config
 
 from ..driver import TrainingSettings
 
-__all__ = ["UsageError", "Interrupted", "OneLineParser", "load_config", "check_keys", "parse_spark_conf", "closest"]
+__all__ = ["UsageError", "Interrupted", "is_interrupt", "OneLineParser", "load_config", "check_keys", "parse_spark_conf", "closest"]
 
 #: Keys of a config file that are not flags of the command.
 CONFIG_SECTIONS = ("settings", "spark_conf")
@@ -33,6 +33,24 @@ class UsageError(Exception):
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C, with what to do next (``train``: how to resume the run): reported as one line, exit status 130."""
+
+
+def is_interrupt(error: BaseException | None) -> bool:
+    """Whether ``error`` is a Ctrl-C, or was raised while one was handled: py4j raises an error of its own where
+    it cannot cancel the call to the JVM that the KeyboardInterrupt interrupted, or logs the error of the call
+    PySpark's Ctrl-C handler makes inside it (a "reentrant call" on the connection).
+
+    Parameters
+    ----------
+    error : BaseException or None
+        The exception; its causes and contexts are looked at too.
+    """
+    while error is not None:
+        if isinstance(error, KeyboardInterrupt) or (isinstance(error, RuntimeError)
+                                                    and str(error).startswith("reentrant call")):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def closest(name: str, known: Iterable[str]) -> str | None:

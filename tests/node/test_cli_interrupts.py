@@ -81,6 +81,28 @@ def test_ctrl_c_during_training_says_how_to_resume_the_run(tmp_path, monkeypatch
                                                "20261202-140000-abcdef to resume run 20261202-140000-abcdef")
 
 
+def test_ctrl_c_that_py4j_turns_into_an_error_of_its_own_is_said_as_ctrl_c(tmp_path, monkeypatch, capsys):
+    # py4j raises "Gateway must be connected to send cancel cmd." where it cannot cancel the interrupted call.
+    from py4j.protocol import Py4JError
+
+    from node.driver import Trainer
+
+    def interrupted_fit(trainer, model, data, y=None):
+        trainer.run_id_ = trainer.settings.run_id
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise Py4JError("Gateway must be connected to send cancel cmd.")
+
+    monkeypatch.setattr(_commands, "_session", lambda options: None)
+    monkeypatch.setattr(Trainer, "fit", interrupted_fit)
+    assert main_interrupted(["train", "--store", str(tmp_path / "store"), "--no-report", "--run-id", "mine"]) == 130
+    assert capsys.readouterr().err.strip() == "sparkdbn train: interrupted; run the same command again to resume run mine"
+    monkeypatch.setattr(Trainer, "fit", lambda trainer, model, data, y=None: (_ for _ in ()).throw(Py4JError("down")))
+    with pytest.raises(Py4JError, match="down"):  # an error of py4j's without a Ctrl-C is no interrupt
+        main(["train", "--store", str(tmp_path / "store"), "--no-report", "--run-id", "mine"])
+
+
 def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path):
     # `sparkdbn status --run X | head -1` ended in a BrokenPipeError traceback.
     env = dict(os.environ, JAVA_HOME=str(tmp_path / "no-java-here"))
@@ -101,8 +123,16 @@ def test_ctrl_c_during_a_call_to_the_jvm_is_one_line_without_py4js_logged_traceb
     # py4j logs a KeyboardInterrupt that arrives while it waits for the JVM as an ERROR with the traceback
     # (some 50 lines, on the root logger); the command's own line says it.
     env = dict(os.environ, JAVA_HOME=str(tmp_path / "no-java-here"))
+    # ... or the error of the call PySpark's Ctrl-C handler makes to cancel the jobs, inside the interrupted one
     py4j_interrupted = ("def fit(trainer, model, data, y=None):\n"
                         "    trainer.run_id_ = 'mine'\n"
+                        "    try:\n"
+                        "        try:\n"
+                        "            raise RuntimeError('reentrant call inside <_io.BufferedReader name=3>')\n"
+                        "        except RuntimeError:\n"
+                        "            raise OSError('Error while sending or receiving')\n"
+                        "    except OSError:\n"
+                        "        logging.exception('Exception while sending command.')\n"
                         "    try:\n"
                         "        raise KeyboardInterrupt\n"
                         "    except KeyboardInterrupt:\n"
