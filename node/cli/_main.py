@@ -203,10 +203,11 @@ def _run_command(argv: Sequence[str] | None) -> int:
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # said by the command's own parser: `sparkdbn train: unrecognized arguments: ...`
         args.subparsers[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    stderr = logging.StreamHandler()
+    if not args.verbose:  # py4j logs a Ctrl-C during a call to the JVM, and its cleanup's errors, with tracebacks
+        stderr.addFilter(_without_interrupts)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not args.verbose:  # py4j logs a Ctrl-C during a call to the JVM, with its traceback, on the root logger
-        logging.getLogger().addFilter(_without_interrupts)
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=[stderr])
     try:
         options = dict(args.defaults)
         internal = ("handler", "defaults", "config", "command", "verbose", "subparsers")

@@ -123,7 +123,8 @@ def test_ctrl_c_during_a_call_to_the_jvm_is_one_line_without_py4js_logged_traceb
     # py4j logs a KeyboardInterrupt that arrives while it waits for the JVM as an ERROR with the traceback
     # (some 50 lines, on the root logger); the command's own line says it.
     env = dict(os.environ, JAVA_HOME=str(tmp_path / "no-java-here"))
-    # ... or the error of the call PySpark's Ctrl-C handler makes to cancel the jobs, inside the interrupted one
+    # ... or the error of the call PySpark's Ctrl-C handler makes to cancel the jobs, inside the interrupted one,
+    # or (on its own logger) the error of closing the interrupted call's connection
     py4j_interrupted = ("def fit(trainer, model, data, y=None):\n"
                         "    trainer.run_id_ = 'mine'\n"
                         "    try:\n"
@@ -137,6 +138,11 @@ def test_ctrl_c_during_a_call_to_the_jvm_is_one_line_without_py4js_logged_traceb
                         "        raise KeyboardInterrupt\n"
                         "    except KeyboardInterrupt:\n"
                         "        logging.exception('KeyboardInterrupt while sending command.')\n"
+                        "        try:\n"
+                        "            raise BrokenPipeError(32, 'Broken pipe')\n"
+                        "        except BrokenPipeError:\n"
+                        "            logging.getLogger('py4j.clientserver').exception('Exception occurred while '\n"
+                        "                                                             'shutting down connection')\n"
                         "        raise\n")
     command = [sys.executable, "-c", "import logging, sys\nfrom node.cli import _commands, main\n"
                "from node.driver import Trainer\n" + py4j_interrupted + "Trainer.fit = fit\n"
