@@ -21,7 +21,8 @@ from rbm import read_config
 
 from ..driver import TrainingSettings
 
-__all__ = ["UsageError", "Interrupted", "is_interrupt", "OneLineParser", "load_config", "check_keys", "parse_spark_conf", "closest"]
+__all__ = ["UsageError", "Interrupted", "is_interrupt", "OneLineParser", "load_config", "check_keys", "parse_spark_conf",
+           "closest"]
 
 #: Keys of a config file that are not flags of the command.
 CONFIG_SECTIONS = ("settings", "spark_conf")
@@ -45,10 +46,12 @@ def is_interrupt(error: BaseException | None) -> bool:
     error : BaseException or None
         The exception; its causes and contexts are looked at too.
     """
-    while error is not None:
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
         if isinstance(error, KeyboardInterrupt) or (isinstance(error, RuntimeError)
                                                     and str(error).startswith("reentrant call")):
             return True
+        seen.add(id(error))
         error = error.__cause__ or error.__context__
     return False
 

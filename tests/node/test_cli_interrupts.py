@@ -19,6 +19,7 @@ import pytest
 from node.cli import _commands, main
 
 SETTLE_S = 60.0  # the longest a process may take to start or to end
+RESUME_MINE = "sparkdbn train: interrupted; run the same command again to resume run mine"
 
 
 def start_sparkdbn(*args: str, cwd: Path) -> subprocess.Popen:
@@ -75,7 +76,7 @@ def test_ctrl_c_during_training_says_how_to_resume_the_run(tmp_path, monkeypatch
     store = str(tmp_path / "store")
     given = ["train", "--store", store, "--no-report", "--run-id", "mine"]
     assert main_interrupted(given) == 130
-    assert capsys.readouterr().err.strip() == "sparkdbn train: interrupted; run the same command again to resume run mine"
+    assert capsys.readouterr().err.strip() == RESUME_MINE
     assert main_interrupted(["train", "--store", store, "--no-report"]) == 130  # a new run id each time: say it
     assert capsys.readouterr().err.strip() == ("sparkdbn train: interrupted; run the same command with --run-id "
                                                "20261202-140000-abcdef to resume run 20261202-140000-abcdef")
@@ -97,7 +98,7 @@ def test_ctrl_c_that_py4j_turns_into_an_error_of_its_own_is_said_as_ctrl_c(tmp_p
     monkeypatch.setattr(_commands, "_session", lambda options: None)
     monkeypatch.setattr(Trainer, "fit", interrupted_fit)
     assert main_interrupted(["train", "--store", str(tmp_path / "store"), "--no-report", "--run-id", "mine"]) == 130
-    assert capsys.readouterr().err.strip() == "sparkdbn train: interrupted; run the same command again to resume run mine"
+    assert capsys.readouterr().err.strip() == RESUME_MINE
     monkeypatch.setattr(Trainer, "fit", lambda trainer, model, data, y=None: (_ for _ in ()).throw(Py4JError("down")))
     with pytest.raises(Py4JError, match="down"):  # an error of py4j's without a Ctrl-C is no interrupt
         main(["train", "--store", str(tmp_path / "store"), "--no-report", "--run-id", "mine"])
@@ -150,4 +151,4 @@ def test_ctrl_c_during_a_call_to_the_jvm_is_one_line_without_py4js_logged_traceb
                "train", "--store", str(tmp_path / "store"), "--run-id", "mine", "--no-report"]
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=SETTLE_S)
     assert result.returncode == 130, result.stderr
-    assert result.stderr.strip() == "sparkdbn train: interrupted; run the same command again to resume run mine"
+    assert result.stderr.strip() == RESUME_MINE
