@@ -80,15 +80,26 @@ def read_config(path: str | os.PathLike) -> dict:
         try:
             spec = yaml.safe_load(text)
         except yaml.YAMLError as error:
-            raise ValueError(f"cannot parse config {path!r} as YAML: {error}") from error
+            raise ValueError(f"cannot parse config {path!r} as YAML: {_yaml_problem(error)}") from error
     else:
         try:
             spec = json.loads(text)
         except json.JSONDecodeError as error:
-            raise ValueError(f"cannot parse config {path!r} as JSON: {error}") from error
+            raise ValueError(f"cannot parse config {path!r} as JSON: line {error.lineno}, column {error.colno}: "
+                             f"{error.msg}") from error
     if not isinstance(spec, dict):
         raise ValueError(f"config {path!r} must hold a mapping of hyperparameters, got {type(spec).__name__}")
     return spec
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """``"line 3, column 9: mapping values are not allowed here"``: PyYAML's error in one line, without its excerpt."""
+    mark = getattr(error, "problem_mark", None)
+    if mark is None:
+        return str(error).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: {getattr(error, 'problem', None) or 'not valid YAML'}"
+    context, begun = getattr(error, "context", None), getattr(error, "context_mark", None)
+    return f"{where} ({context} at line {begun.line + 1})" if context and begun is not None else where
 
 
 class SpecConstructors:

@@ -18,14 +18,16 @@ import storage
 from rbm.datasets import load_digits01, load_digits28
 
 from ..data import RECIPES, check_output, input_format, read_staged_frame, stage_input, stage_recipe
-from ..driver import Trainer, TrainingSettings, default_store_url, driver_spec, get_spark_session, gpu_spark_conf
+from ..driver import (DEFAULT_MASTER, Trainer, TrainingSettings, default_store_url, driver_spec, get_spark_session,
+                      gpu_spark_conf, running_under_spark_submit)
+from ..executor import check_ports_for_nodes, local_master_threads
 from ..run import load_run_model, open_checked_store, open_run
 from ..serve import evaluate, raise_input_errors_from, write_predictions
 from ..watch import check_report_folder, is_supervised, render_report, run_status
 from ._data import check_known_classes, check_same_scaling, check_same_width, held_out_split, run_dataset_url
 from ._inputs import hdfs_hint, java_message
 from ._new_rows import NewRows
-from ._options import UsageError, closest, parse_spark_conf
+from ._options import Interrupted, UsageError, closest, is_interrupt, parse_spark_conf
 
 __all__ = ["TRAIN_DEFAULTS", "build_model", "cmd_train", "cmd_evaluate", "cmd_predict", "cmd_stage", "cmd_report",
            "cmd_status", "check_stage_flags"]
@@ -225,12 +227,19 @@ def cmd_train(options: dict[str, Any]) -> int:
             raise UsageError(f"settings: validation_data {settings.validation_data}: {error}") from error
     if options.get("report"):
         check_report_folder(options["out"])  # a folder of other files: said before training, not after
+    _check_local_ports(options, settings)
     store_url = _store_url(options)
     open_checked_store(store_url, settings.store_retry_timeout_s)  # unreachable: said before Spark starts
     spark = _session(options)
     trainer = Trainer(spark, store_url, settings)
     started = time.perf_counter()
-    model = trainer.fit(model, X, y)  # a CPU copy where the driver cannot hold a GPU model
+    try:
+        model = trainer.fit(model, X, y)  # a CPU copy where the driver cannot hold a GPU model
+    except BaseException as interrupt:  # Ctrl-C: the run record says "failed"; the same run id resumes it
+        if trainer.run_id_ is None or not is_interrupt(interrupt):
+            raise
+        again = "again" if settings.run_id else f"with --run-id {trainer.run_id_}"  # else a new id each time
+        raise Interrupted(f"interrupted; run the same command {again} to resume run {trainer.run_id_}") from interrupt
     print(f"run {trainer.run_id_}: trained in {time.perf_counter() - started:.1f} s; "
           f"model saved in {trainer.store_url} under runs/{trainer.run_id_}/model")
     if X_test is not None and _is_classifier(model):
@@ -248,6 +257,23 @@ def cmd_train(options: dict[str, Any]) -> int:
         for path in paths:
             print(f"wrote {path}")
     return 0
+
+
+def _check_local_ports(options: dict[str, Any], settings: Any) -> None:
+    """A ``--port-range`` with fewer ports than a local master's nodes, said before Spark starts (the fit checks
+    again with the nodes the session has; under spark-submit the master is known only then)."""
+    if running_under_spark_submit():
+        return
+    master = str(options.get("master") or DEFAULT_MASTER)
+    nodes = settings.averaging_nodes or local_master_threads(master)
+    parallelism = {**(options.get("spark_conf") or {}), **parse_spark_conf(options.get("conf"))}.get(
+        "spark.default.parallelism")  # fewer nodes than task threads, where given
+    if nodes and parallelism is not None and str(parallelism).strip().isdigit():
+        nodes = min(nodes, int(parallelism))
+    try:
+        check_ports_for_nodes(settings.port_range, int(nodes or 1), master)
+    except ValueError as error:
+        raise UsageError(str(error)) from error
 
 
 def _is_classifier(model: Any) -> bool:
@@ -333,8 +359,8 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
     model = _load_run_model(store_url, options["run"])
     if not _is_classifier(model):
         raise UsageError(f"run {options['run']} holds an RBM alone, which learns no labels: evaluate reports "
-                         "classifiers (its held-out reconstruction error is printed by train, and its validation "
-                         "metrics are in `sparkdbn status --run ID`)")
+                         "classifiers (`sparkdbn train` prints an RBM's held-out reconstruction error, and `sparkdbn "
+                         f"status --run {options['run']}` shows its validation metrics when it was validated)")
     _features_cols_need_input(options)
     dataset = _run_dataset(store_url, options["run"])
     asked = None if options.get("dataset") is None else _dataset_url(str(options["dataset"]))

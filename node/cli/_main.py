@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import traceback
 from typing import Sequence
@@ -29,7 +30,7 @@ from .._errors import NodeError
 from ..modes import MODE_NAMES
 from ._commands import (TRAIN_DEFAULTS, check_stage_flags, cmd_evaluate, cmd_predict, cmd_report, cmd_stage, cmd_status,
                         cmd_train)
-from ._options import OneLineParser, UsageError, load_config, parse_spark_conf
+from ._options import Interrupted, OneLineParser, UsageError, is_interrupt, load_config, parse_spark_conf
 
 __all__ = ["main", "build_parser"]
 
@@ -169,18 +170,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _without_interrupts(record: logging.LogRecord) -> bool:
+    """Drop a log record of a Ctrl-C (py4j's, with its traceback): the command says it in one line."""
+    return not is_interrupt(record.exc_info[1] if record.exc_info else None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sparkdbn`` console script; returns the exit status.
 
     Mistakes in what was asked (a missing file or run, a model that does not fit the data, a store
     that does not answer) print one line ``sparkdbn <command>: <what is wrong>`` and return 2.
+    Ctrl-C prints one line (``train``: how to resume the run) and returns 130.  A reader that
+    leaves early (``sparkdbn status --run ID | head -1``) ends the command quietly, with status 1.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The arguments after ``sparkdbn`` (default: ``sys.argv[1:]``).
     """
+    try:
+        try:
+            return _run_command(argv)
+        finally:
+            sys.stdout.flush()  # a reader gone is found here, not in the interpreter's exit
+    except BrokenPipeError:
+        # Python's "Note on SIGPIPE": point stdout at devnull, so that the flush at exit cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _run_command(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # said by the command's own parser: `sparkdbn train: unrecognized arguments: ...`
         args.subparsers[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    stderr = logging.StreamHandler()
+    if not args.verbose:  # py4j logs a Ctrl-C during a call to the JVM, and its cleanup's errors, with tracebacks
+        stderr.addFilter(_without_interrupts)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=[stderr])
     try:
         options = dict(args.defaults)
         internal = ("handler", "defaults", "config", "command", "verbose", "subparsers")
@@ -200,4 +228,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"sparkdbn {args.command}: {error}", file=sys.stderr)
         return 2
-
+    except BaseException as error:  # Ctrl-C (or py4j's error raised for it): a train's run record says "failed"
+        if not is_interrupt(error):
+            raise
+        if args.verbose:
+            traceback.print_exc()
+        print(f"sparkdbn {args.command}: {error if isinstance(error, Interrupted) else 'interrupted'}", file=sys.stderr)
+        return 130

@@ -21,7 +21,8 @@ from rbm import read_config
 
 from ..driver import TrainingSettings
 
-__all__ = ["UsageError", "OneLineParser", "load_config", "check_keys", "parse_spark_conf", "closest"]
+__all__ = ["UsageError", "Interrupted", "is_interrupt", "OneLineParser", "load_config", "check_keys", "parse_spark_conf",
+           "closest"]
 
 #: Keys of a config file that are not flags of the command.
 CONFIG_SECTIONS = ("settings", "spark_conf")
@@ -29,6 +30,30 @@ CONFIG_SECTIONS = ("settings", "spark_conf")
 
 class UsageError(Exception):
     """A mistake in what the command was asked: reported as one line, exit status 2, before Spark starts."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with what to do next (``train``: how to resume the run): reported as one line, exit status 130."""
+
+
+def is_interrupt(error: BaseException | None) -> bool:
+    """Whether ``error`` is a Ctrl-C, or was raised while one was handled: py4j raises an error of its own where
+    it cannot cancel the call to the JVM that the KeyboardInterrupt interrupted, or logs the error of the call
+    PySpark's Ctrl-C handler makes inside it (a "reentrant call" on the connection).
+
+    Parameters
+    ----------
+    error : BaseException or None
+        The exception; its causes and contexts are looked at too.
+    """
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt) or (isinstance(error, RuntimeError)
+                                                    and str(error).startswith("reentrant call")):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def closest(name: str, known: Iterable[str]) -> str | None:
@@ -59,7 +84,9 @@ def load_config(path: str | None, known: Iterable[str] | None = None) -> dict[st
     try:
         config = read_config(path)
     except (OSError, ValueError) as error:
-        raise UsageError(f"--config {path}: {error}") from error
+        reason, lead = str(error), f"cannot parse config {path!r} as "  # the file is named once, first
+        reason = f"not valid {reason[len(lead):]}" if reason.startswith(lead) else reason
+        raise UsageError(f"--config {path}: {reason}") from error
     if not isinstance(config, dict):
         raise UsageError(f"--config {path}: expected a mapping of settings, got {type(config).__name__}")
     config = {str(key).replace("-", "_"): value for key, value in config.items()}

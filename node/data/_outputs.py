@@ -22,6 +22,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
+import tempfile
 import uuid
 from typing import Any, Callable
 from urllib.parse import urlsplit
@@ -96,7 +97,7 @@ def check_output(output: str, *, inputs: tuple[str, ...] = (), overwrite: bool =
     Raises
     ------
     InputDataError
-        The output is an input, holds files this program did not write, or is a file.
+        The output is an input, holds files this program did not write, is a file, or cannot be created.
     """
     local = _local_path(output)
     if local is None:
@@ -108,6 +109,23 @@ def check_output(output: str, *, inputs: tuple[str, ...] = (), overwrite: bool =
     if os.path.exists(local):
         folder = os.path.isdir(local)
         _check_folder(output, folder, os.listdir(local) if folder else [], overwrite)
+    _check_creatable(output, local)
+
+
+def _check_creatable(output: str, local: str) -> None:
+    """Refuse an output whose folder (and the temporary sibling it is written to first) cannot be made: the
+    nearest existing folder above it is a file, or takes no new folder (read-only, not ours, ``/proc``).
+    Seen by making and removing a folder there, as permissions alone do not tell (root, read-only mounts)."""
+    existing = os.path.dirname(os.path.abspath(local))
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise InputDataError(f"--output {output} cannot be created: {existing} is a file")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".sparkdbn-probe-", dir=existing))
+    except OSError as error:
+        raise InputDataError(f"--output {output} cannot be created: {existing} takes no new folder "
+                             f"({error.strerror})") from error
 
 
 def _check_apart(output: str, source: str, resolved: str, origin: str) -> None:

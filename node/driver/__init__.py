@@ -14,11 +14,11 @@
 from ._devices import driver_spec, gpu_spark_conf
 from ._fit import Fit
 from ._fit_jobs import FitJobs
-from ._session import get_spark_session
+from ._session import DEFAULT_MASTER, get_spark_session, running_under_spark_submit
 from ._settings import TrainingSettings
 from ._spark_conf import SparkConfError
 from ._trainer import Trainer, default_store_url, train
 from ._training_job import TrainingJob
 
 __all__ = ["driver_spec", "gpu_spark_conf", "Fit", "FitJobs", "get_spark_session", "TrainingSettings", "SparkConfError",
-           "Trainer", "default_store_url", "train", "TrainingJob"]
+           "Trainer", "default_store_url", "train", "TrainingJob", "DEFAULT_MASTER", "running_under_spark_submit"]

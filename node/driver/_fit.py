@@ -42,7 +42,7 @@ import storage
 
 from .._errors import TrainingError, short_error
 from ..data import PreparedData
-from ..executor import block_sink
+from ..executor import block_sink, check_ports_for_nodes
 from ..modes import max_learning_rate_factor, mode_named
 from ..run import (DriverLease, RunRecord, open_checked_store, remove_work_folders, resolve_run_key,
                    sweep_temporaries)
@@ -170,6 +170,10 @@ class Fit:
                                               else task_slots(self.sc), master=self.sc.master)
         if settings.batch_size is not None and "batch_size" not in self.spec:
             raise TrainingError(f"batch_size was set, but a {self.spec.get('kind')!r} model has no batch_size setting")
+        try:  # a node without a port of its own would fail its tasks with a stack trace
+            check_ports_for_nodes(settings.port_range, self.nodes, self.sc.master)
+        except ValueError as error:
+            raise TrainingError(str(error)) from error
 
     def _start_workers(self) -> None:
         """Start Spark's Python workers while the driver checks the data: a job of one short task per node.

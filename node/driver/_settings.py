@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -242,6 +243,7 @@ class TrainingSettings:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad setting."""
+        self._validate_numbers()
         check_mode(self.mode)  # the registry knows the modes
         if self.scale_rule not in SCALE_RULES:
             raise ValueError(f"scale_rule must be one of {', '.join(SCALE_RULES)}, got {self.scale_rule!r}")
@@ -279,6 +281,18 @@ class TrainingSettings:
         self._validate_watching()
         self._validate_network()
 
+    def _validate_numbers(self) -> None:
+        """A numeric setting that is no number (``epochs: three`` in a config file) is refused naming its field,
+        before any arithmetic on it fails without saying which."""
+        for field in dataclasses.fields(self):
+            kind, value = str(field.type).replace(" | None", ""), getattr(self, field.name)
+            if field.name == "epochs":
+                counts = value.values() if isinstance(value, Mapping) else [value]
+                if not all(_is_number(count, integral=True) for count in counts):
+                    raise ValueError(f"epochs must be an integer or a mapping of phase to integer, got {value!r}")
+            elif kind in ("int", "float") and value is not None and not _is_number(value, integral=kind == "int"):
+                raise ValueError(f"{field.name} must be {'an integer' if kind == 'int' else 'a number'}, got {value!r}")
+
     def _validate_network(self) -> None:
         check_host_settings(self.bind_host, self.advertise_host)
         parse_port_range(self.port_range)
@@ -312,3 +326,8 @@ class TrainingSettings:
         elif self.validation_data is not None:
             data["validation_data"] = f"<{type(self.validation_data).__name__}>"
         return data
+
+
+def _is_number(value: Any, integral: bool) -> bool:
+    """Whether ``value`` is an integer (``integral``) or a real number; a boolean is neither."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral if integral else numbers.Real)

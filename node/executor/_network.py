@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 from dataclasses import dataclass
 from typing import Mapping
 
+from actors import parse_port_range
+
 __all__ = ["NodeAddress", "choose_node_address", "is_local_master", "route_address", "WILDCARD_HOSTS",
-           "check_host_settings"]
+           "check_host_settings", "local_master_threads", "check_ports_for_nodes"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +48,45 @@ class NodeAddress:
 def is_local_master(master: str | None) -> bool:
     """Whether ``master`` (``spark.master``) runs every executor in this process (``local``, ``local[N]``...)."""
     return (master or "local").strip().lower().startswith("local")
+
+
+def local_master_threads(master: str | None) -> int | None:
+    """The task threads of a local master: ``local`` 1, ``local[4]`` (or ``local[4,2]``) 4, ``local[*]`` the
+    CPUs; None for a cluster's master.
+
+    Parameters
+    ----------
+    master : str or None
+        ``spark.master`` (None: ``local``).
+    """
+    if not is_local_master(master):
+        return None
+    match = re.fullmatch(r"local\[(\d+|\*)(,\d+)?\]", (master or "local").strip().lower())
+    if match is None:
+        return 1  # `local`, or a form Spark itself refuses
+    return (os.cpu_count() or 1) if match.group(1) == "*" else int(match.group(1))
+
+
+def check_ports_for_nodes(port_range: str | None, nodes: int, master: str | None) -> None:
+    """Raise ``ValueError`` when ``port_range`` holds fewer ports than the ``nodes`` of a local master, which
+    all run on this host and bind a port each (a cluster's nodes spread over its hosts: not checked here).
+
+    Parameters
+    ----------
+    port_range : str or None
+        ``TrainingSettings.port_range`` (``"40000-40100"``); None: any free port.
+    nodes : int
+        The nodes that train at once.
+    master : str or None
+        ``spark.master``.
+    """
+    ports = parse_port_range(port_range)
+    if ports is None or not is_local_master(master) or ports[1] - ports[0] + 1 >= nodes:
+        return
+    count = ports[1] - ports[0] + 1
+    raise ValueError(f"port_range {port_range} holds {count} port{'s' if count > 1 else ''} for {nodes} nodes: on "
+                     f"the local master {master} every node runs on this host and binds a port of its own; give a "
+                     f"range of at least {nodes} ports")
 
 
 def check_host_settings(bind_host: str | None, advertise_host: str | None) -> None:

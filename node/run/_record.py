@@ -73,9 +73,11 @@ class RunRecord:
             The earlier run trained a different model or on data of another shape or class set.
         """
         now = time.time()
+        was_done = False
         if previous:
             record = cls(runs, _migrate(previous), lease)
             record._check_same_run(spec, phases, data_facts, classes)
+            was_done = record.status == "done"
             record.data.update(status="running", resumed=now, attempts=int(record.data.get("attempts", 1)) + 1,
                                settings=settings)
         else:
@@ -85,16 +87,27 @@ class RunRecord:
                 "data": data_facts, "classes": None if classes is None else classes.tolist(),
                 "steps": {phase: {"epochs_done": 0, "nodes": [], "result": None, "restarts": []} for phase in phases},
             }, lease)
+        unchanged = []  # finished phases asked for another count of epochs
         for phase in phases:
             step = record.data["steps"][phase]
             if step["result"] is not None and int(step.get("epochs", epochs[phase])) != int(epochs[phase]):
                 # A finished phase is never trained again (the later phases start from its result): say so,
                 # and keep the count it was trained with.
-                logger.warning("run %s: phase %s is done after %d epochs; fitting the run again does not train it "
-                               "for the %d asked now (train a new run id for that)", runs.run, phase,
-                               int(step["epochs"]), int(epochs[phase]))
+                unchanged.append(phase)
+                if not was_done:
+                    logger.warning("run %s: phase %s is done after %d epochs; fitting the run again does not train "
+                                   "it for the %d asked now (train a new run id for that)", runs.run, phase,
+                                   int(step["epochs"]), int(epochs[phase]))
                 continue
             step["epochs"] = int(epochs[phase])
+        if was_done and unchanged:  # one line for the whole run, which trains nothing at all
+            trained = ", ".join(f"{phase} {record.step(phase).get('epochs', record.epochs_done(phase))}"
+                                for phase in phases)
+            logger.warning("run %s is done (epochs trained: %s); fitting it again trains nothing, not the epochs "
+                           "asked now (%s): use a new run id to train again", runs.run, trained,
+                           ", ".join(f"{phase} {int(epochs[phase])}" for phase in phases))
+        elif was_done:
+            logger.info("run %s is done; fitting it again trains nothing (it stores its model again)", runs.run)
         record.write()
         return record, bool(previous)
 

@@ -11,7 +11,8 @@ import pytest
 
 from node import SparkConfError, TrainingSettings
 from node._contract import CONTRACT_VERSION, NodeConfig, decode, encode
-from node.executor._network import choose_node_address, is_local_master, route_address
+from node.executor._network import (check_ports_for_nodes, choose_node_address, is_local_master, local_master_threads,
+                                    route_address)
 from node.driver._progress import summary_line
 from node.watch._reachability import ReachabilityWatch, merges_by_node
 from node.driver._spark_conf import apply_spark_conf, explicit_fields, settings_from_spark_conf
@@ -73,6 +74,17 @@ def test_given_hosts_win_over_every_guess_and_the_advertised_host_defaults_to_th
 def test_bad_network_settings_are_refused_naming_the_setting(changes, message):
     with pytest.raises(ValueError, match=message):
         TrainingSettings(**changes).validate()
+
+
+def test_a_local_masters_nodes_need_a_port_each_of_the_port_range_and_a_clusters_are_not_counted_here():
+    assert [local_master_threads(master) for master in ("local", "local[3]", "local[3,4]", "spark://h:7077", None)] == [
+        1, 3, 3, None, 1]
+    check_ports_for_nodes("40000-40002", 3, "local[3,4]")  # a port each
+    check_ports_for_nodes(None, 3, "local[3]")  # any free port
+    check_ports_for_nodes("40000", 8, "spark://h:7077")  # the nodes spread over the cluster's hosts
+    with pytest.raises(ValueError, match=r"^port_range 40000-40001 holds 2 ports for 3 nodes: on the local master "
+                                         r"local\[3\] every node runs on this host"):
+        check_ports_for_nodes("40000-40001", 3, "local[3]")
 
 
 def test_every_training_setting_reads_from_its_spark_conf_key_in_snake_or_camel_case():

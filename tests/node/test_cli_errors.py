@@ -48,6 +48,13 @@ CASES = {
     "missing dataset": (["train", "--store", "{tmp}/store", "--dataset", "file://{tmp}/nowhere"],
                         "train: --dataset file://{tmp}/nowhere: no dataset at"),
     "missing config": (["train", "--config", "{tmp}/absent.yaml"], "train: --config {tmp}/absent.yaml:"),
+    # PyYAML's and json's own messages ran over several lines (an excerpt of the file)
+    "config that is not YAML": (["train", "--config", "{tmp}/broken.yaml"],
+                                "train: --config {tmp}/broken.yaml: not valid YAML: line 3, column 9: mapping values "
+                                "are not allowed here"),
+    "config that is not JSON": (["evaluate", "--run", "r", "--config", "{tmp}/broken.json"],
+                                "evaluate: --config {tmp}/broken.json: not valid JSON: line 2, column 14: Expecting "
+                                "property name enclosed in double quotes"),
     "model that cannot take the data": (["train", "--store", "{tmp}/store", "--config", "{bad}"],
                                         "train: the model does not fit the dataset digits: 64 features"),
     "impossible hyperparameter": (["train", "--store", "{tmp}/store", "--model", "rbm", "--layers", "0"],
@@ -61,6 +68,14 @@ CASES = {
     "unknown model": (["train", "--store", "{tmp}/store", "--model", "transformer"], "train: unknown model"),
     "bad setting": (["train", "--store", "{tmp}/store", "--partitions", "0"],
                     "train: training settings: partitions must be >= 1, got 0"),
+    # a node without a port failed its tasks with a stack trace, and the run went on with one node
+    "port range smaller than the nodes": (["train", "--store", "{tmp}/store", "--port-range", "5000",
+                                           "--master", "local[3]"],
+                                          "train: port_range 5000 holds 1 port for 3 nodes: on the local master "
+                                          "local[3] every node runs on this host"),
+    "setting that is no number": (["train", "--store", "{tmp}/store", "--config", "{tmp}/three.yaml"],
+                                  "train: training settings: epochs must be an integer or a mapping of phase to "
+                                  "integer, got 'three'"),
     "report folder of other files": (["train", "--store", "{tmp}/store", "--out", "{tmp}/mine"],
                                      "train: the report folder {tmp}/mine holds 'thesis.txt', which no report wrote"),
     "store that cannot be used": (["train", "--store", "ftp://{tmp}/store"],
@@ -74,6 +89,9 @@ def test_a_mistake_is_one_line_exit_2_and_spark_never_starts(case, tmp_path):
     fill = dict(tmp=str(tmp_path), bad=make_bad_convnet(tmp_path))
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "thesis.txt").write_text("years of work")
+    (tmp_path / "broken.yaml").write_text("model: dbn\nepochs: 3\n  layers: [1\n")
+    (tmp_path / "broken.json").write_text('{"model": "dbn",\n "epochs": 3,,}\n')
+    (tmp_path / "three.yaml").write_text("settings: {epochs: three}\n")
     result = sparkdbn(*(arg.format(**fill) for arg in args), cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
@@ -198,13 +216,34 @@ def test_an_output_predict_may_not_write_is_named_before_spark_starts(tmp_path, 
         (["--output", str(tmp_path / "a-file")], f"--output {tmp_path / 'a-file'} is a file"),
         (["--output", str(data / "predictions")], f"--output {data / 'predictions'} overlaps the input {data}"),
         (["--output", "file://" + str(data)], f"--output file://{data} is the input {data}"),
+        # these reached Spark, whose tasks failed with Java traces: a folder under a file (root too) ...
+        (["--output", str(tmp_path / "a-file" / "out" / "deeper")],
+         f"--output {tmp_path / 'a-file' / 'out' / 'deeper'} cannot be created: {tmp_path / 'a-file'} is a file"),
     ]
+    if os.path.isdir("/proc/self"):  # ... and a folder where none can be made
+        cases.append((["--output", "/proc/p3"], "--output /proc/p3 cannot be created: /proc takes no new folder ("))
     for args, expected in cases:
         assert main(["predict", "--run", "r", "--input", str(data), *args]) == 2, args
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"sparkdbn predict: {expected}"), err
     assert [path.name for path in (tmp_path / "mine").iterdir()] == ["notes.txt"]
     assert (tmp_path / "a-file").read_text() == "mine" and [path.name for path in data.iterdir()] == ["part-0.parquet"]
+
+
+def test_evaluate_of_an_rbm_alone_says_its_validation_metrics_are_shown_only_when_it_was_validated(monkeypatch,
+                                                                                                   capsys):
+    # It said the metrics "are in `sparkdbn status`", which shows none for a run trained without validation.
+    import rbm
+
+    from node.cli import _commands, main
+
+    monkeypatch.setattr(_commands, "_session", lambda options: pytest.fail("Spark started"))
+    monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: rbm.RBM(4))
+    assert main(["evaluate", "--run", "features"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "sparkdbn evaluate: run features holds an RBM alone, which learns no labels: evaluate reports classifiers "
+        "(`sparkdbn train` prints an RBM's held-out reconstruction error, and `sparkdbn status --run features` "
+        "shows its validation metrics when it was validated)")
 
 
 def test_a_parquet_input_passes_the_check_whatever_hidden_files_lie_beside_it(tmp_path):

@@ -1,0 +1,154 @@
+"""Ctrl-C and a reader that leaves early: one line or none, never a traceback.
+
+The commands run as real processes with ``JAVA_HOME`` pointing nowhere (as in test_cli_errors.py):
+what they are sent reaches them before Spark could start.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from node.cli import _commands, main
+
+SETTLE_S = 60.0  # the longest a process may take to start or to end
+RESUME_MINE = "sparkdbn train: interrupted; run the same command again to resume run mine"
+
+
+def start_sparkdbn(*args: str, cwd: Path) -> subprocess.Popen:
+    env = dict(os.environ, JAVA_HOME=str(cwd / "no-java-here"))
+    return subprocess.Popen([sys.executable, "-m", "node.cli", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def open_writer_once_read(fifo: Path, process: subprocess.Popen) -> int:
+    """The write end of ``fifo``, opened once ``process`` has opened it to read (it then waits in a read)."""
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as error:  # ENXIO: no reader yet
+            if error.errno != errno.ENXIO:
+                raise
+        time.sleep(0.05)
+    pytest.fail(f"the command never read {fifo}: {process.poll()=}")
+
+
+def test_ctrl_c_is_one_line_and_exit_status_130(tmp_path):
+    # Ctrl-C during `sparkdbn train` printed PySpark's KeyboardInterrupt traceback, some 90 lines.
+    # The command waits reading its --config, a pipe nobody writes to, when it is interrupted.
+    fifo = tmp_path / "job.yaml"
+    os.mkfifo(fifo)
+    process = start_sparkdbn("train", "--store", str(tmp_path / "store"), "--config", str(fifo), cwd=tmp_path)
+    writer = open_writer_once_read(fifo, process)
+    try:
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=SETTLE_S)
+    finally:
+        os.close(writer)
+    assert process.returncode == 130, err
+    assert err.strip() == "sparkdbn train: interrupted" and out == ""
+
+
+def main_interrupted(args: list[str]) -> int:
+    try:
+        return main(args)
+    except KeyboardInterrupt as error:  # raised on, it would end pytest's session too
+        pytest.fail(f"main raised {error!r}")
+
+
+def test_ctrl_c_during_training_says_how_to_resume_the_run(tmp_path, monkeypatch, capsys):
+    from node.driver import Trainer
+
+    def interrupted_fit(trainer, model, data, y=None):
+        trainer.run_id_ = trainer.settings.run_id or "20261202-140000-abcdef"  # as Trainer.fit names the run
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_commands, "_session", lambda options: None)
+    monkeypatch.setattr(Trainer, "fit", interrupted_fit)
+    store = str(tmp_path / "store")
+    given = ["train", "--store", store, "--no-report", "--run-id", "mine"]
+    assert main_interrupted(given) == 130
+    assert capsys.readouterr().err.strip() == RESUME_MINE
+    assert main_interrupted(["train", "--store", store, "--no-report"]) == 130  # a new run id each time: say it
+    assert capsys.readouterr().err.strip() == ("sparkdbn train: interrupted; run the same command with --run-id "
+                                               "20261202-140000-abcdef to resume run 20261202-140000-abcdef")
+
+
+def test_ctrl_c_that_py4j_turns_into_an_error_of_its_own_is_said_as_ctrl_c(tmp_path, monkeypatch, capsys):
+    # py4j raises "Gateway must be connected to send cancel cmd." where it cannot cancel the interrupted call.
+    from py4j.protocol import Py4JError
+
+    from node.driver import Trainer
+
+    def interrupted_fit(trainer, model, data, y=None):
+        trainer.run_id_ = trainer.settings.run_id
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise Py4JError("Gateway must be connected to send cancel cmd.")
+
+    monkeypatch.setattr(_commands, "_session", lambda options: None)
+    monkeypatch.setattr(Trainer, "fit", interrupted_fit)
+    assert main_interrupted(["train", "--store", str(tmp_path / "store"), "--no-report", "--run-id", "mine"]) == 130
+    assert capsys.readouterr().err.strip() == RESUME_MINE
+    monkeypatch.setattr(Trainer, "fit", lambda trainer, model, data, y=None: (_ for _ in ()).throw(Py4JError("down")))
+    with pytest.raises(Py4JError, match="down"):  # an error of py4j's without a Ctrl-C is no interrupt
+        main(["train", "--store", str(tmp_path / "store"), "--no-report", "--run-id", "mine"])
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path):
+    # `sparkdbn status --run X | head -1` ended in a BrokenPipeError traceback.
+    env = dict(os.environ, JAVA_HOME=str(tmp_path / "no-java-here"))
+    command = [sys.executable, "-c", "import sys; from node.cli import _commands, main; "
+               "_commands.render_report = lambda store, run, out: [f'plot {n}.png' for n in range(3)]; "
+               "raise SystemExit(main(sys.argv[1:]))", "report", "--run", "planted"]
+    with open(os.devnull) as stdin:
+        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdin=stdin, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+    process.stdout.close()  # the reader is gone before anything is written: every write fails
+    err = process.stderr.read()
+    process.wait(timeout=SETTLE_S)
+    assert process.returncode == 1, err
+    assert err == ""
+
+
+def test_ctrl_c_during_a_call_to_the_jvm_is_one_line_without_py4js_logged_traceback(tmp_path):
+    # py4j logs a KeyboardInterrupt that arrives while it waits for the JVM as an ERROR with the traceback
+    # (some 50 lines, on the root logger); the command's own line says it.
+    env = dict(os.environ, JAVA_HOME=str(tmp_path / "no-java-here"))
+    # ... or the error of the call PySpark's Ctrl-C handler makes to cancel the jobs, inside the interrupted one,
+    # or (on its own logger) the error of closing the interrupted call's connection
+    py4j_interrupted = ("def fit(trainer, model, data, y=None):\n"
+                        "    trainer.run_id_ = 'mine'\n"
+                        "    try:\n"
+                        "        try:\n"
+                        "            raise RuntimeError('reentrant call inside <_io.BufferedReader name=3>')\n"
+                        "        except RuntimeError:\n"
+                        "            raise OSError('Error while sending or receiving')\n"
+                        "    except OSError:\n"
+                        "        logging.exception('Exception while sending command.')\n"
+                        "    try:\n"
+                        "        raise KeyboardInterrupt\n"
+                        "    except KeyboardInterrupt:\n"
+                        "        logging.exception('KeyboardInterrupt while sending command.')\n"
+                        "        try:\n"
+                        "            raise BrokenPipeError(32, 'Broken pipe')\n"
+                        "        except BrokenPipeError:\n"
+                        "            logging.getLogger('py4j.clientserver').exception('Exception occurred while '\n"
+                        "                                                             'shutting down connection')\n"
+                        "        raise\n")
+    command = [sys.executable, "-c", "import logging, sys\nfrom node.cli import _commands, main\n"
+               "from node.driver import Trainer\n" + py4j_interrupted + "Trainer.fit = fit\n"
+               "_commands._session = lambda options: None\nraise SystemExit(main(sys.argv[1:]))",
+               "train", "--store", str(tmp_path / "store"), "--run-id", "mine", "--no-report"]
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=SETTLE_S)
+    assert result.returncode == 130, result.stderr
+    assert result.stderr.strip() == RESUME_MINE

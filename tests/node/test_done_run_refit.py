@@ -1,0 +1,71 @@
+"""Fitting a run again after it is done trains nothing: said as one warning, which the command line shows."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import numpy as np
+
+from node.run import RunRecord
+
+PHASES = ("rbm0", "rbm1", "finetune")
+SPEC = {"kind": "dbn"}
+DATA = {"feature_shape": [64]}
+
+
+class Runs:
+    """What a RunRecord writes through: the records, kept in memory."""
+
+    def __init__(self, run: str) -> None:
+        self.run, self.written = run, []
+
+    def write_record(self, data: dict, generation: int) -> None:
+        self.written.append(dict(data))
+
+
+LEASE = SimpleNamespace(generation=2, check_store=lambda: None)
+
+
+def start(previous: dict | None, epochs: dict[str, int]) -> RunRecord:
+    record, _ = RunRecord.start(Runs("digits"), LEASE, previous, spec=SPEC, phases=PHASES, epochs=epochs,
+                                settings={}, store_url="file:///store", data_facts=DATA, classes=np.arange(10))
+    return record
+
+
+def finished(epochs: dict[str, int]) -> dict:
+    record = start(None, epochs).data
+    for phase in PHASES:
+        record["steps"][phase].update(epochs_done=epochs[phase], result={"file": f"{phase}.npz"})
+    return {**record, "status": "done", "model": {"path": "model/2/model.npz", "sha256": "ab"}}
+
+
+def test_a_done_run_fitted_again_with_other_epochs_says_so_in_one_warning(caplog):
+    trained = {"rbm0": 3, "rbm1": 3, "finetune": 6}
+    with caplog.at_level(logging.INFO, logger="node.run"):
+        record = start(finished(trained), {"rbm0": 5, "rbm1": 5, "finetune": 10})
+    warnings = [entry.getMessage() for entry in caplog.records if entry.levelno == logging.WARNING]
+    assert warnings == ["run digits is done (epochs trained: rbm0 3, rbm1 3, finetune 6); fitting it again trains "
+                        "nothing, not the epochs asked now (rbm0 5, rbm1 5, finetune 10): use a new run id to train "
+                        "again"]
+    assert {phase: record.epochs_planned(phase) for phase in PHASES} == trained  # kept as trained
+
+
+def test_a_done_run_fitted_again_as_it_was_trained_warns_of_nothing(caplog):
+    trained = {"rbm0": 3, "rbm1": 3, "finetune": 6}
+    with caplog.at_level(logging.INFO, logger="node.run"):
+        start(finished(trained), trained)
+    assert not [entry for entry in caplog.records if entry.levelno >= logging.WARNING]
+    assert "run digits is done; fitting it again trains nothing" in caplog.text  # at INFO: --verbose shows it
+
+
+def test_a_run_stopped_after_a_phase_says_which_finished_phase_keeps_its_epochs(caplog):
+    previous = finished({"rbm0": 3, "rbm1": 3, "finetune": 6})
+    previous["status"] = "stopped"
+    for phase in ("rbm1", "finetune"):
+        previous["steps"][phase].update(epochs_done=0, result=None)
+    with caplog.at_level(logging.WARNING, logger="node.run"):
+        record = start(previous, {"rbm0": 5, "rbm1": 4, "finetune": 7})
+    assert caplog.messages == ["run digits: phase rbm0 is done after 3 epochs; fitting the run again does not train "
+                               "it for the 5 asked now (train a new run id for that)"]
+    assert [record.epochs_planned(phase) for phase in PHASES] == [3, 4, 7]
