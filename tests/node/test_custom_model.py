@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _custom_model import SoftmaxRegression
+from support.sync_rounds import rounds_when_removed
 
 import node
 import node.driver._fit
 import rbm
-import storage
 
 EPOCHS = 8
 
@@ -155,17 +155,16 @@ def test_registering_the_same_class_again_as_a_reimported_module_does_is_allowed
 
 
 def test_in_sync_mode_an_error_of_the_model_fails_the_fit_once_and_spark_s_later_attempts_stop_at_once(
-        shipped, store_url, digits):
+        shipped, store_url, digits, monkeypatch):
     # The first attempt records an error that is no lost node: Spark's own runs of the task again raise it at
     # once, and the driver raises it instead of running the job again (as it does for a lost node).
     from _custom_model import BrokenSoftmaxRegression
 
     X, y, _X_test, _y_test = digits
     trainer = node.Trainer(shipped, store_url, run_id="broken", mode="sync", epochs=3, partitions=4, progress=False)
+    rounds = rounds_when_removed(monkeypatch, "broken")
     with pytest.raises(node.TrainingError, match=r"^sync, run broken, phase train: RuntimeError: the user's model broke$"):
         trainer.fit(BrokenSoftmaxRegression(partitions_before_failing=3), X, y)
-    store = storage.open_store(store_url)
-    jobs = store.list("runs/broken/rounds/train")
-    attempts = store.list(f"runs/broken/rounds/train/{jobs[0]}")
-    assert len(jobs) == 1 and attempts == ["0"]  # no second attempt
-    assert "failed.json" in store.list(f"runs/broken/rounds/train/{jobs[0]}/{attempts[0]}")
+    jobs = rounds["train"]
+    assert len(jobs) == 1 and list(jobs[0]) == ["0"]  # no second attempt
+    assert "failed.json" in jobs[0]["0"]

@@ -4,9 +4,9 @@ fresh worker, whose new node starts from the store; the run completes and the st
 from __future__ import annotations
 
 import pytest
+from support.sync_rounds import rounds_when_removed
 
 import node
-import node.driver._fit
 import node.driver._fit_jobs
 import storage
 
@@ -121,7 +121,7 @@ def test_in_sync_mode_a_worker_killed_mid_phase_reruns_the_job_from_the_last_rou
     run = f"fault-sync-{barrier_stage}"
     trainer = node.Trainer(spark, store_url, run_id=run, mode="sync", epochs=epochs, partitions=partitions,
                            progress=False, kill_worker_once_at="finetune:2")
-    rounds = _rounds_when_removed(monkeypatch, run)
+    rounds = rounds_when_removed(monkeypatch, run)
     model = trainer.fit(dbn_recipe.make(), X, y)
 
     store = storage.open_store(store_url)
@@ -151,22 +151,3 @@ def test_in_sync_mode_a_worker_killed_mid_phase_reruns_the_job_from_the_last_rou
     assert every_weight_file_verifies(store, run, list(epochs)) > 0
     # The bound of the async test above.
     assert model.score(X_test, y_test) >= reference - 0.03
-
-
-def _rounds_when_removed(monkeypatch, run: str) -> dict[str, list[dict[str, list[str]]]]:
-    """Filled, when the fit of ``run`` removes its work folders, with its sync jobs' round folders as they were:
-    ``{phase: [{attempt: names in its folder}, one per job]}``."""
-    found: dict[str, list[dict[str, list[str]]]] = {}
-    remove = node.driver._fit.remove_work_folders
-
-    def look_then_remove(store, run_id, fit_id=None):
-        if run_id == run and fit_id is not None:
-            for phase in store.list(f"runs/{run}/rounds/{fit_id[:12]}"):
-                folder = f"runs/{run}/rounds/{fit_id[:12]}/{phase}"
-                found[phase] = [{attempt: store.list(f"{folder}/{job}/{attempt}")
-                                 for attempt in store.list(f"{folder}/{job}")} for job in store.list(folder)]
-        remove(store, run_id, fit_id)
-
-    monkeypatch.setattr(node.driver._fit, "remove_work_folders", look_then_remove)
-    return found
-
