@@ -1,5 +1,6 @@
-"""What each ``sparkdbn`` subcommand does (``cmd_train``, ``cmd_evaluate``, ``cmd_predict``, ``cmd_stage``,
-``cmd_report``, ``cmd_status``), given the options :mod:`._main` read; the models and data they build."""
+"""What each ``sparkdbn`` subcommand does (``cmd_train``, ``cmd_evaluate``, ``cmd_predict``, ``cmd_report``,
+``cmd_status``; ``stage``'s is :mod:`._stage_command`), given the options :mod:`._main` read; the models and
+data they build."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import rbm
 import storage
 from rbm.datasets import load_digits01, load_digits28
 
-from ..data import RECIPES, check_output, input_format, read_staged_frame, stage_input, stage_recipe
+from ..data import RECIPES, check_output, read_staged_frame
 from ..driver import (DEFAULT_MASTER, Trainer, TrainingSettings, default_store_url, driver_spec, get_spark_session,
                       gpu_spark_conf, running_under_spark_submit)
 from ..executor import check_ports_for_nodes, local_master_threads
@@ -29,8 +30,7 @@ from ._inputs import hdfs_hint, java_message
 from ._new_rows import NewRows
 from ._options import Interrupted, UsageError, closest, is_interrupt, parse_spark_conf
 
-__all__ = ["TRAIN_DEFAULTS", "build_model", "cmd_train", "cmd_evaluate", "cmd_predict", "cmd_stage", "cmd_report",
-           "cmd_status", "check_stage_flags"]
+__all__ = ["TRAIN_DEFAULTS", "build_model", "cmd_train", "cmd_evaluate", "cmd_predict", "cmd_report", "cmd_status"]
 
 logger = logging.getLogger(__name__)
 
@@ -451,75 +451,6 @@ def cmd_predict(options: dict[str, Any]) -> int:
         raise UsageError(f"predicting {source} into --output {options['output']} failed: {message}"
                          f"{hdfs_hint(options['output'], message)}") from error
     print(f"wrote predictions of {given or url} to {options['output']}")
-    return 0
-
-
-#: ``stage`` settings that only a file of one's own (``--input``) takes.
-STAGE_INPUT_SETTINGS = ("label_col", "features_cols", "labels", "test_fraction", "scale", "seed")
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def check_stage_flags(options: dict[str, Any], given: set[str]) -> None:
-    """Refuse ``stage`` settings that contradict each other or would be ignored, before anything is written.
-
-    Parameters
-    ----------
-    options : dict
-        The command's settings: its defaults, then a config file's, then its flags.
-    given : set of str
-        The settings a config file or a flag gave (not defaulted): ``recipe`` defaults to digits, which
-        ``--input`` does not contradict, but ``--recipe`` does.
-    """
-    source = options.get("input")
-    if not source:
-        ignored = [name for name in STAGE_INPUT_SETTINGS if name in given]
-        if ignored:
-            raise UsageError(f"{_flag(ignored[0])} applies to --input (a file of your own), and there is none: the "
-                             f"recipe {options.get('recipe')} would be staged without it")
-        return
-    if "recipe" in given:
-        raise UsageError(f"--input {source} and --recipe {options.get('recipe')}: give one, a file of your own or a "
-                         "recipe")
-    kind = input_format(source)
-    where = {"npz": "its features and labels are its arrays X and y",
-             "idx": "its features are its images, its labels in the file --labels names"}
-    for name in ("label_col", "features_cols"):
-        if name in given and kind in where:
-            raise UsageError(f"{_flag(name)} names columns of a CSV or Parquet --input; {source} is {kind.upper()}: "
-                             f"{where[kind]}")
-    if "labels" in given and kind != "idx":
-        raise UsageError(f"--labels names the labels file of an IDX --input; {source} is {kind.upper()}, whose labels "
-                         f"are {'its array y' if kind == 'npz' else 'its --label-col column'}")
-
-
-def cmd_stage(options: dict[str, Any]) -> int:
-    try:
-        return _stage(options)
-    except storage.DestinationNotEmptyError as error:  # the command line's way of asking: --overwrite
-        raise UsageError(error.message("--overwrite")) from error
-
-
-def _stage(options: dict[str, Any]) -> int:
-    if options.get("input"):
-        columns = options.get("features_cols")
-        meta = stage_input(options["input"], options["url"], label_col=options.get("label_col") or None,
-                           features_cols=columns.split(",") if isinstance(columns, str) else columns,
-                           labels=options.get("labels"), test_fraction=options.get("test_fraction"),
-                           scale=options.get("scale"), shards=options.get("shards"),
-                           overwrite=bool(options.get("overwrite")), seed=int(options.get("seed") or 0))
-        held_out = f"; held out: {options['url'].rstrip('/')}/test" if meta.get("splits") else ""
-        classes = "unlabelled" if meta.get("n_classes") is None else f"{meta['n_classes']} classes"
-        print(f"staged {options['input']} at {options['url']}: {meta['n_samples']} training samples of "
-              f"{meta['feature_shape']} features, {classes}{held_out}"
-              f"{'; scaled to [0, 1] (minmax)' if meta.get('scaling') else ''}")
-        return 0
-    meta = stage_recipe(options["recipe"], options["url"], shards=int(options["shards"]),
-                             overwrite=bool(options.get("overwrite")))
-    print(f"staged {options['recipe']} at {options['url']}: {meta.get('n_samples')} samples in "
-          f"{len(meta.get('shards', []))} shards, feature shape {meta.get('feature_shape')}")
     return 0
 
 

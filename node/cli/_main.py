@@ -28,9 +28,9 @@ import storage
 
 from .._errors import NodeError
 from ..modes import MODE_NAMES
-from ._commands import (TRAIN_DEFAULTS, check_stage_flags, cmd_evaluate, cmd_predict, cmd_report, cmd_stage, cmd_status,
-                        cmd_train)
+from ._commands import TRAIN_DEFAULTS, cmd_evaluate, cmd_predict, cmd_report, cmd_status, cmd_train
 from ._options import Interrupted, OneLineParser, UsageError, is_interrupt, load_config, parse_spark_conf
+from ._stage_command import check_stage_flags, cmd_stage
 
 __all__ = ["main", "build_parser"]
 
