@@ -211,7 +211,8 @@ class Fit:
                 record, resumed = RunRecord.start(
                     runs, lease, previous, spec=state.spec, phases=self.phases,
                     epochs={phase: settings.epochs_for(phase) for phase in self.phases}, settings=settings.to_dict(),
-                    store_url=self.store_url, data_facts=_data_facts(prepared, self.settings.data_origin), classes=prepared.classes)
+                    store_url=self.store_url, data_facts=_data_facts(prepared, settings.data_origin),
+                    classes=prepared.classes)
                 if resumed:
                     logger.info("resuming run %s (%s)", self.run_id, _progress_text(record, state.phases))
                 sweep_temporaries(store, self.run_id)
