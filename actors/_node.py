@@ -259,6 +259,17 @@ class NodeHandle:
         self._check_running()
         self._publisher.flush(timeout_s)
 
+    def published_version(self, phase: str) -> int:
+        """The newest version of ``phase`` this node has written (0: none): after :meth:`flush`, its last publish."""
+        self._check_running()
+        return self._publisher.written(phase)
+
+    def hold_published(self, phase: str) -> int:
+        """Keep the newest version of ``phase`` written from pruning, until two later holds (an epoch's last
+        version, which the driver validates while the node trains the next); returns it (0: none)."""
+        self._check_running()
+        return self._publisher.hold(phase)
+
     def contains(self, phase: str, versions: Mapping[str, int]) -> None:
         """This node's parameters already hold ``{peer: version}`` of ``phase`` (see :meth:`NodeActor.contains`)."""
         self._check_running()

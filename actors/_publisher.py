@@ -4,6 +4,8 @@
 Creating a :class:`Publisher` starts nothing; :meth:`Publisher.start` starts the writer thread.
 If the trainer publishes faster than the store writes, a queued version that has not started
 yet is replaced by the newer one (counted as ``publish_coalesced``): peers only want the newest.
+:meth:`Publisher.hold` keeps a written version from pruning (an epoch's last, which the driver reads
+while the node trains the next).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Callable, Mapping
 
 import numpy as np
@@ -26,6 +29,9 @@ if TYPE_CHECKING:
 __all__ = ["Publisher"]
 
 logger = logging.getLogger(__name__)
+
+#: How many of a phase's held versions (:meth:`Publisher.hold`) stay: the epoch the driver reads, and the next.
+HELD_EPOCHS = 2
 
 
 class Publisher:
@@ -70,6 +76,7 @@ class Publisher:
         self._closed = False
         self._errors: list[str] = []
         self._next_version: dict[str, int] = {}
+        self._held: dict[str, deque[int]] = {}  # phase -> the versions hold() keeps from pruning
         self._thread = threading.Thread(target=self._loop, name=f"sparkdbn-writer-{node}", daemon=True)
 
     def start(self) -> "Publisher":
@@ -128,6 +135,24 @@ class Publisher:
         if errors:
             raise PublishError(f"node {self._node}: {len(errors)} publish(es) failed; last: {errors[-1]}")
 
+    def written(self, phase: str) -> int:
+        """The newest version of ``phase`` written so far (0: none); after :meth:`flush`, the last published."""
+        with self._condition:
+            return self._next_version.get(phase, 1) - 1
+
+    def hold(self, phase: str) -> int:
+        """Keep the newest written version of ``phase`` from pruning, until two later holds; returns it (0: none).
+
+        A node holds its last version of each epoch: the driver reads it after the epoch's job ends,
+        while the node may be training (and pruning) the next epoch already (:mod:`node.modes._async`).
+        The last two holds are kept, the epoch being read and the one the node has just ended.
+        """
+        with self._condition:
+            version = self._next_version.get(phase, 1) - 1
+            if version > 0:
+                self._held.setdefault(phase, deque(maxlen=HELD_EPOCHS)).append(version)
+            return version
+
     def close(self, timeout_s: float) -> None:
         """Write what is queued (up to ``timeout_s``), then stop the thread."""
         try:
@@ -184,7 +209,9 @@ class Publisher:
             )
         )
         self._counters.add("published")
-        removed = self._weights.prune(phase, self._node, self._keep)
+        with self._condition:
+            held = tuple(self._held.get(phase, ()))
+        removed = self._weights.prune(phase, self._node, self._keep, also_keep=held)
         self._counters.add("pruned", removed)
 
 

@@ -28,7 +28,7 @@ __all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "AsyncOptions", "S
            "ModeOptions", "TaskSpec", "NodeDevice", "PartitionReport", "encode", "decode", "params_digest"]
 
 #: Bumped whenever a field of the contract changes meaning, appears or goes.
-CONTRACT_VERSION = 16
+CONTRACT_VERSION = 17
 
 T = TypeVar("T")
 
@@ -281,6 +281,8 @@ class PartitionReport:
     parameters came from (:meth:`node.executor.ExecutorNode.enter_phase`: ``"start"``, the phase's start,
     or ``"store(<n> nodes)"``, the mean of what ``n`` nodes had stored: a restarted node, or one on an
     executor that joined mid-phase); empty where the node had trained in the phase already.
+    ``version`` is the node's snapshot of the phase written for the partition (``async``), which the
+    driver validates the epoch on while the nodes train the next; 0 in the modes that do not say.
     """
 
     node: str
@@ -319,6 +321,7 @@ class PartitionReport:
     data_load_s: float = 0.0
     train_cpu_s: float = 0.0
     entered_from: str = ""
+    version: int = 0
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-able dict (the metrics record)."""

@@ -239,25 +239,31 @@ class WeightStore:
                 newest[node] = versions[-1]
         return newest
 
-    def prune(self, phase: str, node: str, keep: int) -> int:
-        """Delete all but the newest ``keep`` authenticated snapshots of ``node``; returns how many
-        were deleted.  Files that do not verify were not written by this run and are left alone."""
+    def prune(self, phase: str, node: str, keep: int, *, also_keep: Iterable[int] = ()) -> int:
+        """Delete all but the newest ``keep`` authenticated snapshots of ``node`` and the versions
+        ``also_keep`` names; returns how many were deleted.  Files that do not verify were not written by
+        this run and are left alone."""
         if keep < 0:
             raise ValueError(f"keep must be >= 0, got {keep}")
         versions = self.list_versions(phase, node)
-        doomed = versions[: max(0, len(versions) - keep)]
+        held = {int(version) for version in also_keep}
+        doomed = [ref for ref in versions[: max(0, len(versions) - keep)] if ref.version not in held]
         deleted = 0
         for ref in doomed:
             deleted += bool(self.store.delete(ref.path))
         return deleted
 
     def newest_verified(
-        self, phase: str, node: str, *, max_bytes: int | None = None
+        self, phase: str, node: str, *, max_bytes: int | None = None, at_most: int | None = None
     ) -> tuple[SnapshotRef, dict[str, np.ndarray]] | None:
         """The newest snapshot of ``node`` that is authenticated and intact; the others are skipped
-        (counted as ``corrupt`` or ``oversized``, logged once per node)."""
+        (counted as ``corrupt`` or ``oversized``, logged once per node).  ``at_most``: the newest of
+        the versions up to that one."""
         directory = self._node_dir(phase, node)
-        for ref in reversed(self.list_versions(phase, node)):
+        versions = self.list_versions(phase, node)
+        if at_most is not None:
+            versions = [ref for ref in versions if ref.version <= at_most]
+        for ref in reversed(versions):
             try:
                 return ref, self.get_version(ref, max_bytes=max_bytes)
             except ChecksumError as error:
@@ -270,7 +276,8 @@ class WeightStore:
                 logger.info("snapshot %s vanished (pruned) while reading; trying an older one", ref.path)
         return None
 
-    def consolidate(self, phase: str, nodes: Iterable[str] | None = None) -> Consolidation:
+    def consolidate(self, phase: str, nodes: Iterable[str] | None = None, *,
+                    as_of: Mapping[str, int] | None = None) -> Consolidation:
         """The element-wise mean of the newest authenticated, intact snapshot of each node.
 
         Parameters
@@ -281,6 +288,10 @@ class WeightStore:
             The nodes to average (e.g. those that trained in the phase's last epoch); every node
             with a folder in ``phase`` when None.  Nodes without a usable snapshot are left out
             (logged).
+        as_of : mapping of str to int, optional
+            ``{node: version}``: the newest snapshot of such a node up to that version, not a later one
+            (an epoch's weights while the nodes train the next; what its partition reports say).
+            A node whose snapshots up to it are all gone is left out (logged), as one without any.
 
         Returns
         -------
@@ -299,11 +310,12 @@ class WeightStore:
         total: dict[str, np.ndarray] = {}
         dtypes: dict[str, np.dtype] = {}
         used: list[SnapshotRef] = []
+        as_of = {} if as_of is None else dict(as_of)
         for node in names:
-            found = self.newest_verified(phase, node)
+            found = self.newest_verified(phase, node, at_most=as_of.get(node))
             if found is None:
-                logger.warning("consolidate phase %s of run %s: node %s has no usable snapshot; left out",
-                               phase, self.run, node)  # fmt: skip
+                logger.warning("consolidate phase %s of run %s: node %s has no usable snapshot%s; left out", phase,
+                               self.run, node, f" up to version {as_of[node]}" if node in as_of else "")  # fmt: skip
                 continue
             ref, params = found
             if not used:

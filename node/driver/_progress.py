@@ -142,12 +142,22 @@ def summarize_epoch(run: str, phase: str, epoch: int, records: list[dict], wall_
         "merge_fraction": sum(r["merge_s"] for r in records) / node_s if node_s else 0.0,
         "publish_fraction": sum(r["publish_s"] for r in records) / node_s if node_s else 0.0,
         "nodes": sorted({r["node"] for r in records}),
+        "versions": epoch_versions(records),
         "learning_rate_scale": float(np.mean([r.get("learning_rate_scale", 1.0) for r in records])) if records else 1.0,
         "nodes_merging": max((int(r.get("nodes_merging", 1)) for r in records), default=1),
         "node_batch_size": node_batch_size,
         "warning": small_partition_warning(records, node_batch_size or batch_size),
         "records": records,
     }
+
+
+def epoch_versions(records: list[dict]) -> dict[str, int]:
+    """``{node: version}``: the newest snapshot each node's reports of the epoch name (nodes whose mode names none absent)."""
+    versions: dict[str, int] = {}
+    for record in records:
+        if int(record.get("version") or 0) > 0:
+            versions[record["node"]] = max(versions.get(record["node"], 0), int(record["version"]))
+    return versions
 
 
 def small_partition_warning(records: list[dict], batch_size: int | None) -> str | None:

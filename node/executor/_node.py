@@ -401,7 +401,7 @@ class ExecutorNode:
             merged_announced=announced, merged_listed=listed, endpoint=self.handle.endpoint or "",
             stolen=bool(work.stolen), data_read_bytes=int(work.data_read_bytes), device=self.device,
             device_data=self.device_data.report() if self.device_data is not None else {},
-            entered_from=self.entered_from)
+            entered_from=self.entered_from, version=int(work.version))
         self.entered_from = ""
         self.runs.append_metrics(self.name, report.to_record())
         return report

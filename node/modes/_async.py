@@ -8,7 +8,7 @@ merging the same way, between two minibatches, each snapshot fetched while it tr
 changed (:meth:`~node.modes.ModeNode.outer_step`, NoLoCo-like; a merge moves the step's anchor with
 the weights) -- publish the new weights and wait until they are
 written (so that the driver finds every finished task's snapshot when it consolidates), then
-report.  Nobody waits for a peer: only for reads of versions already announced, before the
+report, naming the version written.  Nobody waits for a peer: only for reads of versions already announced, before the
 partition.
 
 Driver half: an epoch is one Spark job of one task per node, each task holding the partitions
@@ -20,7 +20,9 @@ behind the running one (:meth:`~node.modes.ModeDriver.queue_job`): a node that r
 starts the next epoch at once -- taking the share of a node still busy with the last, once it
 has trained its own -- instead of waiting for the job's last partition and for the driver to
 start the next job.  So no node idles between epochs, and the driver ends each epoch (its
-summary, validation, the run record) while the nodes train the next.  The run record marks each
+summary, validation, the run record) while the nodes train the next: it validates the epoch on the
+versions its reports name, which each node keeps from pruning until it has ended two more tasks
+(:meth:`actors.NodeHandle.hold_published`), not on the newer ones the next epoch writes.  The run record marks each
 epoch when its job ends: a fit stopped in the middle of a phase resumes at its last finished
 epoch, and a killed worker's task is retried on a fresh node that trains again only the
 partitions the dead one had claimed and not finished.
@@ -71,6 +73,8 @@ class AsyncMode(TrainingMode):
             except InputDataError as error:  # reported, not raised: the same data fails on a retry
                 yield node.refusal(task, index, error)
         node.save_outer(task.phase)  # once per task: a node that starts later continues the momentum
+        # The epoch's last version stays while the driver validates it: the node may train the next epoch meanwhile.
+        node.handle.hold_published(task.phase)
 
     def train_partition(self, node: ModeNode, task: TaskSpec, partition: int, X: np.ndarray,
                         y: np.ndarray | None, *, stolen: bool = False, data_read_bytes: int = 0) -> PartitionReport:
@@ -114,7 +118,7 @@ class AsyncMode(TrainingMode):
             merged_announced=sum(1 for snapshot in used if snapshot.announced),
             sent_bytes=sum(int(value.nbytes) for value in params.values()),
             read_bytes=sum(int(value.nbytes) for snapshot in used for value in snapshot.params.values()),
-            stolen=stolen, data_read_bytes=data_read_bytes))
+            stolen=stolen, data_read_bytes=data_read_bytes, version=node.handle.published_version(task.phase)))
 
 
 def merges_between_minibatches(node: ModeNode) -> bool:

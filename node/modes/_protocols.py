@@ -125,7 +125,8 @@ class PartitionWork:
     ``merged_announced`` how many of those it heard of by announcement (``async``; None in a mode
     that exchanges through the store by design).  ``sent_bytes`` and ``read_bytes`` count what the
     mode wrote to and read from the store; ``stolen`` marks a partition taken from a slower peer's
-    share, ``data_read_bytes`` the training data read from the store for it.
+    share, ``data_read_bytes`` the training data read from the store for it; ``version`` the node's
+    snapshot written for it (0 in a mode that does not say).
     """
 
     trained: Trained
@@ -139,6 +140,7 @@ class PartitionWork:
     read_bytes: int = 0
     stolen: bool = False
     data_read_bytes: int = 0
+    version: int = 0
 
 
 class NodePartitions(Protocol):

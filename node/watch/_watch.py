@@ -139,12 +139,14 @@ class RunWatch:
         no longer holds the epoch's own weights (an epoch before the last of a job that trained
         several: ``sync``, ``sharing``), so nothing is validated rather than a later epoch's weights.
         ``executors_busy``: the next epoch's job holds or waits for the task slots (:meth:`Validator.evaluate`).
+        The epoch is validated on the snapshots its reports name (``summary["versions"]``), not newer ones
+        the next epoch's job wrote meanwhile (``async``); where those are all gone, it is not validated (logged).
         """
         step = self.record.step(phase)
         stop = False
-        if self.validator is not None and validate:
-            started = time.perf_counter()
-            phase_params = self.weights.consolidate(phase, summary["nodes"]).params
+        started = time.perf_counter()
+        phase_params = self._epoch_params(phase, epoch, summary) if self.validator is not None and validate else None
+        if phase_params is not None:
             metrics = self.validator.evaluate(phase, {**model.parameters(), **phase_params}, executors_busy)
             summary["validation"] = metrics
             step.setdefault("validation", [])
@@ -162,6 +164,14 @@ class RunWatch:
                        "merge_share": summary["merge_fraction"], **(summary.get("validation") or {})}
             self._safely("MLflow", lambda: self.mlflow.epoch(phase, epoch, figures))
         return stop
+
+    def _epoch_params(self, phase: str, epoch: int, summary: dict) -> dict[str, np.ndarray] | None:
+        try:
+            return self.weights.consolidate(phase, summary["nodes"], as_of=summary.get("versions")).params
+        except storage.NoUsableSnapshotError as error:
+            logger.warning("run %s %s epoch %d is not validated: the snapshots it ended with are gone (%s)",
+                           self.run, phase, epoch + 1, error)
+            return None
 
     def _early_stop(self, phase: str, epoch: int, *, metrics: Mapping[str, float],
                     phase_params: dict[str, np.ndarray]) -> bool:

@@ -124,6 +124,23 @@ def test_publish_copies_writes_announces_and_prunes_old_versions(store):
     assert stats["published"] == 4 and stats["pruned"] == 2
 
 
+def test_a_held_version_outlives_pruning_until_two_later_holds(store):
+    # An epoch's last version (held) stays while the driver validates it, though the node publishes on.
+    weights = storage.WeightStore(store, RUN, SECRET)
+    with actors.start_node(RUN, "writer", store, SECRET, keep_versions=2) as node:
+        assert node.published_version("rbm") == 0 and node.hold_published("rbm") == 0
+        held = []
+        for version in range(1, 11):
+            node.publish("rbm", params(version), samples_seen=version)
+            node.flush()
+            assert node.published_version("rbm") == version
+            if version % 3 == 0:  # epochs of three partitions: versions 3, 6 and 9 end them
+                held.append(node.hold_published("rbm"))
+        assert held == [3, 6, 9]
+        kept = [ref.version for ref in weights.list_versions("rbm", "writer")]
+    assert kept == [6, 9, 10]  # the newest two and the last two holds; 3 went with the first publish after 9 was held
+
+
 def test_non_finite_weights_are_never_published(node, store):
     bad = params(0)
     bad["b"][1] = np.inf

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from node.watch._validation import LOG_LOSS_EPS, ValidationSet, Validator, hold_
 pytestmark = pytest.mark.slow
 
 ROWS = 600
+KEEP_VERSIONS = 1  # the fewest snapshots a node keeps: the one an epoch is validated on must be held
 
 # The tolerances of a validation figure computed two ways (the driver's row blocks, a Spark task's, the
 # test's own; one BLAS thread or two), for small_dbn (64 -> 16 -> 10), float32:
@@ -225,6 +227,49 @@ def test_the_driver_validates_on_one_blas_thread_beside_a_training_job_and_on_al
 
     where, _ = evaluated_where(spark, validator, "validation-threads", ("finetune", True), ("finetune", False))
     assert where == ["driver", "driver"] and limits == [1, None]
+
+
+def test_async_validates_an_epoch_on_its_own_versions_while_the_next_epoch_trains_on(spark, digits, tmp_path,
+                                                                                     monkeypatch):
+    # async queues epoch e + 1's job behind e's, so the nodes write newer snapshots while the driver validates e.
+    # Here the driver waits, before validating e, until the nodes have trained all of e + 1 (a version per
+    # partition; each node keeps one, so an unheld version of e would be pruned): e must still be scored on its own.
+    phase, epochs, partitions, checked = "finetune", 3, 8, []
+    real_end_epoch, real_evaluate = node.watch.RunWatch.end_epoch, Validator.evaluate
+
+    def newest(watch, versions):
+        return {name: watch.weights.list_versions(phase, name)[-1].version for name in versions}
+
+    def end_epoch(watch, phase_, epoch, summary, **options):
+        versions = summary["versions"]
+        assert set(versions) == set(summary["nodes"]) and all(version > 0 for version in versions.values())
+        if phase_ == phase and epoch + 1 < epochs:
+            deadline = time.monotonic() + 120
+            while sum(newest(watch, versions).values()) - sum(versions.values()) < partitions:
+                assert time.monotonic() < deadline, f"epoch {epoch + 2} is not trained: {newest(watch, versions)}"
+                time.sleep(0.01)
+            own = watch.weights.consolidate(phase, summary["nodes"], as_of=versions)
+            assert [ref.version for ref in own.refs] == [versions[name] for name in summary["nodes"]]
+            checked.append((epoch, own.params))
+        return real_end_epoch(watch, phase_, epoch, summary, **options)
+
+    def evaluate(validator, phase_, params, executors_busy=False):
+        if checked and checked[-1][0] is not None:
+            epoch, own = checked[-1]
+            for name, value in own.items():
+                np.testing.assert_array_equal(params[name], value, err_msg=f"epoch {epoch + 1}'s {name}")
+            checked[-1] = (None, epoch)
+        return real_evaluate(validator, phase_, params, executors_busy)
+
+    monkeypatch.setattr(node.watch.RunWatch, "end_epoch", end_epoch)
+    monkeypatch.setattr(Validator, "evaluate", evaluate)
+    X, y = digits.X_train[:ROWS], digits.y_train[:ROWS]
+    trainer = node.Trainer(spark, "file://" + str(tmp_path / "store"), **settings(
+        run_id="as-of", mode="async", partitions=partitions, keep_versions=KEEP_VERSIONS, epochs={"rbm0": 0, phase: epochs},
+        validation_data=(digits.X_test[:200], digits.y_test[:200])))
+    trainer.fit(small_dbn(), X, y)
+    assert checked == [(None, epoch) for epoch in range(epochs - 1)]  # each epoch but the last checked, then scored
+    assert [summary["epoch"] for summary in trainer.history_ if "validation" in summary] == list(range(epochs))
 
 
 def test_status_of_an_unknown_run_says_so_without_a_traceback(tmp_path, capsys):

@@ -120,6 +120,14 @@ def test_prune_keeps_only_the_newest_versions_and_never_deletes_what_it_did_not_
     assert store.exists(planted.path)
 
 
+def test_prune_also_keeps_the_versions_it_is_told_to_keep(store):
+    weights = WeightStore(store, "run1", KEY)
+    for version in range(1, 8):
+        weights.put_version("rbm0", "a", version, _params(version))
+    assert weights.prune("rbm0", "a", keep=2, also_keep=(2, 4, 99)) == 3
+    assert [ref.version for ref in weights.list_versions("rbm0", "a")] == [2, 4, 6, 7]
+
+
 def _damage(store, ref, how: str) -> None:
     data = bytearray(store.read_bytes(ref.path))
     if how == "corrupt":
@@ -155,6 +163,21 @@ def test_consolidate_is_the_float64_mean_of_the_newest_snapshot_of_each_node(sto
         assert value.dtype == np.float32
         np.testing.assert_array_equal(value, expected[name].astype(np.float32))
     assert [(ref.node, ref.version) for ref in result.refs] == [("a", 2), ("b", 9), ("c", 4)]
+
+
+def test_consolidate_as_of_versions_takes_each_node_s_newest_snapshot_up_to_its_version(store):
+    # An async epoch's weights, read while the nodes train the next: a's version 2 and b's 3, not the newer ones.
+    weights = WeightStore(store, "run1", KEY)
+    for node, versions in (("a", (1, 2, 3, 4)), ("b", (3, 5)), ("c", (7,))):
+        for version in versions:
+            weights.put_version("rbm0", node, version, _params(10 * version + len(node)))
+    result = weights.consolidate("rbm0", ["a", "b", "c"], as_of={"a": 2, "b": 4})
+    assert [(ref.node, ref.version) for ref in result.refs] == [("a", 2), ("b", 3), ("c", 7)]
+    expected = _float64_mean(_params(21), _params(31), _params(71))
+    for name, value in result.params.items():
+        np.testing.assert_array_equal(value, expected[name].astype(np.float32))
+    # A node whose versions up to the one named are all gone is left out, as one without a snapshot.
+    assert [ref.node for ref in weights.consolidate("rbm0", ["a", "c"], as_of={"c": 6}).refs] == ["a"]
 
 
 def test_consolidate_accumulates_in_float64_where_float32_would_lose_the_answer(store):
