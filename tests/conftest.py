@@ -21,6 +21,7 @@ import tempfile
 
 import pytest
 import support.seed_bounds
+from support.jvm_archive import driver_jvm_options
 from support.numerics import NUMERICS_SETTINGS, BlasSetting
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -35,8 +36,12 @@ os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.ui.enabled=false pysp
 # 8.7 s so (and under a load of 4-8 the start took 12-17 s instead of 21-25 s).  spark-submit adds
 # SPARK_SUBMIT_OPTS to its JVM's options: no Spark setting changes.  (The collector stays the default:
 # the serial one sizes the heap Runtime.maxMemory() reports differently, and tests read that.)
-# SPARK_SUBMIT_OPTS= (empty) in the environment turns it off.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+# They also map a class-data-sharing archive of Spark's classes, made once under .dev/jvm/ by the first
+# suite to start (support.jvm_archive: a session's start took 2.0 s instead of 3.9-4.0 s).  pytest-xdist's
+# workers inherit the options of the process that starts them.
+# SPARK_SUBMIT_OPTS= (empty) in the environment turns both off.
+if "SPARK_SUBMIT_OPTS" not in os.environ:
+    os.environ["SPARK_SUBMIT_OPTS"] = driver_jvm_options("-XX:TieredStopAtLevel=1")
 # The same for the standalone clusters' daemons (tests/support/standalone.py: a master and two workers
 # used 10.4 s of CPU to start and stop, 5.9 s so).
 os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", "-XX:TieredStopAtLevel=1")
