@@ -53,6 +53,9 @@ class FakeHandle:
     def flush(self, timeout_s):
         pass
 
+    def published_version(self, phase):
+        return 1
+
 
 class FakeNode:
     """What AsyncMode uses of a node (node.modes.ModeNode): a real model and scaling, a fake actor handle."""
