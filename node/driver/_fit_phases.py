@@ -206,22 +206,37 @@ class LeasedFit:
     def _phase_start(self, phase: str) -> tuple[dict[str, np.ndarray], bool]:
         """Where the phase stands: the consolidation of its last epoch's nodes when epochs ran, else its start.
 
-        Returns the parameters and whether they are that consolidation.  When epochs ran but none
-        of those nodes left a usable snapshot, the phase trains again from its start (logged and
-        recorded), never silently from initial weights.
+        Returns the parameters and whether they are that consolidation: of the snapshots the record says
+        the epoch ended with (``async``: a fit stopped while the next epoch's job trained left newer ones,
+        of an epoch the record does not count and the resumed fit trains again), else the nodes' newest.
+        When epochs ran but none of those nodes left a usable snapshot, the phase trains again from its
+        start (logged and recorded), never silently from initial weights.
         """
         record = self.record
         initial = self.model.parameters(phase)
         if record.epochs_done(phase) == 0:
             return initial, False
         try:
-            consolidation = self.weights.consolidate(phase, record.nodes(phase))
+            consolidation = self._recorded_end(phase) or self.weights.consolidate(phase, record.nodes(phase))
         except storage.StoreNotFoundError as error:
             record.restart_phase(phase, f"no usable snapshot of the nodes of its last epoch ({error})")
             return initial, False
         logger.info("run %s phase %s stands after epoch %d: consolidated from %d node(s)", self.state.run_id, phase,
                     record.epochs_done(phase), len(consolidation.refs))
         return consolidation.params, True
+
+    def _recorded_end(self, phase: str) -> storage.Consolidation | None:
+        """The consolidation of the versions the record names for every node of the phase's last epoch; None
+        where it names none, or one of them is gone (then the nodes' newest snapshots are what is left)."""
+        nodes, versions = self.record.nodes(phase), self.record.versions(phase)
+        if not versions or set(versions) != set(nodes):
+            return None
+        try:
+            consolidation = self.weights.consolidate(phase, nodes, as_of=versions)
+        except storage.NoUsableSnapshotError:
+            return None
+        found = {ref.node: ref.version for ref in consolidation.refs}
+        return consolidation if found == versions else None
 
     def _end_epoch(self, progress: EpochProgress, phase: str, epoch: int, *, epochs: int,
                    reports: list[PartitionReport], wall_s: float, validate: bool = True) -> None:
@@ -251,7 +266,8 @@ class LeasedFit:
             "rule": self.settings.scale_rule, "warmup_partitions": self.node_config.warmup_partitions,
             "learning_rate_scale": summary["learning_rate_scale"], "nodes_merging": summary["nodes_merging"],
             "node_batch_size": summary["node_batch_size"], "outer_step": summary["outer_step"]},
-            devices={record["node"]: record["device"] for record in summary["records"] if record.get("device")})
+            devices={record["node"]: record["device"] for record in summary["records"] if record.get("device")},
+            versions=summary["versions"])
         if self.on_epoch is not None:
             self.on_epoch(summary)
         if stop:

@@ -148,6 +148,10 @@ class RunRecord:
         """The nodes that trained the phase's last recorded epoch."""
         return list(self.step(phase)["nodes"])
 
+    def versions(self, phase: str) -> dict[str, int]:
+        """``{node: version}``: the snapshots the phase's last recorded epoch ended with (empty: not recorded)."""
+        return {str(node): int(version) for node, version in (self.step(phase).get("versions") or {}).items()}
+
     def phase_done(self, phase: str) -> bool:
         return self.step(phase)["result"] is not None
 
@@ -173,14 +177,15 @@ class RunRecord:
         self.runs.write_record(self.data, generation=self.lease.generation)
 
     def mark_epoch(self, phase: str, epoch: int, nodes: Sequence[str], *, scaling: dict | None = None,
-                   devices: Mapping[str, dict] | None = None) -> None:
+                   devices: Mapping[str, dict] | None = None, versions: Mapping[str, int] | None = None) -> None:
         """Epoch ``epoch`` (0-based) of ``phase`` ran and ``nodes`` flushed their snapshots.
 
         ``scaling`` (rule, mean learning-rate factor, nodes merging) is kept per epoch as ``scaling``;
-        ``devices`` (node -> where it computed) join the run's ``devices``.
+        ``devices`` (node -> where it computed) join the run's ``devices``; ``versions`` (node -> the
+        snapshot version it ended the epoch with, where the mode says: ``async``) replace the step's.
         """
         step = self.step(phase)
-        step.update(epochs_done=epoch + 1, nodes=sorted(nodes))
+        step.update(epochs_done=epoch + 1, nodes=sorted(nodes), versions=dict(versions or {}))
         if scaling is not None:
             step.setdefault("scaling", {})[str(epoch)] = scaling
         if devices:
@@ -197,7 +202,7 @@ class RunRecord:
         """Nothing usable is left of the phase's training: it trains again from its start."""
         step = self.step(phase)
         step["restarts"].append({"time": time.time(), "reason": reason, "epochs_done_before": step["epochs_done"]})
-        step.update(epochs_done=0, nodes=[], result=None)
+        step.update(epochs_done=0, nodes=[], versions={}, result=None)
         self.write()
         logger.warning("run %s: phase %s trains again from its start: %s", self.runs.run, phase, reason)
 

@@ -28,6 +28,7 @@ import node
 import node.driver._fit
 import rbm
 import storage
+from node._contract import params_digest
 
 pytestmark = pytest.mark.slow
 
@@ -163,6 +164,49 @@ def test_ctrl_c_at_any_epoch_end_resumes_to_the_uninterrupted_model(spark, digit
     record = node.open_run(store_url, "ctrl-c").record
     assert sum(step["epochs_done"] for step in record["steps"].values()) == sum(HARNESS_EPOCHS.values())
     assert all(not step["restarts"] for step in record["steps"].values())  # nothing had to be trained again
+
+
+def test_an_async_fit_stopped_while_the_next_epoch_trains_resumes_from_the_recorded_epoch_not_the_newer_snapshots(
+        spark, digits, tmp_path, monkeypatch):
+    # Ctrl-C at finetune epoch 2's end, once epoch 3's job (queued behind it) has written snapshots: the record
+    # counts 2 epochs, so the resume must start epoch 3 from epoch 2's snapshots, not from part of epoch 3.
+    from node.driver._fit_phases import LeasedFit
+
+    store_url, run_id = "file://" + str(tmp_path / "store"), "stopped-ahead"
+
+    def weights() -> storage.WeightStore:
+        key = node.resolve_run_key(run_id, store_url, create=False).key
+        return storage.WeightStore(storage.open_store(store_url), run_id, key)
+
+    def interrupt(summary: dict) -> None:
+        if summary["phase"] != "finetune" or summary["epoch"] != 1:
+            return
+        ended, deadline = summary["versions"], time.monotonic() + 120
+        while not any(weights().list_versions("finetune", name)[-1].version > version
+                      for name, version in ended.items()):
+            assert time.monotonic() < deadline, "epoch 3 wrote no snapshot"
+            time.sleep(0.01)
+        raise KeyboardInterrupt
+
+    settings = harness_settings(mode="async", partitions=4)
+    with pytest.raises(KeyboardInterrupt):
+        node.Trainer(spark, store_url, run_id=run_id, on_epoch=interrupt, **settings).fit(
+            harness_model(), digits.X_train, digits.y_train)
+    step = node.open_run(store_url, run_id).record["steps"]["finetune"]
+    assert step["epochs_done"] == 2 and set(step["versions"]) == set(step["nodes"])
+    recorded = params_digest(weights().consolidate("finetune", step["nodes"], as_of=step["versions"]).params)
+    assert recorded != params_digest(weights().consolidate("finetune", step["nodes"]).params)
+
+    starts, real_start = [], LeasedFit._phase_start
+
+    def phase_start(leased, phase):
+        starts.append((phase, *real_start(leased, phase)))
+        return starts[-1][1:]
+
+    monkeypatch.setattr(LeasedFit, "_phase_start", phase_start)
+    fit(spark, store_url, run_id, digits, mode="async", partitions=4)
+    (phase, start, consolidated), = [entry for entry in starts if entry[0] == "finetune"]
+    assert consolidated and params_digest(start) == recorded
 
 
 def run_crash_driver(store_url: str, run_id: str, crash_at: int, lease_timeout_s: float) -> dict:
