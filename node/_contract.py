@@ -177,7 +177,10 @@ class TaskSpec:
     job's Spark partition ``i`` is the node that trains ``slots[i]`` (and takes a slower peer's
     share when it is done, :mod:`node.modes._stealing`).  ``options`` are the mode's own.
     ``start_nodes`` are the nodes that trained the phase's last finished epoch: a node new to the
-    phase starts from the mean of their newest snapshots (none named: of every node's).
+    phase starts from the mean of their newest snapshots (none named: of every node's); ``start_versions``
+    (``{node: version}``, on a fit's first job of a phase that the run record says ran epochs in ``async``)
+    are the snapshots that epoch ended with, which it starts from instead where they are all there: newer
+    ones hold part of an epoch the record does not count (a fit stopped while the next epoch trained).
     ``planned_epochs`` are the phase's epochs in the run's plan (0: not said): a node places each
     partition in it (:func:`node.modes.schedule_place`), for a model that shapes its steps by the
     plan as its ``fit`` does (``set_schedule_plan``: the DBN's fine-tuning anneal and dropout ramp).
@@ -194,6 +197,7 @@ class TaskSpec:
     options: ModeOptions = AsyncOptions()
     start_nodes: tuple[str, ...] = ()
     planned_epochs: int = 0
+    start_versions: dict[str, int] = field(default_factory=dict)
 
     @property
     def epochs(self) -> range:

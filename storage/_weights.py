@@ -342,6 +342,18 @@ class WeightStore:
         params = {name: (value / len(used)).astype(dtypes[name]) for name, value in total.items()}
         return Consolidation(params=params, refs=tuple(used))
 
+    def consolidate_exact(self, phase: str, versions: Mapping[str, int]) -> Consolidation | None:
+        """The mean of exactly the snapshots ``versions`` names (``{node: version}``: where a phase's last
+        recorded epoch ended); None where it names none or one of them is gone or unusable."""
+        if not versions:
+            return None
+        try:
+            consolidation = self.consolidate(phase, versions, as_of=versions)
+        except NoUsableSnapshotError:
+            return None
+        found = {ref.node: ref.version for ref in consolidation.refs}
+        return consolidation if found == {node: int(version) for node, version in versions.items()} else None
+
     # -- outer momentum ----------------------------------------------------------------------
     def put_outer_momentum(self, phase: str, node: str, version: int, momentum: Mapping[str, np.ndarray],
                            *, keep: int = 2) -> SnapshotRef:

@@ -88,6 +88,7 @@ class FitJobs:
         self._start: Broadcast | None = None
         self._start_digest = ""
         self._planned_epochs = 0  # the phase's epochs in the run's plan (begin_phase)
+        self._start_versions: dict[str, int] = {}  # what the phase's first job starts from (begin_phase)
         self._progress: EpochProgress | None = None
         self._queued: TrainingJob | None = None  # a job started behind the running one (queue_job)
         self._nodes_started = False
@@ -127,7 +128,9 @@ class FitJobs:
         task = TaskSpec(node=self.node_config, mode=self._settings.mode, phase=phase,
                         phase_index=self.phases.index(phase), epoch=epochs.start, end_epoch=epochs.stop,
                         start_digest=self._start_digest, slots=slots, options=options,
-                        start_nodes=tuple(self.record.nodes(phase)), planned_epochs=self._planned_epochs)
+                        start_nodes=tuple(self.record.nodes(phase)), planned_epochs=self._planned_epochs,
+                        start_versions=self._start_versions)
+        self._start_versions = {}  # a later job's new nodes start from the newest snapshots
         body = functools.partial(run_training_task, encode(task), self._start)
         if gang:
             rdd = self._slot_numbers.barrier().mapPartitionsWithIndex(body).repartition(len(slots))
@@ -165,6 +168,8 @@ class FitJobs:
         """Broadcast ``whole`` (the model, with the phase's start) for the jobs of ``phase``, shown on ``progress``;
         its tasks carry the phase's ``planned_epochs`` (the run record's, resumed or not: 0, not said)."""
         self._planned_epochs = int(planned_epochs)
+        # The fit's first job of the phase starts where the record says its last epoch ended (TaskSpec).
+        self._start_versions = self.record.versions(phase)
         payload = storage.encode_params(dict(whole), f"start of phase {phase}")
         self._start = self.sc.broadcast(payload)
         self._broadcasts.append(self._start)

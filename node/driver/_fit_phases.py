@@ -217,26 +217,14 @@ class LeasedFit:
         if record.epochs_done(phase) == 0:
             return initial, False
         try:
-            consolidation = self._recorded_end(phase) or self.weights.consolidate(phase, record.nodes(phase))
+            consolidation = (self.weights.consolidate_exact(phase, record.versions(phase))
+                             or self.weights.consolidate(phase, record.nodes(phase)))
         except storage.StoreNotFoundError as error:
             record.restart_phase(phase, f"no usable snapshot of the nodes of its last epoch ({error})")
             return initial, False
         logger.info("run %s phase %s stands after epoch %d: consolidated from %d node(s)", self.state.run_id, phase,
                     record.epochs_done(phase), len(consolidation.refs))
         return consolidation.params, True
-
-    def _recorded_end(self, phase: str) -> storage.Consolidation | None:
-        """The consolidation of the versions the record names for every node of the phase's last epoch; None
-        where it names none, or one of them is gone (then the nodes' newest snapshots are what is left)."""
-        nodes, versions = self.record.nodes(phase), self.record.versions(phase)
-        if not versions or set(versions) != set(nodes):
-            return None
-        try:
-            consolidation = self.weights.consolidate(phase, nodes, as_of=versions)
-        except storage.NoUsableSnapshotError:
-            return None
-        found = {ref.node: ref.version for ref in consolidation.refs}
-        return consolidation if found == versions else None
 
     def _end_epoch(self, progress: EpochProgress, phase: str, epoch: int, *, epochs: int,
                    reports: list[PartitionReport], wall_s: float, validate: bool = True) -> None:

@@ -181,12 +181,13 @@ class ExecutorNode:
 
     # ------------------------------------------------------------------ phases
     def enter_phase(self, phase: str, start_digest: str, start_payload: Callable[[], bytes],
-                    start_nodes: Sequence[str] = ()) -> str:
+                    start_nodes: Sequence[str] = (), start_versions: Mapping[str, int] | None = None) -> str:
         """Load the phase's starting point when this process has not trained in it yet.
 
-        That is the mean of the newest snapshots of ``start_nodes`` (the nodes of the phase's last
-        finished epoch), else of every node that stored one, else the phase's start; the node's actor
-        then counts every snapshot stored so far as merged.  Where Python workers do not outlive a
+        That is the mean of the snapshots ``start_versions`` names, where they are all there (where the
+        phase's last recorded epoch ended, on a resumed fit's first job), else of the newest snapshots of
+        ``start_nodes`` (the nodes of the phase's last finished epoch), else of every node that stored
+        one, else the phase's start; the node's actor then counts every snapshot stored so far as merged.  Where Python workers do not outlive a
         task (``spark.python.worker.reuse=false``) every epoch's nodes are new: starting from the mean
         of every node's newest snapshot, then merging each of them once more, two ``async`` nodes
         ended at 0.950-0.964 against one process's 0.975 (4 runs, digits, mean 0.957); from the last
@@ -203,7 +204,8 @@ class ExecutorNode:
         # propagate through its own, unconsolidated lower layers) and this phase's start.
         self.model.set_parameters(storage.decode_params(start_payload(), f"start of phase {phase}"))
         try:
-            consolidated = self._consolidate_start(phase, start_nodes)
+            consolidated = (self.weights.consolidate_exact(phase, start_versions or {})
+                            or self._consolidate_start(phase, start_nodes))
             self.model.set_parameters(consolidated.params)
             stored = self.weights.newest_per_node(phase)
             self.handle.contains(phase, {peer: ref.version for peer, ref in stored.items()})

@@ -132,7 +132,7 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
     loading = time.perf_counter()
     blocks = node.data.slot(list(task.slots[partition]))
     data_load_s = time.perf_counter() - loading
-    node.enter_phase(task.phase, task.start_digest, lambda: start.value, task.start_nodes)
+    node.enter_phase(task.phase, task.start_digest, lambda: start.value, task.start_nodes, task.start_versions)
     setup_s = time.perf_counter() - started
     try:
         for report in mode.train_task(node, task, spark_partition=partition, blocks=blocks):

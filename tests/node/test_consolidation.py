@@ -146,6 +146,35 @@ def test_a_node_entering_mid_phase_starts_from_the_last_epochs_nodes_and_merges_
         gone.stop()
 
 
+def test_a_resumed_fits_node_enters_where_the_record_says_the_epoch_ended_not_at_newer_snapshots(tmp_path):
+    # An async fit stopped at an epoch's end: its next epoch's job had written version 3 of a and 2 of b, which
+    # the record does not count (it names a's version 2 and b's 1); the resumed fit trains that epoch again.
+    store_url, template, start, weights = an_rbm_phase_in_a_store(tmp_path)
+    rng = np.random.default_rng(2)
+    snapshots = {}
+    for name, version in (("a", 1), ("a", 2), ("a", 3), ("b", 1), ("b", 2)):
+        snapshots[name, version] = perturbed(start, rng)
+        weights.put_version("rbm", name, version, snapshots[name, version])
+    payload = storage.encode_params(start, "start")
+
+    def entered(versions: dict) -> tuple[str, dict]:
+        fresh = ExecutorNode(a_node_config(store_url, template.to_spec())).start()
+        try:
+            return fresh.enter_phase("rbm", "digest", lambda: payload, ("a", "b"), versions), \
+                fresh.model.parameters("rbm")
+        finally:
+            fresh.stop()
+
+    origin, params = entered({"a": 2, "b": 1})
+    assert origin == "store(2 nodes)"
+    for name, expected in float64_mean([snapshots["a", 2], snapshots["b", 1]]).items():
+        np.testing.assert_array_equal(params[name], expected)
+    weights.store.delete(weights.list_versions("rbm", "b")[0].path)  # b's recorded version is gone: the newest
+    origin, params = entered({"a": 2, "b": 1})
+    for name, expected in float64_mean([snapshots["a", 3], snapshots["b", 2]]).items():
+        np.testing.assert_array_equal(params[name], expected)
+
+
 def test_a_node_entering_a_phase_nobody_trained_yet_starts_from_the_broadcast_start(tmp_path):
     store_url = "file://" + str(tmp_path / "store")
     template = rbm.RBM(n_components=8, random_state=0).initialize(16)

@@ -29,7 +29,7 @@ def a_task() -> TaskSpec:
                         classes=("cat", "dog"), seed=0, fanout=None, merge_alpha=0.5, keep_versions=3,
                         anti_entropy_interval_s=2.0, peer_refresh_interval_s=0.5, flush_timeout_s=60.0)
     return TaskSpec(node=config, mode="async", phase="rbm0", phase_index=0, epoch=3, start_digest="ab" * 32,
-                    planned_epochs=5)
+                    planned_epochs=5, start_nodes=("h-1", "h-2"), start_versions={"h-1": 4, "h-2": 7})
 
 
 def test_a_task_survives_the_wire_exactly_with_tuples_bytes_and_nested_config():
