@@ -145,8 +145,9 @@ def _check_folder(output: str, is_folder: bool, names: list[str], overwrite: boo
     foreign = [name for name in names if not any(fnmatch.fnmatch(name, pattern) for pattern in SPARK_OUTPUT_FILES)]
     if names and not overwrite:
         raise InputDataError(f"--output {output} already holds {len(names)} file(s) (e.g. {sorted(names)[0]}); "
-                             "nothing was written. Choose a new folder, or pass --overwrite to replace "
-                             "predictions an earlier `sparkdbn predict` wrote there")
+                             "nothing was written. Choose a new folder, or pass --overwrite (overwrite=True from "
+                             "Python) to replace predictions written there before, by sparkdbn predict or "
+                             "write_predictions")
     if names and (foreign or MARKER not in names):
         what = f"{sorted(foreign)[0]!r}, which it did not write" if foreign else "no predictions it wrote"
         raise InputDataError(f"--overwrite refused: {output} holds {what}; nothing was deleted")

@@ -103,6 +103,14 @@ class PreparedData:
     def has_labels(self) -> bool:
         return self.classes is not None
 
+    @property
+    def content_sums(self) -> list[float] | None:
+        """The partitions' :func:`~node.data._partitions.content_sums` added up (None where one has none)."""
+        filled = [summary for summary in self.summaries if summary.get("rows")]
+        if not filled or any("sums" not in summary for summary in filled):
+            return None
+        return [float(sum(column)) for column in zip(*(summary["sums"] for summary in filled))]
+
     def unpersist(self) -> None:
         """Drop the partitions the driver holds."""
         self.held = None

@@ -32,6 +32,7 @@ import functools
 import logging
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -174,6 +175,10 @@ class Fit:
             check_ports_for_nodes(settings.port_range, self.nodes, self.sc.master)
         except ValueError as error:
             raise TrainingError(str(error)) from error
+        if self.spec.get("early_stopping") is True and not settings.early_stopping:
+            warnings.warn(f"the model's early_stopping=True is for its own one-process fit; this distributed fit "
+                          "stops early only with the settings' early_stopping (and validation_fraction or "
+                          "validation_data): docs/watching.md", UserWarning, stacklevel=4)
 
     def _start_workers(self) -> None:
         """Start Spark's Python workers while the driver checks the data: a job of one short task per node.
@@ -299,7 +304,8 @@ def final_spec(spec: dict, batch_size: int | None) -> dict:
 def _data_facts(prepared: PreparedData, origin: str | None) -> dict[str, Any]:
     return {"source": prepared.source, "origin": origin, "n_samples": prepared.n_samples,
             "feature_shape": list(prepared.feature_shape), "partitions": prepared.partitions,
-            "n_classes": None if prepared.classes is None else len(prepared.classes)}
+            "n_classes": None if prepared.classes is None else len(prepared.classes),
+            "content_sums": prepared.content_sums}
 
 
 def _progress_text(record: RunRecord, phases: tuple[str, ...]) -> str:

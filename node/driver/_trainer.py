@@ -133,6 +133,8 @@ class Trainer:
         SparkConfError
             A ``spark.sparkdbn.*`` key of the session names no setting or has a bad value.
         """
+        if isinstance(model, type):
+            raise TypeError(f"fit takes a model, and {model.__name__} is its class: give {model.__name__}(...)")
         # The session's conf, read once per fit (each read is a py4j call per entry: 30-40 ms)
         spark_conf = dict(self.spark.sparkContext.getConf().getAll())
         settings = apply_spark_conf(self.settings, spark_conf, self._explicit)

@@ -25,6 +25,7 @@ and its host), as the nodes reported it.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any, Mapping, Sequence
@@ -116,6 +117,18 @@ class RunRecord:
         if self.data.get("spec", {}).get("kind") != spec.get("kind") or self.data.get("phases") != list(phases):
             raise TrainingError(f"run {run!r} trained a different model ({self.data.get('spec', {}).get('kind')}, "
                                 f"phases {self.data.get('phases')}); pick another run id")
+        changed = changed_settings(self.data.get("spec") or {}, spec)
+        if changed:
+            raise TrainingError(f"run {run!r} trains a model with {changed}: a run is one model, resumed as it was "
+                                "started; pick another run id for another model")
+        recorded_samples, samples = self.data.get("data", {}).get("n_samples"), data_facts.get("n_samples")
+        if None not in (recorded_samples, samples) and int(recorded_samples) != int(samples):
+            raise TrainingError(f"run {run!r} trained on {int(recorded_samples)} samples, this data has "
+                                f"{int(samples)}: a run trains on one dataset; pick another run id")
+        recorded_sums, sums = self.data.get("data", {}).get("content_sums"), data_facts.get("content_sums")
+        if None not in (recorded_sums, sums) and not same_content(recorded_sums, sums):
+            raise TrainingError(f"run {run!r} trained on other rows ({int(samples)} as here, with other values): a "
+                                "run trains on one dataset; pick another run id")
         recorded_shape = self.data.get("data", {}).get("feature_shape")
         if recorded_shape is not None and list(recorded_shape) != list(data_facts["feature_shape"]):
             raise TrainingError(f"run {run!r} trained on samples of shape {recorded_shape}, this data has "
@@ -215,6 +228,34 @@ class RunRecord:
         for step in self.data["steps"].values():
             if isinstance(step.get("early_stopping"), dict):
                 step["early_stopping"].pop("best_file", None)
+
+
+#: How far the content sums of the same rows may lie apart, as a share of the sum of their magnitudes, added in
+#: other partitions or another order (float64 sums: about 1e-16 of it per addition; other rows differ by far more).
+SAME_SUMS_RTOL = 1e-9
+
+
+def same_content(recorded: Sequence[float], sums: Sequence[float]) -> bool:
+    """Whether two fits' :func:`~node.data._partitions.content_sums` (added over partitions) are of the same rows."""
+    if len(recorded) != len(sums):
+        return True  # sums of another sparkdbn's making: not compared
+    scale = SAME_SUMS_RTOL * max(abs(float(recorded[-1])), abs(float(sums[-1])), 1.0)
+    return all(abs(float(a) - float(b)) <= scale for a, b in zip(recorded, sums))
+
+#: Model settings a run may change between fits: where it computes, what it says, and what only the model's own
+#: one-process ``fit`` reads (the fit's ``TrainingSettings`` say how long each phase trains and when it stops).
+RESUMABLE_SETTINGS = frozenset({"device", "precision", "verbose", "epochs", "n_iter", "pretrain_epochs",
+                                "finetune_epochs", "early_stopping", "n_iter_no_change", "validation_fraction"})
+
+
+def changed_settings(recorded: Mapping[str, Any], spec: Mapping[str, Any]) -> str:
+    """What differs between a run's recorded model spec and ``spec``, other than :data:`RESUMABLE_SETTINGS`
+    (``"finetune_learning_rate 0.5, not 0.1"``; at most three named), else ``""``."""
+    recorded, spec = json.loads(json.dumps(recorded)), json.loads(json.dumps(spec))  # as JSON holds them: tuples as lists
+    names = sorted(name for name in set(recorded) | set(spec)
+                   if name not in RESUMABLE_SETTINGS and recorded.get(name) != spec.get(name))
+    told = [f"{name} {spec.get(name)!r}, not {recorded.get(name)!r}" for name in names[:3]]
+    return ", ".join(told) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def _migrate(record: dict[str, Any]) -> dict[str, Any]:

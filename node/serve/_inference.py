@@ -277,9 +277,9 @@ def predict_dataframe(
     prediction_col : str
         Column of the predicted label written.
     probability_col : str or None
-        Column of the class probabilities written; None leaves it out.
+        Column of the class probabilities written; None or ``""`` leaves it out.
     raw_prediction_col : str or None
-        Column of the raw scores written; None leaves it out.
+        Column of the raw scores written; None or ``""`` leaves it out.
     batch_size : int
         Rows per ``predict_proba`` call on an executor.
     probability_type : {"vector", "array"}
@@ -350,9 +350,9 @@ def write_predictions(
     prediction_col : str
         Column of the predicted label written.
     probability_col : str or None
-        Column of the class probabilities written; None leaves it out.
+        Column of the class probabilities written; None or ``""`` leaves it out.
     raw_prediction_col : str or None
-        Column of the raw scores written; None leaves it out.
+        Column of the raw scores written; None or ``""`` leaves it out.
     batch_size : int
         Rows per ``predict_proba`` call on an executor.
     probability_type : {"vector", "array"}
@@ -406,7 +406,11 @@ def _prediction_frame(model: Any, df: Any, *, features_col: str, prediction_col:
     refuses adds ``(partition, message)`` to it and reads the rest of its partition without
     predicting, instead of raising (a raise is tried again by Spark, on the same rows).
     """
+    if not hasattr(df, "schema") or not hasattr(df, "sparkSession"):
+        raise InputDataError(f"the rows to predict must be a Spark DataFrame, got {type(df).__name__}: for arrays, "
+                             "the model's own predict or predict_proba (node.evaluate scores them with Spark)")
     feature_column_kind(df, features_col)
+    probability_col, raw_prediction_col = probability_col or None, raw_prediction_col or None  # "": left out too
     for column in (prediction_col, probability_col, raw_prediction_col):
         if column is not None and column in df.columns:
             raise InputDataError(f"output column {column!r} already exists in the DataFrame; choose another name")

@@ -46,6 +46,23 @@ def test_wrong_feature_width_is_refused_before_training(spark, store_url, some_d
     assert nothing_trained(store_url)
 
 
+def test_a_model_class_instead_of_a_model_is_refused_saying_so(spark, store_url, some_digits):
+    X, y = some_digits
+    with pytest.raises(TypeError, match=r"fit takes a model, and DBN is its class: give DBN\(...\)"):
+        trainer(spark, store_url).fit(rbm.DBN, X, y)
+    assert nothing_trained(store_url)
+
+
+def test_a_model_asking_for_early_stopping_of_its_own_is_told_where_a_distributed_fit_takes_it(spark, store_url,
+                                                                                                some_digits):
+    X, y = some_digits
+    X = X.copy()
+    X[3, 5] = np.nan  # refused after the warning: nothing trains
+    with pytest.warns(UserWarning, match="the model's early_stopping=True is for its own one-process fit"), \
+            pytest.raises(node.InputDataError):
+        trainer(spark, store_url).fit(rbm.DBN(hidden_layer_sizes=(8,), early_stopping=True), X, y)
+
+
 def test_nan_in_a_vector_dataframe_names_the_partition_and_row(spark, store_url, some_digits):
     from pyspark.ml.linalg import Vectors
 

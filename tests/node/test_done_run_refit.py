@@ -1,4 +1,5 @@
-"""Fitting a run again after it is done trains nothing: said as one warning, which the command line shows."""
+"""Fitting a run again after it is done trains nothing: said as one warning, which the command line shows.
+A fit of another model or on another dataset under the run's id is refused, done or not."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import logging
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
+from node import TrainingError
 from node.run import RunRecord
 
 PHASES = ("rbm0", "rbm1", "finetune")
@@ -27,9 +30,9 @@ class Runs:
 LEASE = SimpleNamespace(generation=2, check_store=lambda: None)
 
 
-def start(previous: dict | None, epochs: dict[str, int]) -> RunRecord:
-    record, _ = RunRecord.start(Runs("digits"), LEASE, previous, spec=SPEC, phases=PHASES, epochs=epochs,
-                                settings={}, store_url="file:///store", data_facts=DATA, classes=np.arange(10))
+def start(previous: dict | None, epochs: dict[str, int], spec: dict = SPEC, data: dict = DATA) -> RunRecord:
+    record, _ = RunRecord.start(Runs("digits"), LEASE, previous, spec=spec, phases=PHASES, epochs=epochs,
+                                settings={}, store_url="file:///store", data_facts=data, classes=np.arange(10))
     return record
 
 
@@ -69,3 +72,20 @@ def test_a_run_stopped_after_a_phase_says_which_finished_phase_keeps_its_epochs(
     assert caplog.messages == ["run digits: phase rbm0 is done after 3 epochs; fitting the run again does not train "
                                "it for the 5 asked now (train a new run id for that)"]
     assert [record.epochs_planned(phase) for phase in PHASES] == [3, 4, 7]
+
+
+def test_a_run_refuses_a_fit_of_another_model_or_on_another_dataset_and_names_what_differs():
+    # A cross-validator handing one run id to every fold and parameter map got the first fold's model back.
+    trained = {"rbm0": 3, "rbm1": 3, "finetune": 6}
+    spec = {"kind": "dbn", "hidden_layer_sizes": (32, 32), "finetune_learning_rate": 0.1, "device": "cpu",
+            "finetune_epochs": 100}
+    data = {"feature_shape": [64], "n_samples": 719}
+    for status in ("done", "running"):
+        earlier = {**finished(trained), "spec": start(None, trained, spec).data["spec"], "data": data, "status": status}
+        start(earlier, trained, {**spec, "device": "gpu", "finetune_epochs": 6}, data)  # where, and what only fit reads
+        with pytest.raises(TrainingError, match=r"run 'digits' trains a model with finetune_learning_rate 0\.5, not "
+                                                r"0\.1, hidden_layer_sizes \[16\], not \[32, 32\]: a run is one model"):
+            start(earlier, trained, {**spec, "finetune_learning_rate": 0.5, "hidden_layer_sizes": (16,)}, data)
+        with pytest.raises(TrainingError, match="run 'digits' trained on 719 samples, this data has 1438: a run "
+                                                "trains on one dataset; pick another run id"):
+            start(earlier, trained, spec, {**data, "n_samples": 1438})

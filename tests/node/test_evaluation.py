@@ -200,6 +200,13 @@ def test_predict_dataframe_adds_the_single_machine_predictions_and_probabilities
     assert [row["id"] for row in out] == list(range(len(digits.X_test)))  # other columns pass through
 
 
+def test_prediction_columns_named_none_or_empty_are_left_out(spark, model, digits):
+    df = spark.createDataFrame([(x.astype(float).tolist(),) for x in digits.X_test[:20]], ["features"])
+    for left_out in (None, ""):
+        frame = predict_dataframe(model, df, probability_col=left_out, raw_prediction_col=left_out)
+        assert frame.columns == ["features", "prediction"]  # not a column named ""
+
+
 @pytest.mark.slow
 def test_a_model_fitted_on_string_labels_is_evaluated_and_predicts_them_on_spark(spark, digits):
     names = np.array(["even", "odd"])
@@ -244,6 +251,8 @@ def test_missing_or_mistyped_columns_are_refused_naming_the_column(spark, model)
         evaluate(model, df, features_col="pixels", label_col="digit")
     with pytest.raises(InputDataError, match="features column 'label' has type string"):
         predict_dataframe(model, df, features_col="label")
+    with pytest.raises(InputDataError, match="the rows to predict must be a Spark DataFrame, got ndarray"):
+        predict_dataframe(model, np.zeros((2, 64)))
 
 
 @pytest.mark.slow

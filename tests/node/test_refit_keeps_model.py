@@ -63,3 +63,25 @@ def test_a_refit_stopped_at_its_model_write_leaves_the_finished_model_served(spa
     screen = run_status(store_url, "refit")
     assert screen.splitlines()[0].startswith(f"run refit: newer fit {view.record['status']}")
     assert "served model: the last finished fit's (done" in screen
+
+
+def test_a_done_run_refuses_other_rows_of_the_same_count_and_takes_its_own_in_another_order(spark, digits, tmp_path):
+    # A cross-validator handing one run id to every fold got the first fold's model back for each, silently.
+    store_url = "file://" + str(tmp_path / "store")
+    half = len(digits.X_train) // 2
+    first, second = slice(0, half), slice(half, 2 * half)
+
+    def refit(rows, order=None, **settings) -> None:
+        X, y = digits.X_train[rows], digits.y_train[rows]
+        order = np.arange(len(X)) if order is None else order
+        node.Trainer(spark, store_url, run_id="fold", **harness_settings(**settings)).fit(harness_model(), X[order],
+                                                                                           y[order])
+
+    refit(first)
+    finished = model_arrays(store_url, "fold")
+    refit(first, order=np.random.default_rng(0).permutation(half), partitions=3)  # the same rows: nothing trains
+    with pytest.raises(node.TrainingError, match=f"run 'fold' trained on other rows \\({half} as here, with other "
+                                                 "values\\): a run trains on one dataset; pick another run id"):
+        refit(second)
+    for name, value in model_arrays(store_url, "fold").items():
+        np.testing.assert_array_equal(value, finished[name])
