@@ -176,7 +176,7 @@ class Fit:
         except ValueError as error:
             raise TrainingError(str(error)) from error
         if self.spec.get("early_stopping") is True and not settings.early_stopping:
-            warnings.warn(f"the model's early_stopping=True is for its own one-process fit; this distributed fit "
+            warnings.warn("the model's early_stopping=True is for its own one-process fit; this distributed fit "
                           "stops early only with the settings' early_stopping (and validation_fraction or "
                           "validation_data): docs/watching.md", UserWarning, stacklevel=4)
 
