@@ -214,7 +214,7 @@ def test_every_training_task_makes_its_nodes_gpu_current_before_it_touches_data_
                            data=SimpleNamespace(slot=lambda slots: steps.append("data") or []),
                            enter_phase=lambda *args: steps.append("enter_phase"))
     task = SimpleNamespace(mode="async", options=None, node=None, slots=[[0]], phase="rbm0", start_digest="d",
-                           start_nodes=())
+                           start_nodes=(), start_versions={})
     mode = SimpleNamespace(options_type=type(None),
                            train_task=lambda *args, **kwargs: iter(()))
     monkeypatch.setattr(_tasks, "decode", lambda encoded, kind: task)
