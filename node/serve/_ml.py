@@ -160,8 +160,10 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
     """Spark ML estimator: a deep belief net classifier trained by decentralized nodes on Spark.
 
     Features are ``array<float|double>`` or ``pyspark.ml.linalg`` Vectors in [0, 1] (Bernoulli
-    visible units); labels are class numbers ``0 .. k-1`` (integers or whole doubles, as Spark
-    ML's indexers produce).
+    visible units); labels are classes as scikit-learn takes them: numbers (integers or whole doubles,
+    such as the ``0 .. k-1`` Spark ML's indexers produce, or any others: ``{30, 70}`` is two classes) or
+    strings, which the model then predicts.  Leave ``runId`` unset inside a tuner (``CrossValidator``,
+    ``TrainValidationSplit``): a run is one model on one dataset, and a second fold's fit of it is refused.
 
     Examples
     --------
