@@ -47,7 +47,7 @@ from ._paths import join
 from ._runs import write_json
 from ._store import Store, open_store
 
-__all__ = ["stage_arrays", "check_stage_destination"]
+__all__ = ["stage_arrays", "check_split_destination", "check_stage_destination"]
 
 logger = logging.getLogger(__name__)
 
@@ -298,6 +298,33 @@ def check_stage_destination(url: "str | Store", *, overwrite: bool = False, keep
     """
     store = url if isinstance(url, Store) else open_store(url)
     return _check_destination(store, overwrite, keep)[0]
+
+
+def check_split_destination(store: Store, split: str = "test", *, overwrite: bool = False) -> bool:
+    """Check that a dataset and its held-out ``split`` (at ``store/split``) may be staged; returns the
+    ``overwrite`` to stage the split with.
+
+    Both are checked before anything is written.  A first staging writes the split, then the dataset:
+    killed in between, it leaves a complete split whose dataset never came.  Such a split (its meta names
+    it ``split`` of a pair, and no dataset is staged beside it) is what that staging left, so the same
+    command run again replaces it (True) without ``overwrite``.
+
+    Raises
+    ------
+    DatasetError
+        As :func:`check_stage_destination`, for the dataset or the split.
+    """
+    dataset = check_stage_destination(store, overwrite=overwrite, keep=(split,))
+    child = store.child(split)
+    if dataset is None and not overwrite and store.exists(split):
+        meta = _read_meta(child, META_NAME) if child.exists(META_NAME) else None
+        if isinstance(meta, dict) and meta.get("split") == split and meta.get("split_pair"):
+            logger.info("%s holds the %s split of a staging that stopped before its dataset: staging it again",
+                        child.url, split)
+            check_stage_destination(child, overwrite=True)
+            return True
+    check_stage_destination(child, overwrite=overwrite)
+    return overwrite
 
 
 def _check_destination(store: Store, overwrite: bool, keep: tuple[str, ...]) -> tuple[dict | None, set[str]]:

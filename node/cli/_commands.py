@@ -25,7 +25,7 @@ from ..executor import check_ports_for_nodes, local_master_threads
 from ..run import load_run_model, open_checked_store, open_run
 from ..serve import evaluate, raise_input_errors_from, write_predictions
 from ..watch import check_report_folder, is_supervised, render_report, run_status
-from ._data import check_known_classes, check_same_scaling, check_same_width, held_out_split, run_dataset_url
+from ._data import TrainedOn, check_known_classes, check_same_scaling, check_same_width, held_out_split
 from ._inputs import hdfs_hint, java_message
 from ._new_rows import NewRows
 from ._options import Interrupted, UsageError, closest, is_interrupt, parse_spark_conf
@@ -312,9 +312,9 @@ def _load_run_model(store_url: str, run: str) -> Any:
     return load_run_model(open_run(store_url, run))
 
 
-def _run_dataset(store_url: str, run: str) -> str | None:
-    """The staged dataset the run trained on (its record says), or None."""
-    return run_dataset_url(open_run(store_url, run).record)
+def _trained_on(store_url: str, run: str) -> TrainedOn:
+    """The data the run trained on, as its record says."""
+    return TrainedOn.of(open_run(store_url, run).record, run)
 
 
 #: The recipes ``train --dataset`` loads, by the width of their samples.
@@ -362,12 +362,13 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
                          "classifiers (`sparkdbn train` prints an RBM's held-out reconstruction error, and `sparkdbn "
                          f"status --run {options['run']}` shows its validation metrics when it was validated)")
     _features_cols_need_input(options)
-    dataset = _run_dataset(store_url, options["run"])
+    trained = _trained_on(store_url, options["run"])
+    dataset = trained.url
     asked = None if options.get("dataset") is None else _dataset_url(str(options["dataset"]))
     staged = asked if asked is not None and asked not in (*RECIPES, "digits01") else None
     # What can be checked without Spark is checked before it starts.
     if options.get("input"):
-        new_rows = NewRows.check(options, dataset, model, labelled=True)
+        new_rows = NewRows.check(options, trained, model, labelled=True)
     elif staged is not None or (asked is None and dataset is not None):  # a staged dataset's held-out split
         url, what = staged or dataset, f"the held-out split of {staged or dataset}"
         try:
@@ -387,7 +388,7 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
                              "another --dataset")
         if named is not None:
             check_same_width("--dataset", url, named.meta, model)
-            check_same_scaling("--dataset", url, named.meta, dataset)
+            check_same_scaling("--dataset", url, named.meta, trained)
         check_known_classes(f"--dataset {url}" if staged else what, (named or storage.open_dataset(url)).meta,
                             np.asarray(model.classes_))
         print(f"evaluating on {what}")
@@ -424,10 +425,10 @@ def cmd_predict(options: dict[str, Any]) -> int:
         raise UsageError("predict needs --input (a Parquet or CSV file or folder of new rows) or --dataset (a "
                          f"staged dataset URL; URL/test for its held-out split){', not both' if given else ''}")
     _features_cols_need_input(options)
-    trained_on = _run_dataset(store_url, options["run"])
+    trained = _trained_on(store_url, options["run"])
     # What can be checked without Spark is checked before it starts.
     if given:
-        new_rows = NewRows.check(options, trained_on, model, adds=PREDICTION_COLUMNS)
+        new_rows = NewRows.check(options, trained, model, adds=PREDICTION_COLUMNS)
         inputs = new_rows.files.local or (given,)  # a pattern's matches: each must stay apart from --output
     else:
         staged, inputs = _staged("--dataset", options["dataset"]), (url,)
@@ -436,7 +437,7 @@ def cmd_predict(options: dict[str, Any]) -> int:
     check_output(options["output"], inputs=inputs, overwrite=bool(options.get("overwrite")))
     if not given:
         check_same_width("--dataset", url, staged.meta, model)
-        check_same_scaling("--dataset", url, staged.meta, trained_on)
+        check_same_scaling("--dataset", url, staged.meta, trained)
     spark = _session(options)
     if given:  # new rows: scaled as the run's staged dataset was; every column of theirs written back
         (frame, features_col, drop), scaling = new_rows.frame(spark), new_rows.scaling

@@ -1,16 +1,17 @@
 """The dataset a run trained on, as the command line uses it: held-out split and scaling by default.
 
-A run's record names its data (``data.source``: ``"dataset <url>"`` for a staged dataset); the
-dataset's ``_meta.json`` holds the held-out split (``splits.test``) and the scaling applied when it
-was staged (``scaling``), so ``sparkdbn evaluate --run ID`` evaluates on that split, ``evaluate``
-/ ``predict`` with ``--input`` scale new data the same way, and ``--dataset`` is refused where its
-shards were scaled otherwise than the run's training data, or (for ``evaluate``) labelled by classes the
-model never learned.
+A run's record names its data (``data.source``: ``"dataset <url>"`` for a staged dataset) and keeps
+how that dataset was scaled when staged and the columns it was staged from (``data.scaling``,
+``data.feature_names``, as its ``_meta.json`` said when the run trained: :class:`TrainedOn`).  So
+``evaluate`` / ``predict`` with ``--input`` scale new data as the model's training data was, whatever
+became of the dataset since (staged again, moved); ``--dataset`` is refused where its shards were scaled
+otherwise, or (for ``evaluate``) labelled by classes the model never learned.  The dataset's held-out
+split (``splits.test`` of its ``_meta.json``) is what ``sparkdbn evaluate --run ID`` evaluates on.
 """
 
 from __future__ import annotations
 
-import logging
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,10 +20,8 @@ import storage
 
 from ._options import UsageError
 
-__all__ = ["run_dataset_url", "held_out_split", "check_same_scaling", "model_width", "check_same_width",
+__all__ = ["TrainedOn", "run_dataset_url", "held_out_split", "check_same_scaling", "model_width", "check_same_width",
            "check_known_classes"]
-
-logger = logging.getLogger(__name__)
 
 _PREFIX = "dataset "
 
@@ -50,26 +49,54 @@ def _scaling_difference(theirs: dict | None, trained: dict | None, trained_on: s
             "scaled by its own training part's range)")
 
 
-def _trained_meta(trained_on: str, url: str) -> dict | None:
-    """The ``_meta.json`` of the dataset ``trained_on`` the run trained on; None (said in the log) when it is gone."""
-    try:
-        return storage.open_dataset(trained_on).meta
-    except storage.StoreError as error:  # the run's dataset is gone: nothing to compare with
-        logger.warning("cannot read %s, which the run trained on (%s): %s is used as it is staged", trained_on, error,
-                       url)
-        return None
+@dataclass(frozen=True)
+class TrainedOn:
+    """The data a run trained on, as far as new rows meet its model.
+
+    Attributes
+    ----------
+    url : str or None
+        The staged dataset (None: arrays, a DataFrame or an RDD, used as given).
+    scaling : dict or None
+        Its scaling when the run trained (``--scale minmax``'s range), None where it was not scaled.
+    feature_names : tuple of str or None
+        The columns it was staged from, which new rows may have instead of a features column.
+    """
+
+    url: str | None
+    scaling: dict | None
+    feature_names: tuple[str, ...] | None
+
+    @classmethod
+    def of(cls, record: dict | None, run: str) -> TrainedOn:
+        """What ``record`` (run ``run``'s) says; a record written before it kept the scaling: the dataset's
+        ``_meta.json`` as it is now.
+
+        Raises
+        ------
+        UsageError
+            Such an earlier record's dataset cannot be read now.
+        """
+        url, data = run_dataset_url(record), (record or {}).get("data") or {}
+        if url is None or "scaling" in data:
+            names = data.get("feature_names")
+            return cls(url, data.get("scaling"), tuple(names) if names else None)
+        try:
+            meta = storage.open_dataset(url).meta
+        except storage.StoreError as error:
+            raise UsageError(f"run {run} trained on the staged dataset {url}, which cannot be read now ({error}), and "
+                             "its record (written by an earlier sparkdbn) does not keep how that dataset was scaled: "
+                             "stage it there again as it was") from error
+        names = meta.get("feature_names")
+        return cls(url, meta.get("scaling"), tuple(names) if names else None)
 
 
-def check_same_scaling(flag: str, url: str, meta: dict, trained_on: str | None) -> None:
+def check_same_scaling(flag: str, url: str, meta: dict, trained: TrainedOn) -> None:
     """Refuse ``flag url`` (a staged dataset, ``meta`` its ``_meta.json``) when its shards hold features scaled
-    otherwise than those of the staged dataset ``trained_on`` the run trained on (None: arrays as given, not
-    scaled when staged): the model would meet features on another scale."""
-    trained = {} if trained_on is None else _trained_meta(trained_on, url)  # arrays of its own: as given
-    if trained is None:  # the run's dataset cannot be read now: nothing to compare with
-        return
-    if meta.get("scaling") != trained.get("scaling"):
-        what = trained_on or "(arrays of its own, not a staged dataset)"
-        raise UsageError(f"{flag} {url} holds features {_scaling_difference(meta.get('scaling'), trained.get('scaling'), what)}"
+    otherwise than the run's training data ``trained`` were: the model would meet features on another scale."""
+    if meta.get("scaling") != trained.scaling:
+        what = trained.url or "(arrays of its own, not a staged dataset)"
+        raise UsageError(f"{flag} {url} holds features {_scaling_difference(meta.get('scaling'), trained.scaling, what)}"
                          ": the model would meet features on another scale than it learned. Give the raw rows as "
                          "--input (a Parquet file with a features column), which is scaled as the run's dataset was, "
                          "or stage them with the run's dataset (sparkdbn stage --input ... --test-fraction)")

@@ -5,7 +5,8 @@ file, folder or pattern; its columns where it is local) and finds its features: 
 arrays (``--features-col``), or scalar columns -- ``--features-cols a,b,c``, else the columns the run's
 staged dataset was staged from (``_meta.json``'s ``feature_names``: a model trained on a CSV file takes
 new rows of that CSV's columns).  :meth:`NewRows.frame` reads it with Spark, gathers scalar columns into
-one array column (not written back), and says how the run's dataset was scaled, which the new rows are too.
+one array column (not written back), and says how the run's dataset was scaled when the run trained (its
+record keeps it: :class:`~node.cli._data.TrainedOn`), which the new rows are too.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import storage
-
-from ._data import model_width
+from ._data import TrainedOn, model_width
 from ._inputs import InputFiles, check_input, column_list, feature_columns, gather_features, read_input
 from ._options import UsageError
 
@@ -37,7 +36,7 @@ class NewRows:
     staged : tuple of str or None
         The columns the run's dataset was staged from, which new rows may have instead.
     scaling : dict or None
-        The run's dataset's scaling, applied to the new rows' features.
+        The run's dataset's scaling when the run trained, applied to the new rows' features.
     adds : tuple of str
         The columns the command adds: an input that already holds one is refused.
     """
@@ -50,7 +49,7 @@ class NewRows:
     adds: tuple[str, ...] = ()
 
     @classmethod
-    def check(cls, options: dict[str, Any], trained_on: str | None, model: Any, *, labelled: bool = False,
+    def check(cls, options: dict[str, Any], trained: TrainedOn, model: Any, *, labelled: bool = False,
               adds: Sequence[str] = ()) -> NewRows:
         """``options["input"]`` as far as it is seen before Spark starts: where it is, its format and, for a
         local input, where its features are, whether the model takes that many and its label column.
@@ -59,8 +58,8 @@ class NewRows:
         ----------
         options : dict
             The command's options (``input``, ``features_col``, ``features_cols``, ``label_col``).
-        trained_on : str or None
-            The staged dataset the run trained on.
+        trained : TrainedOn
+            The data the run trained on.
         model : object
             The run's model.
         labelled : bool
@@ -68,11 +67,10 @@ class NewRows:
         adds : sequence of str
             The columns the command adds (``predict``'s): an input holding one is refused.
         """
-        meta = storage.open_dataset(trained_on).meta if trained_on else {}
         given = options.get("features_cols")
         rows = cls(check_input(str(options["input"])), str(options["features_col"]),
                    tuple(given.split(",") if isinstance(given, str) else given) if given else None,
-                   tuple(meta["feature_names"]) if meta.get("feature_names") else None, meta.get("scaling"), tuple(adds))
+                   trained.feature_names, trained.scaling, tuple(adds))
         columns = rows.files.columns
         if columns is not None:
             rows._check_not_added(columns)

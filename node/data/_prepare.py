@@ -86,6 +86,9 @@ class PreparedData:
         (messages name it, the partitions being shuffled). None for data Spark read.
     stored : bool
         Spark stored the partitions where ``DataOptions.sink`` said while it read them.
+    staged : dict or None
+        A staged dataset's ``scaling`` and ``feature_names`` as its ``_meta.json`` said when the fit read it:
+        how new rows are read to meet the model (the run record keeps them). None for other data.
     """
 
     n_samples: int
@@ -98,6 +101,7 @@ class PreparedData:
     held: list[Block] | None = field(default=None, repr=False)
     array_rows: list[np.ndarray] | None = field(default=None, repr=False)
     stored: bool = False
+    staged: dict | None = None
 
     @property
     def has_labels(self) -> bool:
@@ -281,8 +285,10 @@ def _prepare_arrays(data: Any, y: Any, partitions: int, options: DataOptions) ->
 
 def _read_and_check(sc: Any, data: Any, y: Any, partitions: int, options: DataOptions) -> PreparedData:
     """Data Spark reads: one job summarizes (and, with ``options.sink``, stores) every partition."""
+    staged = None
     if isinstance(data, str):
-        summaries, source = _staged_summaries(sc, data, y, options)
+        summaries, source, meta = _staged_summaries(sc, data, y, options)
+        staged = {"scaling": meta.get("scaling"), "feature_names": meta.get("feature_names")}
     elif is_dataframe(data):
         summaries, source = _frame_summaries(data, y, partitions, options)
     elif is_rdd(data):
@@ -297,12 +303,13 @@ def _read_and_check(sc: Any, data: Any, y: Any, partitions: int, options: DataOp
     except Exception as error:
         raise InputDataError(f"reading the training data ({source}) failed: {short_error(error)}") from error
     prepared = _check_summaries(collected, source, options.classes, options.require_labels, options.max_classes)
-    prepared.stored = options.sink is not None
+    prepared.stored, prepared.staged = options.sink is not None, staged
     return prepared
 
 
-def _staged_summaries(sc: Any, url: str, y: Any, options: DataOptions) -> tuple[Any, str]:
-    """A staged dataset: each executor reads its own shard from the store, one shard per partition."""
+def _staged_summaries(sc: Any, url: str, y: Any, options: DataOptions) -> tuple[Any, str, dict]:
+    """A staged dataset: each executor reads its own shard from the store, one shard per partition (and the
+    dataset's meta)."""
     dataset = _open_dataset(url)
     if y is not None:
         raise InputDataError("y must not be given with a staged dataset URL (its labels are staged with it)")
@@ -311,7 +318,7 @@ def _staged_summaries(sc: Any, url: str, y: Any, options: DataOptions) -> tuple[
         raise InputDataError(f"dataset {url!r} has no shards")
     rdd = sc.parallelize(range(partitions), partitions).mapPartitionsWithIndex(
         functools.partial(shard_summary, dataset, options.sink, options.max_classes))
-    return rdd.collect, f"dataset {url}"
+    return rdd.collect, f"dataset {url}", dataset.meta
 
 
 def _frame_summaries(df: Any, y: Any, partitions: int, options: DataOptions) -> tuple[Any, str]:

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 import pyarrow as pa
 
-from storage import DatasetError, check_stage_destination, open_store, read_idx, stage_arrays
+from storage import DatasetError, check_split_destination, check_stage_destination, open_store, read_idx, stage_arrays
 
 __all__ = ["INPUT_FORMATS", "input_format", "stage_input", "apply_scaling", "minmax_scaling"]
 
@@ -219,9 +219,10 @@ def stage_input(source: str, url: str, *, label_col: str | None = "label", featu
     if test_fraction is not None and not 0.0 < test_fraction < 1.0:
         raise DatasetError(f"--test-fraction must lie in (0, 1), got {test_fraction}")
     store = open_store(url)
-    check_stage_destination(store, overwrite=overwrite, keep=("test",))  # both checked before anything is written
-    if test_fraction:
-        check_stage_destination(store.child("test"), overwrite=overwrite)
+    if test_fraction:  # both checked before anything is written
+        test_overwrite = check_split_destination(store, overwrite=overwrite)
+    else:
+        check_stage_destination(store, overwrite=overwrite)
     X, y, feature_names = read_input(source, label_col=label_col, features_cols=features_cols, labels=labels)
     extra: dict[str, Any] = {"source": f"input:{source}", "feature_names": feature_names}
     if y is not None:
@@ -244,7 +245,7 @@ def stage_input(source: str, url: str, *, label_col: str | None = "label", featu
         # One id in both metas: a pair staged by different stagings (killed between the two swaps) is refused.
         pair = uuid.uuid4().hex
         stage_arrays(store.child("test"), X[test_rows], ys(test_rows), shards=min(shards or 1, len(test_rows)),
-                     name=f"{store.root.rstrip('/').rsplit('/', 1)[-1]}-test", overwrite=overwrite,
+                     name=f"{store.root.rstrip('/').rsplit('/', 1)[-1]}-test", overwrite=test_overwrite,
                      extra_meta={**extra, "split": "test", "split_pair": pair})
         extra.update(split="train", splits={"test": "test"}, test_fraction=test_fraction, seed=seed, split_pair=pair)
     meta = stage_arrays(store, X[train_rows], ys(train_rows), shards=shards, overwrite=overwrite,

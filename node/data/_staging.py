@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 from rbm import datasets
-from storage import DatasetError, Store, check_stage_destination, open_store, stage_arrays
+from storage import DatasetError, Store, check_split_destination, open_store, stage_arrays
 
 from .._errors import InputDataError
 from ._frames import check_label_column, feature_column_kind, features_from_arrow, labels_from_arrow
@@ -90,13 +90,12 @@ def stage_recipe(recipe: str, url: str | Store, *, shards: int | None = None, ra
     name = stage_options.pop("name", recipe)
     extra = {"source": f"recipe:{recipe}", "random_state": random_state}
     overwrite = bool(stage_options.pop("overwrite", False))
-    check_stage_destination(store, overwrite=overwrite, keep=("test",))  # both checked before anything is written
-    check_stage_destination(store.child("test"), overwrite=overwrite)
+    test_overwrite = check_split_destination(store, overwrite=overwrite)  # both checked before anything is written
     test_shards = None if shards is None else min(shards, len(split.X_test))
     pair = uuid.uuid4().hex  # in both metas: a pair staged by different stagings is refused (storage.open_split)
     test_meta = stage_arrays(store.child("test"), split.X_test, split.y_test, shards=test_shards,
                              name=f"{name}-test", extra_meta={**extra, "split": "test", "split_pair": pair},
-                             overwrite=overwrite, **stage_options)
+                             overwrite=test_overwrite, **stage_options)
     meta = stage_arrays(store, split.X_train, split.y_train, shards=shards, name=name, overwrite=overwrite,
                         keep=("test",), extra_meta={**extra, "split": "train", "splits": {"test": "test"},
                                                     "split_pair": pair}, **stage_options)

@@ -305,7 +305,7 @@ def _data_facts(prepared: PreparedData, origin: str | None) -> dict[str, Any]:
     return {"source": prepared.source, "origin": origin, "n_samples": prepared.n_samples,
             "feature_shape": list(prepared.feature_shape), "partitions": prepared.partitions,
             "n_classes": None if prepared.classes is None else len(prepared.classes),
-            "content_sums": prepared.content_sums}
+            "content_sums": prepared.content_sums, **(prepared.staged or {})}
 
 
 def _progress_text(record: RunRecord, phases: tuple[str, ...]) -> str:

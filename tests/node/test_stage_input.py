@@ -73,3 +73,19 @@ def test_a_csv_staged_trained_and_evaluated_on_its_held_out_split_without_a_data
         scaled = np.clip((np.asarray(features) - low) / span, 0.0, 1.0).astype(np.float32)[None, :]
         assert prediction == float(model.predict(scaled)[0])
     assert sorted(map(tuple, predicted["features"])) == sorted(map(tuple, raw))
+
+    # The run keeps the scaling it trained with: the dataset staged again over the same URL (another range),
+    # then moved away, changes nothing predict does. Before, predict scaled by the dataset's _meta.json as it
+    # is now (other predictions, silently), and failed once the dataset was gone.
+    assert node.open_run("file://" + str(store), "mine").record["data"]["scaling"] == scaling
+    doubled = [",".join([str(label)] + [str(2 * int(v)) for v in x] + [str(k)])
+               for k, (x, label) in enumerate(zip(digits.data, digits.target))]
+    (tmp_path / "doubled.csv").write_text(header + "\n" + "\n".join(doubled) + "\n")
+    assert cli.main(["stage", "--input", str(tmp_path / "doubled.csv"), *stage[3:], "--overwrite"]) == 0
+    assert max(storage.open_dataset(url).meta["scaling"]["max"]) == 32.0
+    (store / "datasets" / "mine").rename(tmp_path / "moved")
+    assert cli.main(["predict", "--store", str(store), "--run", "mine", "--input", str(tmp_path / "raw.parquet"),
+                     "--output", str(tmp_path / "again")]) == 0, capsys.readouterr().err
+    again = pq.read_table(str(tmp_path / "again")).to_pandas()
+    assert again.set_index(again["features"].map(tuple))["prediction"].to_dict() == \
+        predicted.set_index(predicted["features"].map(tuple))["prediction"].to_dict()

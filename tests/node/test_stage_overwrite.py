@@ -1,4 +1,4 @@
-"""``sparkdbn stage --overwrite`` killed with SIGKILL mid-way: the old or the new dataset opens, the same command completes.
+"""``sparkdbn stage`` (first staging or ``--overwrite``) killed with SIGKILL mid-way: the same command completes.
 
 The command runs as a process of its own (``python -m node.cli``) with a ``sitecustomize`` on its
 path that SIGKILLs it just before its N-th store write, N picked from a counting run of the same
@@ -43,8 +43,8 @@ if os.environ.get("SPARKDBN_TEST_KILL_AT_WRITE"):
 '''
 
 
-def staged_writes(url: str, monkeypatch) -> list[tuple[str, str]]:
-    """``(store URL, path)`` of every store write of ``stage --recipe digits --shards 3 --overwrite`` over ``url``."""
+def staged_writes(url: str, monkeypatch, overwrite: bool = True) -> list[tuple[str, str]]:
+    """``(store URL, path)`` of every store write of ``stage --recipe digits --shards 3 [--overwrite]`` at ``url``."""
     writes: list[tuple[str, str]] = []
     for name in ("write_bytes", "create_exclusive"):
         original = getattr(storage.Store, name)
@@ -54,7 +54,7 @@ def staged_writes(url: str, monkeypatch) -> list[tuple[str, str]]:
             return _original(self, path, *args, **kwargs)
 
         monkeypatch.setattr(storage.Store, name, counted)
-    stage_recipe("digits", url, shards=3, overwrite=True)
+    stage_recipe("digits", url, shards=3, overwrite=overwrite)
     monkeypatch.undo()
     return writes
 
@@ -91,3 +91,39 @@ def test_stage_overwrite_killed_mid_way_leaves_the_old_or_the_new_dataset_and_th
             assert dataset.num_shards == 3, where
             folder = dataset.meta["shards"][0]["name"].split("/")[0]
             assert sorted(set(storage.open_store(split).list("")) - {"test"}) == ["_meta.json", folder], where
+
+
+@pytest.mark.slow
+def test_a_first_staging_killed_mid_way_is_completed_by_the_same_command(tmp_path, monkeypatch, capsys):
+    # The held-out split is staged first: killed after it, a rerun refused "<url>/test already holds a dataset"
+    # and only --overwrite went on, though nothing but this staging had written there.
+    hook = tmp_path / "kill-hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(KILL_HOOK)
+    writes = staged_writes(str(tmp_path / "counting"), monkeypatch, overwrite=False)
+    train = [index for index, (url, _) in enumerate(writes, 1) if not url.endswith("/test")]
+    test = [index for index, (url, _) in enumerate(writes, 1) if url.endswith("/test")]
+    assert max(test) < min(train)
+    points = {"a held-out shard": test[2], "the first training write": train[0], "a training shard": train[2],
+              "the training meta": train[-1]}
+    assert writes[train[-1] - 1][1] == "_meta.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hook), str(ROOT)]))
+    expected = {split: storage.open_dataset(str(tmp_path / "counting") + split).read_all()[0] for split in ("", "/test")}
+    for where, kill_at in points.items():
+        url = str(tmp_path / f"d-{kill_at}")
+        command = ["stage", "--recipe", "digits", "--url", url, "--shards", "3"]
+        done = subprocess.run([sys.executable, "-m", "node.cli", *command], cwd=ROOT, capture_output=True, text=True,
+                              env=dict(env, SPARKDBN_TEST_KILL_AT_WRITE=str(kill_at)), timeout=PROCESS_TIMEOUT_S)
+        assert done.returncode == -9, (where, done.returncode, done.stderr[-3000:])
+        assert cli.main(command) == 0, (where, capsys.readouterr().err)  # no --overwrite: only its own leftovers
+        pair = {storage.open_dataset(url + split).meta["split_pair"] for split in ("", "/test")}
+        assert len(pair) == 1, where
+        for split in ("", "/test"):
+            np.testing.assert_array_equal(storage.open_dataset(url + split).read_all()[0], expected[split])
+
+    # A dataset staged at <url>/test on its own (no pair) is not a leftover: still refused.
+    url = str(tmp_path / "own-test")
+    storage.stage_arrays(url + "/test", expected["/test"][:20], shards=1)
+    assert cli.main(["stage", "--recipe", "digits", "--url", url, "--shards", "3"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert storage.open_dataset(url + "/test").n_samples == 20
