@@ -309,6 +309,15 @@ def check_split_destination(store: Store, split: str = "test", *, overwrite: boo
     it ``split`` of a pair, and no dataset is staged beside it) is what that staging left, so the same
     command run again replaces it (True) without ``overwrite``.
 
+    Parameters
+    ----------
+    store : Store
+        Where the dataset goes; its split goes to ``store.child(split)``.
+    split : str
+        The held-out split's folder name.
+    overwrite : bool
+        Replace a dataset staged there before (see :func:`check_stage_destination`).
+
     Raises
     ------
     DatasetError
