@@ -43,7 +43,7 @@ from ._runs import RunStore, has_run_record
 from ._say_once import SayOnce
 from ._signed_names import SignedName, SignedNames
 from ._sources import read_idx, stage_csv, stage_idx
-from ._store import Store, open_store, parse_store_url
+from ._store import Store, local_path, open_store, parse_store_url
 from ._weights import DEFAULT_MAX_SNAPSHOT_BYTES, Consolidation, SnapshotRef, WeightStore
 
 __all__ = [
@@ -83,6 +83,7 @@ __all__ = [
     "open_dataset",
     "open_split",
     "open_store",
+    "local_path",
     "parse_store_url",
     "read_idx",
     "run_generation_floor",

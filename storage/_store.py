@@ -1,6 +1,6 @@
 """URL -> backend, and the :class:`Store` facade every other package talks to.
 
-``open_store`` accepts a plain path, ``file:///abs/path``, ``hdfs://host:port/path`` or
+``open_store`` accepts a plain path, ``file:///abs/path`` (or ``file:/abs/path``), ``hdfs://host:port/path`` or
 ``webhdfs://host:port/path`` (both spoken over WebHDFS; ``swebhdfs://`` uses HTTPS), with
 several namenodes for HA separated by ``;`` (``hdfs://nn1:9870;nn2:9870/path``).  The default
 WebHDFS port is 9870, the namenode HTTP port of Hadoop 3.
@@ -75,6 +75,26 @@ class StoreURL:
         return StoreURL(self.kind, posixpath.join(self.root, relative), self.namenodes, self.scheme)
 
 
+def _scheme(url: str) -> str:
+    """The scheme of ``url`` in lower case, "" for a plain path ("a:b" is a file name, "file:/a" a URL)."""
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    return scheme if "://" in url or scheme in ("file", *_HDFS_SCHEMES) else ""
+
+
+def local_path(url: str) -> str | None:
+    """The local path a plain path (as given) or a ``file:`` URL names; None for an HDFS URL.
+
+    Parameters
+    ----------
+    url : str
+        A path, ``file:///abs/path``, ``file:/abs/path`` or a store URL (``hdfs://host:port/path``).
+    """
+    scheme = _scheme(url)
+    if scheme == "file":
+        return parse_store_url(url).root
+    return None if scheme else url
+
+
 def parse_store_url(url: str) -> StoreURL:
     """Parse a store URL or plain path; see the module docstring for the accepted forms.
 
@@ -88,15 +108,20 @@ def parse_store_url(url: str) -> StoreURL:
     url = os.fspath(url)
     if not url:
         raise StorePathError("empty store URL; give a directory path, file:///path or hdfs://host:port/path")
-    if "://" not in url:
+    scheme = _scheme(url)
+    if not scheme:
         return StoreURL("local", os.path.abspath(os.path.expanduser(url)))
-    scheme, rest = url.split("://", 1)
-    scheme = scheme.lower()
-    if scheme == "file":
+    if scheme == "file":  # file:///abs/path, file://localhost/abs/path, or file:/abs/path (as Hadoop writes it)
         parts = urlsplit(url)
         if parts.netloc not in ("", "localhost"):
             raise StorePathError(f"{url!r}: file URLs must be local (file:///abs/path), not on host {parts.netloc!r}")
+        if not parts.path.startswith("/") and parts.path:
+            raise StorePathError(f"{url!r}: a file URL takes an absolute path (file:///abs/path); a relative "
+                                 "path is given without file:")
         return StoreURL("local", os.path.abspath(unquote(parts.path) or "/"))
+    if "://" not in url:
+        raise StorePathError(f"{url!r} names no namenode; write {scheme}://host:port/path")
+    rest = url.split("://", 1)[1]
     if scheme not in _HDFS_SCHEMES:
         raise StorePathError(
             f"unsupported store URL scheme {scheme!r} in {url!r}; use a path, file://, hdfs://, webhdfs:// or swebhdfs://"

@@ -162,16 +162,20 @@ def _on_device(model: Any, options: dict[str, Any]) -> Any:
 
 
 def _store_url(options: dict[str, Any]) -> str:
-    store = options.get("store") or default_store_url()
-    return store if "://" in store else "file://" + os.path.abspath(store)
+    return _as_url(options.get("store") or default_store_url())
+
+
+def _as_url(given: str) -> str:
+    """A local path or ``file:`` URL as an absolute ``file://`` URL (the run record keeps it: a relative one named
+    another folder for every command run elsewhere); any other URL as given."""
+    local = storage.local_path(given)
+    return given if local is None else "file://" + os.path.abspath(os.path.expanduser(local))
 
 
 def _dataset_url(name: str) -> str:
     """A recipe's name as it is; a staged dataset's path as an absolute ``file://`` URL: the run record keeps it
     (a relative one named another folder for every command run elsewhere), and the executors read it."""
-    if name in (*RECIPES, "digits01") or "://" in name:
-        return name
-    return "file://" + os.path.abspath(os.path.expanduser(name))
+    return name if name in (*RECIPES, "digits01") else _as_url(name)
 
 
 def _dataset_error(url: str, error: Exception) -> UsageError:

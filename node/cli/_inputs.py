@@ -23,6 +23,8 @@ import pyarrow.parquet as pq
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException
 
+import storage
+
 from ._options import UsageError
 
 __all__ = ["PARQUET_MAGIC", "CSV_SUFFIXES", "GLOB_CHARACTERS", "InputFiles", "data_files", "check_input",
@@ -73,7 +75,7 @@ class InputFiles:
 def check_input(path: str) -> InputFiles:
     """A local ``--input`` that does not exist (a pattern that matches nothing), or holds a file that is neither
     Parquet nor CSV, or both, is refused before Spark starts.  Returns what it is (:class:`InputFiles`)."""
-    local = path[len("file://"):] if path.startswith("file://") else (None if "://" in path else path)
+    local = storage.local_path(path)
     if local is None:
         return InputFiles(path, "csv" if path.lower().endswith(CSV_SUFFIXES) else "parquet")
     if any(character in local for character in GLOB_CHARACTERS):

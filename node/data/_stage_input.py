@@ -20,7 +20,8 @@ from typing import Any, Sequence
 import numpy as np
 import pyarrow as pa
 
-from storage import DatasetError, check_split_destination, check_stage_destination, open_store, read_idx, stage_arrays
+from storage import (DatasetError, check_split_destination, check_stage_destination, local_path, open_store, read_idx,
+                     stage_arrays)
 
 __all__ = ["INPUT_FORMATS", "input_format", "stage_input", "apply_scaling", "minmax_scaling"]
 
@@ -30,13 +31,12 @@ INPUT_FORMATS = ("csv", "parquet", "npz", "idx")
 
 
 def _local_copy(source: str, folder: str) -> str:
-    """A local path for ``source``: a path or ``file://`` as it is, a store URL (``hdfs://``) copied here."""
-    if source.startswith("file://"):
-        source = source[len("file://"):]
-    if "://" not in source:
-        if not os.path.exists(source):
+    """A local path for ``source``: a path or ``file:`` URL as it is, a store URL (``hdfs://``) copied here."""
+    local = local_path(source)
+    if local is not None:
+        if not os.path.exists(local):
             raise DatasetError(f"--input {source} does not exist")
-        return source
+        return local
     parent, _, name = source.rstrip("/").rpartition("/")
     path = os.path.join(folder, name)
     with open(path, "wb") as handle:
@@ -52,7 +52,7 @@ def input_format(source: str) -> str:
     source : str
         The input: a path, ``file://`` or a store URL (``hdfs://``).
     """
-    return _format_of(source.removeprefix("file://"))
+    return _format_of(local_path(source) or source)
 
 
 def _format_of(path: str) -> str:

@@ -117,14 +117,17 @@ def test_train_prints_the_evaluation_and_writes_the_plots(spark, tmp_path, capsy
     assert not [path for path in tmp_path.iterdir() if ".sparkdbn-" in path.name]
 
 
-def test_stage_then_train_reads_the_shards_on_the_executors(spark, tmp_path, capsys):
+def test_stage_then_train_reads_the_shards_on_the_executors(spark, tmp_path, capsys, monkeypatch):
     store = tmp_path / "store"
     url = "file://" + str(store / "datasets" / "digits")
-    assert cli.main(["stage", "--recipe", "digits", "--url", url, "--shards", "3"]) == 0
+    monkeypatch.chdir(tmp_path)  # `file:/abs` (one slash, as Hadoop prints paths) made folders named "file:" here
+    assert cli.main(["stage", "--recipe", "digits", "--url", "file:" + url[len("file://"):], "--shards", "3"]) == 0
     assert storage.open_dataset(url).num_shards == 3
-    status = cli.main(["train", "--store", str(store), "--run-id", "staged", "--dataset", url, "--model", "convnet",
-                       "--epochs", "2", "--no-report", "--no-progress"])
+    status = cli.main(["train", "--store", "file:" + str(store), "--run-id", "staged", "--dataset",
+                       "file:" + url[len("file://"):], "--model", "convnet", "--epochs", "2", "--no-report",
+                       "--no-progress"])
     assert status == 0
+    assert not (tmp_path / "file:").exists()
     record = node.open_run("file://" + str(store), "staged").record
     assert record["status"] == "done"
     assert record["data"]["partitions"] == 3 and record["data"]["source"] == f"dataset {url}"

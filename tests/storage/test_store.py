@@ -181,6 +181,22 @@ def test_store_urls_are_parsed_into_backends_and_roots(tmp_path):
             parse_store_url(bad)
 
 
+def test_single_slash_urls_are_urls_not_relative_folders(tmp_path, monkeypatch):
+    # `file:/abs` (as Hadoop's Path prints it) and `hdfs:/path` were taken for relative local folders
+    # named "file:" and "hdfs:" under the working directory.
+    monkeypatch.chdir(tmp_path)
+    assert parse_store_url("file:/data/runs") == parse_store_url("file:///data/runs")
+    assert parse_store_url("FILE:/data/runs%20a").root == "/data/runs a"
+    with pytest.raises(StorePathError, match=r"'hdfs:/data' names no namenode; write hdfs://host:port/path"):
+        parse_store_url("hdfs:/data")
+    with pytest.raises(StorePathError, match="names no namenode"):
+        parse_store_url("webhdfs:data")
+    with pytest.raises(StorePathError, match="a file URL takes an absolute path"):
+        parse_store_url("file:data/runs")
+    assert parse_store_url("a:b").root == str(tmp_path / "a:b")  # a file name with a colon stays a path
+    assert not list(tmp_path.iterdir())
+
+
 def test_open_store_returns_a_store_unchanged(local_store):
     assert open_store(local_store) is local_store
     assert open_store("relative/dir").root.endswith("/relative/dir")  # a relative path is a local store
