@@ -94,13 +94,54 @@ def stored_key_path(run: str, store_url: str, environ: Mapping[str, str] | None 
     """Where the driver's machine keeps the secret of ``run`` in the store at ``store_url``.
 
     ``<config>/sparkdbn/keys/<run>-<digest>.key``; the digest covers the canonical store URL
-    and the run, so ``/data/store`` and ``file:///data/store`` share a key and two stores do not.
+    and the run, so ``/data/store``, ``file:///data/store`` and a symbolic link to it share a key
+    and two stores do not.
+
+    Parameters
+    ----------
+    run : str
+        The run id.
+    store_url : str
+        The store the run lives in.
+    environ : mapping of str to str, optional
+        The environment to read ``XDG_CONFIG_HOME`` and ``HOME`` from (default ``os.environ``).
     """
-    environ = os.environ if environ is None else environ
-    canonical = storage.parse_store_url(store_url).url
-    digest = storage.sha256_hex(f"{canonical}\n{run}".encode("utf-8"))[:16]
-    readable = "".join(c if c.isalnum() or c in "-_." else "_" for c in run)[:_RUN_CHARS_IN_FILE_NAME]
-    return os.path.join(_config_home(environ), "sparkdbn", "keys", f"{readable}-{digest}.key")
+    return _key_paths(run, store_url, os.environ if environ is None else environ)[0]
+
+
+def _key_paths(run: str, store_url: str, environ: Mapping[str, str]) -> list[str]:
+    """Where a key of ``run`` may be kept: filed by the store's real path (symbolic links resolved), then by
+    the path as given (how keys were filed before; a local store reached through a link)."""
+    parsed = storage.parse_store_url(store_url)
+    canonical = [parsed.url]
+    if parsed.kind == "local":
+        canonical.insert(0, "file://" + os.path.realpath(parsed.root))
+    return list(dict.fromkeys(_key_file(run, url, environ) for url in canonical))
+
+
+def _key_file(run: str, canonical_url: str, environ: Mapping[str, str]) -> str:
+    digest = storage.sha256_hex(f"{canonical_url}\n{run}".encode("utf-8"))[:16]
+    return os.path.join(_keys_folder(environ), f"{_readable(run)}-{digest}.key")
+
+
+def _keys_folder(environ: Mapping[str, str]) -> str:
+    return os.path.join(_config_home(environ), "sparkdbn", "keys")
+
+
+def _readable(run: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in run)[:_RUN_CHARS_IN_FILE_NAME]
+
+
+def _same_run_keys(run: str, environ: Mapping[str, str]) -> list[str]:
+    """Key files kept here for a run of this name in some store (its digest names the store, not readably)."""
+    folder = _keys_folder(environ)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    prefix = _readable(run) + "-"
+    return sorted(os.path.join(folder, name) for name in names
+                  if name.startswith(prefix) and name.endswith(".key") and len(name) == len(prefix) + 16 + 4)
 
 
 def _read_secret(path: str, *, private: bool) -> bytes:
@@ -218,15 +259,22 @@ def resolve_run_key(
             return RunKey(derive_run_key(spark_conf[SPARK_SECRET_CONF].encode("utf-8"), run), SPARK_SECRET_CONF)
         except RunKeyError as error:
             raise RunKeyError(f"{SPARK_SECRET_CONF}: {error}") from error
-    path = stored_key_path(run, store_url, environ)
-    if os.path.exists(path):
-        return RunKey(derive_run_key(_read_secret(path, private=True), run), f"key file {path} (kept from the first fit)")
+    paths = _key_paths(run, store_url, environ)
+    path = paths[0]
+    for kept in paths:
+        if os.path.exists(kept):
+            return RunKey(derive_run_key(_read_secret(kept, private=True), run),
+                          f"key file {kept} (kept from the first fit)")
     if not create:
+        others = _same_run_keys(run, environ)
+        elsewhere = (f" Kept here for a run named {run!r} of another store URL (a store moved keeps its key under "
+                     f"its old URL): {', '.join(others[:5])}; point {ENV_KEY_FILE} at the one of this "
+                     "store") if others else ""
         raise RunKeyError(
             f"no key for run {run!r} of the store {store_url}: none was given (key=, key_file=), neither "
             f"{ENV_KEY_FILE} nor {ENV_KEY} is set, {SPARK_SECRET_CONF} is not set, and there is no {path} "
             f"(it is written on the machine where the run was first trained).  Provide the run's secret: "
-            f"copy that file here, or point {ENV_KEY_FILE} (or key_file=) at a copy of it"
+            f"copy that file here, or point {ENV_KEY_FILE} (or key_file=) at a copy of it.{elsewhere}"
         )
     try:
         secret = _create_secret(path)

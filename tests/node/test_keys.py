@@ -100,6 +100,33 @@ def test_a_resume_without_any_key_says_where_it_looked_and_how_to_provide_one(en
     assert not os.path.exists(stored_key_path("r1", STORE, environ))
 
 
+def test_a_store_reached_through_a_link_finds_its_key_and_a_moved_one_names_the_keys_kept(tmp_path, environ):
+    # Keys were filed by the store's path as given: the same store through a symbolic link had "no key",
+    # and a store moved elsewhere said so without naming the key files kept for that run.
+    real, link = tmp_path / "disk" / "store", tmp_path / "link"
+    real.mkdir(parents=True)
+    link.symlink_to(real)
+    first = resolve_run_key("r1", str(real), environ=environ)
+    assert resolve_run_key("r1", f"file://{link}", environ=environ, create=False).key == first.key
+    assert stored_key_path("r1", str(link), environ) == stored_key_path("r1", str(real), environ)
+
+    # A key filed by the linked path as given (before keys followed links) is still found.
+    legacy = tmp_path / "old" / "store"
+    legacy.mkdir(parents=True)
+    (tmp_path / "old-link").symlink_to(legacy)
+    as_given = storage.sha256_hex(f"file://{tmp_path / 'old-link'}\nr2".encode())[:16]
+    keys = Path(environ["XDG_CONFIG_HOME"]) / "sparkdbn" / "keys"
+    write_secret(keys / f"r2-{as_given}.key", MASTER)
+    assert resolve_run_key("r2", str(tmp_path / "old-link"), environ=environ, create=False).key == \
+        derive_run_key(MASTER, "r2")
+
+    with pytest.raises(RunKeyError) as caught:
+        resolve_run_key("r1", str(tmp_path / "moved"), environ=environ, create=False)
+    assert str(caught.value).endswith(f"Kept here for a run named 'r1' of another store URL (a store moved keeps its "
+                                      f"key under its old URL): {stored_key_path('r1', str(real), environ)}; point "
+                                      "SPARKDBN_KEY_FILE at the one of this store")
+
+
 @pytest.mark.parametrize(
     "given, message",
     [
