@@ -28,7 +28,7 @@ from ..watch import check_report_folder, is_supervised, render_report, run_statu
 from ._data import TrainedOn, check_known_classes, check_same_scaling, check_same_width, held_out_split
 from ._inputs import hdfs_hint, java_message
 from ._new_rows import NewRows
-from ._options import Interrupted, UsageError, closest, is_interrupt, parse_spark_conf
+from ._options import Interrupted, UsageError, closest, interrupt_word, is_interrupt, parse_spark_conf
 
 __all__ = ["TRAIN_DEFAULTS", "build_model", "cmd_train", "cmd_evaluate", "cmd_predict", "cmd_report", "cmd_status"]
 
@@ -239,11 +239,12 @@ def cmd_train(options: dict[str, Any]) -> int:
     started = time.perf_counter()
     try:
         model = trainer.fit(model, X, y)  # a CPU copy where the driver cannot hold a GPU model
-    except BaseException as interrupt:  # Ctrl-C: the run record says "failed"; the same run id resumes it
+    except BaseException as interrupt:  # Ctrl-C, SIGTERM: the run record says "failed"; the same run id resumes it
         if trainer.run_id_ is None or not is_interrupt(interrupt):
             raise
         again = "again" if settings.run_id else f"with --run-id {trainer.run_id_}"  # else a new id each time
-        raise Interrupted(f"interrupted; run the same command {again} to resume run {trainer.run_id_}") from interrupt
+        raise Interrupted(f"{interrupt_word(interrupt)}; run the same command {again} to resume run "
+                          f"{trainer.run_id_}") from interrupt
     print(f"run {trainer.run_id_}: trained in {time.perf_counter() - started:.1f} s; "
           f"model saved in {trainer.store_url} under runs/{trainer.run_id_}/model")
     if X_test is not None and _is_classifier(model):

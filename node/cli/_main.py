@@ -17,11 +17,14 @@ Under spark-submit the master comes from spark-submit; otherwise ``--master`` (d
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
 import traceback
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 import rbm
 import storage
@@ -29,7 +32,8 @@ import storage
 from .._errors import NodeError
 from ..modes import MODE_NAMES
 from ._commands import TRAIN_DEFAULTS, cmd_evaluate, cmd_predict, cmd_report, cmd_status, cmd_train
-from ._options import Interrupted, OneLineParser, UsageError, is_interrupt, load_config, parse_spark_conf
+from ._options import (Interrupted, OneLineParser, Terminated, UsageError, interrupt_word, is_interrupt, load_config,
+                       parse_spark_conf)
 from ._stage_command import check_stage_flags, cmd_stage
 
 __all__ = ["main", "build_parser"]
@@ -175,13 +179,32 @@ def _without_interrupts(record: logging.LogRecord) -> bool:
     return not is_interrupt(record.exc_info[1] if record.exc_info else None)
 
 
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` (a KeyboardInterrupt) in the main thread while the command runs, so that
+    ``kill PID`` ends a fit as Ctrl-C does, not before its record and lease are put right."""
+    if threading.current_thread() is not threading.main_thread():  # signal handlers are the main thread's
+        yield
+        return
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``sparkdbn`` console script; returns the exit status.
 
     Mistakes in what was asked (a missing file or run, a model that does not fit the data, a store
     that does not answer) print one line ``sparkdbn <command>: <what is wrong>`` and return 2.
-    Ctrl-C prints one line (``train``: how to resume the run) and returns 130.  A reader that
-    leaves early (``sparkdbn status --run ID | head -1``) ends the command quietly, with status 1.
+    Ctrl-C prints one line (``train``: how to resume the run) and returns 130; SIGTERM is handled as Ctrl-C
+    is (the run record says "failed", the lease is released) and returns 143.  A reader that leaves early
+    (``sparkdbn status --run ID | head -1``) ends the command quietly, with status 1.
 
     Parameters
     ----------
@@ -190,7 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     try:
         try:
-            return _run_command(argv)
+            with _sigterm_as_interrupt():
+                return _run_command(argv)
         finally:
             sys.stdout.flush()  # a reader gone is found here, not in the interpreter's exit
     except BrokenPipeError:
@@ -233,5 +257,6 @@ def _run_command(argv: Sequence[str] | None) -> int:
             raise
         if args.verbose:
             traceback.print_exc()
-        print(f"sparkdbn {args.command}: {error if isinstance(error, Interrupted) else 'interrupted'}", file=sys.stderr)
-        return 130
+        word = interrupt_word(error)
+        print(f"sparkdbn {args.command}: {error if isinstance(error, Interrupted) else word}", file=sys.stderr)
+        return 130 if word == "interrupted" else 128 + signal.SIGTERM

@@ -21,7 +21,7 @@ from rbm import read_config
 
 from ..driver import TrainingSettings
 
-__all__ = ["UsageError", "Interrupted", "is_interrupt", "OneLineParser", "load_config", "check_keys", "parse_spark_conf",
+__all__ = ["UsageError", "Interrupted", "Terminated", "is_interrupt", "interrupt_word", "OneLineParser", "load_config", "check_keys", "parse_spark_conf",
            "closest"]
 
 #: Keys of a config file that are not flags of the command.
@@ -36,6 +36,32 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C, with what to do next (``train``: how to resume the run): reported as one line, exit status 130."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill PID``, a scheduler stopping the job), raised in the main thread: handled as Ctrl-C is (the
+    run record says "failed", the lease is released), reported as one line, exit status 143."""
+
+
+def interrupt_word(error: BaseException | None) -> str:
+    """How the command was stopped, for its one line: ``terminated (SIGTERM)`` where ``error`` is or was raised
+    while handling a :class:`Terminated`, else ``interrupted`` (Ctrl-C).
+
+    Parameters
+    ----------
+    error : BaseException or None
+        The exception; its causes and contexts are looked at too.
+    """
+    return "terminated (SIGTERM)" if any(isinstance(link, Terminated) for link in _chain(error)) else "interrupted"
+
+
+def _chain(error: BaseException | None) -> list[BaseException]:
+    """``error`` and its causes and contexts, each once."""
+    chain: list[BaseException] = []
+    while error is not None and all(error is not seen for seen in chain):
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
 def is_interrupt(error: BaseException | None) -> bool:
     """Whether ``error`` is a Ctrl-C, or was raised while one was handled: py4j raises an error of its own where
     it cannot cancel the call to the JVM that the KeyboardInterrupt interrupted, or logs the error of the call
@@ -46,14 +72,9 @@ def is_interrupt(error: BaseException | None) -> bool:
     error : BaseException or None
         The exception; its causes and contexts are looked at too.
     """
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, KeyboardInterrupt) or (isinstance(error, RuntimeError)
-                                                    and str(error).startswith("reentrant call")):
-            return True
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return False
+    return any(isinstance(link, KeyboardInterrupt) or (isinstance(link, RuntimeError)
+                                                       and str(link).startswith("reentrant call"))
+               for link in _chain(error))
 
 
 def closest(name: str, known: Iterable[str]) -> str | None:

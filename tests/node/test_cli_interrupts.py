@@ -19,6 +19,7 @@ import pytest
 from node.cli import _commands, main
 
 SETTLE_S = 60.0  # the longest a process may take to start or to end
+ROOT = Path(__file__).resolve().parent.parent.parent
 RESUME_MINE = "sparkdbn train: interrupted; run the same command again to resume run mine"
 
 
@@ -55,6 +56,55 @@ def test_ctrl_c_is_one_line_and_exit_status_130(tmp_path):
         os.close(writer)
     assert process.returncode == 130, err
     assert err.strip() == "sparkdbn train: interrupted" and out == ""
+
+
+def test_sigterm_is_one_line_and_exit_status_143(tmp_path):
+    # `kill PID` (SIGTERM) ended the command at once, with no line; a fit killed so left its record "running"
+    # and its lease held (the next fit waited out the lease timeout).
+    fifo = tmp_path / "job.yaml"
+    os.mkfifo(fifo)
+    process = start_sparkdbn("train", "--store", str(tmp_path / "store"), "--config", str(fifo), cwd=tmp_path)
+    writer = open_writer_once_read(fifo, process)
+    try:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=SETTLE_S)
+    finally:
+        os.close(writer)
+    assert process.returncode == 143, err
+    assert err.strip() == "sparkdbn train: terminated (SIGTERM)" and out == ""
+
+
+@pytest.mark.slow
+def test_sigterm_during_training_fails_the_run_record_and_releases_the_lease(tmp_path):
+    import node
+    import storage
+
+    store_url = "file://" + str(tmp_path / "store")
+    process = subprocess.Popen([sys.executable, "-m", "node.cli", "train", "--store", store_url, "--run-id", "mine",
+                                "--epochs", "200", "--no-report", "--no-progress", "--master", "local[2]"],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 4 * SETTLE_S
+        while time.monotonic() < deadline and process.poll() is None:  # until an epoch is recorded
+            record = None
+            if (tmp_path / "store" / "runs" / "mine").exists():
+                record = node.open_run(store_url, "mine").record
+            if record and any(step["epochs_done"] for step in record["steps"].values()):
+                break
+            time.sleep(0.5)
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=2 * SETTLE_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 143, err[-3000:]
+    assert err.strip().splitlines()[-1] == ("sparkdbn train: terminated (SIGTERM); run the same command again to "
+                                            "resume run mine")
+    key = node.resolve_run_key("mine", store_url, create=False).key
+    assert node.open_run(store_url, "mine").record["status"] == "failed"
+    assert storage.LeaseFolder(storage.open_store(store_url), "mine", key).view().released
 
 
 def main_interrupted(args: list[str]) -> int:
