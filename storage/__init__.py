@@ -39,6 +39,7 @@ from ._errors import (
 )
 from ._lease import LeaseFolder, LeaseView, run_generation_floor
 from ._npz import decode_params, encode_params, snapshot_size_bound
+from ._processes import holder_process_gone, process_identity
 from ._runs import RunStore, has_run_record
 from ._say_once import SayOnce
 from ._signed_names import SignedName, SignedNames
@@ -79,12 +80,14 @@ __all__ = [
     "decode_params",
     "encode_params",
     "has_run_record",
+    "holder_process_gone",
     "mac_hex",
     "open_dataset",
     "open_split",
-    "open_store",
     "local_path",
+    "open_store",
     "parse_store_url",
+    "process_identity",
     "read_idx",
     "run_generation_floor",
     "sha256_hex",

@@ -36,6 +36,7 @@ from typing import Any
 
 from ._errors import DatasetError, StoreError, StoreNotFoundError, StoreUnavailableError
 from ._paths import join
+from ._processes import holder_process_gone, process_identity
 from ._store import Store
 
 __all__ = ["DEFAULT_STAGING_LEASE_TIMEOUT_S", "LEASE_FOLDER", "DatasetLease"]
@@ -111,8 +112,8 @@ class DatasetLease:
         if not view[2] and not self._holder_ended(view[0]):
             view = self._watch(view)
         generation = max(view[0], view[3]) + 1
-        entry = {"token": self.token, "host": socket.gethostname(), "pid": os.getpid(), "started": time.time(),
-                 "timeout_s": self.timeout_s, "generation": generation}
+        entry = {"token": self.token, **process_identity(), "started": time.time(), "timeout_s": self.timeout_s,
+                 "generation": generation}
         if not self.store.create_exclusive(join(LEASE_FOLDER, f"{generation:08d}.json"),
                                            json.dumps(entry, sort_keys=True).encode()):
             if self._holder(generation).get("token") != self.token:
@@ -128,19 +129,11 @@ class DatasetLease:
         """Whether ``generation``'s holder is known to be gone: a process of this host that is not running, or a
         staging of this process that ended without releasing."""
         holder = self._holder(generation)
-        if not holder or holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
-            return False
-        if holder["pid"] == os.getpid():
+        if holder and holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
             with _LIVE_LOCK:
                 ended = holder.get("token") not in _LIVE_TOKENS
         else:
-            try:
-                os.kill(holder["pid"], 0)
-                ended = False
-            except ProcessLookupError:
-                ended = True
-            except OSError:  # another user's process: alive
-                ended = False
+            ended = holder_process_gone(holder)
         if ended:
             logger.warning("staging at %s: taking over from a staging that ended without releasing (%s)",
                            self.store.url, _describe(holder))

@@ -6,7 +6,7 @@ Layout under ``runs/<run>/lease/``::
                                            timeout_s, token), created exclusively: of two drivers
                                            taking the same generation exactly one creates it
     <generation:08d>-<count:08d>.renewal   the holder's renewal counter: it creates count + 1,
-                                           then deletes count
+                                           then deletes count (each says when, for people)
     <generation:08d>.released              the holder let the run go
 
 Every file is signed under the run key (:func:`~storage._auth.sign_json`), its MAC bound to the
@@ -35,7 +35,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._auth import Refusals, check_key, sign_json, verify_json
@@ -78,6 +79,9 @@ class LeaseView:
         (CHANGELOG.md), whose driver rewrites it at each renewal (None: there is none).
     highest : int
         The highest generation any lease file's *name* shows, verified or not (a taker goes above it).
+    renewed : float or None
+        When that renewal was written, by its holder's wall clock (None: none yet, or written by a sparkdbn
+        that did not say): for people reading it (``sparkdbn status``), never compared by a taker.
     """
 
     generation: int
@@ -85,6 +89,7 @@ class LeaseView:
     released: bool = False
     legacy: str | None = None
     highest: int = 0
+    renewed: float | None = field(default=None, compare=False)
 
     @property
     def free(self) -> bool:
@@ -171,12 +176,16 @@ class LeaseFolder:
         if generation == 0:
             return LeaseView(0, legacy=self._legacy_text(), highest=highest)
         token = holder.get("token")
-        renewal = next((count for count in sorted(renewals.get(generation, []), reverse=True)
-                        if self._verifies(self._renewal_path(generation, count), _RENEWAL_PURPOSE, token, generation,
-                                          count)), -1)
-        is_released = generation in released and self._verifies(self._released_path(generation), _RELEASE_PURPOSE,
-                                                                 token, generation)
-        return LeaseView(generation, renewal, is_released, None, highest)
+        renewal, renewed = -1, None
+        for count in sorted(renewals.get(generation, []), reverse=True):
+            entry = self._verified(self._renewal_path(generation, count), _RENEWAL_PURPOSE, token, generation, count)
+            if entry is not None:
+                renewal, renewed = count, entry.get("time")
+                break
+        is_released = generation in released and self._verified(self._released_path(generation), _RELEASE_PURPOSE,
+                                                                 token, generation) is not None
+        return LeaseView(generation, renewal, is_released, None, highest,
+                         float(renewed) if isinstance(renewed, (int, float)) else None)
 
     def _legacy_text(self) -> str | None:
         try:
@@ -187,23 +196,23 @@ class LeaseFolder:
             return f"unreadable: {error}"
         return legacy.decode("utf-8", "replace")
 
-    def _verifies(self, path: str, purpose: str, token: Any, *context: int) -> bool:
-        """Whether the renewal or release at ``path`` is signed for this run, ``context`` and holder ``token``."""
+    def _verified(self, path: str, purpose: str, token: Any, *context: int) -> dict[str, Any] | None:
+        """The renewal or release at ``path`` where it is signed for this run, ``context`` and holder ``token``."""
         try:
             value = verify_json(self._key, self.store.read_bytes(path, max_bytes=HOLDER_MAX_BYTES), purpose, self.run,
                                 *context, where=f"{self.store.url}/{path}")
         except StoreNotFoundError:
-            return False  # a renewal its holder deleted after the listing: an older one is current
+            return None  # a renewal its holder deleted after the listing: an older one is current
         except StoreUnavailableError:  # an outage, not a bad file: nothing is concluded from it
             raise
         except (AuthenticationError, StoreError) as error:
             self._refusals.refuse("lease_files", path, self.folder, f"{error}; it is ignored")
-            return False
+            return None
         if not isinstance(value, dict) or value.get("token") != token:
             self._refusals.refuse("lease_files", path, self.folder,
                                   f"{self.store.url}/{path} names another holder than its generation's; it is ignored")
-            return False
-        return True
+            return None
+        return value
 
     def holder(self, generation: int, *, cached: bool = True) -> dict[str, Any] | None:
         """The verified entry of ``generation``'s holder; None when there is none, ``{}`` when it does not verify.
@@ -270,7 +279,8 @@ class LeaseFolder:
 
     def renew(self, generation: int, count: int, token: str) -> None:
         """Advance ``generation``'s renewal counter to ``count`` (create it, then delete ``count - 1``)."""
-        data = sign_json(self._key, {"token": token}, _RENEWAL_PURPOSE, self.run, int(generation), int(count))
+        data = sign_json(self._key, {"token": token, "time": time.time()}, _RENEWAL_PURPOSE, self.run, int(generation),
+                         int(count))
         self.store.create_exclusive(self._renewal_path(generation, count), data)  # False: a retry that had landed
         if count > 0:
             self.store.delete(self._renewal_path(generation, count - 1))

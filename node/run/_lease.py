@@ -13,7 +13,9 @@ a fit that finds the run held watches the holder's renewal counter.  If it advan
 is alive and the fit is refused (:class:`LeaseHeldError`, naming the holder) -- within about a
 quarter of the timeout, the holder's renewal interval.  If it stays unchanged for ``timeout_s``
 (or the holder's own, when that is longer: it renews at its own pace), the holder is gone (killed,
-or cut off) and the fit takes the run over, with a log line.  A released lease is taken at once.
+or cut off) and the fit takes the run over, with a log line.  A released lease is taken at once, and
+so is one whose holder is a process of this host that no longer runs (SIGKILL, a crash:
+:func:`storage.holder_process_gone`).
 
 The holder renews every quarter of the timeout from a daemon thread; each renewal, and each
 record write (:meth:`DriverLease.check_store`), lists the lease folder: the newest verified
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 import uuid
@@ -111,6 +112,10 @@ class DriverLease:
     def _watch(self, first: storage.LeaseView) -> storage.LeaseView:
         """Watch a held lease on this process's clock; returns the view to take over from when it stays silent."""
         holder = self.folder.holder(first.generation) or {}
+        if first.generation and storage.holder_process_gone(holder):
+            logger.warning("run %s: taking over from driver %s (lease generation %d), a process of this host that "
+                           "no longer runs", self.run, _describe(holder), first.generation)
+            return first
         # The holder renews at its own pace; an unsigned 0.2 lease.json's timeout is not trusted.
         timeout_s = max(self.timeout_s, _seconds(holder.get("timeout_s")) if first.generation else 0.0)
         logger.info("run %s is held by driver %s (lease generation %d); watching its renewals for up to %.0f s "
@@ -186,8 +191,8 @@ class DriverLease:
 
     # ------------------------------------------------------------------ internals
     def _entry(self) -> dict[str, Any]:
-        return {"token": self.token, "fit": self.fit_id, "host": socket.gethostname(), "pid": os.getpid(),
-                "started": time.time(), "timeout_s": self.timeout_s}
+        return {"token": self.token, "fit": self.fit_id, **storage.process_identity(), "started": time.time(),
+                "timeout_s": self.timeout_s}
 
     def _renew(self) -> None:
         self.folder.renew(self.generation, self._count + 1, self.token)

@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RunView:
-    """One run's store handles, its newest record and its newest "done" record.
+    """One run's store handles, its newest record and its newest "done" record, and its lease folder.
 
     ``record`` is None for a run without one yet; ``done_record`` is None for a run never finished,
     and is ``record`` itself when the newest record says done.
@@ -50,6 +50,7 @@ class RunView:
     weights: storage.WeightStore
     record: dict | None
     done_record: dict | None = None
+    lease: storage.LeaseFolder | None = None
 
 
 def open_run(store_url: str, run: str, *, key: bytes | None = None, key_file: str | None = None,
@@ -81,7 +82,7 @@ def open_run(store_url: str, run: str, *, key: bytes | None = None, key_file: st
         raise TrainingError(f"run {run!r} cannot be read with this key: {error}") from error
     except storage.StoreError as error:
         raise StoreAccessError(f"cannot read run {run!r} from the store {store_url!r}: {error}") from error
-    return RunView(run, store_url, store, runs, weights, record, done)
+    return RunView(run, store_url, store, runs, weights, record, done, storage.LeaseFolder(store, run, run_key))
 
 
 def newer_fit_note(view: RunView) -> str | None:

@@ -1,7 +1,8 @@
 """``sparkdbn status --run ID``: where a run stands, in one screen, from what the store holds.
 
 Reads the signed run record (phases, epochs done, validation figures, early stopping, status,
-where each node computed) and the peer registry (nodes, when each was last seen); nothing is written.
+where each node computed), the run's lease (does the driver of a "running" record still hold the run?)
+and the peer registry (nodes, when each was last seen); nothing is written.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import storage
+
 from ..run import open_run
 
-__all__ = ["run_status", "format_status", "device_text", "device_label"]
+__all__ = ["run_status", "driver_state", "format_status", "device_text", "device_label"]
 
 
 def run_status(store_url: str, run: str, *, key: bytes | None = None) -> str:
@@ -25,19 +28,62 @@ def run_status(store_url: str, run: str, *, key: bytes | None = None) -> str:
         As :func:`node.open_run`.
     """
     view = open_run(store_url, run, key=key)
-    return format_status(run, view.record or {}, view.runs.list_peers(), now=time.time(), done_record=view.done_record)
+    record, now = view.record or {}, time.time()
+    driver = driver_state(view.lease.view(), view.lease, now) if record.get("status") == "running" else None
+    return format_status(run, record, view.runs.list_peers(), now=now, done_record=view.done_record, driver=driver)
+
+
+def driver_state(lease: storage.LeaseView, folder: storage.LeaseFolder, now: float) -> tuple[bool, str] | None:
+    """Whether the driver of a run whose record says "running" still holds it, and a line saying so, from the run's
+    lease: released, its process gone (a driver of this host), or its lease not renewed for twice its timeout by
+    the two hosts' clocks (``now``: this host's).  None where the lease shows no holder.
+
+    Parameters
+    ----------
+    lease : storage.LeaseView
+        One look at the run's lease folder.
+    folder : storage.LeaseFolder
+        That folder, for the holder's entry.
+    now : float
+        This host's wall clock.
+    """
+    if not lease.generation:
+        return None
+    holder = folder.holder(lease.generation) or {}
+    who = f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}"
+    timeout_s = float(holder.get("timeout_s") or 60.0)
+    takes = f"the next fit of the run takes it over after watching its lease for {timeout_s:.0f} s and resumes it"
+    if lease.released:
+        return False, f"not running: its driver ({who}) released the run without marking its record"
+    if storage.holder_process_gone(holder):
+        return False, (f"not running: its driver ({who}) no longer runs (killed); the next fit of the run takes it "
+                       "over at once and resumes it")
+    renewed = lease.renewed if lease.renewed is not None else holder.get("started")
+    if not isinstance(renewed, (int, float)):
+        return True, f"driver: {who}"
+    silent_s = now - float(renewed)
+    if silent_s > 2 * timeout_s:
+        return False, (f"probably not running: its driver ({who}) last renewed its lease {_age(silent_s)} ago by the "
+                       f"two hosts' clocks (it renews every {timeout_s / 4:.0f} s); {takes}")
+    return True, f"driver: {who}, lease renewed {_age(silent_s)} ago"
 
 
 def format_status(run: str, record: dict[str, Any], peers: dict[str, dict], *, now: float,
-                  done_record: dict[str, Any] | None = None) -> str:
+                  done_record: dict[str, Any] | None = None, driver: tuple[bool, str] | None = None) -> str:
     """Lines: the run and its status, what it trains on, one per phase, the validation set, one per node.
 
     When the newest record is not "done" but an earlier fit of the run finished (``done_record``),
     a line says that its model is the one served, and the status line says what the newer fit does.
+    ``driver`` (:func:`driver_state`) says whether the driver of a "running" record still holds the run;
+    where it does not, the status says so and no node is shown alive.
     """
     status = record.get("status", "no record yet")
     newer = done_record is not None and status != "done"
-    lines = [f"run {run}: {'newer fit ' if newer else ''}{status}" + _ages(record, now)]
+    stopped = driver is not None and not driver[0]
+    shown = "stopped without finishing (its record says running)" if stopped else status
+    lines = [f"run {run}: {'newer fit ' if newer else ''}{shown}" + _ages(record, now)]
+    if driver is not None:
+        lines.append(f"  {driver[1]}")
     if record.get("error"):
         lines.append(f"  error: {str(record['error'])[:300]}")
     if newer:
@@ -59,7 +105,8 @@ def format_status(run: str, record: dict[str, Any], peers: dict[str, dict], *, n
         entry = peers.get(node) or {}
         seen = entry.get("last_seen")
         when = "never" if seen is None else f"{_age(now - float(seen))} ago"
-        lines.append(f"  {node}  {entry.get('status', '?'):<5}  last seen {when}  host {entry.get('host', '?')}"
+        state = "gone" if stopped and entry.get("status") == "alive" else entry.get("status", "?")
+        lines.append(f"  {node}  {state:<5}  last seen {when}  host {entry.get('host', '?')}"
                      f"  pid {entry.get('pid', '?')}" + (f"  python {entry['python']}" if entry.get("python") else ""))
         if node in devices:
             lines.append(f"    device: {device_text(devices[node])}")

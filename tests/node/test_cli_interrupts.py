@@ -74,37 +74,67 @@ def test_sigterm_is_one_line_and_exit_status_143(tmp_path):
     assert err.strip() == "sparkdbn train: terminated (SIGTERM)" and out == ""
 
 
+def train_until_an_epoch_is_recorded(store_url: str, run: str, attempt: int = 1) -> subprocess.Popen:
+    """``sparkdbn train`` of ``run`` (far more epochs than it gets), once the record of its ``attempt``-th fit
+    counts an epoch."""
+    import node
+
+    process = subprocess.Popen([sys.executable, "-m", "node.cli", "train", "--store", store_url, "--run-id", run,
+                                "--epochs", "200", "--no-report", "--no-progress", "--master", "local[2]"],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 4 * SETTLE_S
+    while time.monotonic() < deadline and process.poll() is None:
+        record = None
+        if storage_has_run(store_url, run):
+            record = node.open_run(store_url, run).record
+        if (record and record["status"] == "running" and record["attempts"] == attempt
+                and any(step["epochs_done"] for step in record["steps"].values())):
+            return process
+        time.sleep(0.5)  # another process's files: nothing to wait on
+    process.kill()
+    pytest.fail(f"no epoch recorded: {process.communicate()[1][-3000:]}")
+
+
+def storage_has_run(store_url: str, run: str) -> bool:
+    return os.path.isdir(os.path.join(store_url[len("file://"):], "runs", run))
+
+
 @pytest.mark.slow
-def test_sigterm_during_training_fails_the_run_record_and_releases_the_lease(tmp_path):
+def test_a_killed_driver_shows_as_stopped_and_sigterm_fails_the_record_and_releases_the_lease(tmp_path, capsys):
+    # SIGKILL: `status` said "running", every node "alive", for as long as one cared to look, and the next
+    # fit waited out the lease timeout (60 s) though the driver's process was gone from this host.
     import node
     import storage
 
     store_url = "file://" + str(tmp_path / "store")
-    process = subprocess.Popen([sys.executable, "-m", "node.cli", "train", "--store", store_url, "--run-id", "mine",
-                                "--epochs", "200", "--no-report", "--no-progress", "--master", "local[2]"],
-                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = train_until_an_epoch_is_recorded(store_url, "mine")
+    process.kill()
+    process.communicate(timeout=SETTLE_S)
+    assert main(["status", "--store", store_url, "--run", "mine"]) == 0
+    screen = capsys.readouterr().out.splitlines()
+    assert screen[0].startswith("run mine: stopped without finishing (its record says running)"), screen
+    assert screen[1] == (f"  not running: its driver (host {os.uname().nodename}, pid {process.pid}) no longer runs "
+                         "(killed); the next fit of the run takes it over at once and resumes it")
+    nodes = screen[screen.index(next(line for line in screen if line.startswith("nodes ("))) + 1:]
+    assert nodes and not any("alive" in line for line in nodes), screen
+
+    # SIGTERM, in the fit that took the run over: handled as Ctrl-C.
+    process = train_until_an_epoch_is_recorded(store_url, "mine", attempt=2)
     try:
-        deadline = time.monotonic() + 4 * SETTLE_S
-        while time.monotonic() < deadline and process.poll() is None:  # until an epoch is recorded
-            record = None
-            if (tmp_path / "store" / "runs" / "mine").exists():
-                record = node.open_run(store_url, "mine").record
-            if record and any(step["epochs_done"] for step in record["steps"].values()):
-                break
-            time.sleep(0.5)
-        assert process.poll() is None, process.communicate()[1][-3000:]
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=2 * SETTLE_S)
     finally:
         if process.poll() is None:
             process.kill()
-            process.wait()
+            process.communicate()
     assert process.returncode == 143, err[-3000:]
     assert err.strip().splitlines()[-1] == ("sparkdbn train: terminated (SIGTERM); run the same command again to "
                                             "resume run mine")
     key = node.resolve_run_key("mine", store_url, create=False).key
     assert node.open_run(store_url, "mine").record["status"] == "failed"
     assert storage.LeaseFolder(storage.open_store(store_url), "mine", key).view().released
+    assert main(["status", "--store", store_url, "--run", "mine"]) == 0
+    assert capsys.readouterr().out.startswith("run mine: failed")
 
 
 def main_interrupted(args: list[str]) -> int:

@@ -7,6 +7,7 @@ No Spark here: :class:`node.run.DriverLease` on a store, in this process and in 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -111,6 +112,34 @@ def test_a_silent_lease_is_taken_over_only_after_it_stayed_unchanged_for_the_tim
         dead.check_store()
 
 
+def test_a_holder_of_this_host_whose_process_is_gone_is_taken_over_at_once_in_its_own_pid_namespace_only(
+        tmp_path, started, caplog):
+    # A driver killed with SIGKILL kept its run for the lease timeout (60 s by default) though the next fit,
+    # on the same host, could see that its process no longer ran.
+    store_url = "file://" + str(tmp_path / "store")
+    store = storage.open_store(store_url)
+    holder = lease_process({"store_url": store_url, "timeout_s": TIMEOUT_S, "run": "killed", "mode": "hold"})
+    started.append(holder)
+    assert first_line(holder)["held"] == 1
+    holder.kill()
+    holder.wait(timeout=30)
+    with caplog.at_level(logging.WARNING, logger="node.run._lease"):
+        with DriverLease(store, "killed", KEY, REFUSED_TAKER_TIMEOUT_S) as taker:
+            assert taker.generation == 2
+    assert "a process of this host that no longer runs" in caplog.text and "did not change for" not in caplog.text
+
+    # The same host name and a pid that does not run here, in another pid namespace (a container sharing the
+    # host's name): not known to be gone, so watched for the timeout.
+    caplog.clear()
+    entry = {**storage.process_identity(), "token": "t", "fit": "f", "pid": holder.pid, "pid_namespace": "pid:[1]",
+             "started": time.time(), "timeout_s": TIMEOUT_S}
+    assert storage.LeaseFolder(store, "elsewhere", KEY).take(1, entry)
+    with caplog.at_level(logging.WARNING, logger="node.run._lease"):
+        with DriverLease(store, "elsewhere", KEY, TIMEOUT_S) as taker:
+            assert taker.generation == 2
+    assert "did not change for" in caplog.text and "no longer runs" not in caplog.text
+
+
 def test_a_taker_with_a_shorter_timeout_than_the_holders_watches_for_the_holders_own(store_url):
     store = storage.open_store(store_url)
     with DriverLease(store, "r1", KEY, 1.6):  # renewed every 0.4 s
@@ -195,8 +224,8 @@ def test_a_wall_clock_far_ahead_on_either_side_never_lets_a_renewed_lease_be_tak
     for _ in range(3):  # the taker in this process, its wall clock two hours off the holder's, either way
         with pytest.raises(node.LeaseHeldError, match="renewed its lease while this fit watched"):
             DriverLease(store, "skewed", KEY, REFUSED_TAKER_TIMEOUT_S).acquire()
-    holder.send_signal(signal.SIGKILL)  # now it is gone: its lease goes silent and is taken over after the timeout,
-    holder.wait(timeout=30)  # a holder's clock ahead notwithstanding
+    holder.send_signal(signal.SIGKILL)  # now it is gone: its lease goes silent and is taken over (at once: its
+    holder.wait(timeout=30)  # process of this host no longer runs), a holder's clock ahead notwithstanding
     monkeypatch.setattr(time, "time", lambda: real_time() + (hour_s if ahead == "taker" else 0.0))
     with DriverLease(store, "skewed", KEY, TIMEOUT_S) as taker:
         assert taker.generation == 2
