@@ -118,8 +118,9 @@ class DriverLease:
             return first
         # The holder renews at its own pace; an unsigned 0.2 lease.json's timeout is not trusted.
         timeout_s = max(self.timeout_s, _seconds(holder.get("timeout_s")) if first.generation else 0.0)
-        logger.info("run %s is held by driver %s (lease generation %d); watching its renewals for up to %.0f s "
-                    "before taking the run over", self.run, _describe(holder), first.generation, timeout_s)
+        # A warning: the command line shows it, or a fit would wait the timeout saying nothing.
+        logger.warning("run %s is held by driver %s (lease generation %d); watching its renewals for up to %.0f s "
+                       "before taking the run over", self.run, _describe(holder), first.generation, timeout_s)
         poll_s = min(MAX_WATCH_POLL_S, self.timeout_s / 8.0)
         silent_since = time.monotonic()
         while True:
