@@ -35,6 +35,14 @@ def test_stage_dataset_explains_bad_input_and_fails(tmp_path):
     csv = tmp_path / "in.csv"
     csv.write_text("a,b\n1,2\n")
     result = _run(str(csv), str(tmp_path / "out"))
-    assert result.returncode == 1
-    assert "no label column 'label'" in result.stderr
+    assert result.returncode == 2  # as `sparkdbn stage` says a refusal (it was 1)
+    assert result.stderr.startswith("stage-dataset: ") and "no label column 'label'" in result.stderr
+    assert result.stderr.count("\n") == 1
     assert _run("no-such-source", str(tmp_path / "out")).returncode == 2
+    assert _run(str(csv), "hdfs:/no-namenode", "--label-col", "b").stderr == (
+        "stage-dataset: 'hdfs:/no-namenode' names no namenode; write hdfs://host:port/path\n")
+
+    # A dataset staged before: replaced only with --overwrite, which the refusal names (as sparkdbn stage's).
+    assert _run(str(csv), str(tmp_path / "out"), "--label-col", "b").returncode == 0
+    again = _run(str(csv), str(tmp_path / "out"), "--label-col", "b")
+    assert again.returncode == 2 and "pass --overwrite to replace a dataset staged there before" in again.stderr
