@@ -204,7 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     that does not answer) print one line ``sparkdbn <command>: <what is wrong>`` and return 2.
     Ctrl-C prints one line (``train``: how to resume the run) and returns 130; SIGTERM is handled as Ctrl-C
     is (the run record says "failed", the lease is released) and returns 143.  A reader that leaves early
-    (``sparkdbn status --run ID | head -1``) ends the command quietly, with status 1.
+    (``sparkdbn status --run ID | head -1``) ends the command quietly, with status 1 where it still had lines
+    to write.
 
     Parameters
     ----------

@@ -245,6 +245,8 @@ class TrainingSettings:
         """Raise ``ValueError`` naming the first bad setting."""
         self._validate_numbers()
         check_mode(self.mode)  # the registry knows the modes
+        if self.run_id is not None and not str(self.run_id).strip():  # not a new id made silently
+            raise ValueError(f"run_id {self.run_id!r} is empty: give a run id, or leave it out for a new one")
         if self.scale_rule not in SCALE_RULES:
             raise ValueError(f"scale_rule must be one of {', '.join(SCALE_RULES)}, got {self.scale_rule!r}")
         if self.warmup_partitions is not None and self.warmup_partitions < 0:

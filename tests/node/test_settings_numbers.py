@@ -35,3 +35,17 @@ def test_per_phase_epochs_fractions_and_booleans_are_refused_naming_the_field(se
 def test_numpy_numbers_and_integers_for_float_settings_are_numbers():
     TrainingSettings(epochs={"rbm0": np.int64(2)}, partitions=np.int32(4), merge_alpha=1, lease_timeout_s=np.float32(3),
                      seed=np.uint8(7)).validate()
+
+
+@pytest.mark.parametrize("run_id", ["", "  "])
+def test_an_empty_run_id_is_refused_not_replaced_by_a_new_one(run_id, tmp_path, capsys):
+    # `--run-id ''` (an unset shell variable) trained a run under a new generated id, saying nothing.
+    from node import cli
+
+    with pytest.raises(ValueError, match=rf"^run_id {run_id!r} is empty: give a run id, or leave it out"):
+        TrainingSettings(run_id=run_id).validate()
+    assert cli.main(["train", "--store", str(tmp_path / "store"), "--run-id", run_id, "--no-report"]) == 2
+    assert capsys.readouterr().err == (f"sparkdbn train: training settings: run_id {run_id!r} is empty: give a run id, "
+                                       "or leave it out for a new one\n")
+    assert not (tmp_path / "store").exists()
+    TrainingSettings(run_id="r").validate()
