@@ -23,6 +23,9 @@ import pyarrow as pa
 from storage import (DatasetError, check_split_destination, check_stage_destination, local_path, open_store, read_idx,
                      stage_arrays)
 
+from .._errors import InputDataError
+from ._frames import features_from_arrow
+
 __all__ = ["INPUT_FORMATS", "input_format", "stage_input", "apply_scaling", "minmax_scaling"]
 
 logger = logging.getLogger(__name__)
@@ -78,6 +81,16 @@ def _from_table(table: pa.Table, source: str, label_col: str | None,
         raise DatasetError(f"{source} has no feature column {missing[0]!r} (--features-cols)")
     if not features:
         raise DatasetError(f"{source} has no feature columns besides the label {label_col!r}")
+    arrays = [name for name in features if _is_array_column(table.column(name).type)]
+    if arrays and len(features) > 1:
+        raise DatasetError(f"{source}: feature column {arrays[0]!r} holds arrays, and there are other feature columns "
+                           f"({', '.join(name for name in features if name != arrays[0])[:200]}): a column of arrays "
+                           "or vectors is the features alone; name it with --features-cols")
+    if arrays:  # one column of arrays or Spark vectors (as predict and Spark take them): no column names
+        try:
+            return features_from_arrow(table.column(arrays[0]), name=arrays[0]), _labels(table, source, label_col), None
+        except InputDataError as error:
+            raise DatasetError(f"{source}: {error}") from error
     X = np.empty((table.num_rows, len(features)), dtype=np.float32)
     for j, name in enumerate(features):
         column = table.column(name)
@@ -86,8 +99,17 @@ def _from_table(table: pa.Table, source: str, label_col: str | None,
         if column.null_count:
             raise DatasetError(f"{source}: feature column {name!r} has {column.null_count} missing value(s)")
         X[:, j] = column.to_numpy()
-    y = _labels_of(table.column(label_col), source, label_col) if label_col is not None else None
-    return X, y, features
+    return X, _labels(table, source, label_col), features
+
+
+def _is_array_column(kind: pa.DataType) -> bool:
+    """An Arrow list of numbers, or the struct a ``pyspark.ml`` Vector is written as."""
+    return (pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+            or (pa.types.is_struct(kind) and {"type", "size", "indices", "values"} <= {field.name for field in kind}))
+
+
+def _labels(table: pa.Table, source: str, label_col: str | None) -> np.ndarray | None:
+    return _labels_of(table.column(label_col), source, label_col) if label_col is not None else None
 
 
 def _labels_of(column: pa.ChunkedArray, source: str, name: str) -> np.ndarray:

@@ -89,3 +89,32 @@ def test_a_csv_staged_trained_and_evaluated_on_its_held_out_split_without_a_data
     again = pq.read_table(str(tmp_path / "again")).to_pandas()
     assert again.set_index(again["features"].map(tuple))["prediction"].to_dict() == \
         predicted.set_index(predicted["features"].map(tuple))["prediction"].to_dict()
+
+
+def test_a_parquet_file_of_a_features_column_of_arrays_is_staged_as_predict_takes_it(tmp_path, capsys):
+    # docs/cli.md's digits-test.parquet (a column of arrays and a label), which predict takes, was refused by
+    # stage: "feature column 'features' is list<element: float>, not numeric".
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rbm.datasets import load_digits01
+
+    split = load_digits01()
+    pd.DataFrame({"features": list(split.X_test), "label": split.y_test}).to_parquet(tmp_path / "digits-test.parquet")
+    url = str(tmp_path / "staged")
+    assert cli.main(["stage", "--input", str(tmp_path / "digits-test.parquet"), "--url", url]) == 0
+    X, y = storage.open_dataset(url).read_all()
+    np.testing.assert_array_equal(X, split.X_test.astype(np.float32))
+    np.testing.assert_array_equal(y, split.y_test)
+    assert storage.open_dataset(url).meta.get("feature_names") is None  # new rows: a features column, as given
+
+    # A column of arrays beside scalar feature columns is refused, naming them.
+    mixed = pa.table({"features": pa.array(list(split.X_test[:5]), type=pa.list_(pa.float32())),
+                      "extra": pa.array(np.arange(5.0)), "label": pa.array(split.y_test[:5])})
+    pq.write_table(mixed, str(tmp_path / "mixed.parquet"))
+    capsys.readouterr()
+    assert cli.main(["stage", "--input", str(tmp_path / "mixed.parquet"), "--url", str(tmp_path / "never")]) == 2
+    assert "feature column 'features' holds arrays, and there are other feature columns (extra)" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "never").exists()
