@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import scipy.sparse
 from pyspark import RDD
 from pyspark.sql import SparkSession
 from sklearn.utils.validation import column_or_1d
@@ -154,7 +155,12 @@ def array_inputs(data: Any, y: Any) -> tuple[Any, Any]:
     """``(data, y)`` with array-like training data (a list, a pandas DataFrame: anything scikit-learn takes as
     ``X``) as a numpy array, and ``y`` as a numpy array: a column vector ``(n, 1)`` raveled with
     scikit-learn's warning, strings held as objects (a pandas column) as strings. Spark data, dataset
-    URLs and what no path takes, as they are."""
+    URLs and what no path takes, as they are.  A scipy sparse matrix (which the models take alone) is made
+    dense: the driver splits it into numpy partitions, which the nodes train on."""
+    if scipy.sparse.issparse(data):
+        logger.info("X is a scipy sparse matrix %s: trained on as a dense array (%.1f MiB)", data.shape,
+                    data.shape[0] * data.shape[1] * 4 / 2**20)
+        data = data.toarray()
     if not isinstance(data, np.ndarray) and (isinstance(data, (list, tuple)) or hasattr(data, "__array__")):
         try:
             data = np.asarray(data)

@@ -101,6 +101,17 @@ def test_a_pandas_frame_and_a_column_of_string_labels_are_taken_as_scikit_learn_
     assert np.array_equal(np.concatenate([y_part for *_rest, y_part in prepared.held]), names.to_numpy().astype(str))
 
 
+def test_a_scipy_sparse_matrix_is_taken_as_the_models_take_it(spark):
+    # The RBM fits a scipy sparse matrix; Trainer.fit refused one: "unsupported training data of type csr_matrix".
+    import scipy.sparse as sp
+
+    X, y = numbered_rows(rows=40)
+    X[X < 0.5] = 0.0
+    prepared = prepare_training_data(spark, sp.csr_matrix(X), y, DataOptions(partitions=2, shuffle_seed=None))
+    assert prepared.n_samples == 40 and prepared.feature_shape == (6,)
+    np.testing.assert_array_equal(np.concatenate([X_part for _index, X_part, _y in prepared.held]), X)
+
+
 def test_numpy_rows_with_nan_or_too_many_labels_are_refused_naming_where(spark):
     X, y = numbered_rows(rows=40)
     X[31, 2] = np.nan
