@@ -3,11 +3,13 @@
 :func:`prepare_fit_data` holds the validation rows out, cuts the rest into checked
 partitions -- as many as the settings name, else as many as the training mode asks for these rows
 and nodes (:func:`fit_partitions`) -- and sizes the model for them, refusing here, with the data's
-own words, whatever an executor's replica would refuse later.
+own words, whatever an executor's replica would refuse later, and warns where most partitions hold less
+than a minibatch (:func:`small_partitions_warning`).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -23,7 +25,9 @@ from ..watch import ValidationSet, hold_out_validation
 from ._settings import TrainingSettings
 from ._timings import FitTimings
 
-__all__ = ["fit_partitions", "model_input", "prepare_fit_data"]
+__all__ = ["fit_partitions", "model_input", "prepare_fit_data", "small_partitions_warning"]
+
+logger = logging.getLogger(__name__)
 
 
 def model_input(shape: tuple[int, ...]) -> int | tuple[int, ...]:
@@ -72,7 +76,32 @@ def prepare_fit_data(spark: SparkSession, settings: TrainingSettings, model: Any
     except BaseException:
         prepared.unpersist()
         raise
+    warning = small_partitions_warning(prepared.rows_per_partition, spec.get("batch_size"))
+    if warning:
+        logger.warning("%s", warning)
     return prepared, validation
+
+
+def small_partitions_warning(rows_per_partition: list[int], batch_size: int | None) -> str | None:
+    """What to change when most partitions hold fewer rows than a minibatch, else None: each partition is a
+    Spark task, a merge and a publish, so such an epoch costs many tasks for a few minibatch steps.
+
+    Parameters
+    ----------
+    rows_per_partition : list of int
+        The prepared data's partitions.
+    batch_size : int or None
+        The model's minibatch (None: not said).
+    """
+    filled = [rows for rows in rows_per_partition if rows]
+    if not batch_size or not filled or sorted(filled)[len(filled) // 2] >= batch_size:
+        return None
+    rows = sum(filled)
+    return (f"{len(rows_per_partition)} partitions of {rows} rows hold {sorted(filled)[len(filled) // 2]} rows each "
+            f"(the median), fewer than a minibatch ({batch_size}): each partition is a Spark task, a merge and a "
+            f"publish for less than one minibatch step, so an epoch is slow; use at most "
+            f"{max(1, rows // batch_size)} partitions (partitions=, --partitions), or restage the dataset in fewer "
+            "shards")
 
 
 def _check_model(model: Any, spec: dict, prepared: PreparedData) -> None:

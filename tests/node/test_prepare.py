@@ -145,3 +145,30 @@ def test_a_summary_names_each_columns_first_row_at_its_minimum_and_maximum():
     summary = summarize_block(0, X, None, max_classes=10)
     assert (summary["column_min_row"], summary["column_max_row"]) == ([1, 0], [3, 1])
     assert summary["column_min"] == pytest.approx([0.1, 0.2]) and summary["column_max"] == pytest.approx([0.7, 0.9])
+
+
+def test_partitions_smaller_than_a_minibatch_are_warned_of_before_training(spark, caplog):
+    # --partitions 1000 on 3000 rows trained 1000 tasks an epoch, each less than one minibatch step: slow,
+    # and nothing said why.
+    import logging
+
+    import rbm
+    from node.driver import TrainingSettings
+    from node.driver._fit_data import prepare_fit_data, small_partitions_warning
+
+    assert small_partitions_warning([3] * 1000, 32) == (
+        "1000 partitions of 3000 rows hold 3 rows each (the median), fewer than a minibatch (32): each partition is a "
+        "Spark task, a merge and a publish for less than one minibatch step, so an epoch is slow; use at most 93 "
+        "partitions (partitions=, --partitions), or restage the dataset in fewer shards")
+    assert small_partitions_warning([32] * 10, 32) is None and small_partitions_warning([0, 0, 64], 32) is None
+    assert small_partitions_warning([3] * 10, None) is None
+
+    X, y = numbered_rows(rows=120)
+    model = rbm.DBN(hidden_layer_sizes=(4,), batch_size=32, random_state=0)
+    for partitions, warned in ((40, True), (3, False)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="node.driver._fit_data"):
+            prepared, _ = prepare_fit_data(spark, TrainingSettings(partitions=partitions), model, rbm.model_spec(model),
+                                           X, y, nodes=2, require_labels=True)
+        assert ("fewer than a minibatch (32)" in caplog.text) == warned, partitions
+        prepared.unpersist()
