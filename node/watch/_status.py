@@ -29,24 +29,23 @@ def run_status(store_url: str, run: str, *, key: bytes | None = None) -> str:
     """
     view = open_run(store_url, run, key=key)
     record, now = view.record or {}, time.time()
-    driver = driver_state(view.lease.view(), view.lease, now) if record.get("status") == "running" else None
+    driver = driver_state(view.lease, now) if record.get("status") == "running" else None
     return format_status(run, record, view.runs.list_peers(), now=now, done_record=view.done_record, driver=driver)
 
 
-def driver_state(lease: storage.LeaseView, folder: storage.LeaseFolder, now: float) -> tuple[bool, str] | None:
+def driver_state(folder: storage.LeaseFolder, now: float) -> tuple[bool, str] | None:
     """Whether the driver of a run whose record says "running" still holds it, and a line saying so, from the run's
     lease: released, its process gone (a driver of this host), or its lease not renewed for twice its timeout by
     the two hosts' clocks (``now``: this host's).  None where the lease shows no holder.
 
     Parameters
     ----------
-    lease : storage.LeaseView
-        One look at the run's lease folder.
     folder : storage.LeaseFolder
-        That folder, for the holder's entry.
+        The run's lease folder.
     now : float
         This host's wall clock.
     """
+    lease = folder.view()
     if not lease.generation:
         return None
     holder = folder.holder(lease.generation) or {}

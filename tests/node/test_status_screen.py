@@ -39,22 +39,22 @@ def test_a_running_record_whose_driver_stopped_renewing_elsewhere_shows_as_proba
     from node.watch._status import driver_state
 
     folder = storage.LeaseFolder(storage.open_store(str(tmp_path)), "r", b"status-screen-run-key-of-32-bytes")
-    assert driver_state(folder.view(), folder, now=time.time()) is None  # nobody ever held the run
+    assert driver_state(folder, now=time.time()) is None  # nobody ever held the run
     entry = {"token": "t", "fit": "f", "host": "elsewhere", "pid": 42, "started": time.time(), "timeout_s": 60.0}
     assert folder.take(1, entry)
     folder.renew(1, 0, "t")
     now = time.time()
-    assert driver_state(folder.view(), folder, now=now + 10) == (True, "driver: host elsewhere, pid 42, lease renewed "
+    assert driver_state(folder, now=now + 10) == (True, "driver: host elsewhere, pid 42, lease renewed "
                                                                        "10s ago")
-    assert driver_state(folder.view(), folder, now=now + 119)[0]  # within twice the timeout: clocks may differ
-    assert driver_state(folder.view(), folder, now=now + 600) == (
+    assert driver_state(folder, now=now + 119)[0]  # within twice the timeout: clocks may differ
+    assert driver_state(folder, now=now + 600) == (
         False, "probably not running: its driver (host elsewhere, pid 42) last renewed its lease 10min ago by the two "
                "hosts' clocks (it renews every 15 s); the next fit of the run takes it over after watching its lease "
                "for 60 s and resumes it")
     lines = format_status("r", {"status": "running"}, {"n1": {"status": "alive", "host": "elsewhere", "pid": 43}},
-                          now=now + 600, driver=driver_state(folder.view(), folder, now=now + 600)).splitlines()
+                          now=now + 600, driver=driver_state(folder, now=now + 600)).splitlines()
     assert lines[0] == "run r: stopped without finishing (its record says running)"
     assert lines[-1].startswith("  n1  gone ")
     folder.release(1, 0, "t")
-    assert driver_state(folder.view(), folder, now=now) == (
+    assert driver_state(folder, now=now) == (
         False, "not running: its driver (host elsewhere, pid 42) released the run without marking its record")
