@@ -96,7 +96,8 @@ def check_same_scaling(flag: str, url: str, meta: dict, trained: TrainedOn) -> N
     otherwise than the run's training data ``trained`` were: the model would meet features on another scale."""
     if meta.get("scaling") != trained.scaling:
         what = trained.url or "(arrays of its own, not a staged dataset)"
-        raise UsageError(f"{flag} {url} holds features {_scaling_difference(meta.get('scaling'), trained.scaling, what)}"
+        difference = _scaling_difference(meta.get("scaling"), trained.scaling, what)
+        raise UsageError(f"{flag} {url} holds features {difference}"
                          ": the model would meet features on another scale than it learned. Give the raw rows as "
                          "--input (a Parquet file with a features column), which is scaled as the run's dataset was, "
                          "or stage them with the run's dataset (sparkdbn stage --input ... --test-fraction)")

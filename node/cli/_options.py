@@ -21,8 +21,8 @@ from rbm import read_config
 
 from ..driver import TrainingSettings
 
-__all__ = ["UsageError", "Interrupted", "Terminated", "is_interrupt", "interrupt_word", "OneLineParser", "load_config", "check_keys", "parse_spark_conf",
-           "closest"]
+__all__ = ["UsageError", "Interrupted", "Terminated", "is_interrupt", "interrupt_word", "OneLineParser", "load_config",
+           "check_keys", "parse_spark_conf", "closest"]
 
 #: Keys of a config file that are not flags of the command.
 CONFIG_SECTIONS = ("settings", "spark_conf")

@@ -108,7 +108,8 @@ def test_a_first_staging_killed_mid_way_is_completed_by_the_same_command(tmp_pat
               "the training meta": train[-1]}
     assert writes[train[-1] - 1][1] == "_meta.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hook), str(ROOT)]))
-    expected = {split: storage.open_dataset(str(tmp_path / "counting") + split).read_all()[0] for split in ("", "/test")}
+    counted = str(tmp_path / "counting")
+    expected = {split: storage.open_dataset(counted + split).read_all()[0] for split in ("", "/test")}
     for where, kill_at in points.items():
         url = str(tmp_path / f"d-{kill_at}")
         command = ["stage", "--recipe", "digits", "--url", url, "--shards", "3"]
