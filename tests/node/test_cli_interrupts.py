@@ -42,36 +42,23 @@ def open_writer_once_read(fifo: Path, process: subprocess.Popen) -> int:
     pytest.fail(f"the command never read {fifo}: {process.poll()=}")
 
 
-def test_ctrl_c_is_one_line_and_exit_status_130(tmp_path):
-    # Ctrl-C during `sparkdbn train` printed PySpark's KeyboardInterrupt traceback, some 90 lines.
+@pytest.mark.parametrize("sent, status, said", [(signal.SIGINT, 130, "interrupted"),
+                                                (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_ctrl_c_or_sigterm_is_one_line_and_its_exit_status(tmp_path, sent, status, said):
+    # Ctrl-C during `sparkdbn train` printed PySpark's KeyboardInterrupt traceback, some 90 lines; `kill PID`
+    # (SIGTERM) ended it at once with no line, a fit killed so leaving its record "running" and its lease held.
     # The command waits reading its --config, a pipe nobody writes to, when it is interrupted.
     fifo = tmp_path / "job.yaml"
     os.mkfifo(fifo)
     process = start_sparkdbn("train", "--store", str(tmp_path / "store"), "--config", str(fifo), cwd=tmp_path)
     writer = open_writer_once_read(fifo, process)
     try:
-        process.send_signal(signal.SIGINT)
+        process.send_signal(sent)
         out, err = process.communicate(timeout=SETTLE_S)
     finally:
         os.close(writer)
-    assert process.returncode == 130, err
-    assert err.strip() == "sparkdbn train: interrupted" and out == ""
-
-
-def test_sigterm_is_one_line_and_exit_status_143(tmp_path):
-    # `kill PID` (SIGTERM) ended the command at once, with no line; a fit killed so left its record "running"
-    # and its lease held (the next fit waited out the lease timeout).
-    fifo = tmp_path / "job.yaml"
-    os.mkfifo(fifo)
-    process = start_sparkdbn("train", "--store", str(tmp_path / "store"), "--config", str(fifo), cwd=tmp_path)
-    writer = open_writer_once_read(fifo, process)
-    try:
-        process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=SETTLE_S)
-    finally:
-        os.close(writer)
-    assert process.returncode == 143, err
-    assert err.strip() == "sparkdbn train: terminated (SIGTERM)" and out == ""
+    assert process.returncode == status, err
+    assert err.strip() == f"sparkdbn train: {said}" and out == ""
 
 
 def train_until_an_epoch_is_recorded(store_url: str, run: str, attempt: int = 1) -> subprocess.Popen:
