@@ -167,6 +167,15 @@ def output_dtype(X: Any) -> np.dtype:
     return np.dtype(np.float32) if dtype == np.float32 else np.dtype(np.float64)
 
 
+def probabilities_as(probabilities: np.ndarray, dtype: Any) -> np.ndarray:
+    """Host probabilities (rows summing to 1 in their own precision) as ``dtype``, each row summing to 1 in it:
+    float32 rows cast to float64 sum to 1 within 1e-7 only, which scikit-learn's log-loss warns of."""
+    cast = np.asarray(probabilities).astype(dtype, copy=False)
+    if cast.dtype.itemsize > np.asarray(probabilities).dtype.itemsize:
+        cast /= cast.sum(axis=1, keepdims=True)
+    return cast
+
+
 def check_labels(y: Any, n_samples: int, n_classes: int | None = None, *, name: str = "y") -> np.ndarray:
     """Validate integer class indices ``0 .. n_classes - 1`` and return them as int64.
 

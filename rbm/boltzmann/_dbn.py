@@ -20,7 +20,7 @@ from numbers import Integral
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import Tags
 from sklearn.utils.validation import validate_data
@@ -31,7 +31,7 @@ from .._gpu import check_precision, effective_precision
 from .._model import print_iteration, register_model
 from .._params import check_integer, check_number
 from .._updaters import Updater, anneal_factor, make_updater
-from .._validation import check_features, check_finite_parameters, check_width, output_dtype
+from .._validation import check_features, check_finite_parameters, check_width, output_dtype, probabilities_as
 from ..datasets import train_test_indices
 from . import _cd, _finetune
 from ._dbn_seam import DBNSeam
@@ -51,7 +51,8 @@ PRETRAIN_LAYER_DEFAULTS = {"persistent": False, "momentum": 0.5, "final_momentum
 
 
 @register_model("dbn")
-class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEstimator):
+class DBN(DBNSeam, NamespacePickling, ClassifierMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
+          BaseEstimator):
     """Deep belief net classifier: stacked RBMs, pretrained greedily, fine-tuned by backprop.
 
     The fine-tuning defaults (100 epochs of SGD with momentum at 0.1, decaying as
@@ -514,12 +515,17 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, TransformerMixin, BaseEst
         """Class probabilities, shape (n_samples, n_classes), columns ordered as ``classes_``."""
         self._require(classes=True)
         probabilities = _finetune.softmax_(self._logits(to_device(self._check_X(X, training=False), self._xp)))
-        return to_host(probabilities).astype(output_dtype(X), copy=False)
+        return probabilities_as(to_host(probabilities), output_dtype(X))
 
     def predict(self, X: Any) -> np.ndarray:
         """Most probable class label of each row, shape (n_samples,)."""
         self._require(classes=True)
         return self.classes_[self._predict_index(to_device(self._check_X(X, training=False), self._xp))]
+
+    @property
+    def _n_features_out(self) -> int:  # get_feature_names_out: dbn0 .. dbn<k-1>, and so set_output
+        layers = getattr(self, "layers_", None)
+        return int(layers[-1].n_components) if layers else int(self.hidden_layer_sizes[-1])
 
     def transform(self, X: Any) -> np.ndarray:
         """Top hidden layer probabilities, shape (n_samples, hidden_layer_sizes[-1])."""

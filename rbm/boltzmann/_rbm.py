@@ -337,6 +337,9 @@ class RBM(RBMInference, RBMSeam, NamespacePickling, ClassNamePrefixFeaturesOutMi
     def _n_features_out(self) -> int:
         return int(self.n_components)
 
+    # Defined here, not only on RBMInference: scikit-learn's set_output wraps a class's own methods only.
+    transform = RBMInference.transform
+
     # ------------------------------------------------------------------ training
     def fit(self, X: Any, y: Any = None) -> "RBM":
         """Train from scratch for ``n_iter`` passes over ``X`` (n_samples, n_features).

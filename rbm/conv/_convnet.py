@@ -29,7 +29,7 @@ from .._gpu import check_precision, effective_precision, fused_ops
 from .._model import print_iteration, register_model
 from .._params import check_integer, check_number
 from .._updaters import Updater, make_updater
-from .._validation import DivergenceError, check_features, check_finite_parameters
+from .._validation import DivergenceError, check_features, check_finite_parameters, probabilities_as
 from ._convnet_seam import ConvNetSeam
 from ._layers import Conv2D, Dense, Dropout, Layer, build_layer
 from ._ops import softmax_cross_entropy
@@ -289,7 +289,7 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
         for start in range(0, len(X), PREDICT_CHUNK):
             logits = self._forward(X[start : start + PREDICT_CHUNK], train=False)
             exp = self._xp.exp(logits - logits.max(axis=1, keepdims=True))
-            chunks.append(to_host(exp / exp.sum(axis=1, keepdims=True)).astype(np.float64))
+            chunks.append(probabilities_as(to_host(exp / exp.sum(axis=1, keepdims=True)), np.float64))
         return np.concatenate(chunks)
 
     def predict(self, X: Any) -> np.ndarray:
