@@ -333,6 +333,12 @@ class DBNClassificationModel(Model, _DBNClassifierParams, MLReadable, MLWritable
         return _ModelReader(cls)
 
 
+# Saved metadata names the class by its module (DefaultParamsWriter: ``instance.__module__``) and loading imports
+# it: the public one, so that a saved PipelineModel outlives a move of this private module. (One saved before
+# names node.serve._ml, which loads while this module is here.)
+DBNClassifier.__module__ = DBNClassificationModel.__module__ = "node"
+
+
 class _ModelWriter(MLWriter):
     """Spark's JSON param metadata plus ``model.npz`` (the model's own file format)."""
 

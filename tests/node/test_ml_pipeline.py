@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 
 import numpy as np
 import pytest
+from pyspark.ml.util import DefaultParamsReader
 from support.numerics import forward_rtol, near_ties
 
 import rbm
@@ -104,6 +107,15 @@ def test_a_model_saved_alone_loads_with_its_params_and_exact_weights(spark, digi
     model.save(str(tmp_path / "model"))
     loaded = DBNClassificationModel.load(str(tmp_path / "model"))
     assert loaded.getPredictionCol() == "digit" and loaded.getProbabilityCol() == ""
+    # Named by its public module, which loading imports: not the private one, which may move.
+    part, = (tmp_path / "model" / "metadata").glob("part-*")
+    metadata = json.loads(part.read_text())
+    assert metadata["class"] == "node.DBNClassificationModel"
+    old = tmp_path / "saved-before"  # as saved before: still loads, by the class its metadata names (a Pipeline's way)
+    shutil.copytree(tmp_path / "model", old, ignore=shutil.ignore_patterns("*.crc"))  # Hadoop's checksums
+    (old / "metadata" / part.name).write_text(json.dumps({**metadata, "class": "node.serve._ml.DBNClassificationModel"}))
+    for path in (tmp_path / "model", old):
+        assert isinstance(DefaultParamsReader.loadParamsInstance(str(path), spark.sparkContext), DBNClassificationModel)
     for name, value in net.parameters().items():
         np.testing.assert_array_equal(loaded.model.parameters()[name], value)
 
