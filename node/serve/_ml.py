@@ -113,7 +113,7 @@ class _DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasPro
         self._setDefault(
             featuresCol="features", labelCol="label", predictionCol="prediction", probabilityCol="probability",
             rawPredictionCol="rawPrediction", hiddenLayerSizes=[256, 256], pretrainEpochs=5, finetuneEpochs=10,
-            batchSize=32, learningRate=0.05, finetuneLearningRate=0.1, storeUrl="", numPartitions=0, fanout=0,
+            batchSize=10, learningRate=0.1, finetuneLearningRate=0.1, storeUrl="", numPartitions=0, fanout=0,
             runId="", progress=True, seed=0, trainingMode="async", device="cpu", precision="float32")
 
     def getHiddenLayerSizes(self) -> list[int]:
@@ -176,7 +176,7 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
     def __init__(self, *, featuresCol: str = "features", labelCol: str = "label", predictionCol: str = "prediction",
                  probabilityCol: str = "probability", rawPredictionCol: str = "rawPrediction",
                  hiddenLayerSizes: list[int] | None = None,
-                 pretrainEpochs: int = 5, finetuneEpochs: int = 10, batchSize: int = 32, learningRate: float = 0.05,
+                 pretrainEpochs: int = 5, finetuneEpochs: int = 10, batchSize: int = 10, learningRate: float = 0.1,
                  finetuneLearningRate: float = 0.1, storeUrl: str = "", numPartitions: int = 0, fanout: int = 0,
                  runId: str = "", progress: bool = True, seed: int = 0, trainingMode: str = "async",
                  device: str = "cpu", precision: str = "float32") -> None:
@@ -188,7 +188,7 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
     def setParams(self, *, featuresCol: str = "features", labelCol: str = "label", predictionCol: str = "prediction",
                   probabilityCol: str = "probability", rawPredictionCol: str = "rawPrediction",
                   hiddenLayerSizes: list[int] | None = None,
-                  pretrainEpochs: int = 5, finetuneEpochs: int = 10, batchSize: int = 32, learningRate: float = 0.05,
+                  pretrainEpochs: int = 5, finetuneEpochs: int = 10, batchSize: int = 10, learningRate: float = 0.1,
                   finetuneLearningRate: float = 0.1, storeUrl: str = "", numPartitions: int = 0, fanout: int = 0,
                   runId: str = "", progress: bool = True, seed: int = 0,
                   trainingMode: str = "async", device: str = "cpu", precision: str = "float32") -> "DBNClassifier":
@@ -222,6 +222,8 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
             raise InputDataError(f"precision must be one of {', '.join(rbm.PRECISIONS)}, got {self.getPrecision()!r}")
         return rbm.DBN(
             hidden_layer_sizes=list(sizes),
+            pretrain_epochs=self.getPretrainEpochs(),  # the fit's epochs, as the fitted model's params say
+            finetune_epochs=self.getFinetuneEpochs(),
             pretrain_learning_rate=self.getLearningRate(),
             finetune_learning_rate=self.getFinetuneLearningRate(),
             batch_size=self.getBatchSize(),
@@ -281,8 +283,10 @@ class DBNClassificationModel(Model, _DBNClassifierParams, MLReadable, MLWritable
 
     ``transform(df)`` adds pyspark.ml's classifier columns: ``rawPredictionCol`` (a dense Vector,
     ``log`` of the probabilities), ``probabilityCol`` (a dense Vector of class probabilities) --
-    each left out when its param is set to ``""`` -- and ``predictionCol`` (double: the class
-    number), computed per partition through Arrow on the executors.
+    each left out when its param is set to ``""`` -- and ``predictionCol`` (a double: the class; a string
+    for a model fitted on string labels), computed per partition through Arrow on the executors.  The
+    vectors' entries follow ``classes_``: Spark's evaluators, which index them by label value, score labels
+    ``0 .. k-1`` (index others with ``StringIndexer`` first).
 
     Parameters
     ----------

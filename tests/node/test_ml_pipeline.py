@@ -146,3 +146,14 @@ def test_fitting_on_a_frame_without_the_features_column_fails_before_training(sp
         DBNClassifier(hiddenLayerSizes=[4], storeUrl=store_url, progress=False).fit(df)
     with pytest.raises(InputDataError, match="hiddenLayerSizes must be a non-empty list"):
         DBNClassifier(hiddenLayerSizes=[], featuresCol="pixels", storeUrl=store_url, progress=False).fit(df)
+
+
+def test_the_estimators_model_is_a_dbn_with_its_defaults_and_the_epochs_it_trains():
+    # Its defaults were a minibatch of 32 at rate 0.05, not DBN's 10 at 0.1: the README's pipeline trained with
+    # fewer steps than the nodes need, warning at every epoch, to 0.90 held out (0.96 with DBN's minibatch).
+    # And the fitted model's params said DBN's 10 + 100 epochs, not those it trained.
+    model = DBNClassifier(pretrainEpochs=2, finetuneEpochs=7).build_model()
+    defaults = rbm.DBN().get_params()
+    for name in ("batch_size", "pretrain_learning_rate", "finetune_learning_rate"):
+        assert model.get_params()[name] == defaults[name], name
+    assert (model.pretrain_epochs, model.finetune_epochs) == (2, 7)
