@@ -20,7 +20,9 @@ from typing import Any, Iterator
 
 from pyspark import Broadcast
 
-from .._contract import ContractError, NodeConfig, TaskSpec, decode, encode
+import storage
+
+from .._contract import ContractError, NodeConfig, PartitionReport, TaskSpec, decode, encode
 from ..modes import mode_named
 from ._device import moved_from, task_gpu_addresses
 from ._node import ExecutorNode, node_id
@@ -126,6 +128,17 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
         raise ContractError(f"a {task.mode!r} task carries {type(task.options).__name__}, "
                             f"not {mode.options_type.__name__}")
     list(elements)  # the slot's number (read to the end, or PySpark does not reuse the worker)
+    try:
+        yield from _train_slot(task, mode, start, partition)
+    except storage.StoreUnavailableError as error:
+        # The store stayed down past its retry timeout: said once, in a report.  Raised, Spark would run the
+        # task again (spark.task.maxFailures), each attempt waiting out the same outage.
+        logger.warning("node %s: the store is unreachable; the task stops: %s", node_id(), error)
+        yield encode(_outage_report(task, partition, error))
+
+
+def _train_slot(task: TaskSpec, mode: Any, start: Broadcast, partition: int) -> Iterator[bytes]:
+    """The task's training: the node of the fit, the slot's partitions, the phase's start, then the mode's reports."""
     started = time.perf_counter()
     node = _node_for(task.node)
     node.use_device()
@@ -141,6 +154,15 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
             setup_s = data_load_s = 0.0
     finally:
         _used(node)  # idle from the task's end on, not its start (IDLE_NODE_STOP_S)
+
+
+def _outage_report(task: TaskSpec, partition: int, error: storage.StoreUnavailableError) -> PartitionReport:
+    """The one report of a task the store's outage stopped: nothing trained, ``store_error`` says why."""
+    return PartitionReport(node=node_id(), run=task.node.run, phase=task.phase, epoch=task.epoch,
+                           partition=task.slots[partition][0] if task.slots[partition] else -1, samples=0,
+                           loss=float("nan"), train_s=0.0, merge_s=0.0, publish_s=0.0, task_s=0.0, merged=0,
+                           merged_from=(), staleness_s=None, samples_seen=0, time=time.time(), pid=os.getpid(),
+                           store_error=str(error))
 
 
 def start_worker_task(_elements: Iterator[int]) -> Iterator[int]:
