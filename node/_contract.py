@@ -288,8 +288,8 @@ class PartitionReport:
     ``version`` is the node's snapshot of the phase written for the partition (``async``), which the
     driver validates the epoch on while the nodes train the next; 0 in the modes that do not say.
     ``store_error`` is set, on the one report of a task that stopped, when the store stayed unreachable
-    past its ``retry_timeout_s`` (the error names the URL and the operation): reported, not raised, as
-    every attempt Spark made again would wait out the same outage.
+    past its ``retry_timeout_s`` or refused the run's files (the error names the URL or path and the
+    operation): reported, not raised, as every attempt Spark made again would meet the same store.
     """
 
     node: str

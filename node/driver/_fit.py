@@ -146,7 +146,7 @@ class Fit:
                 trained = self._run_leased(held, state, store=store, runs=runs, weights=weights, lease=lease,
                                            previous=previous, validation=validation)
                 return hand_back(self.given_model, trained)
-        except storage.StoreUnavailableError as error:  # a driver's own store call waited out the outage
+        except (storage.StoreUnavailableError, storage.StorePermissionError) as error:  # a driver's own store call
             raise StoreAccessError(str(error)) from error
         finally:
             with self.timings.step("cleanup"):

@@ -53,8 +53,8 @@ class TrainingJob:
         Raises
         ------
         StoreAccessError
-            A node's store stayed unreachable past its ``retry_timeout_s`` (reported once, not retried);
-            the message names the store's URL and the operation.
+            A node's store stayed unreachable past its ``retry_timeout_s``, or refused the run's files
+            (reported once, not retried); the message names the store's URL or path and the operation.
         InputDataError
             A partition's data was refused on a node (reported once, not retried).
         TrainingError

@@ -166,9 +166,9 @@ class SyncMode(TrainingMode):
             raise job.lost_node_error(spark_partition)
         try:
             yield from self._train_attempt(node, task, job, spark_partition, blocks)
-        except (_PeerMissing, storage.StoreUnavailableError):
-            # what a lost node looks like from its peers: no failure of the job's own; nor is an outage
-            # (and recording it would wait out the outage once more)
+        except (_PeerMissing, storage.StoreUnavailableError, storage.StorePermissionError):
+            # what a lost node looks like from its peers: no failure of the job's own; nor is a store down or
+            # refusing the run (recording it would wait out the outage once more; the task reports it)
             raise
         except Exception as error:  # the next attempt would fail alike: the driver raises it instead
             job.record_failure(error)
@@ -279,8 +279,8 @@ class SyncMode(TrainingMode):
                                     f"slot {member} any more")
             try:
                 params = node.weights.get_version(record.ref)
-            except storage.StoreUnavailableError:  # an outage says nothing of the snapshot: the task reports it
-                raise
+            except (storage.StoreUnavailableError, storage.StorePermissionError):  # nothing wrong with the snapshot:
+                raise  # the task reports the store's failure
             except storage.StoreError as error:
                 raise TrainingError(f"sync, run {task.node.run}, phase {task.phase}: {where} names a snapshot "
                                     f"of slot {member} that does not read back: {error}") from error

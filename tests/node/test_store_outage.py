@@ -58,6 +58,18 @@ def test_a_store_stopped_mid_fit_fails_it_once_naming_the_store_and_the_same_run
     assert model.score(X, y) > 0.5  # it learned (chance: 0.1)
 
 
+def test_a_store_refusing_the_run_mid_fit_ends_it_with_a_store_access_error_naming_the_path(spark, tmp_path, digits):
+    X, y, _, _ = digits
+    with WebHDFSServer(tmp_path / "hdfs") as server:
+        url = server.store_url("/sparkdbn")
+        trainer = node.Trainer(spark, url, run_id="refused", epochs={"rbm0": 3, "finetune": 1}, partitions=4,
+                               progress=False, on_epoch=lambda _summary: server.faults.deny("/sparkdbn/runs/refused"))
+        before = newest_job(spark, any_group=True)
+        with pytest.raises(node.StoreAccessError, match=r"permission denied on hdfs /sparkdbn/runs/refused/"):
+            trainer.fit(small_dbn(), X, y)
+    assert failed_tasks_since(spark, before, any_group=True) == 0  # the refusal is the same on every attempt
+
+
 @pytest.fixture
 def dataset_missing_a_shard(tmp_path, digits) -> str:
     """digits staged in 4 shards, the third deleted behind the dataset's back; its URL."""
