@@ -141,7 +141,21 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
         # Said once, in a report.  Raised, Spark would run the task again (spark.task.maxFailures), each
         # attempt meeting the same store: one down waited out for its retry timeout again.
         logger.warning("node %s: the store failed; the task stops: %s", node_id(), failure)
+        _stop_after_store_failure(task.node.run)
         yield encode(_store_failure_report(task, partition, failure))
+
+
+def _stop_after_store_failure(run: str) -> None:
+    """Stop this worker's node of ``run`` now, each of its last store calls one attempt: it cannot train on without
+    the store, and stopped as usual (its queued snapshots written, its registry entry marked gone) it would wait
+    out the outage again, in the driver's release job (:func:`release_run_task`)."""
+    with _registry_lock:
+        node = _nodes.pop(run, None)
+        _last_used.pop(run, None)
+    if node is not None:
+        if node.store is not None:
+            node.store.retry_timeout_s = 0.0
+        node.stop()
 
 
 def _train_slot(task: TaskSpec, mode: Any, start: Broadcast, partition: int) -> Iterator[bytes]:

@@ -1,4 +1,5 @@
-"""A store that goes away mid-fit, and a staged dataset that lost a shard: each ends the fit once, in one line.
+"""A store that goes away (or refuses the run) mid-fit, and a staged dataset that lost a shard: each ends the fit
+once, in one line.
 
 Before, a fit whose store stopped answering ran each failing task 4 times (``spark.task.maxFailures``),
 each attempt waiting out the store's retry timeout again, then its queued job, then three more waits
