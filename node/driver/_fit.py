@@ -297,14 +297,15 @@ class _Held:
 
 
 def _end_fast_after_outage(store: storage.Store, error: BaseException) -> None:
-    """After ``error`` caused by the store staying down past its retry timeout, give each of the fit's last
-    store calls (marking the run failed, releasing the lease, removing its work folders) one attempt: each
-    would wait out the outage again otherwise (30 s each by default), and none is needed to resume the run."""
+    """After ``error`` caused by the store staying down past its retry timeout (or a node's task reporting a
+    store failure), give each of the fit's last store calls (marking the run failed, releasing the lease,
+    removing its work folders) one attempt: each would wait out the outage again otherwise (30 s each by
+    default), and none is needed to resume the run."""
     cause: BaseException | None = error
     while cause is not None and not isinstance(cause, (storage.StoreUnavailableError, StoreAccessError)):
         cause = cause.__cause__ or cause.__context__
     if cause is not None and store.retry_timeout_s > 0:
-        logger.warning("the store %s is unreachable: the fit ends, trying each of its last store writes once",
+        logger.warning("the store %s failed: the fit ends, trying each of its last store writes once",
                        store.url)
         store.retry_timeout_s = 0.0
 
