@@ -74,7 +74,7 @@ class Publisher:
         self._pending: dict[str, tuple[dict[str, np.ndarray], int]] = {}  # phase -> (params, samples_seen)
         self._busy = False
         self._closed = False
-        self._errors: list[str] = []
+        self._errors: list[Exception] = []  # the failed writes since the last flush()
         self._next_version: dict[str, int] = {}
         self._held: dict[str, deque[int]] = {}  # phase -> the versions hold() keeps from pruning
         self._thread = threading.Thread(target=self._loop, name=f"sparkdbn-writer-{node}", daemon=True)
@@ -133,7 +133,9 @@ class Publisher:
                 self._condition.wait(left)
             errors, self._errors = self._errors, []
         if errors:
-            raise PublishError(f"node {self._node}: {len(errors)} publish(es) failed; last: {errors[-1]}")
+            last = errors[-1]
+            raise PublishError(f"node {self._node}: {len(errors)} publish(es) failed; last: {type(last).__name__}: "
+                               f"{last}") from last
 
     def written(self, phase: str) -> int:
         """The newest version of ``phase`` written so far (0: none); after :meth:`flush`, the last published."""
@@ -182,7 +184,7 @@ class Publisher:
                 logger.warning("node %s: publishing phase %r failed: %s", self._node, phase, error)
                 self._counters.add("publish_errors")
                 with self._condition:
-                    self._errors.append(f"{type(error).__name__}: {error}")
+                    self._errors.append(error)
             finally:
                 with self._condition:
                     self._busy = False

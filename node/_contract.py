@@ -28,7 +28,7 @@ __all__ = ["CONTRACT_VERSION", "ContractError", "NodeConfig", "AsyncOptions", "S
            "ModeOptions", "TaskSpec", "NodeDevice", "PartitionReport", "encode", "decode", "params_digest"]
 
 #: Bumped whenever a field of the contract changes meaning, appears or goes.
-CONTRACT_VERSION = 17
+CONTRACT_VERSION = 18
 
 T = TypeVar("T")
 
@@ -287,6 +287,9 @@ class PartitionReport:
     executor that joined mid-phase); empty where the node had trained in the phase already.
     ``version`` is the node's snapshot of the phase written for the partition (``async``), which the
     driver validates the epoch on while the nodes train the next; 0 in the modes that do not say.
+    ``store_error`` is set, on the one report of a task that stopped, when the store stayed unreachable
+    past its ``retry_timeout_s`` or refused the run's files (the error names the URL or path and the
+    operation): reported, not raised, as every attempt Spark made again would meet the same store.
     """
 
     node: str
@@ -326,6 +329,7 @@ class PartitionReport:
     train_cpu_s: float = 0.0
     entered_from: str = ""
     version: int = 0
+    store_error: str | None = None
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-able dict (the metrics record)."""

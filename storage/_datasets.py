@@ -137,6 +137,20 @@ class Dataset:
     def __repr__(self) -> str:
         return f"Dataset({self.url!r}, n_samples={self.n_samples}, shards={self.num_shards})"
 
+    def missing_shards(self) -> list[str]:
+        """The shards ``_meta.json`` lists that the store does not hold, in its order (``[]``: none missing).
+
+        One listing per folder the shards are in (the dataset's, or a ``v-*`` folder of a restaging):
+        cheap enough to check before any Spark job reads them.
+        """
+        names = [shard["name"] for shard in self.meta["shards"]]
+        held: dict[str, set[str]] = {}
+        for name in names:
+            folder = name.rpartition("/")[0]
+            if folder not in held:
+                held[folder] = set(self.store.list(folder))
+        return [name for name in names if name.rpartition("/")[2] not in held[name.rpartition("/")[0]]]
+
     def read_shard(self, index: int) -> tuple[np.ndarray, np.ndarray | None]:
         """Shard ``index`` as numpy arrays, verified against its sha256.
 

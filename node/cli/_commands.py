@@ -18,7 +18,7 @@ import rbm
 import storage
 from rbm.datasets import load_digits01, load_digits28
 
-from ..data import RECIPES, check_output, read_staged_frame
+from ..data import RECIPES, check_output, check_staged_shards, read_staged_frame
 from ..driver import (DEFAULT_MASTER, Trainer, TrainingSettings, default_store_url, driver_spec, get_spark_session,
                       gpu_spark_conf, running_under_spark_submit)
 from ..executor import check_ports_for_nodes, local_master_threads
@@ -202,9 +202,11 @@ def cmd_train(options: dict[str, Any]) -> int:
     X, y, X_test, y_test = _load_dataset(str(options["dataset"]), int(options["seed"]))
     if isinstance(X, str):
         try:
-            meta = storage.open_dataset(X).meta
+            dataset = storage.open_dataset(X)
         except storage.StoreError as error:
             raise _dataset_error(asked, error) from error
+        check_staged_shards(dataset)  # a shard gone: said before Spark starts
+        meta = dataset.meta
         n_features, n_classes = int(np.prod(meta["feature_shape"])), int(meta.get("n_classes") or 10)
         labelled = bool(meta.get("label_column"))
         X_test, y_test = held_out_split(X) or (None, None)  # evaluated after training, as a recipe's split is

@@ -166,5 +166,10 @@ def shard_summary(dataset: storage.Dataset, sink: BlockSink | None, max_classes:
                   _rows: Iterator[Any]) -> Iterator[dict]:
     """``mapPartitionsWithIndex`` body: shard ``index`` of a staged dataset, read from the store by its executor."""
     list(_rows)  # the shard's number (read to the end, or PySpark does not reuse the worker)
-    X, y = dataset.read_shard(index)
+    try:
+        X, y = dataset.read_shard(index)
+    except storage.StoreNotFoundError as error:  # gone since the driver's check: reported once, not retried by Spark
+        yield {"partition": index, "rows": 0,
+               "error": f"its shard {dataset.meta['shards'][index]['name']!r} is missing ({error})"}
+        return
     yield summarize_and_store(sink, max_classes, index, np.asarray(X, dtype=np.float32), y)

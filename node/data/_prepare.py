@@ -50,8 +50,8 @@ from ._frames import check_label_column, feature_column_kind, is_dataframe, is_r
 from ._labels import DEFAULT_MAX_CLASSES, check_known_labels, encode_labels, merge_class_sets, summarize_labels
 from ._partitions import arrow_partition_summary, rows_summary, shard_summary, summarize_block
 
-__all__ = ["Block", "DataOptions", "PreparedData", "count_rows", "prepare_training_data", "check_model_input",
-           "filled_partitions", "split_arrays", "array_inputs"]
+__all__ = ["Block", "DataOptions", "PreparedData", "check_staged_shards", "count_rows", "prepare_training_data",
+           "check_model_input", "filled_partitions", "split_arrays", "array_inputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -322,9 +322,37 @@ def _staged_summaries(sc: Any, url: str, y: Any, options: DataOptions) -> tuple[
     partitions = int(dataset.num_shards)
     if partitions < 1:
         raise InputDataError(f"dataset {url!r} has no shards")
+    check_staged_shards(dataset)
     rdd = sc.parallelize(range(partitions), partitions).mapPartitionsWithIndex(
         functools.partial(shard_summary, dataset, options.sink, options.max_classes))
     return rdd.collect, f"dataset {url}", dataset.meta
+
+
+def check_staged_shards(dataset: storage.Dataset) -> None:
+    """Refuse a staged dataset whose store lacks a shard its meta lists, before any Spark job reads it: the task
+    reading the shard would fail as often as Spark tried it.  One listing of the dataset's folder (a shard
+    that goes after this check is reported once by its task, :func:`~node.data._partitions.shard_summary`).
+
+    Parameters
+    ----------
+    dataset : storage.Dataset
+        The opened dataset (its ``_meta.json`` lists the shards).
+
+    Raises
+    ------
+    InputDataError
+        A shard is missing; the message names the dataset's URL and the shard.
+    StoreAccessError
+        The store cannot be reached.
+    """
+    try:
+        missing = dataset.missing_shards()
+    except storage.StoreUnavailableError as error:
+        raise StoreAccessError(f"cannot reach the store holding dataset {dataset.url!r}: {error}") from error
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise InputDataError(f"dataset {dataset.url!r} lacks its shard {missing[0]!r}{more}, which its _meta.json "
+                             "lists; nothing was trained: stage the dataset again")
 
 
 def _frame_summaries(df: Any, y: Any, partitions: int, options: DataOptions) -> tuple[Any, str]:

@@ -28,20 +28,21 @@ consolidation rule of :meth:`storage.WeightStore.consolidate`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
 import uuid
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from pyspark.sql import SparkSession
 
 import rbm
 import storage
 
-from .._errors import TrainingError, short_error
+from .._errors import StoreAccessError, TrainingError, short_error
 from ..data import PreparedData
 from ..executor import block_sink, check_ports_for_nodes
 from ..modes import max_learning_rate_factor, mode_named
@@ -128,7 +129,7 @@ class Fit:
                             on_lost=self._lease_lost)
         held = _Held()
         try:
-            with lease:  # a second driver of the run is refused here, before any work
+            with lease, _ending_fast_after_outage(store):  # a second driver of the run is refused here, before any work
                 previous = self._earlier_record(runs)
                 # Earlier fits' claims and stored partitions (node.run._work_folders), before this fit stores its own.
                 remove_work_folders(store, self.run_id)
@@ -145,6 +146,8 @@ class Fit:
                 trained = self._run_leased(held, state, store=store, runs=runs, weights=weights, lease=lease,
                                            previous=previous, validation=validation)
                 return hand_back(self.given_model, trained)
+        except (storage.StoreUnavailableError, storage.StorePermissionError) as error:  # a driver's own store call
+            raise StoreAccessError(str(error)) from error
         finally:
             with self.timings.step("cleanup"):
                 self._close(held)
@@ -238,6 +241,7 @@ class Fit:
                              jobs=held.jobs, watch=held.watch, timings=self.timings, reachability=self.reachability,
                              history=self.history, on_epoch=self.on_epoch).run()
         except BaseException as error:
+            _end_fast_after_outage(store, error)  # marking the run failed: one attempt, not another retry timeout
             fail(error, record=record, lease=lease, run_id=self.run_id)
             raise
 
@@ -290,6 +294,30 @@ class _Held:
     prepared: PreparedData | None = None
     jobs: FitJobs | None = None
     watch: RunWatch | None = None
+
+
+def _end_fast_after_outage(store: storage.Store, error: BaseException) -> None:
+    """After ``error`` caused by the store staying down past its retry timeout (or a node's task reporting a
+    store failure), give each of the fit's last store calls (marking the run failed, releasing the lease,
+    removing its work folders) one attempt: each would wait out the outage again otherwise (30 s each by
+    default), and none is needed to resume the run."""
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, (storage.StoreUnavailableError, StoreAccessError)):
+        cause = cause.__cause__ or cause.__context__
+    if cause is not None and store.retry_timeout_s > 0:
+        logger.warning("the store %s failed: the fit ends, trying each of its last store writes once",
+                       store.url)
+        store.retry_timeout_s = 0.0
+
+
+@contextlib.contextmanager
+def _ending_fast_after_outage(store: storage.Store) -> Iterator[None]:
+    """:func:`_end_fast_after_outage` for an error raised inside (before the lease, entered first, is released)."""
+    try:
+        yield
+    except BaseException as error:
+        _end_fast_after_outage(store, error)
+        raise
 
 
 def final_spec(spec: dict, batch_size: int | None) -> dict:

@@ -121,7 +121,8 @@ class Trainer:
         InputDataError
             The data does not fit the model (width, NaN, input range, labels) -- before any training.
         StoreAccessError
-            The store is unreachable.
+            The store is unreachable: at the start, or for longer than ``store_retry_timeout_s`` while
+            the fit runs (then the fit ends once, no task retried; fitting the run id again resumes).
         TrainingError
             A Spark job failed, another driver holds the run, the run id names a run of a
             different model, or the run's key does not verify its record.

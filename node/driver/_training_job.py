@@ -16,7 +16,7 @@ import logging
 import storage
 
 from .._contract import PartitionReport, TaskSpec, decode
-from .._errors import InputDataError, TrainingError, short_error
+from .._errors import InputDataError, StoreAccessError, TrainingError, short_error
 from ..data import PreparedData, filled_partitions
 from ..modes import claimed_partitions, stop_epoch
 from ._progress import EpochProgress, SparkJob
@@ -52,6 +52,9 @@ class TrainingJob:
 
         Raises
         ------
+        StoreAccessError
+            A node's store stayed unreachable past its ``retry_timeout_s``, or refused the run's files
+            (reported once, not retried); the message names the store's URL or path and the operation.
         InputDataError
             A partition's data was refused on a node (reported once, not retried).
         TrainingError
@@ -61,6 +64,9 @@ class TrainingJob:
                                     self.task.phase, self.epochs)
         records = self._progress.wait(self.job, self._prepared.partitions * len(self.epochs), claimed)
         reports = [decode(item, PartitionReport) for item in records]
+        outages = [report.store_error for report in reports if report.store_error]
+        if outages:  # each task that met it reported it once, Spark ran none of them again
+            raise StoreAccessError(outages[0])
         refused = [report.error for report in reports if report.error]
         if refused:
             more = f" (and {len(refused) - 1} more partition(s))" if len(refused) > 1 else ""

@@ -20,7 +20,9 @@ from typing import Any, Iterator
 
 from pyspark import Broadcast
 
-from .._contract import ContractError, NodeConfig, TaskSpec, decode, encode
+import storage
+
+from .._contract import ContractError, NodeConfig, PartitionReport, TaskSpec, decode, encode
 from ..modes import mode_named
 from ._device import moved_from, task_gpu_addresses
 from ._node import ExecutorNode, node_id
@@ -34,6 +36,10 @@ logger = logging.getLogger(__name__)
 _registry_lock = threading.Lock()
 _nodes: dict[str, ExecutorNode] = {}  # run -> the node of this process
 _last_used: dict[str, float] = {}  # run -> when a task last used its node (time.monotonic)
+
+#: Store failures a task reports instead of raising: the store down past its ``retry_timeout_s``, or refusing
+#: the run's files.  Every attempt Spark would make again meets the same store.
+STORE_FAILURES = (storage.StoreUnavailableError, storage.StorePermissionError)
 
 #: A node of another run than the task's stays in its worker unless no task used it for this long.
 #: Fits running side by side (two threads of one session, each calling ``Trainer.fit``) share Spark's
@@ -126,6 +132,34 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
         raise ContractError(f"a {task.mode!r} task carries {type(task.options).__name__}, "
                             f"not {mode.options_type.__name__}")
     list(elements)  # the slot's number (read to the end, or PySpark does not reuse the worker)
+    try:
+        yield from _train_slot(task, mode, start, partition)
+    except Exception as error:
+        failure = _store_failure(error)
+        if failure is None:
+            raise
+        # Said once, in a report.  Raised, Spark would run the task again (spark.task.maxFailures), each
+        # attempt meeting the same store: one down waited out for its retry timeout again.
+        logger.warning("node %s: the store failed; the task stops: %s", node_id(), failure)
+        _stop_after_store_failure(task.node.run)
+        yield encode(_store_failure_report(task, partition, failure))
+
+
+def _stop_after_store_failure(run: str) -> None:
+    """Stop this worker's node of ``run`` now, each of its last store calls one attempt: it cannot train on without
+    the store, and stopped as usual (its queued snapshots written, its registry entry marked gone) it would wait
+    out the outage again, in the driver's release job (:func:`release_run_task`)."""
+    with _registry_lock:
+        node = _nodes.pop(run, None)
+        _last_used.pop(run, None)
+    if node is not None:
+        if node.store is not None:
+            node.store.retry_timeout_s = 0.0
+        node.stop()
+
+
+def _train_slot(task: TaskSpec, mode: Any, start: Broadcast, partition: int) -> Iterator[bytes]:
+    """The task's training: the node of the fit, the slot's partitions, the phase's start, then the mode's reports."""
     started = time.perf_counter()
     node = _node_for(task.node)
     node.use_device()
@@ -141,6 +175,31 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
             setup_s = data_load_s = 0.0
     finally:
         _used(node)  # idle from the task's end on, not its start (IDLE_NODE_STOP_S)
+
+
+def _store_failure(error: BaseException) -> storage.StoreError | None:
+    """The :data:`STORE_FAILURES` error that ``error`` is, or was raised from (a node's failed publish is
+    raised from the store's error), else None.
+
+    Parameters
+    ----------
+    error : BaseException
+        What a task raised.
+    """
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, STORE_FAILURES):
+        cause = cause.__cause__
+    return cause
+
+
+def _store_failure_report(task: TaskSpec, partition: int, error: storage.StoreError) -> PartitionReport:
+    """The one report of a task the store stopped (:data:`STORE_FAILURES`): nothing trained, ``store_error``
+    says why."""
+    return PartitionReport(node=node_id(), run=task.node.run, phase=task.phase, epoch=task.epoch,
+                           partition=task.slots[partition][0] if task.slots[partition] else -1, samples=0,
+                           loss=float("nan"), train_s=0.0, merge_s=0.0, publish_s=0.0, task_s=0.0, merged=0,
+                           merged_from=(), staleness_s=None, samples_seen=0, time=time.time(), pid=os.getpid(),
+                           store_error=str(error))
 
 
 def start_worker_task(_elements: Iterator[int]) -> Iterator[int]:

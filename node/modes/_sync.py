@@ -166,8 +166,10 @@ class SyncMode(TrainingMode):
             raise job.lost_node_error(spark_partition)
         try:
             yield from self._train_attempt(node, task, job, spark_partition, blocks)
-        except _PeerMissing:
-            raise  # what a lost node looks like from its peers: no failure of the job's own
+        except (_PeerMissing, storage.StoreUnavailableError, storage.StorePermissionError):
+            # what a lost node looks like from its peers: no failure of the job's own; nor is a store down or
+            # refusing the run (recording it would wait out the outage once more; the task reports it)
+            raise
         except Exception as error:  # the next attempt would fail alike: the driver raises it instead
             job.record_failure(error)
             raise
@@ -277,6 +279,8 @@ class SyncMode(TrainingMode):
                                     f"slot {member} any more")
             try:
                 params = node.weights.get_version(record.ref)
+            except (storage.StoreUnavailableError, storage.StorePermissionError):  # nothing wrong with the snapshot:
+                raise  # the task reports the store's failure
             except storage.StoreError as error:
                 raise TrainingError(f"sync, run {task.node.run}, phase {task.phase}: {where} names a snapshot "
                                     f"of slot {member} that does not read back: {error}") from error

@@ -105,8 +105,9 @@ def resume_after(spark, digits, store_url: str, run_id: str, crash_at: int, path
 
 
 #: What a fit that dies at a write raises: the crash point's fault, or -- where the driver writes its training
-#: partitions from several threads and another thread's write reaches the dead store first -- the dead store's.
-DRIVER_STOPPED = (SimulatedStoreFailure, storage.StoreUnavailableError)
+#: partitions from several threads and another thread's write reaches the dead store first -- the dead store's,
+#: which the fit raises as a StoreAccessError.
+DRIVER_STOPPED = (SimulatedStoreFailure, node.StoreAccessError)
 
 
 @pytest.mark.parametrize("dies", [False, True], ids=["a write fails", "the driver dies"])
