@@ -36,7 +36,7 @@ def call_with_retry(
     *,
     operation: str,
     url: str,
-    retry_timeout_s: float,
+    retry_timeout_s: float | Callable[[], float],
     rng: random.Random | None = None,
 ) -> T:
     """Call ``fn()`` until it succeeds, raises a non-transient error, or the time budget is spent.
@@ -49,14 +49,15 @@ def call_with_retry(
         What is being done, for the error message (e.g. ``"write_bytes runs/r1/run.json"``).
     url : str
         The store URL, for the error message.
-    retry_timeout_s : float
-        Total time budget; ``0`` means a single attempt.
+    retry_timeout_s : float or callable
+        Total time budget; ``0`` means a single attempt.  A callable is asked after each failure: a
+        budget lowered meanwhile (a caller that gave up on the store) ends the retries at once.
     rng : random.Random, optional
         Source of backoff jitter (a private generator, never the global one).
     """
     rng = rng or random.Random()
+    budget_s = retry_timeout_s if callable(retry_timeout_s) else lambda: float(retry_timeout_s)
     start = time.monotonic()
-    deadline = start + max(0.0, retry_timeout_s)
     delay_s = FIRST_DELAY_S
     attempt = 0
     while True:
@@ -64,12 +65,13 @@ def call_with_retry(
         try:
             return fn()
         except TransientError as exc:
-            now = time.monotonic()
+            now, budget = time.monotonic(), max(0.0, budget_s())
+            deadline = start + budget
             if now >= deadline:
                 cause = exc.__cause__ or exc
                 raise StoreUnavailableError(
                     f"store {url} unavailable: {operation} failed {attempt} time(s) over "
-                    f"{now - start:.1f} s (retry_timeout_s={retry_timeout_s:g}); last error: {cause}. "
+                    f"{now - start:.1f} s (retry_timeout_s={budget:g}); last error: {cause}. "
                     f"Check that the store is reachable (namenode up, WebHDFS enabled) or raise retry_timeout_s."
                 ) from cause
             sleep_s = min(delay_s * (0.5 + rng.random()), deadline - now)

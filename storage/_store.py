@@ -166,7 +166,8 @@ class Store:
         HDFS user name (``user.name``); defaults to the ``HADOOP_USER_NAME`` environment
         variable, then the login name.  Ignored by local stores.
     retry_timeout_s : float
-        How long transient failures are retried before :class:`StoreUnavailableError`.
+        How long transient failures are retried before :class:`StoreUnavailableError`.  An attribute: set
+        lower (0, one attempt), it holds for the calls under way too, from their next failure on.
 
     Notes
     -----
@@ -230,7 +231,7 @@ class Store:
             lambda: fn(self.backend),
             operation=operation,
             url=self.url,
-            retry_timeout_s=self.retry_timeout_s,
+            retry_timeout_s=lambda: self.retry_timeout_s,  # lowered mid-call: the retries end at its next failure
             rng=self._rng,
         )
 

@@ -228,11 +228,12 @@ class FitJobs:
         return self._slots
 
     def _release_nodes(self) -> None:
-        """Best effort: ask the Python workers to stop this run's nodes (a later fit stops them anyway)."""
+        """Best effort: ask the Python workers to stop this run's nodes (a later fit stops them anyway), their last
+        store calls retried no longer than the driver's (none after its store failed: node.driver._fit)."""
         slots = max(2, 2 * self.sc.defaultParallelism)
         try:
             released = self.sc.parallelize(range(slots), slots).mapPartitionsWithIndex(
-                functools.partial(release_run_task, self.run_id)).collect()
+                functools.partial(release_run_task, self.run_id, self._store.retry_timeout_s)).collect()
             logger.info("released nodes %s of run %s", sorted(set(released)), self.run_id)
         except Exception as error:  # noqa: BLE001 - cleanup must not hide the real outcome
             logger.warning("could not release the nodes of run %s: %s", self.run_id, short_error(error))

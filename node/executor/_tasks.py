@@ -212,12 +212,25 @@ def start_worker_task(_elements: Iterator[int]) -> Iterator[int]:
     yield os.getpid()
 
 
-def release_run_task(run: str, _partition: int, _elements: Iterator[Any]) -> Iterator[str]:
-    """Stop this process's node of ``run`` if it has one (the driver's best-effort cleanup)."""
+def release_run_task(run: str, retry_timeout_s: float, _partition: int, _elements: Iterator[Any]) -> Iterator[str]:
+    """Stop this process's node of ``run`` if it has one (the driver's best-effort cleanup).
+
+    Parameters
+    ----------
+    run : str
+    retry_timeout_s : float
+        The most the node's last store calls (its queued snapshots, its registry entry) retry for: the
+        driver's own budget for its last writes, 0 where its store failed (a node stopped with its full
+        budget waited out the outage again).
+    _partition : int
+    _elements : iterator
+    """
     with _registry_lock:
         node = _nodes.pop(run, None)
         _last_used.pop(run, None)
     if node is not None:
+        if node.store is not None:
+            node.store.retry_timeout_s = min(node.store.retry_timeout_s, float(retry_timeout_s))
         node.stop()
         yield node.name
 

@@ -3,7 +3,7 @@ once, in one line.
 
 Before, a fit whose store stopped answering ran each failing task 4 times (``spark.task.maxFailures``),
 each attempt waiting out the store's retry timeout again, then its queued job, then three more waits
-on the driver: 5.5-6.3 minutes and 1,350-1,850 log lines at the 30 s default (45 s and 29 lines now).
+on the driver: 5.5-6.3 minutes and 1,350-1,850 log lines at the 30 s default (36-45 s and 28-33 now).
 A dataset whose shard was deleted gave 4 identical tracebacks, one per attempt of the task reading it.
 """
 

@@ -112,3 +112,22 @@ def test_an_upload_cut_mid_way_is_retried_for_bytes_and_reported_for_generators(
     assert hdfs_store.read_bytes("f") == PAYLOAD  # the previous content, untouched
     # CREATE, upload, DELETE of the temporary, OPEN + redirected OPEN: no retry loop
     assert webhdfs_server.faults.requests_seen - before == 5
+
+
+def test_a_retry_budget_lowered_mid_call_ends_the_retries_at_the_next_failure():
+    # A fit that saw its store stay down sets its store's retry_timeout_s to 0: a call already retrying (the
+    # lease's renewal) gave up only at its own 30 s deadline, and the fit's end waited for it.
+    from storage._retry import TransientError, call_with_retry
+
+    budget = {"s": 3600.0}
+    attempts = []
+
+    def refused() -> None:
+        attempts.append(1)
+        if len(attempts) == 3:
+            budget["s"] = 0.0  # the caller gives up on the store
+        raise TransientError("connection refused")
+
+    with pytest.raises(StoreUnavailableError, match=r"failed 3 time\(s\) .*\(retry_timeout_s=0\)"):
+        call_with_retry(refused, operation="list 'runs'", url="hdfs://nowhere/x", retry_timeout_s=lambda: budget["s"])
+    assert len(attempts) == 3
