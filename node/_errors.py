@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["NodeError", "InputDataError", "StoreAccessError", "TrainingError", "NodeDeviceError", "error_chain",
-           "short_error"]
+__all__ = ["NodeError", "InputDataError", "StoreAccessError", "TrainingError", "NodeDeviceError", "short_error"]
 
 
 class NodeError(Exception):
@@ -29,21 +28,6 @@ class TrainingError(NodeError, RuntimeError):
 class NodeDeviceError(TrainingError):
     """A node cannot compute where its model asks: ``device="gpu"`` on a Spark that hands its tasks no
     GPU, or a node whose task has no usable GPU (the message names the node, its host and GPU address)."""
-
-
-def error_chain(error: BaseException | None) -> list[BaseException]:
-    """``error`` and what it was raised from or while handling (``__cause__``, else ``__context__``), each once.
-
-    Parameters
-    ----------
-    error : BaseException or None
-        The exception (None: an empty chain).
-    """
-    chain: list[BaseException] = []
-    while error is not None and all(error is not seen for seen in chain):
-        chain.append(error)
-        error = error.__cause__ or error.__context__
-    return chain
 
 
 def short_error(error: BaseException, limit: int = 600) -> str:

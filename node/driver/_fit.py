@@ -42,7 +42,7 @@ from pyspark.sql import SparkSession
 import rbm
 import storage
 
-from .._errors import StoreAccessError, TrainingError, error_chain, short_error
+from .._errors import StoreAccessError, TrainingError, short_error
 from ..data import PreparedData
 from ..executor import block_sink, check_ports_for_nodes
 from ..modes import max_learning_rate_factor, mode_named
@@ -301,8 +301,10 @@ def _end_fast_after_outage(store: storage.Store, error: BaseException) -> None:
     store failure), give each of the fit's last store calls (marking the run failed, releasing the lease,
     removing its work folders) one attempt: each would wait out the outage again otherwise (30 s each by
     default), and none is needed to resume the run."""
-    failed = any(isinstance(link, (storage.StoreUnavailableError, StoreAccessError)) for link in error_chain(error))
-    if failed and store.retry_timeout_s > 0:
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, (storage.StoreUnavailableError, StoreAccessError)):
+        cause = cause.__cause__ or cause.__context__
+    if cause is not None and store.retry_timeout_s > 0:
         logger.warning("the store %s failed: the fit ends, trying each of its last store writes once",
                        store.url)
         store.retry_timeout_s = 0.0
