@@ -169,7 +169,8 @@ def test_the_readmes_links_into_docs_become_links_within_the_site():
 def test_the_command_line_reference_is_what_each_installed_command_prints_for_help():
     cli_help = hook("cli_help")
     markdown = cli_help.on_page_markdown("### status\n\n<!-- cli-help: status -->\n", None, None, None)
-    assert markdown.startswith("### status\n\n```text\nusage: sparkdbn status [-h] [--store STORE] --run RUN")
+    assert markdown.startswith("### status\n\n```text\nusage: sparkdbn status [-h] [--config CONFIG] [--store STORE] "
+                               "[--run RUN]")
     assert markdown.endswith("\n```\n") and "--run RUN" in markdown
     with pytest.raises(PluginError, match="'sparkdbn no-such-command --help' printed no usage"):
         cli_help.command_help("no-such-command")

@@ -9,6 +9,7 @@
     sparkdbn stage --recipe digits --url file:///data/sparkdbn-store/datasets/digits --shards 4
     sparkdbn report --run RUN --out plots/
     sparkdbn status --run RUN            # phases, epochs, validation, nodes: where a run stands
+    sparkdbn status --config job.yaml    # one file for a run's commands: each takes its own keys, skips train's
 
 Under spark-submit the master comes from spark-submit; otherwise ``--master`` (default
 ``local[2,4]``: 2 worker threads, so 2 nodes, each task tried up to 4 times).
@@ -33,7 +34,7 @@ from .._errors import NodeError
 from ..modes import MODE_NAMES
 from ._commands import TRAIN_DEFAULTS, cmd_evaluate, cmd_predict, cmd_report, cmd_status, cmd_train
 from ._options import (Interrupted, OneLineParser, Terminated, UsageError, interrupt_word, is_interrupt, load_config,
-                       parse_spark_conf)
+                       parse_spark_conf, without_overridden_alternatives)
 from ._stage_command import check_stage_flags, cmd_stage
 
 __all__ = ["main", "build_parser"]
@@ -116,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=text)
         common(sub)
         spark_settings(sub)
-        sub.add_argument("--run", required=True, help="the run whose saved model to use")
+        sub.add_argument("--run", help="the run whose saved model to use (or run_id: in --config)")
         sub.add_argument("--input", help="Parquet or CSV (*.csv) file, folder or pattern of new rows: their features "
                                          "(and a label column)")
         sub.add_argument("--features-col", help="--input's column of feature vectors or arrays (default features)")
@@ -159,19 +160,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="render the PNG plots of a run")
     common(report, spark=False)  # drawn from the store, without Spark
-    report.add_argument("--run", required=True, help="the run whose plots to render")
+    report.add_argument("--run", help="the run whose plots to render (or run_id: in --config)")
     report.add_argument("--out", help="output folder (default ./sparkdbn-report)")
     report.set_defaults(handler=cmd_report, defaults={"out": "sparkdbn-report"})
 
     status = commands.add_parser("status", help="where a run stands: phases, epochs, validation, nodes")
-    status.add_argument("--store", help="store URL or path; default ./sparkdbn-store")
-    status.add_argument("--run", required=True, help="the run to describe")
+    common(status, spark=False)
+    status.add_argument("--run", help="the run to describe (or run_id: in --config)")
     status.set_defaults(handler=cmd_status, defaults={})
     for sub in commands.choices.values():  # `sparkdbn <command> ... --verbose` too; SUPPRESS: not given
         # there, it leaves `sparkdbn --verbose <command>` alone
         sub.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     parser.set_defaults(subparsers=commands.choices)
     return parser
+
+
+def _settings_of(command: argparse.ArgumentParser) -> set[str]:
+    """The setting names ``command`` takes: its flags' and its defaults' (``_`` spelling)."""
+    flags = {action.dest for action in command._actions if action.option_strings and action.dest != "help"}
+    return flags | set(command.get_default("defaults") or {})
 
 
 def _without_interrupts(record: logging.LogRecord) -> bool:
@@ -238,11 +245,15 @@ def _run_command(argv: Sequence[str] | None) -> int:
         options = dict(args.defaults)
         internal = ("handler", "defaults", "config", "command", "verbose", "subparsers")
         known = set(options) | {key for key in vars(args) if key not in internal}
-        config = load_config(getattr(args, "config", None), known)
+        elsewhere = {key for sub in args.subparsers.values() for key in _settings_of(sub)} - set(internal)
+        config = load_config(getattr(args, "config", None), known, elsewhere)
         flags = {key: value for key, value in vars(args).items() if value is not None and key not in internal}
+        config = without_overridden_alternatives(config, flags)
         options.update(config)
         options.update(flags)
         parse_spark_conf(options.get("conf"))  # a malformed --conf is said before anything runs
+        if "run" in known and not options.get("run"):
+            raise UsageError(f"{args.command} needs --run (the run's name), or run_id: in its --config file")
         if args.command == "stage":
             if not options.get("url"):
                 raise UsageError("stage needs --url (the dataset directory)")

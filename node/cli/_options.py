@@ -1,9 +1,10 @@
 """What the ``sparkdbn`` command line reads besides its flags: config files (with a schema), ``--conf``.
 
-* A config file (JSON or YAML) is a mapping of the command's own settings (the long flags'
-  names, ``-`` or ``_``), plus ``settings:`` (fields of :class:`node.TrainingSettings`) and
-  ``spark_conf:`` (Spark settings).  An unknown key is a :class:`UsageError` naming the closest
-  known one, never silently ignored.
+* A config file (JSON or YAML) is a mapping of settings (the long flags' names, ``-`` or ``_``),
+  plus ``settings:`` (fields of :class:`node.TrainingSettings`) and ``spark_conf:`` (Spark settings).
+  One file serves a run's commands: each takes the keys it knows and skips those only other commands
+  take (``evaluate`` skips ``train``'s ``epochs``), and ``run_id`` and ``run`` both name the run.  A key
+  no command takes is a :class:`UsageError` naming the closest known one, never silently ignored.
 * ``--conf key=value`` (repeatable) are Spark settings, as spark-submit takes them.
 * :class:`OneLineParser` reports argparse's own mistakes (an unknown flag, a missing value) as
   one line ``sparkdbn <command>: ...`` with exit status 2, like every other mistake.
@@ -22,10 +23,17 @@ from rbm import read_config
 from ..driver import TrainingSettings
 
 __all__ = ["UsageError", "Interrupted", "Terminated", "is_interrupt", "interrupt_word", "OneLineParser", "load_config",
-           "check_keys", "parse_spark_conf", "closest"]
+           "without_overridden_alternatives", "check_keys", "parse_spark_conf", "closest"]
 
 #: Keys of a config file that are not flags of the command.
 CONFIG_SECTIONS = ("settings", "spark_conf")
+
+#: The keys that name the run in a config file: ``train``'s ``run_id``, the other commands' ``run``.
+RUN_KEYS = ("run_id", "run")
+
+#: Settings that exclude each other: a flag for one overrides a config file's other (``predict --input`` and a
+#: file's ``dataset:``), as a flag overrides the file's own value.
+ALTERNATIVES = (("input", "dataset"), ("input", "recipe"))
 
 
 class UsageError(Exception):
@@ -93,12 +101,22 @@ def check_keys(keys: Iterable[str], known: Iterable[str], where: str) -> None:
             raise UsageError(f"{where}: unknown key {key!r}{hint}")
 
 
-def load_config(path: str | None, known: Iterable[str] | None = None) -> dict[str, Any]:
+def load_config(path: str | None, known: Iterable[str] | None = None, elsewhere: Iterable[str] = ()) -> dict[str, Any]:
     """A JSON (``.json``) or YAML (``.yaml``/``.yml``) mapping of settings, ``{}`` without a path.
 
     ``known`` are the command's setting names (``_`` spelling); with it, every key is checked,
     as are the keys of ``settings:`` (against :class:`node.TrainingSettings`) and the type of
-    ``spark_conf:``.
+    ``spark_conf:``.  Keys in ``elsewhere`` (other commands' settings) are skipped, not refused, and the run's
+    name is the command's own key whichever of :data:`RUN_KEYS` the file uses.
+
+    Parameters
+    ----------
+    path : str or None
+        The file (``--config``); None or empty: no file.
+    known : iterable of str, optional
+        The command's setting names; None takes every key unchecked.
+    elsewhere : iterable of str
+        The setting names of the other commands, which the file may hold for them.
     """
     if not path:
         return {}
@@ -112,7 +130,10 @@ def load_config(path: str | None, known: Iterable[str] | None = None) -> dict[st
         raise UsageError(f"--config {path}: expected a mapping of settings, got {type(config).__name__}")
     config = {str(key).replace("-", "_"): value for key, value in config.items()}
     if known is not None:
-        check_keys(config, set(known) | set(CONFIG_SECTIONS), f"--config {path}")
+        known = set(known)
+        check_keys(config, known | set(elsewhere) | set(CONFIG_SECTIONS) | set(RUN_KEYS), f"--config {path}")
+        config = _with_run_key(config, known, path)
+        config = {key: value for key, value in config.items() if key in known or key in CONFIG_SECTIONS}
         settings = config.get("settings")
         if settings is not None:
             if not isinstance(settings, dict):
@@ -123,6 +144,34 @@ def load_config(path: str | None, known: Iterable[str] | None = None) -> dict[st
         if spark_conf is not None and not isinstance(spark_conf, dict):
             raise UsageError(f"--config {path}: 'spark_conf' must be a mapping of Spark settings (key: value)")
     return config
+
+
+def _with_run_key(config: dict[str, Any], known: set[str], path: str) -> dict[str, Any]:
+    """``config`` with the run's name under the command's own key of :data:`RUN_KEYS` (where it takes one)."""
+    given = {key: config[key] for key in RUN_KEYS if config.get(key) is not None}
+    own = next((key for key in RUN_KEYS if key in known), None)
+    if not given or own is None:
+        return config
+    if len(set(map(str, given.values()))) > 1:
+        raise UsageError(f"--config {path}: run_id {given['run_id']!r} and run {given['run']!r} name two runs; "
+                         "give one")
+    rest = {key: value for key, value in config.items() if key not in RUN_KEYS}
+    return {**rest, own: next(iter(given.values()))}
+
+
+def without_overridden_alternatives(config: dict[str, Any], flags: Iterable[str]) -> dict[str, Any]:
+    """``config`` without the settings that a flag for their alternative overrides (:data:`ALTERNATIVES`).
+
+    Parameters
+    ----------
+    config : dict
+        A config file's settings (:func:`load_config`).
+    flags : iterable of str
+        The settings given as flags.
+    """
+    flags = set(flags)
+    overridden = {other for pair in ALTERNATIVES for flag, other in (pair, pair[::-1]) if flag in flags}
+    return {key: value for key, value in config.items() if key not in overridden or key in flags}
 
 
 def parse_spark_conf(items: Sequence[str] | None) -> dict[str, str]:

@@ -17,10 +17,10 @@ pytestmark = pytest.mark.slow
 
 def test_train_prints_the_evaluation_and_writes_the_plots(spark, tmp_path, capsys):
     store = tmp_path / "store"
-    config = tmp_path / "job.yaml"
-    config.write_text("model: convnet\nepochs: 4\npartitions: 4\nsettings:\n  progress: false\n")
-    status = cli.main(["train", "--config", str(config), "--store", str(store), "--run-id", "cli",
-                       "--out", str(tmp_path / "plots")])
+    config = tmp_path / "job.yaml"  # one file for the run's commands: each takes its own keys and skips train's
+    config.write_text(f"model: convnet\ndataset: digits\nepochs: 4\npartitions: 4\nstore: {store}\nrun_id: cli\n"
+                      f"out: {tmp_path / 'plots'}\nsettings:\n  progress: false\n")
+    status = cli.main(["train", "--config", str(config)])
     out = capsys.readouterr().out
     assert status == 0
     assert "accuracy" in out and "precision" in out
@@ -32,10 +32,12 @@ def test_train_prints_the_evaluation_and_writes_the_plots(spark, tmp_path, capsy
     assert record["status"] == "done" and record["spec"]["kind"] == "convnet"
 
     # The saved model is evaluated again by `evaluate`, and `report` redraws the plots.
-    assert cli.main(["evaluate", "--store", str(store), "--run", "cli"]) == 0
+    assert cli.main(["evaluate", "--config", str(config)]) == 0
     again = capsys.readouterr().out
     assert f"{accuracy:.2f}" in again
-    assert cli.main(["report", "--store", str(store), "--run", "cli", "--out", str(tmp_path / "again")]) == 0
+    assert cli.main(["status", "--config", str(config)]) == 0
+    assert capsys.readouterr().out.startswith("run cli: done")
+    assert cli.main(["report", "--config", str(config), "--out", str(tmp_path / "again")]) == 0
     assert sorted(path.name for path in (tmp_path / "again").glob("*.png")) == [path.name for path in plots]
 
     # `predict` adds the saved model's predictions to a Parquet file, as the model predicts alone.
@@ -46,7 +48,8 @@ def test_train_prints_the_evaluation_and_writes_the_plots(spark, tmp_path, capsy
     X_test, y_test = load_digits01().X_test, load_digits01().y_test
     pq.write_table(pa.table({"features": pa.array(list(X_test), type=pa.list_(pa.float32())),
                              "label": pa.array(y_test.astype(np.float64))}), str(tmp_path / "in.parquet"))
-    assert cli.main(["predict", "--store", str(store), "--run", "cli", "--input", str(tmp_path / "in.parquet"),
+    # --input overrides the file's dataset: (its alternative), as a flag overrides the file
+    assert cli.main(["predict", "--config", str(config), "--input", str(tmp_path / "in.parquet"),
                      "--output", str(tmp_path / "out.parquet")]) == 0
     predicted = pq.read_table(str(tmp_path / "out.parquet")).to_pandas()
     model = node.load_run_model(node.open_run("file://" + str(store), "cli"))  # the model the record names

@@ -270,8 +270,17 @@ def test_misspelled_keys_and_flags_are_one_line_naming_the_closest_and_spark_nev
     monkeypatch.setattr(_commands, "_session", lambda options: pytest.fail("Spark started"))
     (tmp_path / "typo.yaml").write_text("model: dbn\nepoch: 3\n")
     (tmp_path / "typo-setting.yaml").write_text("settings:\n  fan_out: 2\n")
+    (tmp_path / "two-runs.yaml").write_text("run: a\nrun_id: b\n")
+    (tmp_path / "no-run.yaml").write_text("epochs: 3\n")  # train's: evaluate skips it, and has no run
     store = str(tmp_path / "store")
     cases = [
+        # a key that no command takes is refused by every one (train's keys are skipped by the others)
+        (["evaluate", "--store", store, "--config", str(tmp_path / "typo.yaml")],
+         f"sparkdbn evaluate: --config {tmp_path / 'typo.yaml'}: unknown key 'epoch'; did you mean 'epochs'?"),
+        (["status", "--store", store, "--config", str(tmp_path / "two-runs.yaml")],
+         f"sparkdbn status: --config {tmp_path / 'two-runs.yaml'}: run_id 'b' and run 'a' name two runs; give one"),
+        (["report", "--store", store, "--config", str(tmp_path / "no-run.yaml")],
+         "sparkdbn report: report needs --run (the run's name), or run_id: in its --config file"),
         (["train", "--store", store, "--config", str(tmp_path / "typo.yaml")],
          f"sparkdbn train: --config {tmp_path / 'typo.yaml'}: unknown key 'epoch'; did you mean 'epochs'?"),
         (["train", "--store", store, "--config", str(tmp_path / "typo-setting.yaml")],
