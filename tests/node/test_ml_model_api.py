@@ -146,3 +146,33 @@ def test_log_dir_moves_the_live_logs_of_a_fit_and_empty_turns_them_off(spark, di
     # Without a storeUrl a fit writes none unless logDir is set (the default folder is not written).
     DBNClassifier(**settings).fit(train)
     assert list(work.iterdir()) == []
+
+
+def test_vectors_are_label_indexed_for_non_negative_integer_labels_of_a_sane_width():
+    from node.serve._inference import MAX_LABEL_INDEXED_WIDTH, label_indexed_width, spread_to_labels
+
+    assert label_indexed_width(np.array([30, 70])) == 71
+    assert label_indexed_width(np.array([30.0, 70.0])) == 71  # whole doubles, as Spark's labels are
+    assert label_indexed_width(np.arange(3)) == 3
+    assert label_indexed_width(np.arange(2 * MAX_LABEL_INDEXED_WIDTH)) == 2 * MAX_LABEL_INDEXED_WIDTH  # no gaps
+    for classes in (np.array(["a", "b"]), np.array([-1, 1]), np.array([0.5, 1.0]), np.array([0, 10**9])):
+        assert label_indexed_width(classes) is None, classes
+    proba = np.array([[0.25, 0.75], [1.0, 0.0]])
+    np.testing.assert_array_equal(spread_to_labels(proba, np.array([1, 3]), 4),
+                                  [[0.0, 0.25, 0.0, 0.75], [0.0, 1.0, 0.0, 0.0]])
+
+
+def test_a_classifier_saved_before_log_dir_existed_loads_with_its_default(spark, tmp_path):
+    import json
+
+    classifier = DBNClassifier(hiddenLayerSizes=[8], finetuneEpochs=2)
+    classifier.write().save(str(tmp_path / "estimator"))
+    part, = (tmp_path / "estimator" / "metadata").glob("part-*")
+    metadata = json.loads(part.read_text())
+    for section in ("paramMap", "defaultParamMap"):  # as written before logDir was a param
+        metadata[section].pop("logDir", None)
+    part.write_text(json.dumps(metadata))
+    for checksum in (tmp_path / "estimator" / "metadata").glob(".*.crc"):
+        checksum.unlink()
+    loaded = DBNClassifier.load(str(tmp_path / "estimator"))
+    assert loaded.getLogDir() == "sparkdbn-logs" and loaded.getHiddenLayerSizes() == [8]
