@@ -23,6 +23,7 @@ __all__ = [
     "check_width",
     "check_finite_parameters",
     "output_dtype",
+    "log_probabilities",
     "DivergenceError",
 ]
 
@@ -174,6 +175,16 @@ def probabilities_as(probabilities: np.ndarray, dtype: Any) -> np.ndarray:
     if cast.dtype.itemsize > np.asarray(probabilities).dtype.itemsize:
         cast /= cast.sum(axis=1, keepdims=True)
     return cast
+
+
+def log_probabilities(probabilities: np.ndarray) -> np.ndarray:
+    """``np.log(probabilities)``, same shape and dtype, without numpy's divide-by-zero warning.
+
+    A class whose probability underflowed to 0 gets ``-inf``, as ``np.log`` gives it: scikit-learn's
+    classifiers (``MLPClassifier``, ``LogisticRegression``) return the same, and warn as they do.
+    """
+    with np.errstate(divide="ignore"):
+        return np.log(probabilities)
 
 
 def check_labels(y: Any, n_samples: int, n_classes: int | None = None, *, name: str = "y") -> np.ndarray:

@@ -37,7 +37,8 @@ from ..data import apply_scaling, feature_column_kind, features_from_arrow, writ
 from ..executor import serving_device, serving_spec, settle_worker_heap
 
 __all__ = ["predict_dataframe", "write_predictions", "model_payload", "model_from_payload", "load_model_here",
-           "predict_proba_batched", "raw_predictions", "scaled_features", "located"]
+           "predict_proba_batched", "raw_predictions", "scaled_features", "located", "model_classes",
+           "label_indexed_width", "spread_to_labels", "MAX_LABEL_INDEXED_WIDTH"]
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,55 @@ def model_classes(model: Any) -> np.ndarray:
     if n_classes is None:
         raise InputDataError(f"{type(model).__name__} has neither classes_ nor n_classes: is it a trained classifier?")
     return np.arange(int(n_classes))
+
+
+#: Label-indexed vectors (:func:`label_indexed_width`) hold at most this many entries when their labels leave gaps.
+MAX_LABEL_INDEXED_WIDTH = 10_000
+
+
+def label_indexed_width(classes: np.ndarray) -> int | None:
+    """The width of probability vectors indexed by label value, as Spark ML's are: ``max(label) + 1``.
+
+    None when the labels are no such index -- strings, negative or fractional numbers -- or when their
+    largest is ``MAX_LABEL_INDEXED_WIDTH`` or more and they leave gaps (labels ``{0, 10**9}`` would make
+    every row a billion entries): then the vectors follow ``classes`` (``0 .. k-1`` are both at once).
+
+    Parameters
+    ----------
+    classes : ndarray of shape (n_classes,)
+        The model's class labels, ascending (:func:`model_classes`).
+    """
+    if classes.dtype.kind not in "iuf" or len(classes) == 0:
+        return None
+    values = classes.astype(np.float64)
+    if not np.all(np.isfinite(values)) or np.any(values < 0) or np.any(values != np.round(values)):
+        return None
+    width = int(values.max()) + 1
+    if width > MAX_LABEL_INDEXED_WIDTH and width != len(classes):
+        return None
+    return width
+
+
+def spread_to_labels(proba: np.ndarray, classes: np.ndarray, width: int) -> np.ndarray:
+    """``proba`` (columns in ``classes`` order) as columns indexed by label value, 0 for labels no class has.
+
+    Parameters
+    ----------
+    proba : ndarray of shape (n_samples, n_classes)
+    classes : ndarray of shape (n_classes,)
+        Non-negative integer labels (:func:`label_indexed_width` gave ``width`` for them).
+    width : int
+        Columns of the result.
+
+    Returns
+    -------
+    ndarray of shape (n_samples, width), proba's dtype
+    """
+    if width == len(classes):  # labels 0 .. k-1: already indexed by value
+        return proba
+    spread = np.zeros((len(proba), width), dtype=proba.dtype)
+    spread[:, classes.astype(np.int64)] = proba
+    return spread
 
 
 def predict_proba_batched(model: Any, X: np.ndarray, batch_size: int) -> np.ndarray:
@@ -253,6 +303,7 @@ def predict_dataframe(
     batch_size: int = 1024,
     probability_type: Literal["array", "vector"] = "vector",
     scaling: dict | None = None,
+    label_indexed: bool = False,
 ) -> Any:
     """Add pyspark.ml's classifier columns to a DataFrame, computed on the executors.
 
@@ -289,15 +340,20 @@ def predict_dataframe(
         The ``scaling`` of the staged dataset the model trained on (its ``_meta.json``, see
         ``sparkdbn stage --scale``): the features are scaled so on the executors before the
         model sees them; the features column itself is written unchanged.
+    label_indexed : bool
+        Index the probability and raw prediction vectors by label value, as Spark ML's classifiers and
+        evaluators do: ``max(label) + 1`` entries, 0 probability (raw ``log 1e-300``) for labels no class
+        has, when the labels are non-negative integers (:func:`label_indexed_width`); else, and by
+        default, the vectors follow ``model.classes_`` (what ``sparkdbn predict`` writes).
 
     Returns
     -------
     pyspark.sql.DataFrame
         ``df``'s columns plus ``raw_prediction_col`` (n_classes values: ``log`` of the
         probabilities, see :func:`raw_predictions`), ``probability_col`` (n_classes values in
-        ``model.classes_`` order) and ``prediction_col`` (double: the predicted class label, as
-        Spark ML does; class indices when the labels were ``0 .. k-1``; a string for a model
-        fitted on string labels).
+        ``model.classes_`` order; by label value with ``label_indexed``) and ``prediction_col``
+        (double: the predicted class label, as Spark ML does; class indices when the labels were
+        ``0 .. k-1``; a string for a model fitted on string labels).
 
     Raises
     ------
@@ -307,7 +363,8 @@ def predict_dataframe(
     """
     frame, _ = _prediction_frame(model, df, features_col=features_col, prediction_col=prediction_col,
                                  probability_col=probability_col, raw_prediction_col=raw_prediction_col,
-                                 batch_size=batch_size, probability_type=probability_type, scaling=scaling, refusals=None)
+                                 batch_size=batch_size, probability_type=probability_type, scaling=scaling,
+                                 refusals=None, label_indexed=label_indexed)
     return frame
 
 
@@ -399,7 +456,7 @@ class _Refusals(AccumulatorParam):
 
 def _prediction_frame(model: Any, df: Any, *, features_col: str, prediction_col: str, probability_col: str | None,
                       raw_prediction_col: str | None, batch_size: int, probability_type: str, scaling: dict | None,
-                      refusals: Any) -> tuple[Any, Any]:
+                      refusals: Any, label_indexed: bool = False) -> tuple[Any, Any]:
     """``(frame, broadcast)``: ``df`` with the prediction columns, and the broadcast model file it reads.
 
     With ``refusals`` (an accumulator of :class:`_Refusals`), a task that meets a row the model
@@ -419,6 +476,11 @@ def _prediction_frame(model: Any, df: Any, *, features_col: str, prediction_col:
     if probability_type not in ("vector", "array"):
         raise InputDataError(f"probability_type must be 'vector' or 'array', got {probability_type!r}")
     classes = model_classes(model)
+    width = label_indexed_width(classes) if label_indexed else None
+    if label_indexed and width is None and classes.dtype.kind in "iuf":
+        log.warning("the model's labels (%s ... %s) cannot index vectors of at most %d entries: its probability "
+                    "vectors follow its %d classes in order (index the labels with StringIndexer before fitting)",
+                    classes[0], classes[-1], MAX_LABEL_INDEXED_WIDTH, len(classes))
     string_classes = classes.dtype.kind in "US"  # a model fitted on string labels predicts them
     classes = classes.astype(str if string_classes else np.float64)
     check_first_row(model, df, features_col, scaling)
@@ -452,6 +514,8 @@ def _prediction_frame(model: Any, df: Any, *, features_col: str, prediction_col:
                     pass
                 return
             prediction = classes[np.argmax(proba, axis=1)] if len(X) else classes[:0]
+            if width is not None:
+                proba = spread_to_labels(proba, classes, width)
             out_columns, names = list(batch.columns), list(batch.schema.names)
             if raw_prediction_col is not None:
                 out_columns.append(_arrow_probability(raw_predictions(proba), as_vector))

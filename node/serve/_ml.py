@@ -25,8 +25,10 @@ import shutil
 import tempfile
 from typing import Any
 
+import numpy as np
 from pyspark import keyword_only
 from pyspark.ml import Estimator, Model
+from pyspark.ml.linalg import DenseVector
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import (
     HasFeaturesCol,
@@ -53,7 +55,16 @@ import storage
 from .._errors import InputDataError
 from ..driver import Trainer
 from ..modes import MODE_NAMES
-from ._inference import load_model_here, model_payload, predict_dataframe
+from ..watch import DEFAULT_LOG_DIR
+from ._inference import (
+    label_indexed_width,
+    load_model_here,
+    model_classes,
+    model_payload,
+    predict_dataframe,
+    raw_predictions,
+    spread_to_labels,
+)
 
 __all__ = ["DBNClassifier", "DBNClassificationModel"]
 
@@ -107,6 +118,10 @@ class _DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasPro
     precision: Param[str] = Param(
         Params._dummy(), "precision", f"GEMM precision on GPUs: {', '.join(rbm.PRECISIONS)} (float32 on CPUs)",
         typeConverter=TypeConverters.toString)
+    logDir: Param[str] = Param(
+        Params._dummy(), "logDir", f"folder of the live TensorBoard event files, one folder per run "
+        f"(<logDir>/<run>; default {DEFAULT_LOG_DIR}, for a fit with a storeUrl); empty: none.  Without a "
+        "storeUrl a fit writes them only where logDir is set", typeConverter=TypeConverters.toString)
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -114,7 +129,8 @@ class _DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasPro
             featuresCol="features", labelCol="label", predictionCol="prediction", probabilityCol="probability",
             rawPredictionCol="rawPrediction", hiddenLayerSizes=[256, 256], pretrainEpochs=5, finetuneEpochs=10,
             batchSize=10, learningRate=0.1, finetuneLearningRate=0.1, storeUrl="", numPartitions=0, fanout=0,
-            runId="", progress=True, seed=0, trainingMode="async", device="cpu", precision="float32")
+            runId="", progress=True, seed=0, trainingMode="async", device="cpu", precision="float32",
+            logDir=DEFAULT_LOG_DIR)
 
     def getHiddenLayerSizes(self) -> list[int]:
         return self.getOrDefault(self.hiddenLayerSizes)
@@ -155,6 +171,12 @@ class _DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasPro
     def getPrecision(self) -> str:
         return self.getOrDefault(self.precision)
 
+    def getTrainingMode(self) -> str:
+        return self.getOrDefault(self.trainingMode)
+
+    def getLogDir(self) -> str:
+        return self.getOrDefault(self.logDir)
+
 
 class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, DefaultParamsWritable):
     """Spark ML estimator: a deep belief net classifier trained by decentralized nodes on Spark.
@@ -179,7 +201,7 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
                  pretrainEpochs: int = 5, finetuneEpochs: int = 10, batchSize: int = 10, learningRate: float = 0.1,
                  finetuneLearningRate: float = 0.1, storeUrl: str = "", numPartitions: int = 0, fanout: int = 0,
                  runId: str = "", progress: bool = True, seed: int = 0, trainingMode: str = "async",
-                 device: str = "cpu", precision: str = "float32") -> None:
+                 device: str = "cpu", precision: str = "float32", logDir: str = DEFAULT_LOG_DIR) -> None:
         super().__init__()
         kwargs = {key: value for key, value in self._input_kwargs.items() if value is not None}
         self._set(**kwargs)
@@ -191,25 +213,95 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
                   pretrainEpochs: int = 5, finetuneEpochs: int = 10, batchSize: int = 10, learningRate: float = 0.1,
                   finetuneLearningRate: float = 0.1, storeUrl: str = "", numPartitions: int = 0, fanout: int = 0,
                   runId: str = "", progress: bool = True, seed: int = 0,
-                  trainingMode: str = "async", device: str = "cpu", precision: str = "float32") -> "DBNClassifier":
+                  trainingMode: str = "async", device: str = "cpu", precision: str = "float32",
+                  logDir: str = DEFAULT_LOG_DIR) -> "DBNClassifier":
         """Set any of the constructor's params; returns self."""
         kwargs = {key: value for key, value in self._input_kwargs.items() if value is not None}
         return self._set(**kwargs)
 
     def setFeaturesCol(self, value: str) -> "DBNClassifier":
+        """Set ``featuresCol``: the features column read; returns self."""
         return self._set(featuresCol=value)
 
     def setLabelCol(self, value: str) -> "DBNClassifier":
+        """Set ``labelCol``: the label column read; returns self."""
         return self._set(labelCol=value)
 
     def setPredictionCol(self, value: str) -> "DBNClassifier":
+        """Set ``predictionCol``: the predicted label's column written; returns self."""
         return self._set(predictionCol=value)
 
     def setProbabilityCol(self, value: str) -> "DBNClassifier":
+        """Set ``probabilityCol``: the probability vector's column written (empty: left out); returns self."""
         return self._set(probabilityCol=value)
 
     def setRawPredictionCol(self, value: str) -> "DBNClassifier":
+        """Set ``rawPredictionCol``: the raw prediction's column written (empty: left out); returns self."""
         return self._set(rawPredictionCol=value)
+
+    def setHiddenLayerSizes(self, value: list[int]) -> "DBNClassifier":
+        """Set ``hiddenLayerSizes``: the units of each hidden RBM layer, bottom first; returns self."""
+        return self._set(hiddenLayerSizes=value)
+
+    def setPretrainEpochs(self, value: int) -> "DBNClassifier":
+        """Set ``pretrainEpochs``: the epochs of contrastive-divergence pre-training per RBM layer; returns self."""
+        return self._set(pretrainEpochs=value)
+
+    def setFinetuneEpochs(self, value: int) -> "DBNClassifier":
+        """Set ``finetuneEpochs``: the epochs of supervised fine-tuning; returns self."""
+        return self._set(finetuneEpochs=value)
+
+    def setBatchSize(self, value: int) -> "DBNClassifier":
+        """Set ``batchSize``: the minibatch size; returns self."""
+        return self._set(batchSize=value)
+
+    def setLearningRate(self, value: float) -> "DBNClassifier":
+        """Set ``learningRate``: the learning rate of RBM pre-training; returns self."""
+        return self._set(learningRate=value)
+
+    def setFinetuneLearningRate(self, value: float) -> "DBNClassifier":
+        """Set ``finetuneLearningRate``: the learning rate of fine-tuning; returns self."""
+        return self._set(finetuneLearningRate=value)
+
+    def setStoreUrl(self, value: str) -> "DBNClassifier":
+        """Set ``storeUrl``: the store that keeps each fit's run (empty: a temporary store per fit); returns self."""
+        return self._set(storeUrl=value)
+
+    def setNumPartitions(self, value: int) -> "DBNClassifier":
+        """Set ``numPartitions``: the RDD partitions per epoch (0: twice Spark's default parallelism); returns self."""
+        return self._set(numPartitions=value)
+
+    def setFanout(self, value: int) -> "DBNClassifier":
+        """Set ``fanout``: the peers merged at most per partition (0: every fresh peer); returns self."""
+        return self._set(fanout=value)
+
+    def setRunId(self, value: str) -> "DBNClassifier":
+        """Set ``runId``: the run id in the store (empty: a new id per fit); returns self."""
+        return self._set(runId=value)
+
+    def setProgress(self, value: bool) -> "DBNClassifier":
+        """Set ``progress``: whether the driver shows its progress bar and per-epoch summaries; returns self."""
+        return self._set(progress=value)
+
+    def setSeed(self, value: int) -> "DBNClassifier":
+        """Set ``seed``: the random seed; returns self."""
+        return self._set(seed=value)
+
+    def setTrainingMode(self, value: str) -> "DBNClassifier":
+        """Set ``trainingMode``: how nodes combine their progress; returns self."""
+        return self._set(trainingMode=value)
+
+    def setDevice(self, value: str) -> "DBNClassifier":
+        """Set ``device``: where the nodes compute: cpu, gpu or auto; returns self."""
+        return self._set(device=value)
+
+    def setPrecision(self, value: str) -> "DBNClassifier":
+        """Set ``precision``: the GEMM precision on GPUs; returns self."""
+        return self._set(precision=value)
+
+    def setLogDir(self, value: str) -> "DBNClassifier":
+        """Set ``logDir``: the folder of the live TensorBoard event files (empty: none); returns self."""
+        return self._set(logDir=value)
 
     def build_model(self) -> Any:
         """The untrained :class:`rbm.DBN` these params describe."""
@@ -234,13 +326,14 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
 
     def _fit(self, dataset: Any) -> "DBNClassificationModel":
         if self.getStoreUrl():
-            return self._fit_in(dataset, self.getStoreUrl(), key=None, log_dir="sparkdbn-logs")
+            return self._fit_in(dataset, self.getStoreUrl(), key=None, log_dir=self.getLogDir() or None)
         # No store asked for: the run lives in a temporary folder for the fit only, with a key that is
-        # never kept (nothing under ~/.config either) and no TensorBoard files; the model stays in memory
-        # and is written where the user saves it.
+        # never kept (nothing under ~/.config either) and no TensorBoard files unless logDir names a folder;
+        # the model stays in memory and is written where the user saves it.
+        log_dir = (self.getLogDir() or None) if self.isSet(self.logDir) else None
         folder = tempfile.mkdtemp(prefix="sparkdbn-fit-")
         try:
-            fitted = self._fit_in(dataset, "file://" + folder, key=os.urandom(32), log_dir=None)
+            fitted = self._fit_in(dataset, "file://" + folder, key=os.urandom(32), log_dir=log_dir)
         finally:
             shutil.rmtree(folder, ignore_errors=True)  # only the folder this fit made
         fitted._set(runId="", storeUrl="")
@@ -261,7 +354,7 @@ class DBNClassifier(Estimator, _DBNClassifierParams, DefaultParamsReadable, Defa
             run_id=self.getRunId() or None,
             seed=int(self.getOrDefault(self.seed)) % (2**31),
             progress=self.getProgress(),
-            mode=self.getOrDefault(self.trainingMode),
+            mode=self.getTrainingMode(),
             features_col=self.getFeaturesCol(),
             label_col=self.getLabelCol(),
         )
@@ -283,10 +376,13 @@ class DBNClassificationModel(Model, _DBNClassifierParams, MLReadable, MLWritable
 
     ``transform(df)`` adds pyspark.ml's classifier columns: ``rawPredictionCol`` (a dense Vector,
     ``log`` of the probabilities), ``probabilityCol`` (a dense Vector of class probabilities) --
-    each left out when its param is set to ``""`` -- and ``predictionCol`` (a double: the class; a string
-    for a model fitted on string labels), computed per partition through Arrow on the executors.  The
-    vectors' entries follow ``classes_``: Spark's evaluators, which index them by label value, score labels
-    ``0 .. k-1`` (index others with ``StringIndexer`` first).
+    each left out when its param is set to ``""`` -- and ``predictionCol`` (a double: the label; a string
+    for a model fitted on string labels), computed per partition through Arrow on the executors.  As in
+    Spark ML, the vectors are indexed by label value when the labels are non-negative integers: ``numClasses``
+    (``max(label) + 1``) entries, probability 0 for a label no class has, so Spark's evaluators read the right
+    entry of labels such as ``{30, 70}``.  For other labels (strings, negative or fractional numbers, or
+    labels of 10,000 and more that leave gaps) the entries follow the model's ``classes_``.  ``predict``,
+    ``predictProbability`` and ``predictRaw`` give the same for one feature Vector.
 
     Parameters
     ----------
@@ -306,16 +402,84 @@ class DBNClassificationModel(Model, _DBNClassifierParams, MLReadable, MLWritable
         return self._model
 
     def setFeaturesCol(self, value: str) -> "DBNClassificationModel":
+        """Set ``featuresCol``: the features column read; returns self."""
         return self._set(featuresCol=value)
 
     def setPredictionCol(self, value: str) -> "DBNClassificationModel":
+        """Set ``predictionCol``: the predicted label's column written; returns self."""
         return self._set(predictionCol=value)
 
     def setProbabilityCol(self, value: str) -> "DBNClassificationModel":
+        """Set ``probabilityCol``: the probability vector's column written (empty: left out); returns self."""
         return self._set(probabilityCol=value)
 
     def setRawPredictionCol(self, value: str) -> "DBNClassificationModel":
+        """Set ``rawPredictionCol``: the raw prediction's column written (empty: left out); returns self."""
         return self._set(rawPredictionCol=value)
+
+    @property
+    def numClasses(self) -> int:
+        """Entries of the probability and raw prediction vectors: ``max(label) + 1`` when the labels are
+        non-negative integers (the vectors are indexed by label value, as Spark ML's), else the number of classes."""
+        classes = model_classes(self.model)
+        return label_indexed_width(classes) or len(classes)
+
+    @property
+    def numFeatures(self) -> int:
+        """Features the model takes (its ``n_features_in_``; -1 when it does not say, as Spark's models)."""
+        return int(getattr(self.model, "n_features_in_", -1))
+
+    def _class_probabilities(self, value: Any) -> np.ndarray:
+        """The model's probabilities of one row of features, shape (n_classes,) float64, ``classes_`` order.
+
+        Computed in float32 from the features, as :meth:`transform` computes them on the executors.
+        """
+        row = np.asarray(value.toArray() if hasattr(value, "toArray") else value, dtype=np.float32)
+        if row.ndim != 1:
+            raise InputDataError(f"features must be one Vector (1-D), got shape {row.shape}")
+        try:
+            proba = self.model.predict_proba(row[None, :])
+        except ValueError as error:  # the model's own checks: width, NaN
+            raise InputDataError(f"features do not fit the model: {error}") from error
+        return np.asarray(proba, dtype=np.float64)[0]
+
+    def predictProbability(self, value: Any) -> DenseVector:
+        """The probability vector of one row, as ``transform``'s ``probabilityCol`` (indexed by label value
+        when the labels are non-negative integers: :attr:`numClasses` entries).
+
+        Parameters
+        ----------
+        value : pyspark.ml.linalg.Vector or array-like of shape (n_features,)
+            The row's features.
+        """
+        classes = model_classes(self.model)
+        proba = self._class_probabilities(value)
+        width = label_indexed_width(classes)
+        return DenseVector(proba if width is None else spread_to_labels(proba[None, :], classes, width)[0])
+
+    def predictRaw(self, value: Any) -> DenseVector:
+        """The raw prediction of one row, as ``transform``'s ``rawPredictionCol``: ``log`` of
+        :meth:`predictProbability` (floored at ``log 1e-300``).
+
+        Parameters
+        ----------
+        value : pyspark.ml.linalg.Vector or array-like of shape (n_features,)
+            The row's features.
+        """
+        return DenseVector(raw_predictions(self.predictProbability(value).toArray()))
+
+    def predict(self, value: Any) -> float | str:
+        """The predicted label of one row, as ``transform``'s ``predictionCol``: a float (a string for a model
+        fitted on string labels).
+
+        Parameters
+        ----------
+        value : pyspark.ml.linalg.Vector or array-like of shape (n_features,)
+            The row's features.
+        """
+        classes = model_classes(self.model)
+        label = classes[int(np.argmax(self._class_probabilities(value)))]
+        return str(label) if classes.dtype.kind in "US" else float(label)
 
     def _transform(self, dataset: Any) -> Any:
         return predict_dataframe(
@@ -327,6 +491,7 @@ class DBNClassificationModel(Model, _DBNClassifierParams, MLReadable, MLWritable
             raw_prediction_col=self.getRawPredictionCol() or None,
             batch_size=max(1024, int(self.getBatchSize())),
             probability_type="vector",
+            label_indexed=True,  # as Spark ML's classifiers, for its evaluators
         )
 
     def write(self) -> MLWriter:

@@ -31,7 +31,8 @@ from .._gpu import check_precision, effective_precision
 from .._model import print_iteration, register_model
 from .._params import check_integer, check_number
 from .._updaters import Updater, anneal_factor, make_updater
-from .._validation import check_features, check_finite_parameters, check_width, output_dtype, probabilities_as
+from .._validation import (check_features, check_finite_parameters, check_width, log_probabilities, output_dtype,
+                           probabilities_as)
 from ..datasets import train_test_indices
 from . import _cd, _finetune
 from ._dbn_seam import DBNSeam
@@ -516,6 +517,11 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, ClassNamePrefixFeaturesOu
         self._require(classes=True)
         probabilities = _finetune.softmax_(self._logits(to_device(self._check_X(X, training=False), self._xp)))
         return probabilities_as(to_host(probabilities), output_dtype(X))
+
+    def predict_log_proba(self, X: Any) -> np.ndarray:
+        """Natural log of :meth:`predict_proba`, shape (n_samples, n_classes), columns ordered as ``classes_``
+        (``-inf`` where a probability is 0, as scikit-learn's classifiers give it)."""
+        return log_probabilities(self.predict_proba(X))
 
     def predict(self, X: Any) -> np.ndarray:
         """Most probable class label of each row, shape (n_samples,)."""

@@ -29,7 +29,7 @@ from .._gpu import check_precision, effective_precision, fused_ops
 from .._model import print_iteration, register_model
 from .._params import check_integer, check_number
 from .._updaters import Updater, make_updater
-from .._validation import DivergenceError, check_features, check_finite_parameters, probabilities_as
+from .._validation import DivergenceError, check_features, check_finite_parameters, log_probabilities, probabilities_as
 from ._convnet_seam import ConvNetSeam
 from ._layers import Conv2D, Dense, Dropout, Layer, build_layer
 from ._ops import softmax_cross_entropy
@@ -291,6 +291,11 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
             exp = self._xp.exp(logits - logits.max(axis=1, keepdims=True))
             chunks.append(probabilities_as(to_host(exp / exp.sum(axis=1, keepdims=True)), np.float64))
         return np.concatenate(chunks)
+
+    def predict_log_proba(self, X: Any) -> np.ndarray:
+        """Natural log of :meth:`predict_proba`, (n, n_classes) float64, columns ordered as ``classes_``
+        (``-inf`` where a probability is 0, as scikit-learn's classifiers give it)."""
+        return log_probabilities(self.predict_proba(X))
 
     def predict(self, X: Any) -> np.ndarray:
         """Most probable class label per sample, (n,)."""
