@@ -39,6 +39,9 @@ from ._stage_command import check_stage_flags, cmd_stage
 
 __all__ = ["main", "build_parser"]
 
+#: The commands that make something (a run, a dataset): they say which keys of a --config file they skip.
+COMMANDS_THAT_MAKE = ("train", "stage")
+
 VERBOSE_HELP = "print the traceback of an error and log at INFO level"
 
 
@@ -246,7 +249,8 @@ def _run_command(argv: Sequence[str] | None) -> int:
         internal = ("handler", "defaults", "config", "command", "verbose", "subparsers")
         known = set(options) | {key for key in vars(args) if key not in internal}
         elsewhere = {key for sub in args.subparsers.values() for key in _settings_of(sub)} - set(internal)
-        config = load_config(getattr(args, "config", None), known, elsewhere)
+        config = load_config(getattr(args, "config", None), known, elsewhere,
+                             say_skipped=args.command in COMMANDS_THAT_MAKE)
         flags = {key: value for key, value in vars(args).items() if value is not None and key not in internal}
         config = without_overridden_alternatives(config, flags)
         options.update(config)

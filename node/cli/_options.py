@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import logging
 import sys
 from typing import Any, Iterable, NoReturn, Sequence
 
@@ -24,6 +25,8 @@ from ..driver import TrainingSettings
 
 __all__ = ["UsageError", "Interrupted", "Terminated", "is_interrupt", "interrupt_word", "OneLineParser", "load_config",
            "without_overridden_alternatives", "check_keys", "parse_spark_conf", "closest"]
+
+logger = logging.getLogger(__name__)
 
 #: Keys of a config file that are not flags of the command.
 CONFIG_SECTIONS = ("settings", "spark_conf")
@@ -101,7 +104,8 @@ def check_keys(keys: Iterable[str], known: Iterable[str], where: str) -> None:
             raise UsageError(f"{where}: unknown key {key!r}{hint}")
 
 
-def load_config(path: str | None, known: Iterable[str] | None = None, elsewhere: Iterable[str] = ()) -> dict[str, Any]:
+def load_config(path: str | None, known: Iterable[str] | None = None, elsewhere: Iterable[str] = (), *,
+                say_skipped: bool = False) -> dict[str, Any]:
     """A JSON (``.json``) or YAML (``.yaml``/``.yml``) mapping of settings, ``{}`` without a path.
 
     ``known`` are the command's setting names (``_`` spelling); with it, every key is checked,
@@ -117,6 +121,9 @@ def load_config(path: str | None, known: Iterable[str] | None = None, elsewhere:
         The command's setting names; None takes every key unchecked.
     elsewhere : iterable of str
         The setting names of the other commands, which the file may hold for them.
+    say_skipped : bool
+        Warn, naming them, of the keys skipped (a command that makes something: ``train``'s file holding
+        ``input:`` may mean ``dataset:``).
     """
     if not path:
         return {}
@@ -133,7 +140,10 @@ def load_config(path: str | None, known: Iterable[str] | None = None, elsewhere:
         known = set(known)
         check_keys(config, known | set(elsewhere) | set(CONFIG_SECTIONS) | set(RUN_KEYS), f"--config {path}")
         config = _with_run_key(config, known, path)
-        config = {key: value for key, value in config.items() if key in known or key in CONFIG_SECTIONS}
+        skipped = [key for key in config if key not in known and key not in CONFIG_SECTIONS]
+        if skipped and say_skipped:
+            logger.warning("--config %s: skipped %s, which other commands take, not this one", path, ", ".join(skipped))
+        config = {key: value for key, value in config.items() if key not in skipped}
         settings = config.get("settings")
         if settings is not None:
             if not isinstance(settings, dict):

@@ -304,6 +304,31 @@ def test_misspelled_keys_and_flags_are_one_line_naming_the_closest_and_spark_nev
     assert not (tmp_path / "store").exists() and not (tmp_path / "d").exists()
 
 
+def test_a_config_file_serves_every_command_of_a_run_and_a_command_that_makes_something_names_what_it_skips(
+        tmp_path, caplog):
+    from node.cli import build_parser
+    from node.cli._main import _settings_of
+    from node.cli._options import load_config
+
+    commands = build_parser().parse_args(["status", "--run", "r"]).subparsers
+    every = {name: _settings_of(command) for name, command in commands.items()}
+    config = tmp_path / "job.yaml"
+    config.write_text("run_id: r\nstore: s\nepochs: 3\ninput: new.csv\nspark_conf: {spark.ui.enabled: 'false'}\n")
+
+    def read(command: str) -> dict:
+        others = set().union(*(keys for name, keys in every.items() if name != command))
+        return load_config(str(config), every[command], others, say_skipped=command in ("train", "stage"))
+
+    with caplog.at_level("WARNING", logger="node.cli._options"):
+        assert read("status") == {"run": "r", "store": "s", "spark_conf": {"spark.ui.enabled": "false"}}
+        assert read("evaluate") == {"run": "r", "store": "s", "input": "new.csv",
+                                    "spark_conf": {"spark.ui.enabled": "false"}}
+        assert not caplog.records  # a command that reads a run skips train's keys quietly
+        assert read("train") == {"run_id": "r", "store": "s", "epochs": 3, "spark_conf": {"spark.ui.enabled": "false"}}
+    assert [record.getMessage() for record in caplog.records] == [
+        f"--config {config}: skipped input, which other commands take, not this one"]  # train's is dataset:
+
+
 NPZ_FILES = {
     "labels of another length": (lambda path: np.savez(path, X=np.zeros((6, 4)), y=np.arange(5)),
                                  "the labels have shape (5,) for 6 samples; expected (6,)"),
