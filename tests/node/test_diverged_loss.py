@@ -23,10 +23,10 @@ def test_a_node_whose_loss_is_inf_fails_the_fit_once_saying_it_diverged(spark, s
     X = StandardScaler().fit_transform(digits.X_train)
     model = rbm.DBN(hidden_layer_sizes=(64,), visible="gaussian", batch_size=10, pretrain_learning_rate=1.0,
                     random_state=0)
-    before = newest_job(spark, any_group=True)
+    before = newest_job(spark)
     trainer = node.Trainer(spark, store_url, run_id="diverged", epochs={"rbm0": 1, "finetune": 1}, partitions=8,
                            scale_rule="none", progress=False)
     with pytest.raises(node.InputDataError, match=r"diverged (on node \S+ \(phase rbm0, epoch 0, partition \d+\): "
                                                   r"its loss is (inf|nan)|in RBM pass)"):
         trainer.fit(model, X.astype(np.float32), digits.y_train)
-    assert failed_tasks_since(spark, before, any_group=True) == 0  # reported by the node, not retried by Spark
+    assert failed_tasks_since(spark, before) == 0  # reported by the node, not retried by Spark

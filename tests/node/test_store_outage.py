@@ -40,7 +40,7 @@ def test_a_store_stopped_mid_fit_fails_it_once_naming_the_store_and_the_same_run
     # The stopped store keeps the fit from releasing its lease: the next fit takes it over after lease_timeout_s.
     settings = dict(run_id="outage", epochs={"rbm0": 3, "finetune": 2}, partitions=4, progress=False,
                     store_retry_timeout_s=RETRY_TIMEOUT_S, lease_timeout_s=5.0)
-    before = newest_job(spark, any_group=True)
+    before = newest_job(spark)
     try:
         # The first epoch's end stops the store: the nodes are training the next (async queues it).
         stopping = node.Trainer(spark, url, on_epoch=lambda _summary: server.stop(), **settings)
@@ -49,7 +49,7 @@ def test_a_store_stopped_mid_fit_fails_it_once_naming_the_store_and_the_same_run
     finally:
         server.stop()
     # Each task that met the outage said so in its report: Spark ran none of them again.
-    assert failed_tasks_since(spark, before, any_group=True) == 0
+    assert failed_tasks_since(spark, before) == 0
 
     with WebHDFSServer(tmp_path / "hdfs", port=port), caplog.at_level(logging.INFO, logger="node"):
         model = node.Trainer(spark, url, **settings).fit(small_dbn(), X, y)
@@ -65,10 +65,10 @@ def test_a_store_refusing_the_run_mid_fit_ends_it_with_a_store_access_error_nami
         url = server.store_url("/sparkdbn")
         trainer = node.Trainer(spark, url, run_id="refused", epochs={"rbm0": 3, "finetune": 1}, partitions=4,
                                progress=False, on_epoch=lambda _summary: server.faults.deny("/sparkdbn/runs/refused"))
-        before = newest_job(spark, any_group=True)
+        before = newest_job(spark)
         with pytest.raises(node.StoreAccessError, match=r"permission denied on hdfs /sparkdbn/runs/refused/"):
             trainer.fit(small_dbn(), X, y)
-    assert failed_tasks_since(spark, before, any_group=True) == 0  # the refusal is the same on every attempt
+    assert failed_tasks_since(spark, before) == 0  # the refusal is the same on every attempt
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def dataset_missing_a_shard(tmp_path, digits) -> str:
 
 def test_train_on_a_dataset_missing_a_shard_says_so_in_one_line_before_spark_starts(
         spark, tmp_path, dataset_missing_a_shard, capsys):
-    before = newest_job(spark, any_group=True)
+    before = newest_job(spark)
     capsys.readouterr()
     status = cli.main(["train", "--store", str(tmp_path / "store"), "--run-id", "shardless", "--dataset",
                        dataset_missing_a_shard, "--epochs", "1", "--no-report", "--no-progress"])
@@ -91,17 +91,17 @@ def test_train_on_a_dataset_missing_a_shard_says_so_in_one_line_before_spark_sta
     assert status == 2 and err == [f"sparkdbn train: dataset {dataset_missing_a_shard!r} lacks its shard "
                                    "'part-00002.parquet', which its _meta.json lists; nothing was trained: stage the "
                                    "dataset again"]
-    assert newest_job(spark, any_group=True) == before  # no Spark job ran
+    assert newest_job(spark) == before  # no Spark job ran
     assert not (tmp_path / "store" / "runs" / "shardless").exists()
 
 
 def test_a_fit_on_a_dataset_missing_a_shard_is_refused_before_a_task_reads_it(spark, store_url,
                                                                                dataset_missing_a_shard):
-    before = newest_job(spark, any_group=True)
+    before = newest_job(spark)
     trainer = node.Trainer(spark, store_url, run_id="shardless", epochs=1, progress=False)
     with pytest.raises(node.InputDataError, match=r"lacks its shard 'part-00002\.parquet'"):
         trainer.fit(small_dbn(), dataset_missing_a_shard)
-    assert failed_tasks_since(spark, before, any_group=True) == 0
+    assert failed_tasks_since(spark, before) == 0
 
 
 def test_a_shard_gone_after_the_drivers_check_is_reported_once_by_the_task_reading_it(spark, store_url,
@@ -109,8 +109,8 @@ def test_a_shard_gone_after_the_drivers_check_is_reported_once_by_the_task_readi
                                                                                     monkeypatch):
     # The driver saw every shard (raising=False: an older tree, without the check, runs this test too).
     monkeypatch.setattr(storage.Dataset, "missing_shards", lambda _dataset: [], raising=False)
-    before = newest_job(spark, any_group=True)
+    before = newest_job(spark)
     trainer = node.Trainer(spark, store_url, run_id="shardless", epochs=1, progress=False)
     with pytest.raises(node.InputDataError, match=r"partition 2: its shard 'part-00002\.parquet' is missing"):
         trainer.fit(small_dbn(), dataset_missing_a_shard)
-    assert failed_tasks_since(spark, before, any_group=True) == 0  # reported by its task, not retried
+    assert failed_tasks_since(spark, before) == 0  # reported by its task, not retried
