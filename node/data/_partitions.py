@@ -77,7 +77,15 @@ def empty_summary(index: int, error: str | None = None) -> dict[str, Any]:
 
 def store_failure_summary(index: int, error: Exception) -> dict[str, Any]:
     """The summary of a partition whose store failed its task (:data:`~node._errors.STORE_FAILURES`): no rows,
-    ``store_error`` says why (the driver raises :class:`~node.StoreAccessError` with it)."""
+    ``store_error`` says why (the driver raises :class:`~node.StoreAccessError` with it).
+
+    Parameters
+    ----------
+    index : int
+        The partition.
+    error : Exception
+        The store's error (its message names the store's URL and the operation).
+    """
     return {**empty_summary(index), "store_error": str(error)}
 
 
