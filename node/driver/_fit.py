@@ -313,11 +313,11 @@ def _end_fast_after_outage(store: storage.Store, lease: DriverLease, error: Base
     while cause is not None and not isinstance(cause, (storage.StoreUnavailableError, StoreAccessError)):
         cause = cause.__cause__ or cause.__context__
     if cause is not None and not lease.store_failed:
-        logger.warning("the store %s failed: the fit of run %s ends, trying each of its last store writes once "
-                       "(marking the run failed, releasing its lease, removing its work folders); what the store "
-                       "refuses the next fit of the run takes over: it resumes once the store is back (taking the "
+        logger.warning("the fit of run %s ends after a store failure, trying each of its last writes to the store "
+                       "%s once (marking the run failed, releasing its lease, removing its work folders); what they "
+                       "leave the next fit of the run takes over: it resumes once the store is back (taking the "
                        "lease over at once where this process has ended, else after lease_timeout_s, %.0f s)",
-                       store.url, lease.run, lease.timeout_s)
+                       lease.run, store.url, lease.timeout_s)
         lease.store_failed = True
         store.retry_timeout_s = 0.0
 

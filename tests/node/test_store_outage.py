@@ -70,7 +70,7 @@ def assert_one_warning_for_the_last_writes(caplog, run: str) -> None:
     a lease renewal that failed during the outage was said once."""
     said = [record.getMessage() for record in caplog.records
             if record.name.startswith("node") and record.levelno >= logging.WARNING]
-    assert len([line for line in said if f"the fit of run {run} ends" in line]) == 1, said
+    assert len([line for line in said if f"the fit of run {run} ends after a store failure" in line]) == 1, said
     assert not [line for line in said if line.startswith(("could not", f"run {run}: could not"))], said
     assert len([line for line in said if "lease renewal failed" in line]) <= 1, said
 
