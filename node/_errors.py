@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["NodeError", "InputDataError", "StoreAccessError", "TrainingError", "NodeDeviceError", "short_error"]
+import storage
+
+__all__ = ["NodeError", "InputDataError", "StoreAccessError", "TrainingError", "NodeDeviceError", "STORE_FAILURES",
+           "short_error", "store_failure"]
+
+#: Store failures a Spark task reports instead of raising: the store down past its ``retry_timeout_s``, or refusing
+#: the run's files.  Every attempt Spark would make again meets the same store.
+STORE_FAILURES = (storage.StoreUnavailableError, storage.StorePermissionError)
 
 
 class NodeError(Exception):
@@ -38,3 +45,18 @@ def short_error(error: BaseException, limit: int = 600) -> str:
         if "Error" in line and not line.startswith("\tat "):
             return line.strip()[:limit]
     return text[:limit]
+
+
+def store_failure(error: BaseException) -> storage.StoreError | None:
+    """The :data:`STORE_FAILURES` error that ``error`` is, or was raised from (a node's failed publish is
+    raised from the store's error), else None.
+
+    Parameters
+    ----------
+    error : BaseException
+        What a task raised.
+    """
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, STORE_FAILURES):
+        cause = cause.__cause__
+    return cause

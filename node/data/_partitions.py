@@ -7,7 +7,9 @@ the first NaN/Inf, per-column minimum and maximum with their rows, and the disti
 which the driver refuses, naming partition, row and column, whatever the model would refuse.  With
 a :class:`~node.data._blocks.BlockSink` the partition is also stored for the fit's nodes, by the
 task that read it (:func:`summarize_and_store`): the rows cross from Spark into Python once, and no
-copy is cached.
+copy is cached.  A store that fails the task (:data:`~node._errors.STORE_FAILURES`: down past its retry
+timeout, or refusing the files) is said in the summary's ``store_error``, not raised: Spark would run the
+task again, each attempt meeting the same store.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ from pyspark import TaskContext
 
 import storage
 
-from .._errors import InputDataError
+from .._errors import STORE_FAILURES, InputDataError
 from ._blocks import BlockSink
 from ._frames import features_from_arrow, labels_from_arrow
 from ._labels import summarize_labels
 
-__all__ = ["arrow_partition_summary", "empty_summary", "rows_summary", "shard_summary", "summarize_and_store",
-           "summarize_block"]
+__all__ = ["arrow_partition_summary", "empty_summary", "rows_summary", "shard_summary", "store_failure_summary",
+           "summarize_and_store", "summarize_block"]
 
 
 def summarize_block(index: int, X: np.ndarray, y: np.ndarray | None, max_classes: int,
@@ -73,13 +75,30 @@ def empty_summary(index: int, error: str | None = None) -> dict[str, Any]:
     return {"partition": index, "rows": 0, "shape": None, "error": error, "has_labels": False}
 
 
+def store_failure_summary(index: int, error: Exception) -> dict[str, Any]:
+    """The summary of a partition whose store failed its task (:data:`~node._errors.STORE_FAILURES`): no rows,
+    ``store_error`` says why (the driver raises :class:`~node.StoreAccessError` with it).
+
+    Parameters
+    ----------
+    index : int
+        The partition.
+    error : Exception
+        The store's error (its message names the store's URL and the operation).
+    """
+    return {**empty_summary(index), "store_error": str(error)}
+
+
 def summarize_and_store(sink: BlockSink | None, max_classes: int, index: int, X: np.ndarray,
                         y: np.ndarray | None) -> dict[str, Any]:
     """``X``'s summary; with ``sink``, the partition stored too unless its summary already refuses it."""
     summary = summarize_block(index, X, y, max_classes)
     usable = summary["error"] is None and "nan_at" not in summary and summary["rows"]
     if sink is not None and usable:
-        sink.write(sink.open_store(), index, X, y)
+        try:
+            sink.write(sink.open_store(), index, X, y)
+        except STORE_FAILURES as error:
+            return store_failure_summary(index, error)
     return summary
 
 
@@ -171,5 +190,8 @@ def shard_summary(dataset: storage.Dataset, sink: BlockSink | None, max_classes:
     except storage.StoreNotFoundError as error:  # gone since the driver's check: reported once, not retried by Spark
         yield {"partition": index, "rows": 0,
                "error": f"its shard {dataset.meta['shards'][index]['name']!r} is missing ({error})"}
+        return
+    except STORE_FAILURES as error:
+        yield store_failure_summary(index, error)
         return
     yield summarize_and_store(sink, max_classes, index, np.asarray(X, dtype=np.float32), y)

@@ -141,9 +141,9 @@ def split_arrays(X: np.ndarray, y: np.ndarray | None, partitions: int,
     return [(index, X[rows], None if y is None else y[rows]) for index, rows in enumerate(pieces)], pieces
 
 
-def _open_dataset(url: str) -> storage.Dataset:
+def _open_dataset(url: str, retry_timeout_s: float) -> storage.Dataset:
     try:
-        return storage.open_dataset(url)
+        return storage.open_dataset(url, retry_timeout_s=retry_timeout_s)
     except storage.StoreUnavailableError as error:
         raise StoreAccessError(f"cannot reach the store holding dataset {url!r}: {error}") from error
     except (storage.StoreError, FileNotFoundError, KeyError, ValueError) as error:
@@ -224,6 +224,8 @@ class DataOptions:
     sink : BlockSink, optional
         Where the job that reads data other than numpy arrays stores its partitions for the fit
         (None: it only checks them).
+    store_retry_timeout_s : float
+        How long a staged dataset's store is retried when it is unavailable (the fit's ``store_retry_timeout_s``).
     """
 
     partitions: int | None = None
@@ -234,6 +236,7 @@ class DataOptions:
     shuffle_seed: int | None = 0
     max_classes: int = DEFAULT_MAX_CLASSES
     sink: BlockSink | None = field(default=None, compare=False)
+    store_retry_timeout_s: float = 30.0
 
 
 def prepare_training_data(spark: SparkSession, data: Any, y: Any = None,
@@ -252,6 +255,14 @@ def prepare_training_data(spark: SparkSession, data: Any, y: Any = None,
     Returns
     -------
     PreparedData
+
+    Raises
+    ------
+    InputDataError
+        Data the checks refuse, naming the partition and row where they can.
+    StoreAccessError
+        A staged dataset's store, or the sink's, failed (unavailable past its retry timeout, or refusing the
+        files): reported by the tasks that met it, not retried by Spark.
     """
     sc = spark.sparkContext
     partitions = int(options.partitions or 2 * sc.defaultParallelism)
@@ -308,6 +319,9 @@ def _read_and_check(sc: Any, data: Any, y: Any, partitions: int, options: DataOp
         raise
     except Exception as error:
         raise InputDataError(f"reading the training data ({source}) failed: {short_error(error)}") from error
+    outages = [summary["store_error"] for summary in collected if summary.get("store_error")]
+    if outages:  # each task that met it said so in its summary: Spark ran none of them again
+        raise StoreAccessError(outages[0])
     prepared = _check_summaries(collected, source, options.classes, options.require_labels, options.max_classes)
     prepared.stored, prepared.staged = options.sink is not None, staged
     return prepared
@@ -316,7 +330,7 @@ def _read_and_check(sc: Any, data: Any, y: Any, partitions: int, options: DataOp
 def _staged_summaries(sc: Any, url: str, y: Any, options: DataOptions) -> tuple[Any, str, dict]:
     """A staged dataset: each executor reads its own shard from the store, one shard per partition (and the
     dataset's meta)."""
-    dataset = _open_dataset(url)
+    dataset = _open_dataset(url, options.store_retry_timeout_s)
     if y is not None:
         raise InputDataError("y must not be given with a staged dataset URL (its labels are staged with it)")
     partitions = int(dataset.num_shards)

@@ -129,7 +129,8 @@ class Fit:
                             on_lost=self._lease_lost)
         held = _Held()
         try:
-            with lease, _ending_fast_after_outage(store):  # a second driver of the run is refused here, before any work
+            # A second driver of the run is refused here, before any work.
+            with lease, _ending_fast_after_outage(store, lease):
                 previous = self._earlier_record(runs)
                 # Earlier fits' claims and stored partitions (node.run._work_folders), before this fit stores its own.
                 remove_work_folders(store, self.run_id)
@@ -150,7 +151,7 @@ class Fit:
             raise StoreAccessError(str(error)) from error
         finally:
             with self.timings.step("cleanup"):
-                self._close(held)
+                self._close(held, store_failed=lease.store_failed)
             logger.info("run %s: the fit took %s", self.run_id, self.timings.summary())
 
     def _check_settings(self) -> None:
@@ -241,7 +242,8 @@ class Fit:
                              jobs=held.jobs, watch=held.watch, timings=self.timings, reachability=self.reachability,
                              history=self.history, on_epoch=self.on_epoch).run()
         except BaseException as error:
-            _end_fast_after_outage(store, error)  # marking the run failed: one attempt, not another retry timeout
+            # Marking the run failed: one attempt, not another retry timeout.
+            _end_fast_after_outage(store, lease, error)
             fail(error, record=record, lease=lease, run_id=self.run_id)
             raise
 
@@ -260,8 +262,10 @@ class Fit:
         return min(self.sc.defaultParallelism, slots) if slots else int(self.sc.defaultParallelism)
 
     # ------------------------------------------------------------------ the end
-    def _close(self, held: _Held) -> None:
-        """Cancel this fit's Spark jobs, stop its nodes, drop its broadcasts, held data and stored partitions."""
+    def _close(self, held: _Held, *, store_failed: bool = False) -> None:
+        """Cancel this fit's Spark jobs, stop its nodes, drop its broadcasts, held data and stored partitions
+        (``store_failed``: the fit ends because its store failed, and said so; a removal that fails is logged at
+        debug level)."""
         workers = self._workers
         if workers is not None and workers.seconds is not None:
             self.timings.add("start the Python workers", workers.started - self.timings.origin, workers.seconds,
@@ -272,15 +276,16 @@ class Fit:
         if held.jobs is not None:
             held.jobs.close()
         if held.store is not None:  # this fit's claims and partitions, when it got as far as writing any
-            self._remove_work_folders(held.store)
+            self._remove_work_folders(held.store, logging.DEBUG if store_failed else logging.WARNING)
         if held.prepared is not None:
             held.prepared.unpersist()
 
-    def _remove_work_folders(self, store: storage.Store) -> None:
+    def _remove_work_folders(self, store: storage.Store, failure_level: int) -> None:
         try:
             remove_work_folders(store, self.run_id, self.fit_id)
         except storage.StoreError as error:  # cleanup must not hide the real outcome; the next fit removes them
-            logger.warning("could not remove the work folders of run %s: %s", self.run_id, short_error(error))
+            logger.log(failure_level, "could not remove the work folders of run %s: %s", self.run_id,
+                       short_error(error))
 
 
 @dataclass
@@ -296,27 +301,34 @@ class _Held:
     watch: RunWatch | None = None
 
 
-def _end_fast_after_outage(store: storage.Store, error: BaseException) -> None:
+def _end_fast_after_outage(store: storage.Store, lease: DriverLease, error: BaseException) -> None:
     """After ``error`` caused by the store staying down past its retry timeout (or a node's task reporting a
     store failure), give each of the fit's last store calls (marking the run failed, releasing the lease,
     removing its work folders) one attempt: each would wait out the outage again otherwise (30 s each by
-    default), and none is needed to resume the run."""
+    default), and none is needed to resume the run.
+
+    Said in one warning, with what the calls that fail leave; each that fails is logged at debug level only
+    (``lease.store_failed``): its line repeated the store's error, which the fit's error says."""
     cause: BaseException | None = error
     while cause is not None and not isinstance(cause, (storage.StoreUnavailableError, StoreAccessError)):
         cause = cause.__cause__ or cause.__context__
-    if cause is not None and store.retry_timeout_s > 0:
-        logger.warning("the store %s failed: the fit ends, trying each of its last store writes once",
-                       store.url)
+    if cause is not None and not lease.store_failed:
+        logger.warning("the fit of run %s ends after a store failure, trying each of its last writes to the store "
+                       "%s once (marking the run failed, releasing its lease, removing its work folders); what they "
+                       "leave the next fit of the run takes over: it resumes once the store is back (taking the "
+                       "lease over at once where this process has ended, else after lease_timeout_s, %.0f s)",
+                       lease.run, store.url, lease.timeout_s)
+        lease.store_failed = True
         store.retry_timeout_s = 0.0
 
 
 @contextlib.contextmanager
-def _ending_fast_after_outage(store: storage.Store) -> Iterator[None]:
+def _ending_fast_after_outage(store: storage.Store, lease: DriverLease) -> Iterator[None]:
     """:func:`_end_fast_after_outage` for an error raised inside (before the lease, entered first, is released)."""
     try:
         yield
     except BaseException as error:
-        _end_fast_after_outage(store, error)
+        _end_fast_after_outage(store, lease, error)
         raise
 
 

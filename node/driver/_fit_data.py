@@ -55,6 +55,9 @@ def prepare_fit_data(spark: SparkSession, settings: TrainingSettings, model: Any
     ------
     InputDataError
         Data the model or its replicas would refuse (nothing stays cached then).
+    StoreAccessError
+        The store failed the job that reads and stores the data (down past ``store_retry_timeout_s``, or
+        refusing the files): said once by each task that met it, none retried by Spark.
     """
     timings = timings or FitTimings()
     fixed = getattr(model, "classes_", None)
@@ -68,7 +71,8 @@ def prepare_fit_data(spark: SparkSession, settings: TrainingSettings, model: Any
             partitions=fit_partitions(settings, nodes, spec.get("batch_size"), data),
             features_col=settings.features_col, label_col=settings.label_col,
             classes=None if fixed is None else np.asarray(fixed), require_labels=require_labels,
-            shuffle_seed=settings.seed if settings.shuffle else None, max_classes=settings.max_classes, sink=sink))
+            shuffle_seed=settings.seed if settings.shuffle else None, max_classes=settings.max_classes, sink=sink,
+            store_retry_timeout_s=settings.store_retry_timeout_s))
     try:
         with timings.step("model check"):
             _check_model(model, spec, prepared)

@@ -348,8 +348,9 @@ def _mark_failed(error: BaseException, *, record: RunRecord | None, lease: Drive
         return
     try:
         record.mark("failed", error=f"{type(error).__name__}: {error}"[:2000], finished=time.time())
-    except (storage.StoreError, LeaseLostError) as store_error:
-        logger.error("could not mark run %s failed in the store: %s", run_id, store_error)
+    except (storage.StoreError, LeaseLostError) as store_error:  # after the store failed, the fit's warning said it
+        logger.log(logging.DEBUG if lease.store_failed else logging.ERROR, "could not mark run %s failed in the "
+                   "store: %s", run_id, store_error)
 
 
 

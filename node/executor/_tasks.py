@@ -23,6 +23,7 @@ from pyspark import Broadcast
 import storage
 
 from .._contract import ContractError, NodeConfig, PartitionReport, TaskSpec, decode, encode
+from .._errors import store_failure
 from ..modes import mode_named
 from ._device import moved_from, task_gpu_addresses
 from ._node import ExecutorNode, node_id
@@ -36,10 +37,6 @@ logger = logging.getLogger(__name__)
 _registry_lock = threading.Lock()
 _nodes: dict[str, ExecutorNode] = {}  # run -> the node of this process
 _last_used: dict[str, float] = {}  # run -> when a task last used its node (time.monotonic)
-
-#: Store failures a task reports instead of raising: the store down past its ``retry_timeout_s``, or refusing
-#: the run's files.  Every attempt Spark would make again meets the same store.
-STORE_FAILURES = (storage.StoreUnavailableError, storage.StorePermissionError)
 
 #: A node of another run than the task's stays in its worker unless no task used it for this long.
 #: Fits running side by side (two threads of one session, each calling ``Trainer.fit``) share Spark's
@@ -135,7 +132,7 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
     try:
         yield from _train_slot(task, mode, start, partition)
     except Exception as error:
-        failure = _store_failure(error)
+        failure = store_failure(error)
         if failure is None:
             raise
         # Said once, in a report.  Raised, Spark would run the task again (spark.task.maxFailures), each
@@ -177,24 +174,9 @@ def _train_slot(task: TaskSpec, mode: Any, start: Broadcast, partition: int) -> 
         _used(node)  # idle from the task's end on, not its start (IDLE_NODE_STOP_S)
 
 
-def _store_failure(error: BaseException) -> storage.StoreError | None:
-    """The :data:`STORE_FAILURES` error that ``error`` is, or was raised from (a node's failed publish is
-    raised from the store's error), else None.
-
-    Parameters
-    ----------
-    error : BaseException
-        What a task raised.
-    """
-    cause: BaseException | None = error
-    while cause is not None and not isinstance(cause, STORE_FAILURES):
-        cause = cause.__cause__
-    return cause
-
-
 def _store_failure_report(task: TaskSpec, partition: int, error: storage.StoreError) -> PartitionReport:
-    """The one report of a task the store stopped (:data:`STORE_FAILURES`): nothing trained, ``store_error``
-    says why."""
+    """The one report of a task the store stopped (:data:`~node._errors.STORE_FAILURES`): nothing trained,
+    ``store_error`` says why."""
     return PartitionReport(node=node_id(), run=task.node.run, phase=task.phase, epoch=task.epoch,
                            partition=task.slots[partition][0] if task.slots[partition] else -1, samples=0,
                            loss=float("nan"), train_s=0.0, merge_s=0.0, publish_s=0.0, task_s=0.0, merged=0,

@@ -35,6 +35,8 @@ from typing import Iterator
 
 import numpy as np
 
+import actors
+
 from .._contract import AsyncOptions, PartitionReport, TaskSpec
 from .._errors import InputDataError
 from ..data import Block
@@ -81,8 +83,12 @@ class AsyncMode(TrainingMode):
         started = time.time()
         tick = time.perf_counter()
         # Unusable peer snapshots are skipped and counted by the actor (stats: dropped_bad_snapshot);
-        # a MergeError here means this node's own weights diverged, and the task fails saying so.
-        before = _merge_fresh(node, task)
+        # a MergeError here means this node's own weights diverged on an earlier partition (reported
+        # then): this one is refused saying so, as every later one, and Spark retries no task.
+        try:
+            before = _merge_fresh(node, task)
+        except actors.MergeError as error:
+            raise InputDataError(f"training diverged on node {node.name} before this partition: {error}") from error
         merge_s = time.perf_counter() - tick
 
         during: list = []  # the snapshots merged while the partition trains

@@ -87,6 +87,10 @@ class DriverLease:
         self._lock = threading.Lock()  # the renewal thread and check_store both may find the run lost
         self._thread: threading.Thread | None = None
         self._lost: str | None = None
+        self._failed_renewals = 0  # in a row: the first is a warning, the next say nothing new (debug)
+        #: Set by the fit when its store failed and it ends: the lease's failures after that (a renewal, the
+        #: release) are logged at debug level, the fit's one warning saying what they leave.
+        self.store_failed = False
 
     # ------------------------------------------------------------------ lifecycle
     def acquire(self) -> None:
@@ -180,8 +184,9 @@ class DriverLease:
                 logger.warning("run %s: lease generation %d is no longer this driver's; it is left as it is", self.run,
                                self.generation)
         except storage.StoreError as error:
-            logger.warning("run %s: could not release the lease (%s); the next fit takes it over after watching it "
-                           "for %.0f s", self.run, error, self.timeout_s)
+            logger.log(logging.DEBUG if self.store_failed else logging.WARNING,
+                       "run %s: could not release the lease (%s); the next fit takes it over after watching it "
+                       "for %.0f s", self.run, error, self.timeout_s)
 
     def __enter__(self) -> "DriverLease":
         self.acquire()
@@ -241,7 +246,14 @@ class DriverLease:
                     return
                 self._renew()
             except storage.StoreError as error:  # a store outage: try again at the next interval
-                logger.warning("run %s: lease renewal failed (%s); retrying", self.run, error)
+                self._failed_renewals += 1
+                level = logging.WARNING if self._failed_renewals == 1 and not self.store_failed else logging.DEBUG
+                logger.log(level, "run %s: lease renewal failed (%s); retrying every %.1f s (the next failures "
+                           "at debug level)", self.run, error, interval_s)
+            else:
+                if self._failed_renewals:
+                    logger.info("run %s: lease renewed after %d failed renewal(s)", self.run, self._failed_renewals)
+                self._failed_renewals = 0
 
 
 def _seconds(value: Any) -> float:

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support.numerics import forward_rtol, near_ties
+from support.spark_jobs import newest_job
 
 import storage
 import node
@@ -191,7 +192,7 @@ def test_evaluate_takes_the_held_out_split_of_the_recipe_and_seed_the_run_traine
                      "--test-fraction", "0.5"]) == 0
     assert cli.main(["stage", "--input", str(tmp_path / "narrow.npz"), "--url", narrow]) == 0
     capsys.readouterr()
-    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(None)
+    jobs = newest_job(spark)
     assert cli.main(["evaluate", "--store", str(store), "--run", "seeded", "--dataset", scaled]) == 2
     assert capsys.readouterr().err == (
         f"sparkdbn evaluate: --dataset {scaled} holds features scaled to [0, 1] when staged (--scale minmax); the "
@@ -203,7 +204,7 @@ def test_evaluate_takes_the_held_out_split_of_the_recipe_and_seed_the_run_traine
                      str(tmp_path / "never")]) == 2
     assert capsys.readouterr().err == (f"sparkdbn predict: --dataset {narrow} holds samples of 4 features [4]; the "
                                        "model takes 64\n")
-    assert spark.sparkContext.statusTracker().getJobIdsForGroup(None) == jobs
+    assert newest_job(spark) == jobs
 
 
 def test_evaluate_finds_the_recipe_the_run_trained_on_by_its_record(monkeypatch):
@@ -234,13 +235,13 @@ def test_an_input_whose_features_a_scaled_run_cannot_take_is_refused_before_any_
     model = rbm.DBN(hidden_layer_sizes=(4,), random_state=0).initialize(2, np.arange(2))
     frame = spark.createDataFrame([(b"\x00\x01", 1)], "features binary, label int")
     scaling = {"kind": "minmax", "min": [0.0, 0.0], "max": [1.0, 1.0]}
-    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(None)
+    jobs = newest_job(spark)
     refused = "features column 'features' has type binary; .*a staged dataset's shards hold their features as bytes"
     with pytest.raises(node.InputDataError, match=refused):
         node.predict_dataframe(model, frame, scaling=scaling)
     with pytest.raises(node.InputDataError, match=refused):
         node.evaluate(model, frame, scaling=scaling)
-    assert spark.sparkContext.statusTracker().getJobIdsForGroup(None) == jobs  # no job ran
+    assert newest_job(spark) == jobs  # no job ran
 
 
 def test_an_input_spark_cannot_read_as_parquet_is_one_line_naming_it(spark, tmp_path):
