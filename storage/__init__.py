@@ -20,7 +20,7 @@ import logging
 
 from ._auth import MIN_KEY_BYTES, mac_hex, sha256_hex, sign_json, verify_json, verify_mac
 from ._dataset_lease import DatasetLease
-from ._dataset_staging import check_split_destination, check_stage_destination, stage_arrays
+from ._dataset_staging import check_split_destination, check_stage_destination, stage_arrays, stage_split_pair
 from ._datasets import Dataset, open_dataset, open_split
 from ._errors import (
     AuthenticationError,
@@ -94,6 +94,7 @@ __all__ = [
     "sign_json",
     "snapshot_size_bound",
     "stage_arrays",
+    "stage_split_pair",
     "stage_csv",
     "stage_idx",
     "verify_json",

@@ -47,7 +47,7 @@ from ._paths import join
 from ._runs import write_json
 from ._store import Store, open_store
 
-__all__ = ["stage_arrays", "check_split_destination", "check_stage_destination"]
+__all__ = ["stage_arrays", "stage_split_pair", "check_split_destination", "check_stage_destination"]
 
 logger = logging.getLogger(__name__)
 
@@ -217,7 +217,7 @@ def stage_arrays(
         holds files (without ``overwrite``) or anything staging did not write; another staging of the
         same dataset is running (or took the dataset over from this one).
     """
-    store = open_store(url, user=user, retry_timeout_s=retry_timeout_s)
+    store = url if isinstance(url, Store) else open_store(url, user=user, retry_timeout_s=retry_timeout_s)
     features = _check_features(X)
     labels = _check_labels(y, len(features)) if y is not None else None
     _check_destination(store, overwrite, keep)  # before writing the lease: a folder that is no dataset stays untouched
@@ -225,6 +225,84 @@ def stage_arrays(
         return _stage_leased(store, lease, features, labels, shards=shards, shard_rows=shard_rows, name=name,
                              compression=compression, layout=layout, progress=progress, extra_meta=extra_meta,
                              overwrite=overwrite, keep=keep)
+
+
+def stage_split_pair(
+    url: "str | Store",
+    train: tuple[Any, Any],
+    test: tuple[Any, Any],
+    *,
+    split: str = "test",
+    shards: int | None = None,
+    test_shards: int | None = None,
+    name: str | None = None,
+    extra_meta: dict | None = None,
+    train_meta: dict | None = None,
+    overwrite: bool = False,
+    lease_timeout_s: float = DEFAULT_STAGING_LEASE_TIMEOUT_S,
+    **options: Any,
+) -> tuple[dict, dict]:
+    """Stage a dataset at ``url`` and its held-out ``split`` at ``url/split``, as one staging.
+
+    One id in both metas (``split_pair``): a pair staged by different stagings is refused by
+    :func:`~storage.open_split`.  The dataset's staging lease is held from the check of both folders to the
+    training set's last removal, so a second staging of the same URL is refused before it writes anything
+    (as two stagings of one dataset are, :func:`stage_arrays`), and cannot take the first one's finished split
+    for what a killed staging left (:func:`check_split_destination`) and stage it again under the first's
+    training set.  Files are checked first (:func:`check_split_destination`): nothing is written where
+    either would be refused.
+
+    Parameters
+    ----------
+    url : str or Store
+        The dataset directory.
+    train : tuple of (array-like, array-like or None)
+        The training set's ``(X, y)``.
+    test : tuple of (array-like, array-like or None)
+        The held-out split's ``(X, y)``.
+    split : str
+        The held-out split's folder name.
+    shards : int, optional
+        Shards of the training set (:func:`stage_arrays`'s ``shards``).
+    test_shards : int, optional
+        Shards of the split.
+    name : str, optional
+        The dataset's name (default: the directory name); the split's is ``<name>-<split>``.
+    extra_meta : dict, optional
+        Entries for both metas.
+    train_meta : dict, optional
+        Entries for the training set's meta alone.
+    overwrite : bool
+        Replace a pair staged there before (only that).
+    lease_timeout_s : float
+        As :func:`stage_arrays`'s.
+    **options
+        :func:`stage_arrays`'s ``compression``, ``layout``, ``progress``, ``user``, ``retry_timeout_s``.
+
+    Returns
+    -------
+    (dict, dict)
+        The metas of the training set and of the split.
+    """
+    connection = {key: options.pop(key) for key in ("user", "retry_timeout_s") if key in options}
+    store = url if isinstance(url, Store) else open_store(url, **connection)
+    name = name or store.root.rstrip("/").rsplit("/", 1)[-1]
+    features = _check_features(train[0])
+    labels = _check_labels(train[1], len(features)) if train[1] is not None else None
+    check_split_destination(store, split, overwrite=overwrite)  # before the lease: nothing written where refused
+    with DatasetLease(store, lease_timeout_s) as lease:
+        test_overwrite = check_split_destination(store, split, overwrite=overwrite)  # again: under the lease
+        pair = uuid.uuid4().hex
+        test_meta = stage_arrays(store.child(split), test[0], test[1], shards=test_shards, name=f"{name}-{split}",
+                                 overwrite=test_overwrite, lease_timeout_s=lease_timeout_s,
+                                 extra_meta={**(extra_meta or {}), "split": split, "split_pair": pair}, **options)
+        meta = _stage_leased(store, lease, features, labels, shards=shards, shard_rows=None, name=name,
+                             overwrite=overwrite, keep=(split,), extra_meta={
+                                 **(extra_meta or {}), **(train_meta or {}), "split": "train",
+                                 "splits": {split: split}, "split_pair": pair},
+                             compression=options.get("compression", DEFAULT_COMPRESSION),
+                             layout=options.get("layout", "binary"), progress=options.get("progress", False))
+    return meta, test_meta
 
 
 def _stage_leased(store: Store, lease: DatasetLease, features: np.ndarray, labels: np.ndarray | None, *,

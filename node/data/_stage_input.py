@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-import uuid
 import zipfile
 from typing import Any, Sequence
 
@@ -21,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from storage import (DatasetError, check_split_destination, check_stage_destination, local_path, open_store, read_idx,
-                     stage_arrays)
+                     stage_arrays, stage_split_pair)
 
 from .._errors import InputDataError
 from ._frames import features_from_arrow
@@ -242,7 +241,7 @@ def stage_input(source: str, url: str, *, label_col: str | None = "label", featu
         raise DatasetError(f"--test-fraction must lie in (0, 1), got {test_fraction}")
     store = open_store(url)
     if test_fraction:  # both checked before anything is written
-        test_overwrite = check_split_destination(store, overwrite=overwrite)
+        check_split_destination(store, overwrite=overwrite)
     else:
         check_stage_destination(store, overwrite=overwrite)
     X, y, feature_names = read_input(source, label_col=label_col, features_cols=features_cols, labels=labels)
@@ -264,14 +263,11 @@ def stage_input(source: str, url: str, *, label_col: str | None = "label", featu
         X = apply_scaling(X, extra["scaling"])
     ys = (lambda rows: None if y is None else y[rows])
     if test_fraction:
-        # One id in both metas: a pair staged by different stagings (killed between the two swaps) is refused.
-        pair = uuid.uuid4().hex
-        stage_arrays(store.child("test"), X[test_rows], ys(test_rows), shards=min(shards or 1, len(test_rows)),
-                     name=f"{store.root.rstrip('/').rsplit('/', 1)[-1]}-test", overwrite=test_overwrite,
-                     extra_meta={**extra, "split": "test", "split_pair": pair})
-        extra.update(split="train", splits={"test": "test"}, test_fraction=test_fraction, seed=seed, split_pair=pair)
-    meta = stage_arrays(store, X[train_rows], ys(train_rows), shards=shards, overwrite=overwrite,
-                        keep=("test",) if test_fraction else (), extra_meta=extra)
+        meta, _ = stage_split_pair(store, (X[train_rows], ys(train_rows)), (X[test_rows], ys(test_rows)),
+                                   shards=shards, test_shards=min(shards or 1, len(test_rows)), extra_meta=extra,
+                                   train_meta={"test_fraction": test_fraction, "seed": seed}, overwrite=overwrite)
+    else:
+        meta = stage_arrays(store, X[train_rows], ys(train_rows), shards=shards, overwrite=overwrite, extra_meta=extra)
     logger.info("staged %s at %s: %d training rows%s", source, store.url, len(train_rows),
                 f", {len(X) - len(train_rows)} held out" if test_fraction else "")
     return meta

@@ -7,11 +7,10 @@ files, runs, weights and datasets, not Spark and not the models, so the two are 
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import Any
 
 from rbm import datasets
-from storage import DatasetError, Store, check_split_destination, open_store, stage_arrays
+from storage import DatasetError, Store, open_store, stage_arrays, stage_split_pair
 
 from .._errors import InputDataError
 from ._frames import check_label_column, feature_column_kind, features_from_arrow, labels_from_arrow
@@ -90,15 +89,10 @@ def stage_recipe(recipe: str, url: str | Store, *, shards: int | None = None, ra
     name = stage_options.pop("name", recipe)
     extra = {"source": f"recipe:{recipe}", "random_state": random_state}
     overwrite = bool(stage_options.pop("overwrite", False))
-    test_overwrite = check_split_destination(store, overwrite=overwrite)  # both checked before anything is written
     test_shards = None if shards is None else min(shards, len(split.X_test))
-    pair = uuid.uuid4().hex  # in both metas: a pair staged by different stagings is refused (storage.open_split)
-    test_meta = stage_arrays(store.child("test"), split.X_test, split.y_test, shards=test_shards,
-                             name=f"{name}-test", extra_meta={**extra, "split": "test", "split_pair": pair},
-                             overwrite=test_overwrite, **stage_options)
-    meta = stage_arrays(store, split.X_train, split.y_train, shards=shards, name=name, overwrite=overwrite,
-                        keep=("test",), extra_meta={**extra, "split": "train", "splits": {"test": "test"},
-                                                    "split_pair": pair}, **stage_options)
+    meta, test_meta = stage_split_pair(store, (split.X_train, split.y_train), (split.X_test, split.y_test),
+                                       shards=shards, test_shards=test_shards, name=name, extra_meta=extra,
+                                       overwrite=overwrite, **stage_options)
     logger.info("recipe %s: %d training samples at %s, %d held out at %s/test", recipe, meta["n_samples"],
                 store.url, test_meta["n_samples"], store.url)
     return meta

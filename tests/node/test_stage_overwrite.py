@@ -101,9 +101,12 @@ def test_a_first_staging_killed_mid_way_is_completed_by_the_same_command(tmp_pat
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(KILL_HOOK)
     writes = staged_writes(str(tmp_path / "counting"), monkeypatch, overwrite=False)
-    train = [index for index, (url, _) in enumerate(writes, 1) if not url.endswith("/test")]
+    # The pair's lease is written first (the dataset's: held over both datasets), then the split, then the training set.
+    leased = [index for index, (url, path) in enumerate(writes, 1) if path.startswith("_staging-lease/")]
+    train = [index for index, (url, path) in enumerate(writes, 1)
+             if not url.endswith("/test") and not path.startswith("_staging-lease/")]
     test = [index for index, (url, _) in enumerate(writes, 1) if url.endswith("/test")]
-    assert max(test) < min(train)
+    assert min(leased) < min(test) and max(test) < min(train)
     points = {"a held-out shard": test[2], "the first training write": train[0], "a training shard": train[2],
               "the training meta": train[-1]}
     assert writes[train[-1] - 1][1] == "_meta.json"

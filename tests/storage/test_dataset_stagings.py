@@ -13,9 +13,10 @@ import time
 import numpy as np
 import pytest
 
-import node.data._stage_input as stage_input_module
+import storage._dataset_staging as dataset_staging
 from node.cli._data import held_out_split
-from node.data import stage_input
+from node.data import stage_input, stage_recipe
+from rbm.datasets import load_digits01
 from storage import DatasetError, Store, StoreUnavailableError, open_dataset, open_split, open_store, stage_arrays
 
 #: Renewals every 0.1 s: a second staging sees the first renew within a fraction of a second.
@@ -74,6 +75,33 @@ def test_a_second_staging_of_a_dataset_is_refused_while_the_first_runs_and_the_f
     assert sorted(open_store(url).list("")) == ["_meta.json", folder]  # no lease left between stagings
 
 
+def test_a_second_pair_staging_is_refused_while_the_first_writes_its_training_set_and_the_pair_stays_one(tmp_path):
+    # The window two `sparkdbn stage` of one URL at once met: the first's held-out split complete, its training
+    # set not yet.  The second took that split for what a killed staging left and staged it again (no lease of
+    # the pair's), the first's training set came beside it, and training refused the pair as two stagings'.
+    url = str(tmp_path / "d")
+    first, outcome = HeldStore(url), []
+
+    def stage_first() -> None:
+        try:
+            outcome.append(stage_recipe("digits", first, shards=3, random_state=0, lease_timeout_s=LEASE_TIMEOUT_S))
+        except BaseException as error:  # noqa: BLE001 - handed to the test thread
+            outcome.append(error)
+
+    thread = threading.Thread(target=stage_first, daemon=True)
+    thread.start()
+    assert first.held.wait(DEADLINE_S)  # writing its training set's shards
+    assert open_store(url).exists("test/_meta.json")  # ... its held-out split complete: the window
+    with pytest.raises(DatasetError, match=r"another staging of .* is running \(host .*, pid \d+.*renewed its lease"):
+        stage_recipe("digits", url, shards=3, random_state=1, lease_timeout_s=REFUSED_STAGING_LEASE_TIMEOUT_S)
+    first.go.set()
+    thread.join(DEADLINE_S)
+    assert len(outcome) == 1 and isinstance(outcome[0], dict), outcome
+    split = load_digits01(random_state=0)
+    np.testing.assert_array_equal(open_dataset(url).read_all()[0], split.X_train)
+    np.testing.assert_array_equal(open_split(url).read_all()[0], split.X_test)  # one staging's pair: it opens
+
+
 def test_a_staging_that_ended_without_releasing_is_taken_over_at_once_by_the_same_command(tmp_path):
     url = str(tmp_path / "d")
     X, y = _data(30, 0.0)
@@ -109,15 +137,15 @@ def test_a_test_fraction_staging_killed_between_its_two_datasets_is_refused_as_a
     url = "file://" + str(tmp_path / "store" / "mine")
     stage_input(_split_source(tmp_path, 90, 0), url, test_fraction=0.2)
     first_test = open_split(url).read_all()[0]
-    real_stage_arrays, calls = stage_input_module.stage_arrays, []
+    real_stage, calls = dataset_staging._stage_leased, []
 
-    def killed_after_the_test_split(*args, **kwargs):  # noqa: ANN002, ANN003 - stage_arrays' signature
+    def killed_after_the_test_split(*args, **kwargs):  # noqa: ANN002, ANN003 - _stage_leased's signature
         calls.append(args[0])
         if len(calls) == 2:  # the training set: killed before it
             raise KeyboardInterrupt
-        return real_stage_arrays(*args, **kwargs)
+        return real_stage(*args, **kwargs)
 
-    monkeypatch.setattr(stage_input_module, "stage_arrays", killed_after_the_test_split)
+    monkeypatch.setattr(dataset_staging, "_stage_leased", killed_after_the_test_split)
     new_source = _split_source(tmp_path, 120, 1000)
     with pytest.raises(KeyboardInterrupt):
         stage_input(new_source, url, test_fraction=0.2, overwrite=True)
