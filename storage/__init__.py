@@ -44,7 +44,7 @@ from ._runs import RunStore, has_run_record
 from ._say_once import SayOnce
 from ._signed_names import SignedName, SignedNames
 from ._sources import read_idx, stage_csv, stage_idx
-from ._store import Store, local_path, open_store, parse_store_url
+from ._store import UNRECORDED_FILE_MAX_BYTES, Store, local_path, open_store, parse_store_url
 from ._weights import DEFAULT_MAX_SNAPSHOT_BYTES, Consolidation, SnapshotRef, WeightStore
 
 __all__ = [
@@ -74,6 +74,7 @@ __all__ = [
     "StorePathError",
     "StorePermissionError",
     "StoreUnavailableError",
+    "UNRECORDED_FILE_MAX_BYTES",
     "WeightStore",
     "check_split_destination",
     "check_stage_destination",

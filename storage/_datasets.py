@@ -41,7 +41,7 @@ from ._auth import sha256_hex
 from ._errors import ChecksumError, DatasetError, StoreError, StoreNotFoundError
 from ._paths import join
 from ._runs import read_json
-from ._store import Store, open_store
+from ._store import UNRECORDED_FILE_MAX_BYTES, Store, open_store
 
 __all__ = ["Dataset", "open_dataset", "open_split"]
 
@@ -166,7 +166,10 @@ class Dataset:
             raise IndexError(f"shard {index} out of range: {self.url} has {self.num_shards} shard(s)")
         info = self.meta["shards"][index]
         where = f"{self.url}/{info['name']}"
-        data = self.store.read_bytes(info["name"])
+        size = info.get("size_bytes")  # recorded by staging; a meta staged before it did: the store's cap
+        recorded = _is_count(size)
+        data = self.store.read_bytes(info["name"], max_bytes=size if recorded else UNRECORDED_FILE_MAX_BYTES,
+                                     stat_first=not recorded)
         digest = sha256_hex(data)
         if digest != info["sha256"]:
             raise ChecksumError(f"{where}: sha256 {digest[:12]}... does not match _meta.json ({info['sha256'][:12]}...); "

@@ -63,6 +63,9 @@ logger = logging.getLogger(__name__)
 RECORD_MAX_BYTES = 16 << 20
 PEER_ENTRY_MAX_BYTES = 64 << 10
 METRICS_RECORD_MAX_BYTES = 1 << 20
+#: Largest unsigned JSON file read (a dataset's ``_meta.json``, a staging marker): a dataset's meta lists its
+#: shards, about 200 bytes each, so even 10,000 shards stay near 2 MB.
+JSON_MAX_BYTES = 16 << 20
 
 _LEGACY_RECORD_PURPOSE = "sparkdbn run record v1"  # runs/<run>/run.json
 _RECORD_PURPOSE = "sparkdbn run record v2"  # runs/<run>/record/<generation>-<seq>.json
@@ -83,16 +86,25 @@ def write_json(store: Store, path: str, value: Any) -> None:
     store.write_bytes(path, json.dumps(value, sort_keys=True, allow_nan=False).encode("utf-8"))
 
 
-def read_json(store: Store, path: str) -> Any | None:
+def read_json(store: Store, path: str, *, max_bytes: int = JSON_MAX_BYTES) -> Any | None:
     """Read a JSON file; None when it does not exist.
+
+    Parameters
+    ----------
+    store : Store
+        The store holding it.
+    path : str
+        The file, relative to the store root.
+    max_bytes : int
+        A larger file is refused unread (:class:`FileTooLargeError`, a :class:`StoreError`).
 
     Raises
     ------
     StoreError
-        The file exists but is not valid JSON.
+        The file exists but is not valid JSON, or is larger than ``max_bytes``.
     """
     try:
-        data = store.read_bytes(path)
+        data = store.read_bytes(path, max_bytes=max_bytes)
     except StoreNotFoundError:
         return None
     try:
@@ -149,7 +161,7 @@ class RunStore:
         seq = self._next_seq(generation)
         path = join(self.prefix, "record", f"{generation:08d}-{seq:08d}.json")
         data = sign_json(self._key, record, _RECORD_PURPOSE, self.run, generation, seq)
-        if not self.store.create_exclusive(path, data) and self.store.read_bytes(path) != data:
+        if not self.store.create_exclusive(path, data) and not self._holds(path, data):
             raise StoreError(f"{self.store.url}/{path} was written by another writer of lease generation "
                              f"{generation}; this one stops")
         self._seq[generation] = seq + 1
@@ -163,6 +175,13 @@ class RunStore:
                 break
             written.pop(0)
         return path
+
+    def _holds(self, path: str, data: bytes) -> bool:
+        """Whether the file at ``path`` is ``data`` (read no further than its length: a larger file is not)."""
+        try:
+            return self.store.read_bytes(path, max_bytes=len(data)) == data
+        except FileTooLargeError:
+            return False
 
     def _next_seq(self, generation: int) -> int:
         if generation not in self._seq:  # the first write of this generation here: continue after what is stored

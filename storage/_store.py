@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from ._errors import StorePathError, StoreUnavailableError
+from ._errors import FileTooLargeError, StoreError, StorePathError, StoreUnavailableError
 from ._paths import join, normalize
 from ._retry import TransientError, call_with_retry
 
-__all__ = ["Store", "StoreURL", "open_store", "parse_store_url"]
+__all__ = ["UNRECORDED_FILE_MAX_BYTES", "Store", "StoreURL", "open_store", "parse_store_url"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +35,10 @@ T = TypeVar("T")
 DEFAULT_WEBHDFS_PORT = 9870
 DEFAULT_SWEBHDFS_PORT = 9871
 _HDFS_SCHEMES = {"hdfs": "http", "webhdfs": "http", "swebhdfs": "https"}
+
+#: Largest file read whole where nothing recorded its size (a model named by a record written before records kept
+#: its size, a dataset shard or training partition): generous, and checked by the file's size before reading.
+UNRECORDED_FILE_MAX_BYTES = 4 << 30
 
 
 @dataclass(frozen=True)
@@ -279,19 +283,38 @@ class Store:
         data = bytes(data)
         return self._call(f"create_exclusive {p!r}", lambda b: b.create_exclusive(p, data))
 
-    def read_bytes(self, path: str, *, max_bytes: int | None = None) -> bytes:
+    def read_bytes(self, path: str, *, max_bytes: int | None = None, stat_first: bool = False) -> bytes:
         """The whole content of the file at ``path``.
 
         Parameters
         ----------
+        path : str
+            The file, relative to the store root.
         max_bytes : int, optional
             Refuse a file larger than this (:class:`FileTooLargeError`) after reading at most
             ``max_bytes + 1`` bytes of it: a bound on what a hostile file can cost the reader.
+        stat_first : bool
+            With ``max_bytes``: ask the file's size first (one more call) and refuse a larger file
+            without reading any of it, naming its size.  For bounds too large to spend on a refusal.
         """
         p = normalize(path)
         if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
             raise ValueError(f"max_bytes must be a non-negative int or None, got {max_bytes!r}")
-        return self._call(f"read_bytes {p!r}", lambda b: b.read_bytes(p, max_bytes))
+        if stat_first and max_bytes is not None:
+            size = self.size(p)
+            if size > max_bytes:
+                raise FileTooLargeError(self._too_large(p, size, max_bytes))
+        try:
+            return self._call(f"read_bytes {p!r}", lambda b: b.read_bytes(p, max_bytes))
+        except FileTooLargeError as error:  # say how large: the refusal is rare, the size one cheap call
+            try:
+                size = self.size(p)
+            except StoreError:
+                raise error from None
+            raise FileTooLargeError(self._too_large(p, size, max_bytes)) from error
+
+    def _too_large(self, path: str, size: int, max_bytes: int | None) -> str:
+        return f"{self.url}/{path} is {size} bytes, larger than the {max_bytes} bytes allowed; not read"
 
     @contextlib.contextmanager
     def open_read(self, path: str) -> Iterator[BinaryIO]:

@@ -294,13 +294,18 @@ class LeasedFit:
             self.watch.finish(status, path)
         model_path = self.runs.model_path(self.lease.generation)
         self.store.write_bytes(model_path, payload)
-        digest = storage.sha256_hex(self.store.read_bytes(model_path))
+        try:  # read back no more than was written: a file grown since is refused, not read whole
+            digest = storage.sha256_hex(self.store.read_bytes(model_path, max_bytes=len(payload)))
+        except storage.FileTooLargeError as error:
+            raise TrainingError(f"the model written to {self.state.store_url}/{model_path} does not read back "
+                                f"as written ({error}); the run is not marked done") from error
         if digest != storage.sha256_hex(payload):
             raise TrainingError(f"the model written to {self.state.store_url}/{model_path} does not read back "
                                 "as written; the run is not marked done")
         if status == "done":
             self.record.forget_bests()
-        self.record.mark(status, finished=time.time(), model={"path": model_path, "sha256": digest},
+        self.record.mark(status, finished=time.time(),
+                         model={"path": model_path, "sha256": digest, "size_bytes": len(payload)},
                          timings=self.timings.to_dict())
         if status == "done":
             self._remove_unnamed()

@@ -98,6 +98,12 @@ class SparseUpdate:
     def encode(self) -> bytes:
         return storage.encode_params({"threshold": np.float32(self.threshold), **self.codes}, "sparse update")
 
+    @staticmethod
+    def size_bound(shapes: Mapping[str, tuple[int, ...]]) -> int:
+        """The largest encoded update for parameters of these shapes: at most one int32 code per entry, a threshold,
+        and the archive's headers (:func:`storage.snapshot_size_bound`)."""
+        return storage.snapshot_size_bound({"threshold": (), **shapes}, itemsize=4)
+
     @classmethod
     def decode(cls, data: bytes, where: str) -> "SparseUpdate":
         arrays = storage.decode_params(data, where)
@@ -162,8 +168,12 @@ class UpdateExchange:
         self.store.write_bytes(f"{self._folder(phase, self.node)}/{name}", data)
         return len(data)
 
-    def receive(self, phase: str) -> list[tuple[str, int, SparseUpdate, int]]:
-        """Peer updates not received before, as (peer, seq, update, bytes), oldest first per peer."""
+    def receive(self, phase: str, max_bytes: int) -> list[tuple[str, int, SparseUpdate, int]]:
+        """Peer updates not received before, as (peer, seq, update, bytes), oldest first per peer.
+
+        A file larger than ``max_bytes`` (:meth:`SparseUpdate.size_bound` of the phase's parameters) is skipped
+        unread, like one that does not verify.
+        """
         found = []
         for peer in self.store.list(self._folder(phase)):
             if peer == self.node or self._folder(phase, peer) in self.refused:
@@ -187,7 +197,7 @@ class UpdateExchange:
                     self._refuse(path, f"not signed by a node of run {self.run}")
                     continue
                 try:
-                    data = self.store.read_bytes(path)
+                    data = self.store.read_bytes(path, max_bytes=max_bytes)
                     if storage.sha256_hex(data) != signed.sha256:
                         raise storage.ChecksumError(f"{path}: the content does not match its sha256")
                     update = SparseUpdate.decode(data, path)
@@ -275,7 +285,8 @@ class SharingMode(TrainingMode):
                             phase: str) -> tuple[dict[str, np.ndarray], list]:
         """Every peer update not applied yet, applied to the node's model; its parameters and what came."""
         params = node.model.parameters(phase)
-        received = exchange.receive(phase)
+        bound = SparseUpdate.size_bound({name: value.shape for name, value in params.items()})
+        received = exchange.receive(phase, bound)
         for _peer, _seq, update, _size in received:
             update.apply_to(params)
         if received:

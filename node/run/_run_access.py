@@ -153,7 +153,9 @@ def _verified_model_bytes(view: RunView) -> bytes:
     if note is not None:
         logger.warning("%s", note)
     try:
-        payload = view.store.read_bytes(model["path"])
+        payload = view.store.read_bytes(model["path"], max_bytes=_model_size_bound(model), stat_first=True)
+    except storage.FileTooLargeError as error:
+        raise TrainingError(f"run {view.run!r}: the model file is not the one its record names: {error}") from error
     except storage.StoreError as error:
         newer = _newer_done(view, model["path"]) if isinstance(error, storage.StoreNotFoundError) else None
         if newer is not None:
@@ -165,6 +167,15 @@ def _verified_model_bytes(view: RunView) -> bytes:
         raise TrainingError(f"run {view.run!r}: the model file {model['path']} is not the one its record names "
                             "(sha256 differs): it was changed after the run finished")
     return payload
+
+
+def _model_size_bound(model: Mapping[str, Any]) -> int:
+    """The most bytes the record's model may take: the size it records, else (a record written before records kept
+    it) the store's cap for files whose size nothing recorded."""
+    size = model.get("size_bytes")
+    if isinstance(size, int) and not isinstance(size, bool) and size >= 0:
+        return size
+    return storage.UNRECORDED_FILE_MAX_BYTES
 
 
 def _newer_done(view: RunView, path: str) -> RunView | None:

@@ -522,6 +522,15 @@ class _ModelWriter(MLWriter):
         storage.open_store(path).write_bytes(MODEL_FILE, payload)
 
 
+def _model_file_bound(metadata: dict) -> dict:
+    """``read_bytes`` keywords bounding the saved model file: by the size its metadata records, else (saved before
+    it recorded one, or edited) by the store's cap, checked by the file's size before it is read."""
+    size = metadata.get("modelBytes")
+    if isinstance(size, int) and not isinstance(size, bool) and size >= 0:
+        return {"max_bytes": size}
+    return {"max_bytes": storage.UNRECORDED_FILE_MAX_BYTES, "stat_first": True}
+
+
 class _ModelReader(MLReader):
     def __init__(self, cls: type) -> None:
         super().__init__()
@@ -536,7 +545,7 @@ class _ModelReader(MLReader):
         with tempfile.TemporaryDirectory(prefix="sparkdbn-load-") as directory:
             local = os.path.join(directory, MODEL_FILE)
             with open(local, "wb") as handle:
-                handle.write(store.read_bytes(name))
+                handle.write(store.read_bytes(name, **_model_file_bound(metadata)))
             model = load_model_here(local)  # allow_pickle=False inside
         instance = self.cls(model)
         instance._resetUid(metadata["uid"])

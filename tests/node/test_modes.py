@@ -151,7 +151,7 @@ def test_a_peer_update_is_applied_exactly_once_even_when_the_store_lists_it_agai
 
     params = {"W": np.zeros((2, 2), np.float32)}
     for _listing in range(3):  # the same files, listed three times
-        for _peer, _seq, update, _size in receiver.receive("rbm0"):
+        for _peer, _seq, update, _size in receiver.receive("rbm0", SparseUpdate.size_bound({"W": (2, 2)})):
             update.apply_to(params)
     assert sorted((peer, seq) for _phase, peer, seq in receiver.applied) == [("node-a", 1), ("node-a", 2)]
     assert len(receiver.refused) == 1  # the forged update, never applied
