@@ -21,9 +21,9 @@ from pyspark.sql.types import BooleanType, NumericType, StringType
 from .._errors import InputDataError
 from ..data import array_inputs, feature_column_kind, features_from_arrow, is_dataframe, is_rdd, labels_from_arrow
 from ..driver import get_spark_session
+from ._classes import model_classes
 from ._inference import (
     check_first_row,
-    model_classes,
     model_from_payload,
     model_payload,
     predict_proba_batched,

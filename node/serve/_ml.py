@@ -56,15 +56,8 @@ from .._errors import InputDataError
 from ..driver import Trainer
 from ..modes import MODE_NAMES
 from ..watch import DEFAULT_LOG_DIR
-from ._inference import (
-    label_indexed_width,
-    load_model_here,
-    model_classes,
-    model_payload,
-    predict_dataframe,
-    raw_predictions,
-    spread_to_labels,
-)
+from ._classes import label_indexed_width, model_classes, spread_to_labels
+from ._inference import load_model_here, model_payload, predict_dataframe, raw_predictions
 
 __all__ = ["DBNClassifier", "DBNClassificationModel"]
 

@@ -149,7 +149,7 @@ def test_log_dir_moves_the_live_logs_of_a_fit_and_empty_turns_them_off(spark, di
 
 
 def test_vectors_are_label_indexed_for_non_negative_integer_labels_of_a_sane_width():
-    from node.serve._inference import MAX_LABEL_INDEXED_WIDTH, label_indexed_width, spread_to_labels
+    from node.serve._classes import MAX_LABEL_INDEXED_WIDTH, label_indexed_width, spread_to_labels
 
     assert label_indexed_width(np.array([30, 70])) == 71
     assert label_indexed_width(np.array([30.0, 70.0])) == 71  # whole doubles, as Spark's labels are
