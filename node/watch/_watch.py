@@ -30,6 +30,7 @@ from ..run import RunRecord
 from ._early_stopping import EarlyStopping, best_result_name
 from ._live import LiveLog
 from ._mlflow_log import DEFAULT_TRACKING_URI, MlflowLog
+from ._refusals import RefusalWatch
 from ._validation import ValidationSet, Validator, is_supervised
 
 __all__ = ["DEFAULT_LOG_DIR", "RunWatch", "WatchSettings", "learning_rate_of"]
@@ -78,6 +79,7 @@ class RunWatch:
         self.early_stopping = EarlyStopping.from_setting(settings.early_stopping)
         self.live = self._open_live()
         self.mlflow = self._open_mlflow()
+        self.refusals = RefusalWatch(run)
 
     @classmethod
     def start(cls, *, settings: WatchSettings, run: str, spec: dict, driver_spec: dict, phases: Sequence[str],
@@ -134,6 +136,9 @@ class RunWatch:
                   executors_busy: bool = False) -> bool:
         """Validate the epoch's consolidation, update early stopping, log; True when the phase should stop.
 
+        What the nodes refused as unverified during the epoch is warned of and added to ``summary`` as
+        ``refused`` (counts by reason; :mod:`node.watch._refusals`).
+
         Adds ``validation`` (a dict of metrics, or absent) to ``summary``; the record's step is
         updated in memory, and written by the caller with the epoch.  ``validate=False``: the store
         no longer holds the epoch's own weights (an epoch before the last of a job that trained
@@ -145,6 +150,9 @@ class RunWatch:
         step = self.record.step(phase)
         stop = False
         started = time.perf_counter()
+        refused = self.refusals.note(phase, epoch, summary.get("records") or ())
+        if refused:
+            summary["refused"] = refused
         phase_params = self._epoch_params(phase, epoch, summary) if self.validator is not None and validate else None
         if phase_params is not None:
             metrics = self.validator.evaluate(phase, {**model.parameters(), **phase_params}, executors_busy)
