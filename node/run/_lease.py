@@ -53,7 +53,8 @@ class LeaseHeldError(TrainingError):
 
 
 class LeaseLostError(TrainingError):
-    """This driver's lease was taken over (it stopped renewing for longer than the timeout)."""
+    """This driver's lease was taken over (it stopped renewing for longer than the timeout), or its own lease
+    file was removed or no longer verifies (edited or damaged): the run is no longer this driver's."""
 
 
 class DriverLease:

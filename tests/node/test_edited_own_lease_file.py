@@ -9,6 +9,7 @@ No Spark: :class:`node.run.DriverLease` on a local store, the file edited as the
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -70,3 +71,21 @@ def test_the_renewal_thread_says_the_same_and_a_next_fit_takes_the_run_at_once(s
     assert storage.LeaseFolder(store, "r1", KEY).view().free
     with DriverLease(store, "r1", KEY, 3600.0) as taker:  # taken at once, above the edited generation
         assert taker.generation == 2
+
+
+def test_the_fits_last_log_line_blames_no_other_driver_for_a_lease_lost_to_an_edited_file(store_url, caplog):
+    from node.driver._fit_phases import _mark_failed
+
+    store = storage.open_store(store_url)
+    holder = DriverLease(store, "r1", KEY, 3600.0)
+    holder.acquire()
+    edit_by_hand(Path(store_url.removeprefix("file://")) / "runs/r1/lease/00000001.json")
+    with pytest.raises(node.LeaseLostError) as raised:
+        holder.check_store()
+    with caplog.at_level(logging.ERROR, logger="node.driver._fit_phases"):
+        _mark_failed(raised.value, record=object(), lease=holder, run_id="r1")  # lost: the record is not touched
+    [line] = [record.getMessage() for record in caplog.records if record.name == "node.driver._fit_phases"]
+    assert line.startswith("run r1 failed after its driver lost the run's lease (its record is left unmarked): "
+                           "LeaseLostError: the lease file of run 'r1' (generation 1)"), line
+    assert "another driver" not in line.split(":")[0]
+    holder.release()
