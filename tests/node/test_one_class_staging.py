@@ -45,3 +45,18 @@ def test_the_same_input_stages_without_labels_and_with_two_classes(tmp_path, cap
     assert main(["stage", "--input", str(tmp_path / "two.csv"), "--url", str(tmp_path / "two")]) == 0
     assert open_dataset(str(tmp_path / "rbm")).meta["n_classes"] is None
     assert open_dataset(str(tmp_path / "two")).classes.tolist() == [3, 5]
+
+
+@pytest.mark.slow
+def test_a_dataframe_whose_labels_hold_one_class_is_refused_the_same_way_and_nothing_is_staged(spark, tmp_path):
+    import pyarrow as pa
+
+    from node import InputDataError, stage_dataframe
+
+    df = spark.createDataFrame(pa.table({"features": [[0.0, 1.0], [1.0, 0.0], [1.0, 1.0]], "label": [3, 3, 3]}))
+    expected = (r"^label column 'label' holds one class \(3\): a classifier needs at least 2; stage without labels "
+                r"\(label_col=None\) for an RBM$")
+    with pytest.raises(InputDataError, match=expected):
+        stage_dataframe(str(tmp_path / "staged"), df)
+    assert not (tmp_path / "staged").exists() or not any((tmp_path / "staged").iterdir())
+    assert stage_dataframe(str(tmp_path / "rbm"), df, label_col=None)["n_classes"] is None
