@@ -13,8 +13,9 @@ Every file is signed under the run key (:func:`~storage._auth.sign_json`), its M
 run, the generation and (for a renewal) the count, and renewals and releases name the holder's
 token.  A file that does not verify -- written by someone without the key, or by sparkdbn before
 leases were signed -- is ignored and logged once: it neither holds the run, nor keeps a lease
-alive, nor releases one, nor stops a live holder.  Its *name* still counts for the next
-generation, which must be above every number any name shows.
+alive, nor releases one, nor stops a live holder -- save the holder's own entry edited or damaged:
+it then holds the run for no one, and its driver stops (:mod:`node.run._lease`).  Its *name* still
+counts for the next generation, which must be above every number any name shows.
 
 A driver takes the run by creating a generation above every generation found anywhere in the run
 (:func:`run_generation_floor`: lease files, record files, model folders), a *fencing token* as
@@ -298,6 +299,16 @@ class LeaseFolder:
         if count >= 0:
             self.store.delete(self._renewal_path(generation, count))
         return True
+
+    def holder_url(self, generation: int) -> str:
+        """Where ``generation``'s holder entry lies (the store's URL and the path), for messages.
+
+        Parameters
+        ----------
+        generation : int
+            The lease generation whose holder entry is meant.
+        """
+        return f"{self.store.url}/{self._holder_path(generation)}"
 
     def _holder_path(self, generation: int) -> str:
         return join(self.folder, f"{_generation_name(generation)}.json")

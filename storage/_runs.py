@@ -215,6 +215,22 @@ class RunStore:
             Records exist and every one is unreadable or damaged (the message says which, and that
             the key is not the cause).
         """
+        return self._newest(done=False)[0]
+
+    def read_record_and_skipped(self) -> tuple[dict | None, tuple[str, ...]]:
+        """The run record as :meth:`read_record` reads it, and the entries newer than it that were skipped.
+
+        Each skipped entry is ``"<url>: <why>"``: named like a newer record, it cannot be read or is
+        damaged, so the record returned may not be where the run stands (the skipped one may say "done").
+        Readers that tell a user where a run stands name them rather than tell the older record's story.
+        Entries that do not verify under the key are not listed: they are refused (logged) as
+        :meth:`read_record` refuses them.
+
+        Raises
+        ------
+        AuthenticationError, StoreError
+            As :meth:`read_record`.
+        """
         return self._newest(done=False)
 
     def read_done_record(self) -> dict | None:
@@ -224,14 +240,15 @@ class RunStore:
         or was interrupted leaves the finished fit's record and model in place: this is what a
         reader serves until a newer fit is done.
         """
-        return self._newest(done=True)
+        return self._newest(done=True)[0]
 
-    def _newest(self, *, done: bool) -> dict | None:
+    def _newest(self, *, done: bool) -> tuple[dict | None, tuple[str, ...]]:
         refused: list[str] = []  # JSON that does not verify: another key, or written without one
         damaged: list[str] = []  # truncated (not JSON), too large, unreadable
         folder = join(self.prefix, "record")
         for _ in range(_RECORD_READ_ATTEMPTS):
             vanished = 0
+            skipped: list[str] = []  # "<url>: why" of each unreadable or damaged entry newer than the one returned
             for generation, seq, name in self._record_names():
                 path = join(folder, name)
                 try:
@@ -247,6 +264,7 @@ class RunStore:
                                        "readable record is used", self.run, self.store.url, path, error)
                     self._refusals.refuse("unreadable_records", path, folder, str(error))
                     damaged.append(f"{name}: unreadable ({error})")
+                    skipped.append(f"{self.store.url}/{path}: {error}")
                     continue
                 try:
                     record = verify_json(self._key, data, _RECORD_PURPOSE, self.run, generation, seq,
@@ -259,14 +277,15 @@ class RunStore:
                         self._refusals.refuse("damaged_records", path, folder, f"{error} (damaged: truncated or "
                                               "not written whole); skipped")
                         damaged.append(f"{name}: {error}")
+                        skipped.append(f"{self.store.url}/{path}: damaged (truncated or not written whole)")
                     continue
                 if not done or (isinstance(record, dict) and record.get("status") == "done"):
-                    return self._checked(record, path)
+                    return self._checked(record, path), tuple(skipped)
             if not vanished:
                 break
         legacy = self._read_legacy_record()
         if legacy is not None and (not done or legacy.get("status") == "done"):
-            return legacy
+            return legacy, tuple(skipped)
         if refused:
             raise AuthenticationError(
                 f"the record of run {self.run!r} ({self.store.url}/{folder}, {len(refused)} file(s)) does "
@@ -277,7 +296,7 @@ class RunStore:
                 f"every record of run {self.run!r} in {self.store.url}/{folder} is damaged or unreadable "
                 f"({len(damaged)} file(s); the key is not the cause): {damaged[0]}. Restore the folder from a "
                 "backup, or fit again under a new run id")
-        return None
+        return None, tuple(skipped)
 
     def _read_legacy_record(self) -> dict | None:
         path = join(self.prefix, "run.json")

@@ -145,6 +145,30 @@ def _check_labels_present(y: np.ndarray, source: str, what: str, rows: str = "0-
         raise DatasetError(f"{source}: {what} holds {y[row].item()} at row {row} ({rows}), which is no class")
 
 
+def _check_two_classes(y: np.ndarray, source: str, what: str, unlabelled: str) -> None:
+    """Refuse labels that hold a single class, before anything is written.
+
+    A dataset's meta names at least two classes (a meta naming one is refused as one staging never
+    writes), and a classifier learns nothing from one: an RBM, which needs no labels, is staged without them.
+
+    Parameters
+    ----------
+    y : ndarray of shape (n_samples,)
+        The labels, none missing (:func:`_check_labels_present` ran first).
+    source : str
+        The input, as the message names it.
+    what : str
+        The labels' place in the input (``"label column 'label'"``).
+    unlabelled : str
+        How to stage the input without labels, for the message.
+    """
+    classes = np.unique(y)
+    if len(classes) == 1:  # no rows at all is refused as empty input, later
+        value = classes[0].item() if hasattr(classes[0], "item") else classes[0]
+        raise DatasetError(f"{source}: {what} holds one class ({value!r}): a classifier needs at least 2; "
+                           f"{unlabelled} for an RBM")
+
+
 def read_input(source: str, *, label_col: str | None = "label", features_cols: Sequence[str] | None = None,
                labels: str | None = None) -> tuple[np.ndarray, np.ndarray | None, list[str] | None]:
     """``(X, y, feature names)`` of a CSV, Parquet, NPZ (arrays ``X`` and ``y``) or IDX file (``labels``: its labels file)."""
@@ -166,14 +190,17 @@ def read_input(source: str, *, label_col: str | None = "label", features_cols: S
                 raise DatasetError(f"{source} cannot be read as {kind}: {error}") from error
             X, y, features = _from_table(table, source, label_col, features_cols)
             if y is not None:
-                _check_labels_present(y, source, f"label column {label_col!r}",
-                                      "0-based, the header not counted" if kind == "csv" else "0-based")
+                what = f"label column {label_col!r}"
+                rows = "0-based, the header not counted" if kind == "csv" else "0-based"
+                _check_labels_present(y, source, what, rows)
+                _check_two_classes(y, source, what, "stage without labels (--label-col '')")
             return X, y, features
         if kind == "npz":
             X, y = _read_npz(path, source)
             _check_one_label_per_sample(source, X, y)
             if y is not None:
                 _check_labels_present(y, source, "label array 'y'")
+                _check_two_classes(y, source, "label array 'y'", "stage an NPZ without its array y")
             return X.reshape(len(X), -1), y, None
         X = read_idx(path)
         if X.ndim < 2:
@@ -182,6 +209,7 @@ def read_input(source: str, *, label_col: str | None = "label", features_cols: S
         _check_one_label_per_sample(source, X, y)
         if y is not None:
             _check_labels_present(y, source, f"labels file {labels}")
+            _check_two_classes(y, source, f"labels file {labels}", "stage without --labels")
         return X.reshape(len(X), -1).astype(np.float32), y, None
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
+
 from rbm import datasets
 from storage import DatasetError, Store, open_store, stage_arrays, stage_split_pair
 
@@ -40,14 +42,21 @@ def stage_dataframe(
 
     Parameters
     ----------
+    url : str or Store
+        Where to stage the dataset.
+    df : pyspark.sql.DataFrame
+        The rows to stage.
     features_col : str
         Column of the features.
     label_col : str or None
-        Column of the labels (None for unlabelled data).
+        Column of the labels (None for unlabelled data); labels of a single class are refused
+        (:class:`InputDataError`): a classifier needs at least 2, an RBM none.
     dtype : str
         Feature dtype to store (Spark vectors hold doubles).
     feature_shape : tuple of int, optional
         Reshape each sample, e.g. ``(1, 28, 28)``.
+    **stage_options
+        Passed on to :func:`storage.stage_arrays` (``shards``, ``overwrite``, ...).
     """
     feature_column_kind(df, features_col)
     if label_col is not None:
@@ -60,6 +69,9 @@ def stage_dataframe(
     if feature_shape is not None:
         X = X.reshape((len(X), *feature_shape))
     y = labels_from_arrow(table.column(1), name=label_col) if label_col is not None else None
+    if y is not None and len(classes := np.unique(y)) == 1:  # as `sparkdbn stage` refuses it, before a write
+        raise InputDataError(f"label column {label_col!r} holds one class ({classes[0].item()!r}): a classifier needs "
+                             "at least 2; stage without labels (label_col=None) for an RBM")
     return stage_arrays(url, X, y, extra_meta={"source": "spark-dataframe"}, **stage_options)
 
 

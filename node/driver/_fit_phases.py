@@ -347,9 +347,9 @@ def fail(error: BaseException, *, record: RunRecord | None, lease: DriverLease, 
 def _mark_failed(error: BaseException, *, record: RunRecord | None, lease: DriverLease, run_id: str) -> None:
     if record is None:
         return
-    if lease.lost:  # another driver holds the run: this one writes nothing more
-        logger.error("run %s failed after another driver took it over: %s: %s", run_id,
-                     type(error).__name__, str(error)[:300])
+    if lease.lost:  # another driver holds the run, or none does (its lease file removed or edited): no more writes
+        logger.error("run %s failed after its driver lost the run's lease (its record is left unmarked): %s: %s",
+                     run_id, type(error).__name__, str(error)[:300])
         return
     try:
         record.mark("failed", error=f"{type(error).__name__}: {error}"[:2000], finished=time.time())

@@ -8,11 +8,11 @@
 from ._keys import RunKey, RunKeyError, resolve_run_key, stored_key_path
 from ._lease import DriverLease, LeaseHeldError, LeaseLostError
 from ._record import RunRecord
-from ._run_access import RunView, load_run_model, newer_fit_note, open_run, run_model_arrays
+from ._run_access import RunView, load_run_model, newer_fit_note, open_run, run_model_arrays, skipped_records_note
 from ._run_store import STALE_TEMPORARY_S, open_checked_store, sweep_temporaries
 from ._work_folders import blocks_folder, claims_folder, remove_work_folders, rounds_folder
 
 __all__ = ["RunKey", "RunKeyError", "resolve_run_key", "stored_key_path", "DriverLease", "LeaseHeldError",
            "LeaseLostError", "RunRecord", "RunView", "load_run_model", "newer_fit_note", "open_run", "run_model_arrays",
            "STALE_TEMPORARY_S", "open_checked_store", "sweep_temporaries", "blocks_folder", "claims_folder", "rounds_folder",
-           "remove_work_folders"]
+           "remove_work_folders", "skipped_records_note"]

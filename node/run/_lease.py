@@ -19,11 +19,12 @@ so is one whose holder is a process of this host that no longer runs (SIGKILL, a
 
 The holder renews every quarter of the timeout from a daemon thread; each renewal, and each
 record write (:meth:`DriverLease.check_store`), lists the lease folder: the newest verified
-holder must be this driver's own generation *and token*, and (at record writes) no record or model
-may name a newer generation.  When either is not so -- this driver was paused (Ctrl-Z, a frozen VM) or cut off for longer than the
-timeout and another took over -- it stops renewing (it never re-creates a lease it lost), calls
-``on_lost`` (the fit cancels its Spark jobs) and the fit fails with :class:`LeaseLostError`
-naming the driver that took the run.
+holder must be this driver's own generation *and token* (its own entry, edited or damaged so that it
+no longer verifies, holds the run for no one: the driver stops, saying so), and (at record writes) no
+record or model may name a newer generation.  When either is not so -- this driver was paused
+(Ctrl-Z, a frozen VM) or cut off for longer than the timeout and another took over -- it stops
+renewing (it never re-creates a lease it lost), calls ``on_lost`` (the fit cancels its Spark jobs)
+and the fit fails with :class:`LeaseLostError` naming the driver that took the run.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class LeaseHeldError(TrainingError):
 
 
 class LeaseLostError(TrainingError):
-    """This driver's lease was taken over (it stopped renewing for longer than the timeout)."""
+    """This driver's lease was taken over (it stopped renewing for longer than the timeout), or its own lease
+    file was removed or no longer verifies (edited or damaged): the run is no longer this driver's."""
 
 
 class DriverLease:
@@ -155,8 +157,8 @@ class DriverLease:
     def check_store(self) -> None:
         """Look at the store now; raise :class:`LeaseLostError` unless this driver's token is still the newest.
 
-        It is not when a newer verified holder exists, when this generation's entry is gone or names
-        another token, or when a record or model of the run names a newer generation.
+        It is not when a newer verified holder exists, when this generation's entry is gone, no longer
+        verifies or names another token, or when a record or model of the run names a newer generation.
         """
         self.check()
         self._look(self.folder.view())
@@ -205,7 +207,8 @@ class DriverLease:
         self._count += 1
 
     def _look(self, view: storage.LeaseView) -> None:
-        """Mark the lease lost when ``view`` shows a newer generation, or this one's holder entry is gone."""
+        """Mark the lease lost when ``view`` shows a newer generation, or this one's holder entry is gone, no
+        longer verifies (edited or damaged: other drivers ignore it) or names another token."""
         if view.generation > self.generation:
             newer = self.folder.holder(view.generation) or {}
             reason = (f"run {self.run!r} was taken over by another driver ({_describe(newer)}, lease generation "
@@ -217,6 +220,15 @@ class DriverLease:
             if own is None:
                 reason = (f"the lease of run {self.run!r} (generation {self.generation}) was removed from the store "
                           f"while this driver held it; this fit stops and writes nothing more to the run")
+            elif not own:
+                # Edited or damaged: every other driver ignores it, so the run looks free (or held by an older,
+                # silent generation) and the next fit may take it. The file cannot be signed again (lease files
+                # are never replaced), so this driver holds nothing any more: it stops, as when the file is removed.
+                reason = (f"the lease file of run {self.run!r} (generation {self.generation}), "
+                          f"{self.folder.holder_url(self.generation)}, no longer verifies under the run key (edited "
+                          "or damaged while this driver held it; no other driver took the run): other drivers ignore "
+                          "it, so the run is no longer held; this fit stops and writes nothing more to the run. Fit "
+                          "again to take the run under a new lease: it resumes from the last record")
             elif own.get("token") != self.token:
                 reason = (f"the lease of run {self.run!r} (generation {self.generation}) now names another driver "
                           f"({_describe(own)}); this fit stops and writes nothing more to the run")

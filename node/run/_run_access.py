@@ -30,7 +30,7 @@ import storage
 from .._errors import InputDataError, StoreAccessError, TrainingError
 from ._keys import resolve_run_key
 
-__all__ = ["RunView", "newer_fit_note", "open_run", "load_run_model", "run_model_arrays"]
+__all__ = ["RunView", "newer_fit_note", "open_run", "load_run_model", "run_model_arrays", "skipped_records_note"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,9 @@ class RunView:
     """One run's store handles, its newest record and its newest "done" record, and its lease folder.
 
     ``record`` is None for a run without one yet; ``done_record`` is None for a run never finished,
-    and is ``record`` itself when the newest record says done.
+    and is ``record`` itself when the newest record says done.  ``skipped_records`` names the entries
+    newer than ``record`` that could not be read or are damaged (``"<url>: why"``): while there are
+    any, ``record`` may not be where the run stands (:func:`skipped_records_note`).
     """
 
     run: str
@@ -51,6 +53,7 @@ class RunView:
     record: dict | None
     done_record: dict | None = None
     lease: storage.LeaseFolder | None = None
+    skipped_records: tuple[str, ...] = ()
 
 
 def open_run(store_url: str, run: str, *, key: bytes | None = None, key_file: str | None = None,
@@ -76,13 +79,31 @@ def open_run(store_url: str, run: str, *, key: bytes | None = None, key_file: st
     run_key = resolve_run_key(run, store_url, key=key, key_file=key_file, spark_conf=spark_conf, create=False).key
     runs, weights = storage.RunStore(store, run, run_key), storage.WeightStore(store, run, run_key)
     try:
-        record = runs.read_record()
+        record, skipped = runs.read_record_and_skipped()
         done = record if (record or {}).get("status") == "done" else (runs.read_done_record() if record else None)
     except storage.AuthenticationError as error:
         raise TrainingError(f"run {run!r} cannot be read with this key: {error}") from error
     except storage.StoreError as error:
         raise StoreAccessError(f"cannot read run {run!r} from the store {store_url!r}: {error}") from error
-    return RunView(run, store_url, store, runs, weights, record, done, storage.LeaseFolder(store, run, run_key))
+    return RunView(run, store_url, store, runs, weights, record, done, storage.LeaseFolder(store, run, run_key),
+                   skipped)
+
+
+def skipped_records_note(view: RunView) -> str | None:
+    """When a newer record entry than the one read could not be read: what is wrong and where; else None.
+
+    Parameters
+    ----------
+    view : RunView
+        The run as :func:`open_run` read it.
+    """
+    if not view.skipped_records:
+        return None
+    status = (view.record or {}).get("status", "no record")
+    more = f" (and {len(view.skipped_records) - 1} more)" if len(view.skipped_records) > 1 else ""
+    return (f"run {view.run!r}: its newest record entry cannot be read, so where the run stands is unknown (it may "
+            f"have finished): {view.skipped_records[0]}{more}; the newest readable record says {status!r}. Restore "
+            "that file from a backup, or fit again with the same run id to go on from the newest readable record")
 
 
 def newer_fit_note(view: RunView) -> str | None:
@@ -141,6 +162,9 @@ def _verified_model_bytes(view: RunView) -> bytes:
     model = record.get("model") if isinstance(record.get("model"), dict) else None
     if record.get("status") != "done" or model is None:
         status = (view.record or {}).get("status", "unknown")
+        unreadable = skipped_records_note(view)
+        if unreadable is not None:  # the newest record may say done: neither "still training" nor "failed" is known
+            raise TrainingError(f"{unreadable} (no finished model among the readable records)")
         if view.record is None or status == "running":  # a fit is training it, or its driver stopped without a word
             where = f"status {status!r}" if view.record else "no record yet"
             raise TrainingError(f"run {view.run!r} has no finished model in {view.store_url} yet: it is still "
@@ -149,9 +173,9 @@ def _verified_model_bytes(view: RunView) -> bytes:
                                 "finish it")
         raise TrainingError(f"run {view.run!r} has no finished model in {view.store_url} (status {status!r}); finish "
                             "it by fitting again with the same run id")
-    note = newer_fit_note(view)
-    if note is not None:
-        logger.warning("%s", note)
+    for note in (newer_fit_note(view), skipped_records_note(view)):
+        if note is not None:
+            logger.warning("%s", note)
     try:
         payload = view.store.read_bytes(model["path"], max_bytes=_model_size_bound(model), stat_first=True)
     except storage.FileTooLargeError as error:

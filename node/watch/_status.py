@@ -29,8 +29,11 @@ def run_status(store_url: str, run: str, *, key: bytes | None = None) -> str:
     """
     view = open_run(store_url, run, key=key)
     record, now = view.record or {}, time.time()
-    driver = driver_state(view.lease, now) if record.get("status") == "running" else None
-    return format_status(run, record, view.runs.list_peers(), now=now, done_record=view.done_record, driver=driver)
+    # Behind an unreadable newer record entry the lease tells nothing of the record read: its driver went on.
+    running = record.get("status") == "running" and not view.skipped_records
+    driver = driver_state(view.lease, now) if running else None
+    return format_status(run, record, view.runs.list_peers(), now=now, done_record=view.done_record, driver=driver,
+                         skipped_records=view.skipped_records)
 
 
 def driver_state(folder: storage.LeaseFolder, now: float) -> tuple[bool, str] | None:
@@ -68,19 +71,47 @@ def driver_state(folder: storage.LeaseFolder, now: float) -> tuple[bool, str] | 
 
 
 def format_status(run: str, record: dict[str, Any], peers: dict[str, dict], *, now: float,
-                  done_record: dict[str, Any] | None = None, driver: tuple[bool, str] | None = None) -> str:
+                  done_record: dict[str, Any] | None = None, driver: tuple[bool, str] | None = None,
+                  skipped_records: tuple[str, ...] = ()) -> str:
     """Lines: the run and its status, what it trains on, one per phase, the validation set, one per node.
 
     When the newest record is not "done" but an earlier fit of the run finished (``done_record``),
     a line says that its model is the one served, and the status line says what the newer fit does.
     ``driver`` (:func:`driver_state`) says whether the driver of a "running" record still holds the run;
-    where it does not, the status says so and no node is shown alive.
+    where it does not, the status says so and no node is shown alive.  ``skipped_records`` (see
+    :class:`node.RunView`) are newer record entries that cannot be read: the status is then unknown,
+    each is named, and what follows is the newest readable record's.
+
+    Parameters
+    ----------
+    run : str
+        The run id.
+    record : dict
+        The newest readable record (``{}``: none yet).
+    peers : dict
+        The peer registry, by node.
+    now : float
+        This host's wall clock.
+    done_record : dict, optional
+        The newest record that says done, when it is not ``record``.
+    driver : tuple of (bool, str), optional
+        Whether the driver of a "running" record still holds the run, and a line saying so.
+    skipped_records : tuple of str
+        ``"<url>: why"`` of each record entry newer than ``record`` that cannot be read.
     """
     status = record.get("status", "no record yet")
     newer = done_record is not None and status != "done"
     stopped = driver is not None and not driver[0]
     shown = "stopped without finishing (its record says running)" if stopped else status
-    lines = [f"run {run}: {'newer fit ' if newer else ''}{shown}" + _ages(record, now)]
+    if skipped_records:
+        shown = f"unknown: its newest record entry cannot be read (the newest readable record says {status})"
+    lines = [f"run {run}: {'newer fit ' if newer and not skipped_records else ''}{shown}" + _ages(record, now)]
+    for entry in skipped_records:
+        lines.append(f"  unreadable record entry: {entry}")
+    if skipped_records:
+        them = "it" if len(skipped_records) == 1 else "them"
+        lines.append(f"  restore {them} from a backup, or fit again with the same run id to go on from the newest "
+                     "readable record (shown below)")
     if driver is not None:
         lines.append(f"  {driver[1]}")
     if record.get("error"):
