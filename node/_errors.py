@@ -5,7 +5,7 @@ from __future__ import annotations
 import storage
 
 __all__ = ["NodeError", "InputDataError", "StoreAccessError", "TrainingError", "NodeDeviceError", "STORE_FAILURES",
-           "short_error", "store_failure"]
+           "error_chain", "short_error", "store_failure"]
 
 #: Store failures a Spark task reports instead of raising: the store down past its ``retry_timeout_s``, or refusing
 #: the run's files.  Every attempt Spark would make again meets the same store.
@@ -37,6 +37,25 @@ class NodeDeviceError(TrainingError):
     GPU, or a node whose task has no usable GPU (the message names the node, its host and GPU address)."""
 
 
+def error_chain(error: BaseException | None, *, context: bool = True) -> list[BaseException]:
+    """``error`` and what it was raised from (``__cause__``) or, with ``context``, raised while handling
+    (``__context__``), each once, outermost first.
+
+    Parameters
+    ----------
+    error : BaseException or None
+        The exception (None: an empty chain).
+    context : bool
+        Whether to follow ``__context__`` where there is no ``__cause__`` (an error raised in an
+        ``except`` block); else only what it was raised ``from``.
+    """
+    chain: list[BaseException] = []
+    while error is not None and all(error is not seen for seen in chain):
+        chain.append(error)
+        error = error.__cause__ or (error.__context__ if context else None)
+    return chain
+
+
 def short_error(error: BaseException, limit: int = 600) -> str:
     """The line of a (possibly Spark-wrapped) exception that says what happened."""
     text = f"{type(error).__name__}: {error}"
@@ -56,7 +75,4 @@ def store_failure(error: BaseException) -> storage.StoreError | None:
     error : BaseException
         What a task raised.
     """
-    cause: BaseException | None = error
-    while cause is not None and not isinstance(cause, STORE_FAILURES):
-        cause = cause.__cause__
-    return cause
+    return next((link for link in error_chain(error, context=False) if isinstance(link, STORE_FAILURES)), None)

@@ -21,6 +21,7 @@ from typing import Any, Iterable, NoReturn, Sequence
 
 from rbm import read_config
 
+from .._errors import error_chain
 from ..driver import TrainingSettings
 
 __all__ = ["UsageError", "Interrupted", "Terminated", "is_interrupt", "interrupt_word", "OneLineParser", "load_config",
@@ -61,16 +62,7 @@ def interrupt_word(error: BaseException | None) -> str:
     error : BaseException or None
         The exception; its causes and contexts are looked at too.
     """
-    return "terminated (SIGTERM)" if any(isinstance(link, Terminated) for link in _chain(error)) else "interrupted"
-
-
-def _chain(error: BaseException | None) -> list[BaseException]:
-    """``error`` and its causes and contexts, each once."""
-    chain: list[BaseException] = []
-    while error is not None and all(error is not seen for seen in chain):
-        chain.append(error)
-        error = error.__cause__ or error.__context__
-    return chain
+    return "terminated (SIGTERM)" if any(isinstance(link, Terminated) for link in error_chain(error)) else "interrupted"
 
 
 def is_interrupt(error: BaseException | None) -> bool:
@@ -85,7 +77,7 @@ def is_interrupt(error: BaseException | None) -> bool:
     """
     return any(isinstance(link, KeyboardInterrupt) or (isinstance(link, RuntimeError)
                                                        and str(link).startswith("reentrant call"))
-               for link in _chain(error))
+               for link in error_chain(error))
 
 
 def closest(name: str, known: Iterable[str]) -> str | None:

@@ -42,7 +42,7 @@ from pyspark.sql import SparkSession
 import rbm
 import storage
 
-from .._errors import StoreAccessError, TrainingError, short_error
+from .._errors import StoreAccessError, TrainingError, error_chain, short_error
 from ..data import PreparedData
 from ..executor import block_sink, check_ports_for_nodes
 from ..modes import max_learning_rate_factor, mode_named
@@ -309,10 +309,8 @@ def _end_fast_after_outage(store: storage.Store, lease: DriverLease, error: Base
 
     Said in one warning, with what the calls that fail leave; each that fails is logged at debug level only
     (``lease.store_failed``): its line repeated the store's error, which the fit's error says."""
-    cause: BaseException | None = error
-    while cause is not None and not isinstance(cause, (storage.StoreUnavailableError, StoreAccessError)):
-        cause = cause.__cause__ or cause.__context__
-    if cause is not None and not lease.store_failed:
+    failed = any(isinstance(link, (storage.StoreUnavailableError, StoreAccessError)) for link in error_chain(error))
+    if failed and not lease.store_failed:
         logger.warning("the fit of run %s ends after a store failure, trying each of its last writes to the store "
                        "%s once (marking the run failed, releasing its lease, removing its work folders); what they "
                        "leave the next fit of the run takes over: it resumes once the store is back (taking the "

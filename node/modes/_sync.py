@@ -57,7 +57,7 @@ import numpy as np
 import storage
 
 from .._contract import PartitionReport, SyncOptions, SyncResume, TaskSpec
-from .._errors import InputDataError, TrainingError
+from .._errors import InputDataError, TrainingError, error_chain
 from ..data import Block
 from ._base import TrainingMode
 from ._protocols import ModeDriver, ModeNode, ModeSettings, PartitionWork
@@ -83,15 +83,7 @@ def _node_lost(error: BaseException) -> bool:
     """Whether a Spark job failed because a run of a task again found its slot claimed (:class:`SyncNodeLost`):
     a node was lost.  Not a cancelled job (the fit stopping, its lease lost), nor peers missing at a barrier
     alone (they did not start, or hang: another attempt would wait for them again)."""
-    return any(SyncNodeLost.__name__ in str(link) for link in _chain(error))
-
-
-def _chain(error: BaseException | None) -> list[BaseException]:
-    links = []
-    while error is not None and len(links) < 8:
-        links.append(error)
-        error = error.__cause__ or error.__context__
-    return links
+    return any(SyncNodeLost.__name__ in str(link) for link in error_chain(error))
 
 
 @dataclass
