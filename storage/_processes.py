@@ -3,7 +3,8 @@
 A lease holder entry names its process (:func:`process_identity`: host name, pid and the pid namespace
 it runs in).  A lease whose holder is silent is taken over after its timeout; one whose holder is a
 process of this machine and pid namespace that no longer runs (:func:`holder_process_gone`) is taken
-over at once.  Two containers may share a host name (``--net=host``) yet not their pids: the pid
+over at once; one whose holder is known to run here (:func:`holder_process_running`) and renews may be
+refused at once.  Two containers may share a host name (``--net=host``) yet not their pids: the pid
 namespace tells them apart, so a pid that does not exist *here* is never taken for one that ended
 *there*.
 """
@@ -14,7 +15,12 @@ import os
 import socket
 from typing import Any
 
-__all__ = ["holder_process_gone", "process_identity"]
+__all__ = ["START_TIME_SLACK_S", "holder_process_gone", "holder_process_running", "process_identity"]
+
+#: A process's start time, read from ``/proc`` in clock ticks after a boot time known to the second, is
+#: this much uncertain: a holder is known to be the process with its pid only when that process started
+#: at least this long before the holder wrote its entry.
+START_TIME_SLACK_S = 2.0
 
 
 def _pid_namespace() -> str | None:
@@ -29,6 +35,14 @@ def process_identity() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "pid_namespace": _pid_namespace()}
 
 
+def _same_machine_other_process(holder: dict[str, Any] | None) -> bool:
+    """Whether ``holder`` names a process of this host and pid namespace (where it names one), not this one."""
+    if not holder or holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return False
+    namespace = holder.get("pid_namespace")
+    return holder["pid"] != os.getpid() and (namespace is None or namespace == _pid_namespace())
+
+
 def holder_process_gone(holder: dict[str, Any] | None) -> bool:
     """Whether the process ``holder`` (a lease holder entry) names is known not to run: it is of this host and
     pid namespace (where the entry names one), it is not this process, and no process has its pid.
@@ -38,10 +52,7 @@ def holder_process_gone(holder: dict[str, Any] | None) -> bool:
     holder : dict or None
         The holder entry (``host``, ``pid``, ``pid_namespace``); None or an entry naming no pid: not known.
     """
-    if not holder or holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
-        return False
-    namespace = holder.get("pid_namespace")
-    if holder["pid"] == os.getpid() or (namespace is not None and namespace != _pid_namespace()):
+    if not _same_machine_other_process(holder):
         return False
     try:
         os.kill(holder["pid"], 0)
@@ -50,3 +61,29 @@ def holder_process_gone(holder: dict[str, Any] | None) -> bool:
     except OSError:  # another user's process: it runs
         return False
     return False
+
+
+def holder_process_running(holder: dict[str, Any] | None) -> bool:
+    """Whether the process ``holder`` (a lease holder entry) names is known to run now and to be that holder:
+    of this host and pid namespace, not this process, neither stopped (Ctrl-Z, SIGSTOP) nor a zombie, and
+    started at least :data:`START_TIME_SLACK_S` before the entry's ``started`` time (a process that got the
+    pid after the holder ended started after the entry was written).  False wherever it is not known
+    (another host, no ``/proc``, the entry's time missing).
+
+    Parameters
+    ----------
+    holder : dict or None
+        The holder entry (``host``, ``pid``, ``pid_namespace``, ``started``).
+    """
+    if not _same_machine_other_process(holder) or not isinstance(holder.get("started"), (int, float)):
+        return False
+    try:
+        with open(f"/proc/{holder['pid']}/stat", encoding="ascii", errors="replace") as stat:
+            fields = stat.read().rpartition(")")[2].split()  # after "pid (name)": a name may hold spaces
+        with open("/proc/stat", encoding="ascii") as machine:
+            boot_s = next(float(line.split()[1]) for line in machine if line.startswith("btime "))
+        state, started_ticks = fields[0], int(fields[19])
+        started_s = boot_s + started_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):  # gone meanwhile, or not Linux: not known
+        return False
+    return state not in ("T", "t", "Z", "X") and started_s <= float(holder["started"]) - START_TIME_SLACK_S

@@ -15,7 +15,9 @@ quarter of the timeout, the holder's renewal interval.  If it stays unchanged fo
 (or the holder's own, when that is longer: it renews at its own pace), the holder is gone (killed,
 or cut off) and the fit takes the run over, with a log line.  A released lease is taken at once, and
 so is one whose holder is a process of this host that no longer runs (SIGKILL, a crash:
-:func:`storage.holder_process_gone`).
+:func:`storage.holder_process_gone`).  A fit whose holder is a process of this host known to run
+(neither stopped nor a pid reused: :func:`storage.holder_process_running`) and whose newest renewal is
+younger than half the timeout on their shared clock is refused at once, without watching.
 
 The holder renews every quarter of the timeout from a daemon thread; each renewal, and each
 record write (:meth:`DriverLease.check_store`), lists the lease folder: the newest verified
@@ -46,6 +48,9 @@ logger = logging.getLogger(__name__)
 
 #: Longest pause between two looks at a lease being watched.
 MAX_WATCH_POLL_S = 1.0
+#: A renewal this far ahead of this process's clock still counts as recent, for a holder of this host (one
+#: clock, read a moment apart); one further ahead is not judged by time: it is watched.
+SAME_CLOCK_SLACK_S = 2.0
 
 
 class LeaseHeldError(TrainingError):
@@ -124,6 +129,12 @@ class DriverLease:
             return first
         # The holder renews at its own pace; an unsigned 0.2 lease.json's timeout is not trusted.
         timeout_s = max(self.timeout_s, _seconds(holder.get("timeout_s")) if first.generation else 0.0)
+        if first.generation and storage.holder_process_running(holder):
+            # Of this host, so on this clock: renewed (or taken) within half its timeout, it renews on schedule.
+            age_s = time.time() - _seconds(first.renewed if first.renewed is not None else holder.get("started"))
+            if -SAME_CLOCK_SLACK_S <= age_s <= timeout_s / 2:
+                self._refuse(first.generation, f"runs on this host (pid {holder['pid']}) and renewed its lease "
+                                               f"{max(age_s, 0.0):.0f} s ago")
         # A warning: the command line shows it, or a fit would wait the timeout saying nothing.
         logger.warning("run %s is held by driver %s (lease generation %d); watching its renewals for up to %.0f s "
                        "before taking the run over", self.run, _describe(holder), first.generation, timeout_s)
@@ -269,7 +280,7 @@ class DriverLease:
 
 
 def _seconds(value: Any) -> float:
-    """A holder entry's ``timeout_s`` (0 when absent or not a finite number >= 0)."""
+    """A holder entry's ``timeout_s`` or a time it names (0 when absent or not a finite number >= 0)."""
     try:
         seconds = float(value)
     except (TypeError, ValueError):

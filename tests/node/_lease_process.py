@@ -6,8 +6,8 @@ Modes (the JSON's ``mode``):
   ``barrier``), then try to take run ``<prefix><i>``'s lease; print ``{"trial", "token",
   "generation"}`` or ``{"trial", "token", "refused"}``, and keep the lease renewed until every
   racer is done with the trial.
-* ``hold``: take run ``run``'s lease, print ``{"held": generation}``, and keep renewing it until
-  killed.
+* ``hold``: take run ``run``'s lease (after ``delay_s`` seconds, 0 by default), print
+  ``{"held": generation}``, and keep renewing it until killed.
 * ``take``: try once to take run ``run``'s lease and print ``{"took": generation}`` or
   ``{"refused": message}``.
 
@@ -59,6 +59,7 @@ def main() -> None:
             barrier(config["barrier"], f"done-{trial}", int(config["parties"]))  # renewing until both are done
             lease._stop.set()  # then neither renew nor release: the next trial is another run
     elif config["mode"] == "hold":
+        time.sleep(float(config.get("delay_s", 0.0)))  # as a driver takes its lease well after its process started
         lease = DriverLease(store, config["run"], KEY, timeout_s)
         lease.acquire()
         print(json.dumps({"held": lease.generation, "time": time.time()}), flush=True)

@@ -145,6 +145,71 @@ def test_a_holder_of_this_host_whose_process_is_gone_is_taken_over_at_once_in_it
     assert "did not change for" in caplog.text and "no longer runs" not in caplog.text
 
 
+def _process_state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        return stat.read().rpartition(")")[2].split()[0]
+
+
+def test_a_renewing_holder_of_this_host_refuses_a_second_driver_at_once_and_a_stopped_one_is_watched(tmp_path,
+                                                                                                      started, caplog):
+    # A second `sparkdbn train` of a running run waited for the holder's next renewal (15 s by default) before
+    # its refusal, though the holder ran on the same host and had renewed a moment before.
+    store = storage.open_store("file://" + str(tmp_path / "store"))
+    # Renewing every second: stopped, its newest renewal is younger than half its timeout for a while yet.
+    holder = lease_process({"store_url": store.url, "timeout_s": REFUSED_TAKER_TIMEOUT_S, "run": "live",
+                            "mode": "hold", "delay_s": storage.START_TIME_SLACK_S + 0.5})
+    started.append(holder)
+    assert first_line(holder)["held"] == 1
+    with caplog.at_level(logging.WARNING, logger="node.run._lease"):
+        # The taker's long timeout would have it watch for renewals: it is refused before any watching.
+        with pytest.raises(node.LeaseHeldError, match=rf"pid {holder.pid}, .*runs on this host \(pid {holder.pid}\) "
+                                                      r"and renewed its lease \d+ s ago"):
+            DriverLease(store, "live", KEY, 3600.0).acquire()
+    assert "watching its renewals" not in caplog.text
+
+    # Stopped (Ctrl-Z): it runs no more, so it is watched and, silent for its timeout, taken over.
+    holder.send_signal(signal.SIGSTOP)
+    deadline_poll(lambda: _process_state(holder.pid) == "T", 30.0, "the holder to stop")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="node.run._lease"):
+        with DriverLease(store, "live", KEY, TIMEOUT_S) as taker:
+            assert taker.generation == 2
+    assert "watching its renewals" in caplog.text and "did not change for" in caplog.text
+    holder.send_signal(signal.SIGCONT)
+
+
+def test_a_running_process_of_this_host_is_refused_at_once_only_as_the_holder_it_names_while_renewing(tmp_path,
+                                                                                                      started):
+    store = storage.open_store("file://" + str(tmp_path / "store"))
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    started.append(sleeper)
+    time.sleep(storage.START_TIME_SLACK_S + 1.5)  # a process started well before its entry, as a holder is
+    identity = {**storage.process_identity(), "pid": sleeper.pid, "token": "t", "fit": "f", "timeout_s": TIMEOUT_S}
+
+    def outcome(run: str, started_s: float, renewed: bool = False) -> str:
+        folder = storage.LeaseFolder(store, run, KEY)
+        assert folder.take(1, {**identity, "started": started_s})
+        if renewed:
+            folder.renew(1, 0, "t")  # just now
+        try:
+            DriverLease(store, run, KEY, TIMEOUT_S).acquire()
+        except node.LeaseHeldError as error:
+            return "refused" if "runs on this host" in str(error) else f"refused after watching: {error}"
+        return "taken over"
+
+    assert outcome("fresh", time.time()) == "refused"  # taken a moment ago, not yet renewed
+    # Its newest renewal (here: its taking) older than half the timeout: not known to renew, so watched.
+    assert outcome("silent", time.time() - TIMEOUT_S) == "taken over"
+    assert outcome("renewed", time.time() - TIMEOUT_S, renewed=True) == "refused"
+    # An entry written before its pid's process started names another process (the pid reused): watched, though
+    # renewed just now (by a holder elsewhere in this test; by no one, were the pid reused, so taken over).
+    entry_s = time.time() - 1.0
+    reused = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    started.append(reused)
+    identity["pid"] = reused.pid
+    assert outcome("reused", entry_s, renewed=True) == "taken over"
+
+
 def test_a_taker_with_a_shorter_timeout_than_the_holders_watches_for_the_holders_own(store_url):
     store = storage.open_store(store_url)
     with DriverLease(store, "r1", KEY, 1.6):  # renewed every 0.4 s
