@@ -192,10 +192,10 @@ def test_a_running_process_of_this_host_is_refused_at_once_only_as_the_holder_it
         if renewed:
             folder.renew(1, 0, "t")  # just now
         try:
-            DriverLease(store, run, KEY, TIMEOUT_S).acquire()
+            with DriverLease(store, run, KEY, TIMEOUT_S):  # released again: no renewal thread outlives the test
+                return "taken over"
         except node.LeaseHeldError as error:
             return "refused" if "runs on this host" in str(error) else f"refused after watching: {error}"
-        return "taken over"
 
     assert outcome("fresh", time.time()) == "refused"  # taken a moment ago, not yet renewed
     # Its newest renewal (here: its taking) older than half the timeout: not known to renew, so watched.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +51,8 @@ def staged_writes(url: str, monkeypatch, overwrite: bool = True) -> list[tuple[s
         original = getattr(storage.Store, name)
 
         def counted(self, path, *args, _original=original, **kwargs):  # noqa: ANN001, ANN202
-            writes.append((self.url, path))
+            if threading.current_thread() is threading.main_thread():  # not a thread another test left running
+                writes.append((self.url, path))
             return _original(self, path, *args, **kwargs)
 
         monkeypatch.setattr(storage.Store, name, counted)
