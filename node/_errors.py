@@ -7,9 +7,9 @@ import storage
 __all__ = ["NodeError", "InputDataError", "StoreAccessError", "TrainingError", "NodeDeviceError", "STORE_FAILURES",
            "error_chain", "short_error", "store_failure"]
 
-#: Store failures a Spark task reports instead of raising: the store down past its ``retry_timeout_s``, or refusing
-#: the run's files.  Every attempt Spark would make again meets the same store.
-STORE_FAILURES = (storage.StoreUnavailableError, storage.StorePermissionError)
+#: Store failures a Spark task reports instead of raising: the store down past its ``retry_timeout_s``, refusing
+#: the run's files, or full.  Every attempt Spark would make again meets the same store.
+STORE_FAILURES = (storage.StoreUnavailableError, storage.StorePermissionError, storage.StoreFullError)
 
 
 class NodeError(Exception):

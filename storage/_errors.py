@@ -17,6 +17,7 @@ __all__ = [
     "StoreNotFoundError",
     "StorePathError",
     "StorePermissionError",
+    "StoreFullError",
     "StoreUnavailableError",
 ]
 
@@ -41,6 +42,11 @@ class StoreEntryTypeError(StoreError):
 
 class StorePermissionError(StoreError, PermissionError):
     """The store refused the operation (HDFS AccessControlException, OS permission denied)."""
+
+
+class StoreFullError(StoreError):
+    """The store has no room for a write: its disk is full (ENOSPC) or a quota is reached (a file system's
+    EDQUOT, an HDFS name or space quota).  Every attempt meets it again until someone makes room."""
 
 
 class StoreUnavailableError(StoreError):

@@ -28,7 +28,14 @@ import time
 import uuid
 from typing import BinaryIO, Iterable, Iterator
 
-from ._errors import FileTooLargeError, StoreEntryTypeError, StoreError, StoreNotFoundError, StorePermissionError
+from ._errors import (
+    FileTooLargeError,
+    StoreEntryTypeError,
+    StoreError,
+    StoreFullError,
+    StoreNotFoundError,
+    StorePermissionError,
+)
 from ._paths import TMP_PREFIX, parent_and_name
 from ._retry import TransientError
 
@@ -38,6 +45,8 @@ logger = logging.getLogger(__name__)
 
 # Errors an NFS mount or a busy disk can produce and later recover from.
 _TRANSIENT_ERRNOS = {errno.ESTALE, errno.ETIMEDOUT, errno.EAGAIN, errno.EBUSY, errno.EINTR}
+# No room for a write: a full disk, a file system quota reached.
+_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 # What a file system that cannot fsync a directory answers.
 _NO_DIRECTORY_FSYNC_ERRNOS = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF, errno.EISDIR}
 _said_no_directory_fsync: set[str] = set()
@@ -85,6 +94,12 @@ def _translated(operation: str, location: str) -> Iterator[None]:
     except OSError as exc:
         if exc.errno in _TRANSIENT_ERRNOS:
             raise TransientError(f"{operation} {location}: {exc}") from exc
+        if exc.errno in _FULL_ERRNOS:
+            raise StoreFullError(f"{operation}: the store is full at {location} ({exc.strerror}); make room "
+                                 "there, then run the command again") from exc
+        if exc.errno == errno.EROFS:
+            raise StorePermissionError(f"{operation}: permission denied on {location}: its file system is "
+                                       "mounted read-only") from exc
         raise StoreError(f"{operation} failed on {location}: {exc}") from exc
 
 

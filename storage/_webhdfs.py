@@ -13,7 +13,8 @@ read so that a missing file costs nothing.  A writer killed mid-upload leaves on
 temporary file (HDFS releases its lease later); temporary files never appear in listings.
 
 Failures are translated: FileNotFoundException -> :class:`StoreNotFoundError`,
-AccessControlException -> :class:`StorePermissionError`; connection errors, timeouts, HTTP 5xx,
+AccessControlException -> :class:`StorePermissionError`, a quota reached (``DSQuotaExceededException``,
+``NSQuotaExceededException``) -> :class:`StoreFullError`; connection errors, timeouts, HTTP 5xx,
 responses cut short, and ``RetriableException``/``StandbyException`` from every namenode of
 an HA list -> :class:`~storage._retry.TransientError`, which the store retries.
 """
@@ -35,7 +36,14 @@ import requests
 import urllib3
 from hdfs import HdfsError, InsecureClient
 
-from ._errors import FileTooLargeError, StoreEntryTypeError, StoreError, StoreNotFoundError, StorePermissionError
+from ._errors import (
+    FileTooLargeError,
+    StoreEntryTypeError,
+    StoreError,
+    StoreFullError,
+    StoreNotFoundError,
+    StorePermissionError,
+)
 from ._paths import TMP_PREFIX, parent_and_name
 from ._retry import TransientError
 
@@ -56,6 +64,9 @@ _PERMANENT_EXCEPTIONS = {
     "PathIsNotEmptyDirectoryException",
     "ParentNotDirectoryException",
 }
+#: A namespace or disk-space quota of a folder reached (Hadoop's QuotaExceededException and its subclasses).
+_QUOTA_EXCEPTIONS = {"QuotaExceededException", "NSQuotaExceededException", "DSQuotaExceededException"}
+_PERMANENT_EXCEPTIONS |= _QUOTA_EXCEPTIONS
 
 
 class _ServerUnavailable(requests.exceptions.ConnectionError):
@@ -91,6 +102,9 @@ def _translated(operation: str, location: str) -> Iterator[None]:
             raise StoreNotFoundError(f"{operation}: {location} does not exist ({message})") from exc
         if name in ("AccessControlException", "SecurityException") or message.startswith("Authentication failure"):
             raise StorePermissionError(f"{operation}: permission denied on {location}: {message}") from exc
+        if name in _QUOTA_EXCEPTIONS:
+            raise StoreFullError(f"{operation}: the store is full at {location}: {name}: {message}; raise the "
+                                 "folder's quota or make room, then run the command again") from exc
         if name in _RETRIABLE_EXCEPTIONS:
             raise TransientError(f"{operation} {location}: {name}: {message}") from exc
         raise StoreError(f"{operation} failed on {location}: {name or 'error'}: {message}") from exc

@@ -42,7 +42,7 @@ from pyspark.sql import SparkSession
 import rbm
 import storage
 
-from .._errors import StoreAccessError, TrainingError, error_chain, short_error
+from .._errors import STORE_FAILURES, StoreAccessError, TrainingError, error_chain, short_error
 from ..data import PreparedData
 from ..executor import block_sink, check_ports_for_nodes
 from ..modes import max_learning_rate_factor, mode_named
@@ -147,7 +147,7 @@ class Fit:
                 trained = self._run_leased(held, state, store=store, runs=runs, weights=weights, lease=lease,
                                            previous=previous, validation=validation)
                 return hand_back(self.given_model, trained)
-        except (storage.StoreUnavailableError, storage.StorePermissionError) as error:  # a driver's own store call
+        except STORE_FAILURES as error:  # a driver's own store call
             raise StoreAccessError(str(error)) from error
         finally:
             with self.timings.step("cleanup"):

@@ -33,7 +33,7 @@ import numpy as np
 import storage
 
 from .._contract import NodeConfig
-from .._errors import TrainingError, short_error
+from .._errors import STORE_FAILURES, TrainingError, short_error
 from ..data import BLOCK_NAMES, Block, BlockSink, decode_block, store_block
 from ..run import blocks_folder
 
@@ -139,8 +139,8 @@ class NodeData:
             if storage.sha256_hex(data) != signed.sha256:
                 raise storage.ChecksumError(f"{path}: the content does not match its sha256")
             block = decode_block(data)
-        except (storage.StoreUnavailableError, storage.StorePermissionError):  # nothing wrong with the partition:
-            raise  # the store is down or refuses the run, and the task reports it (node.executor._tasks)
+        except STORE_FAILURES:  # nothing wrong with the partition: the store is down, refuses the run or is full,
+            raise  # and the task reports it (node.executor._tasks)
         except (storage.StoreError, ValueError) as error:
             logger.warning("node %s cannot read training partition %d from %s: %s", self.name, index, path, error)
             self.unreadable[index] = f"{path}: {short_error(error)}"

@@ -57,7 +57,7 @@ import numpy as np
 import storage
 
 from .._contract import PartitionReport, SyncOptions, SyncResume, TaskSpec
-from .._errors import InputDataError, TrainingError, error_chain
+from .._errors import STORE_FAILURES, InputDataError, TrainingError, error_chain
 from ..data import Block
 from ._base import TrainingMode
 from ._protocols import ModeDriver, ModeNode, ModeSettings, PartitionWork
@@ -158,9 +158,9 @@ class SyncMode(TrainingMode):
             raise job.lost_node_error(spark_partition)
         try:
             yield from self._train_attempt(node, task, job, spark_partition, blocks)
-        except (_PeerMissing, storage.StoreUnavailableError, storage.StorePermissionError):
-            # what a lost node looks like from its peers: no failure of the job's own; nor is a store down or
-            # refusing the run (recording it would wait out the outage once more; the task reports it)
+        except (_PeerMissing, *STORE_FAILURES):
+            # what a lost node looks like from its peers: no failure of the job's own; nor is a store down,
+            # refusing the run or full (recording it would wait out the outage once more; the task reports it)
             raise
         except Exception as error:  # the next attempt would fail alike: the driver raises it instead
             job.record_failure(error)
@@ -271,7 +271,7 @@ class SyncMode(TrainingMode):
                                     f"slot {member} any more")
             try:
                 params = node.weights.get_version(record.ref)
-            except (storage.StoreUnavailableError, storage.StorePermissionError):  # nothing wrong with the snapshot:
+            except STORE_FAILURES:  # nothing wrong with the snapshot:
                 raise  # the task reports the store's failure
             except storage.StoreError as error:
                 raise TrainingError(f"sync, run {task.node.run}, phase {task.phase}: {where} names a snapshot "

@@ -169,6 +169,19 @@ def test_a_store_refusing_the_run_mid_fit_ends_it_with_a_store_access_error_nami
     assert failed_tasks_since(spark, before) == 0  # the refusal is the same on every attempt
 
 
+def test_a_store_over_its_quota_mid_fit_ends_it_once_saying_the_store_is_full(spark, tmp_path, digits):
+    X, y, _, _ = digits
+    with WebHDFSServer(tmp_path / "hdfs") as server:
+        url = server.store_url("/sparkdbn")
+        trainer = node.Trainer(spark, url, run_id="full", epochs={"rbm0": 3, "finetune": 1}, partitions=4,
+                               progress=False, on_epoch=lambda _summary: server.faults.over_quota("/sparkdbn/runs/full"))
+        before = newest_job(spark)
+        with pytest.raises(node.StoreAccessError, match=r"the store is full at hdfs /sparkdbn/runs/full/.*"
+                                                        "DSQuotaExceededException"):
+            trainer.fit(small_dbn(), X, y)
+    assert failed_tasks_since(spark, before) == 0  # a full store is full on every attempt: reported, not retried
+
+
 @pytest.fixture
 def dataset_missing_a_shard(tmp_path, digits) -> str:
     """digits staged in 4 shards, the third deleted behind the dataset's back; its URL."""

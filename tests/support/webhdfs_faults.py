@@ -38,6 +38,7 @@ class FaultInjector:
             self._cut_upload_count = 0
             self._cut_upload_after_bytes = 0
             self._denied: list[str] = []
+            self._over_quota: list[str] = []
 
     def refuse_connections(self, seconds: float) -> None:
         """For ``seconds``, close every connection without answering (as a crashed namenode)."""
@@ -75,6 +76,12 @@ class FaultInjector:
         """Answer AccessControlException for every path under ``path_prefix`` (absolute HDFS path)."""
         with self._lock:
             self._denied.append("/" + path_prefix.strip("/"))
+
+    def over_quota(self, path_prefix: str) -> None:
+        """Answer DSQuotaExceededException for every write (create, append, mkdirs, rename into) under
+        ``path_prefix`` (absolute HDFS path), as a namenode whose folder's space quota is reached; reads go on."""
+        with self._lock:
+            self._over_quota.append("/" + path_prefix.strip("/"))
 
     # -- used by the handler -------------------------------------------------------------
     def _refusing(self) -> bool:
@@ -114,3 +121,7 @@ class FaultInjector:
     def _is_denied(self, hdfs_path: str) -> bool:
         with self._lock:
             return any(hdfs_path == p or hdfs_path.startswith(p.rstrip("/") + "/") for p in self._denied)
+
+    def _is_over_quota(self, hdfs_path: str) -> bool:
+        with self._lock:
+            return any(hdfs_path == p or hdfs_path.startswith(p.rstrip("/") + "/") for p in self._over_quota)

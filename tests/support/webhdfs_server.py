@@ -25,6 +25,7 @@ Faults are switched on from tests through :attr:`WebHDFSServer.faults`::
         server.faults.cut_responses(count=1, after_bytes=100)   # OPEN body cut short
         server.faults.cut_uploads(count=1, after_bytes=100)     # upload connection dropped
         server.faults.deny("/secret")                       # AccessControlException
+        server.faults.over_quota("/full")                   # DSQuotaExceededException on writes
 """
 
 from __future__ import annotations
@@ -200,6 +201,11 @@ class _Handler(BaseHTTPRequestHandler):
                         user = query.get("user.name", "unknown")
                         raise HTTPErrorAnswer(403, "AccessControlException",
                                          f"Permission denied: user={user}, access=ALL, inode=\"{hdfs_path}\"")
+                    writes = op in ("CREATE", "APPEND", "MKDIRS")
+                    if (writes or op == "RENAME") and faults._is_over_quota(
+                            hdfs_path if writes else "/" + query.get("destination", "").strip("/")):
+                        raise HTTPErrorAnswer(403, "DSQuotaExceededException",
+                                              f"The DiskSpace quota of {hdfs_path} is exceeded")
                     handler(method, op, hdfs_path, query)
                     break
             else:

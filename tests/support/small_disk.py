@@ -1,0 +1,35 @@
+"""A small file system of the test's own: a tmpfs mounted on a folder under the test's ``tmp_path``.
+
+Mounting needs root (CI runs as root); elsewhere the tests that use one skip, saying why.  Each is
+unmounted when the test ends, whatever happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+__all__ = ["small_disk", "small_disk_unavailable_reason"]
+
+
+def small_disk_unavailable_reason() -> str | None:
+    """Why no tmpfs can be mounted here, or None."""
+    if os.geteuid() != 0:
+        return "a small file system (a tmpfs) needs root to mount: run as root, as CI does"
+    return None
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path, size_kib: int, *, read_only: bool = False) -> Iterator[Path]:
+    """Mount a ``size_kib`` KiB tmpfs on ``folder`` (made here), read-only if asked; unmount it afterwards."""
+    folder.mkdir(parents=True)
+    options = f"size={size_kib}k" + (",ro" if read_only else "")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "sparkdbn-test", str(folder)], check=True,
+                   capture_output=True, text=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True, capture_output=True, text=True)
