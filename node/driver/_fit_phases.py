@@ -23,7 +23,7 @@ import rbm
 import storage
 
 from .._contract import NodeConfig, PartitionReport, params_digest
-from .._errors import TrainingError
+from .._errors import TrainingError, error_chain
 from ..data import PreparedData, filled_partitions
 from ..executor import outer_step_in
 from ..modes import mode_named, trained_by_lost_attempts, untrained_partitions_error
@@ -352,11 +352,29 @@ def _mark_failed(error: BaseException, *, record: RunRecord | None, lease: Drive
                      run_id, type(error).__name__, str(error)[:300])
         return
     try:
-        record.mark("failed", error=f"{type(error).__name__}: {error}"[:2000], finished=time.time())
+        record.mark("failed", error=failure_text(error)[:2000], finished=time.time())
     except (storage.StoreError, LeaseLostError) as store_error:  # after the store failed, the fit's warning said it
         logger.log(logging.DEBUG if lease.store_failed else logging.ERROR, "could not mark run %s failed in the "
                    "store: %s", run_id, store_error)
 
+
+
+def failure_text(error: BaseException) -> str:
+    """What the record of a failed fit says of ``error``: ``interrupted (Ctrl-C)`` or ``terminated (SIGTERM)`` for
+    an interrupt (also one that py4j turned into an error of its own), else ``"<type>: <message>"``.
+
+    Parameters
+    ----------
+    error : BaseException
+        What stopped the fit; its causes and contexts are looked at for an interrupt.
+    """
+    interrupts = [link for link in error_chain(error) if isinstance(link, KeyboardInterrupt)]
+    if interrupts:
+        # The command line's SIGTERM handler raises its own KeyboardInterrupt, ``Terminated`` (node.cli, a layer
+        # above the driver's): known here by its name.
+        terminated = any(type(link).__name__ == "Terminated" for link in interrupts)
+        return "terminated (SIGTERM)" if terminated else "interrupted (Ctrl-C)"
+    return f"{type(error).__name__}: {error}"
 
 
 def _epochs_name(phase: str, first: int, count: int) -> str:

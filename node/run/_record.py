@@ -10,6 +10,9 @@ stopped at any instant leaves a record that says exactly what is safe to reuse:
   result names its file (``file``, ``file_sha256``, ``size_bytes``: a file named by its content);
 * ``status == "done"`` with ``model``: the final model is stored and verifies.
 
+A fit that failed says why in ``error``; the fit that resumes the run moves it to ``previous_error``
+(the error of the fit just before, if it failed), so a record's ``error`` is always its own fit's.
+
 Every write is fenced by the fit's lease (:mod:`node.run._lease`): it first lists the lease folder
 (a newer generation stops the fit with :class:`~node.LeaseLostError`), then creates a new
 record file of the fit's generation.  The check is for stopping early; the generation in the
@@ -81,6 +84,12 @@ class RunRecord:
             was_done = record.status == "done"
             record.data.update(status="running", resumed=now, attempts=int(record.data.get("attempts", 1)) + 1,
                                settings=settings)
+            # The earlier fit's error is not this fit's: kept as history (that fit's only), not as ``error``.
+            error = record.data.pop("error", None)
+            if error:
+                record.data["previous_error"] = error
+            else:
+                record.data.pop("previous_error", None)
         else:
             record = cls(runs, {
                 "version": RECORD_VERSION, "run": runs.run, "status": "running", "created": now, "attempts": 1,

@@ -14,7 +14,7 @@ import storage
 
 from ..run import open_run
 
-__all__ = ["run_status", "driver_state", "format_status", "device_text", "device_label"]
+__all__ = ["run_status", "driver_state", "format_status", "node_state", "device_text", "device_label"]
 
 
 def run_status(store_url: str, run: str, *, key: bytes | None = None) -> str:
@@ -58,8 +58,10 @@ def driver_state(folder: storage.LeaseFolder, now: float) -> tuple[bool, str] | 
     if lease.released:
         return False, f"not running: its driver ({who}) released the run without marking its record"
     if storage.holder_process_gone(holder):
-        return False, (f"not running: its driver ({who}) no longer runs (killed); the next fit of the run takes it "
-                       "over at once and resumes it")
+        # Known: its process is gone and it did not release the run (SIGKILL, a crash, an exit after the store
+        # failed). Not known: how it ended.
+        return False, (f"not running: its driver ({who}) ended without releasing the run's lease (its process no "
+                       "longer runs); the next fit of the run takes it over at once and resumes it")
     renewed = lease.renewed if lease.renewed is not None else holder.get("started")
     if not isinstance(renewed, (int, float)):
         return True, f"driver: {who}"
@@ -78,7 +80,9 @@ def format_status(run: str, record: dict[str, Any], peers: dict[str, dict], *, n
     When the newest record is not "done" but an earlier fit of the run finished (``done_record``),
     a line says that its model is the one served, and the status line says what the newer fit does.
     ``driver`` (:func:`driver_state`) says whether the driver of a "running" record still holds the run;
-    where it does not, the status says so and no node is shown alive.  ``skipped_records`` (see
+    where it does not, the status says so.  A node is shown alive only while the record says running and its
+    driver holds the run (see :func:`node_state`).  The error of the fit before a resumed one
+    (``previous_error``) is shown as history, not as the record's error.  ``skipped_records`` (see
     :class:`node.RunView`) are newer record entries that cannot be read: the status is then unknown,
     each is named, and what follows is the newest readable record's.
 
@@ -116,6 +120,8 @@ def format_status(run: str, record: dict[str, Any], peers: dict[str, dict], *, n
         lines.append(f"  {driver[1]}")
     if record.get("error"):
         lines.append(f"  error: {str(record['error'])[:300]}")
+    elif record.get("previous_error"):  # history: how the fit before this one ended
+        lines.append(f"  the fit before this one failed: {str(record['previous_error'])[:300]}")
     if newer:
         lines.append(f"  served model: the last finished fit's (done{_ages(done_record, now)}), "
                      f"{(done_record.get('model') or {}).get('path', '?')}")
@@ -129,18 +135,48 @@ def format_status(run: str, record: dict[str, Any], peers: dict[str, dict], *, n
     if validation:
         lines.append(f"validation: {validation.get('source')}")
     devices = record.get("devices") or {}
+    # Nodes live only while the record says running and its driver is not known to have stopped; they are of
+    # this fit only where seen since it started (created, or resumed).  Behind an unreadable newer record both
+    # are unknown: the entries' own word stands (but for processes known gone).
+    live = bool(skipped_records) or (status == "running" and not stopped)
+    fit_started = None if skipped_records else (record.get("resumed") or record.get("created"))
     nodes = sorted(set(peers) | set(devices))
     lines.append(f"nodes ({len(nodes)}):")
     for node in nodes:
         entry = peers.get(node) or {}
         seen = entry.get("last_seen")
         when = "never" if seen is None else f"{_age(now - float(seen))} ago"
-        state = "gone" if stopped and entry.get("status") == "alive" else entry.get("status", "?")
+        state = node_state(entry, live=live, fit_started=fit_started)
         lines.append(f"  {node}  {state:<5}  last seen {when}  host {entry.get('host', '?')}"
                      f"  pid {entry.get('pid', '?')}" + (f"  python {entry['python']}" if entry.get("python") else ""))
         if node in devices:
             lines.append(f"    device: {device_text(devices[node])}")
     return "\n".join(lines)
+
+
+def node_state(entry: dict[str, Any], *, live: bool, fit_started: float | None) -> str:
+    """A node's state as the status screen shows it: ``alive`` only where its registry entry says so, its run
+    is ``live``, it was seen since the run's current fit started, and its process is not known to be gone (a
+    node of this host whose pid no longer runs); else ``gone``.  Other states are shown as the entry says.
+
+    Parameters
+    ----------
+    entry : dict
+        The node's peer registry entry (``status``, ``last_seen``, ``host``, ``pid``); ``{}``: none.
+    live : bool
+        Whether the run's record says running and its driver still holds the run.
+    fit_started : float or None
+        When the run's current fit started (the record's ``resumed``, else ``created``); None: unknown.
+    """
+    status = entry.get("status", "?")
+    if status != "alive":
+        return str(status)
+    seen = entry.get("last_seen")
+    earlier_fit = (isinstance(seen, (int, float)) and isinstance(fit_started, (int, float))
+                   and float(seen) < float(fit_started))
+    if not live or earlier_fit or storage.holder_process_gone(entry):
+        return "gone"
+    return "alive"
 
 
 def _data_text(data: dict[str, Any], classes: list | None) -> str:

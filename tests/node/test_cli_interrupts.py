@@ -100,8 +100,9 @@ def test_a_killed_driver_shows_as_stopped_and_sigterm_fails_the_record_and_relea
     assert main(["status", "--store", store_url, "--run", "mine"]) == 0
     screen = capsys.readouterr().out.splitlines()
     assert screen[0].startswith("run mine: stopped without finishing (its record says running)"), screen
-    assert screen[1] == (f"  not running: its driver (host {os.uname().nodename}, pid {process.pid}) no longer runs "
-                         "(killed); the next fit of the run takes it over at once and resumes it")
+    assert screen[1] == (f"  not running: its driver (host {os.uname().nodename}, pid {process.pid}) ended without "
+                         "releasing the run's lease (its process no longer runs); the next fit of the run takes it "
+                         "over at once and resumes it")
     nodes = screen[screen.index(next(line for line in screen if line.startswith("nodes ("))) + 1:]
     assert nodes and not any("alive" in line for line in nodes), screen
 
@@ -119,7 +120,8 @@ def test_a_killed_driver_shows_as_stopped_and_sigterm_fails_the_record_and_relea
     said = [line for line in err.splitlines() if line.startswith("sparkdbn train: ")]
     assert said == ["sparkdbn train: terminated (SIGTERM); run the same command again to resume run mine"], err[-3000:]
     key = node.resolve_run_key("mine", store_url, create=False).key
-    assert node.open_run(store_url, "mine").record["status"] == "failed"
+    record = node.open_run(store_url, "mine").record
+    assert record["status"] == "failed" and record["error"] == "terminated (SIGTERM)", record.get("error")
     assert storage.LeaseFolder(storage.open_store(store_url), "mine", key).view().released
     assert main(["status", "--store", store_url, "--run", "mine"]) == 0
     assert capsys.readouterr().out.startswith("run mine: failed")

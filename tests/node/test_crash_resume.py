@@ -160,12 +160,13 @@ def test_ctrl_c_at_any_epoch_end_resumes_to_the_uninterrupted_model(spark, digit
         node.Trainer(spark, store_url, run_id="ctrl-c", on_epoch=interrupt, **harness_settings(mode="async")).fit(
             harness_model(), digits.X_train, digits.y_train)
     record = node.open_run(store_url, "ctrl-c").record
-    assert record["status"] == "failed" and "KeyboardInterrupt" in record["error"]
+    assert record["status"] == "failed" and record["error"] == "interrupted (Ctrl-C)"
     resumed = fit(spark, store_url, "ctrl-c", digits, mode="async")
     assert resumed.score(digits.X_test, digits.y_test) >= reference - ASYNC_HARNESS_TOLERANCE  # async lands lower
     record = node.open_run(store_url, "ctrl-c").record
     assert sum(step["epochs_done"] for step in record["steps"].values()) == sum(HARNESS_EPOCHS.values())
     assert all(not step["restarts"] for step in record["steps"].values())  # nothing had to be trained again
+    assert "error" not in record and record["previous_error"] == "interrupted (Ctrl-C)"  # the done fit's: none
 
 
 def test_an_async_fit_stopped_while_the_next_epoch_trains_resumes_from_the_recorded_epoch_not_the_newer_snapshots(
