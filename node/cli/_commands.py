@@ -394,6 +394,9 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
                          "classifiers (`sparkdbn train` prints an RBM's held-out reconstruction error, and `sparkdbn "
                          f"status --run {options['run']}` shows its validation metrics when it was validated)")
     _features_cols_need_input(options)
+    if options.get("input") and options.get("dataset"):  # a config file's dataset: the --input flag overrides
+        raise UsageError("evaluate takes --input (a Parquet or CSV file or folder of new rows with their labels) or "
+                         "--dataset (a recipe or a staged dataset URL): give one")
     trained = _trained_on(store_url, options["run"])
     dataset = trained.url
     asked = None if options.get("dataset") is None else _dataset_url(str(options["dataset"]))
