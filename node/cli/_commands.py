@@ -119,6 +119,7 @@ def _settings(options: dict[str, Any], model: Any) -> Any:
     try:
         settings = TrainingSettings(**given)
         settings.validate()
+        settings.check_trains_something(model.phases())  # said by the fit too, but after Spark started
         return settings
     except (TypeError, ValueError) as error:
         raise UsageError(f"training settings: {error}") from error
@@ -235,7 +236,10 @@ def cmd_train(options: dict[str, Any]) -> int:
         check_report_folder(options["out"])  # a folder of other files: said before training, not after
     _check_local_ports(options, settings)
     store_url = _store_url(options)
-    open_checked_store(store_url, settings.store_retry_timeout_s)  # unreachable: said before Spark starts
+    store = open_checked_store(store_url, settings.store_retry_timeout_s)  # unreachable: said before Spark starts
+    if settings.run_id:
+        storage.has_run_record(store, settings.run_id)  # the store's own check of the run's name (a StorePathError)
+    _check_local_store_writable(store_url, settings.run_id)
     spark = _session(options)
     trainer = Trainer(spark, store_url, settings)
     started = time.perf_counter()
@@ -264,6 +268,27 @@ def cmd_train(options: dict[str, Any]) -> int:
         for path in paths:
             print(f"wrote {path}")
     return 0
+
+
+def _check_local_store_writable(store_url: str, run_id: str | None) -> None:
+    """A local store whose ``runs/`` folder (and the run's own, where it exists) this process may not write (a
+    read-only file system, another user's folder), said before Spark starts; nothing is written to find out.
+
+    Parameters
+    ----------
+    store_url : str
+        The store's URL; one that is not local is left to the fit (its writes say so).
+    run_id : str or None
+        The run's name, where given (a resumed run writes into its folder).
+    """
+    local = storage.local_path(store_url)
+    if local is None:
+        return
+    folders = [os.path.join(local, "runs")] + ([os.path.join(local, "runs", run_id)] if run_id else [])
+    for folder in folders:
+        if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):
+            raise UsageError(f"the store {store_url!r} is not writable here: this process may not write {folder} "
+                             "(a read-only file system or another user's folder); give --store a folder it may write")
 
 
 def _check_local_ports(options: dict[str, Any], settings: Any) -> None:
@@ -369,6 +394,9 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
                          "classifiers (`sparkdbn train` prints an RBM's held-out reconstruction error, and `sparkdbn "
                          f"status --run {options['run']}` shows its validation metrics when it was validated)")
     _features_cols_need_input(options)
+    if options.get("input") and options.get("dataset"):  # a config file's dataset: the --input flag overrides
+        raise UsageError("evaluate takes --input (a Parquet or CSV file or folder of new rows with their labels) or "
+                         "--dataset (a recipe or a staged dataset URL): give one")
     trained = _trained_on(store_url, options["run"])
     dataset = trained.url
     asked = None if options.get("dataset") is None else _dataset_url(str(options["dataset"]))

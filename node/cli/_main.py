@@ -25,7 +25,11 @@ import signal
 import sys
 import threading
 import traceback
+import time
 from typing import Any, Iterator, Sequence
+
+from py4j.protocol import Py4JError
+from pyspark import SparkContext
 
 import rbm
 import storage
@@ -41,6 +45,8 @@ __all__ = ["main", "build_parser"]
 
 #: The commands that make something (a run, a dataset): they say which keys of a --config file they skip.
 COMMANDS_THAT_MAKE = ("train", "stage")
+
+logger = logging.getLogger(__name__)
 
 VERBOSE_HELP = "print the traceback of an error and log at INFO level"
 
@@ -244,6 +250,7 @@ def _run_command(argv: Sequence[str] | None) -> int:
         stderr.addFilter(_without_interrupts)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=[stderr])
+    spark_before = SparkContext._active_spark_context  # a session running before the command is not its to stop
     try:
         options = dict(args.defaults)
         internal = ("handler", "defaults", "config", "command", "verbose", "subparsers")
@@ -266,6 +273,8 @@ def _run_command(argv: Sequence[str] | None) -> int:
     except (NodeError, storage.StoreError, UsageError) as error:
         if args.verbose:
             traceback.print_exc()
+        if spark_before is None:
+            _stop_spark_quietly()  # the one line below is the last thing printed, not Spark's traces after it
         print(f"sparkdbn {args.command}: {error}", file=sys.stderr)
         return 2
     except BaseException as error:  # Ctrl-C (or py4j's error raised for it): a train's run record says "failed"
@@ -276,3 +285,31 @@ def _run_command(argv: Sequence[str] | None) -> int:
         word = interrupt_word(error)
         print(f"sparkdbn {args.command}: {error if isinstance(error, Interrupted) else word}", file=sys.stderr)
         return 130 if word == "interrupted" else 128 + signal.SIGTERM
+
+
+#: How long a command that ends with an error waits for its cancelled Spark jobs to end before stopping Spark.
+CANCELLED_JOBS_WAIT_S = 10.0
+
+
+def _stop_spark_quietly(wait_s: float = CANCELLED_JOBS_WAIT_S) -> None:
+    """Stop the Spark session the command started (none started: nothing to do), without the traces Spark logs
+    when it stops under running tasks (a fit's background job that starts the Python workers, a task that was
+    cancelled): its log is turned off, its jobs cancelled and waited for (``wait_s`` at most), then it stops.
+
+    Parameters
+    ----------
+    wait_s : float
+        Seconds to wait at most for the cancelled jobs to end.
+    """
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        return
+    try:
+        sc.setLogLevel("OFF")  # the command says what went wrong in its one line; Spark's shutdown adds nothing
+        sc.cancelAllJobs()
+        deadline = time.monotonic() + wait_s
+        while sc.statusTracker().getActiveJobsIds() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        sc.stop()
+    except Py4JError as error:  # a JVM already gone: nothing left to stop; the command's own error is the news
+        logger.debug("Spark did not stop cleanly: %s", error)
