@@ -160,9 +160,9 @@ class Maintenance:
 
     def heartbeat(self, status: str) -> None:
         """Write this node's signed registry entry."""
-        info = {"endpoint": self._transport.endpoint, "host": socket.gethostname(), "pid": os.getpid(),
-                "python": sys.executable, "started": self._started_at, "last_seen": time.time(),
-                "status": status}  # fmt: skip
+        # host, pid and pid namespace: `sparkdbn status` on this host tells a node whose process ended
+        info = {"endpoint": self._transport.endpoint, **storage.process_identity(), "python": sys.executable,
+                "started": self._started_at, "last_seen": time.time(), "status": status}  # fmt: skip
         self._runs.register_peer(self._node, info)
 
     def refresh_peers(self) -> int:

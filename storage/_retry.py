@@ -27,6 +27,16 @@ FIRST_DELAY_S = 0.05
 MAX_DELAY_S = 2.0
 
 
+#: What a connection failure is, said briefly: the client's own text names the whole retry stack (about 600
+#: characters of ``HTTPConnectionPool(...): Max retries exceeded ... NewConnectionError ...``).
+_CONNECTION_FAILURES = (("Connection refused", "connection refused (no server listens at that host and port: a "
+                         "wrong port in the store URL, or the namenode down)"),
+                        ("Name or service not known", "unknown host name"),
+                        ("nodename nor servname", "unknown host name"),
+                        ("No route to host", "no route to host"),
+                        ("timed out", "timed out"))
+
+
 class TransientError(Exception):
     """Raised by backends to mark a failure worth retrying; carries the original cause."""
 
@@ -71,10 +81,16 @@ def call_with_retry(
                 cause = exc.__cause__ or exc
                 raise StoreUnavailableError(
                     f"store {url} unavailable: {operation} failed {attempt} time(s) over "
-                    f"{now - start:.1f} s (retry_timeout_s={budget:g}); last error: {cause}. "
+                    f"{now - start:.1f} s (retry_timeout_s={budget:g}); last error: {_said_briefly(cause)}. "
                     f"Check that the store is reachable (namenode up, WebHDFS enabled) or raise retry_timeout_s."
                 ) from cause
             sleep_s = min(delay_s * (0.5 + rng.random()), deadline - now)
             logger.info("%s on %s failed (%s); retry %d in %.2f s", operation, url, exc, attempt, sleep_s)
             time.sleep(sleep_s)  # backoff between attempts, not waiting for a condition
             delay_s = min(delay_s * 2.0, MAX_DELAY_S)
+
+
+def _said_briefly(cause: BaseException) -> str:
+    """The last error of a retried call, briefly where it is a known connection failure; else as it says itself."""
+    text = str(cause)
+    return next((said for marker, said in _CONNECTION_FAILURES if marker in text), text)

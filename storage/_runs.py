@@ -323,7 +323,7 @@ class RunStore:
     def register_peer(self, node: str, info: dict) -> None:
         """Write (replace) the signed registry entry of ``node``.
 
-        ``info`` typically has ``endpoint``, ``host``, ``pid``, ``python`` (the node's interpreter),
+        ``info`` typically has ``endpoint``, ``host``, ``pid``, ``pid_namespace``, ``python`` (the node's interpreter),
         ``started``; ``node``, ``status`` (``"alive"``) and ``last_seen`` (epoch seconds) are filled
         in when absent.
         """

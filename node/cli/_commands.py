@@ -27,7 +27,7 @@ from ..serve import evaluate, raise_input_errors_from, write_predictions
 from ..watch import check_report_folder, is_supervised, render_report, run_status
 from ._data import TrainedOn, check_known_classes, check_same_scaling, check_same_width, held_out_split
 from ._inputs import hdfs_hint, java_message
-from ._new_rows import NewRows
+from ._new_rows import NewRows, check_scale
 from ._options import Interrupted, UsageError, closest, interrupt_word, is_interrupt, parse_spark_conf
 
 __all__ = ["TRAIN_DEFAULTS", "build_model", "cmd_train", "cmd_evaluate", "cmd_predict", "cmd_report", "cmd_status"]
@@ -442,6 +442,7 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
     scaling, features_col = None, options["features_col"]
     if options.get("input"):  # new rows: scaled as the run's staged dataset was
         (data, features_col, _), scaling = new_rows.frame(spark), new_rows.scaling
+        check_scale(data, features_col, model, scaling, f"--input {options['input']}")
     report = evaluate(model, data, spark=spark, features_col=features_col, label_col=options["label_col"],
                       scaling=scaling)
     print(report)
@@ -476,6 +477,7 @@ def cmd_predict(options: dict[str, Any]) -> int:
     spark = _session(options)
     if given:  # new rows: scaled as the run's staged dataset was; every column of theirs written back
         (frame, features_col, drop), scaling = new_rows.frame(spark), new_rows.scaling
+        check_scale(frame, features_col, model, scaling, source)
     else:  # staged rows, as the shards hold them (scaled when staged): their number and label are written
         frame, features_col, scaling, drop = read_staged_frame(spark, staged), "features", None, ("features",)
     try:

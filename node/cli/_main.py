@@ -24,8 +24,8 @@ import os
 import signal
 import sys
 import threading
-import traceback
 import time
+import traceback
 from typing import Any, Iterator, Sequence
 
 from py4j.protocol import Py4JError
@@ -50,6 +50,11 @@ logger = logging.getLogger(__name__)
 
 VERBOSE_HELP = "print the traceback of an error and log at INFO level"
 
+#: Where a run's key lives, said by ``sparkdbn --help``: a store copied, moved or read from another machine needs it.
+KEYS_EPILOG = """run keys: each run's files are signed with its key, kept on the machine of its first fit in
+~/.config/sparkdbn/keys/ under the run id and the store's URL. Another machine, or a store copied or
+moved, needs SPARKDBN_KEY_FILE=<a copy of that file> (docs/store.md, Run keys)."""
+
 
 def layer_sizes(text: str) -> list[int]:
     """``"100,100"`` -> ``[100, 100]`` (``--layers``)."""
@@ -62,7 +67,7 @@ def layer_sizes(text: str) -> list[int]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="sparkdbn", description=__doc__.split("\n\n")[0].replace("``", ""),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=KEYS_EPILOG)
     parser.add_argument("--verbose", "-v", action="store_true", help=VERBOSE_HELP)
     commands = parser.add_subparsers(dest="command", required=True)
 

@@ -179,14 +179,19 @@ def summary_line(summary: Mapping[str, Any], epochs: int, *, full_warning: bool 
     how = f" ({merges_text(by_node)})" if counted else ""  # sync and sharing exchange through the store: no count
     return (f"[{summary['run']}] {summary['phase']} epoch {summary['epoch'] + 1}/{epochs}: "
             f"loss {summary['loss']:.4f}, {summary['samples_per_s']:.0f} samples/s, "
-            f"{summary['merges']} merges{how}, "
-            f"staleness {staleness}, {len(summary['nodes'])} nodes, "
+            f"{_count(summary['merges'], 'merge')}{how}, "
+            f"staleness {staleness}, {_count(len(summary['nodes']), 'node')}, "
             f"learning rate x{summary.get('learning_rate_scale', 1.0):.2f}"
             + (f" and minibatch {summary['node_batch_size']}" if summary.get("node_batch_size") else "")
-            + f" for {summary.get('nodes_merging', 1)} merging"
+            + f" for {_count(summary.get('nodes_merging', 1), 'node')} merging"
             + (", outer step {:.3g}/{:.3g}".format(*summary["outer_step"]) if summary.get("outer_step") else "")
             + "".join(f", {name} {value:.4f}" for name, value in (summary.get("validation") or {}).items())
             + (f"; WARNING: {warning}" if warning else ""))
+
+
+def _count(number: int, noun: str) -> str:
+    """``"1 node"``, ``"2 nodes"``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def progress_postfix(partitions_done: int, partitions_total: int, samples_done: float, elapsed_s: float) -> str:

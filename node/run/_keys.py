@@ -271,10 +271,10 @@ def resolve_run_key(
                      f"its old URL): {', '.join(others[:5])}; point {ENV_KEY_FILE} at the one of this "
                      "store") if others else ""
         raise RunKeyError(
-            f"no key for run {run!r} of the store {store_url}: none was given (key=, key_file=), neither "
+            f"no key for run {run!r} of the store {store_url}: none was given (in Python: key=, key_file=), neither "
             f"{ENV_KEY_FILE} nor {ENV_KEY} is set, {SPARK_SECRET_CONF} is not set, and there is no {path} "
             f"(it is written on the machine where the run was first trained).  Provide the run's secret: "
-            f"copy that file here, or point {ENV_KEY_FILE} (or key_file=) at a copy of it.{elsewhere}"
+            f"copy that file here, or point {ENV_KEY_FILE} at a copy of it (docs/store.md, Run keys).{elsewhere}"
         )
     try:
         secret = _create_secret(path)

@@ -80,7 +80,7 @@ class RunRecord:
         was_done = False
         if previous:
             record = cls(runs, _migrate(previous), lease)
-            record._check_same_run(spec, phases, data_facts, classes)
+            record._check_same_run(spec, phases, data_facts, classes, settings)
             was_done = record.status == "done"
             record.data.update(status="running", resumed=now, attempts=int(record.data.get("attempts", 1)) + 1,
                                settings=settings)
@@ -121,7 +121,8 @@ class RunRecord:
         record.write()
         return record, bool(previous)
 
-    def _check_same_run(self, spec: dict, phases: Sequence[str], data_facts: dict, classes: np.ndarray | None) -> None:
+    def _check_same_run(self, spec: dict, phases: Sequence[str], data_facts: dict, classes: np.ndarray | None,
+                        settings: dict) -> None:
         run = self.runs.run
         if self.data.get("spec", {}).get("kind") != spec.get("kind") or self.data.get("phases") != list(phases):
             raise TrainingError(f"run {run!r} trained a different model ({self.data.get('spec', {}).get('kind')}, "
@@ -132,8 +133,12 @@ class RunRecord:
                                 "started; pick another run id for another model")
         recorded_samples, samples = self.data.get("data", {}).get("n_samples"), data_facts.get("n_samples")
         if None not in (recorded_samples, samples) and int(recorded_samples) != int(samples):
+            held_then = (self.data.get("settings") or {}).get("validation_fraction")
+            held_now = settings.get("validation_fraction")
+            why = (f" (it held out validation_fraction {held_then or 0} of its rows for validation, this fit holds "
+                   f"out {held_now or 0}: give the run's)" if (held_then or 0) != (held_now or 0) else "")
             raise TrainingError(f"run {run!r} trained on {int(recorded_samples)} samples, this data has "
-                                f"{int(samples)}: a run trains on one dataset; pick another run id")
+                                f"{int(samples)}{why}: a run trains on one dataset; pick another run id")
         recorded_sums, sums = self.data.get("data", {}).get("content_sums"), data_facts.get("content_sums")
         if None not in (recorded_sums, sums) and not same_content(recorded_sums, sums):
             raise TrainingError(f"run {run!r} trained on other rows ({int(samples)} as here, with other values): a "

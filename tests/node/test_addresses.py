@@ -180,3 +180,5 @@ def test_merges_through_the_store_by_design_are_neither_announced_nor_listed_and
     assert "8 merges, staleness" in summary_line(summary, 3)
     summary["merges_by_node"] = merges_by_node([{"node": "a", "merged_announced": 5, "merged_listed": 3}])
     assert "8 merges (5 by announcement, 3 by listing (a 5/3))" in summary_line(summary, 3)
+    one = {**summary, "merges": 1, "merges_by_node": {}, "nodes": ["a"], "nodes_merging": 1}
+    assert "1 merge, staleness -, 1 node, learning rate x1.00 for 1 node merging" in summary_line(one, 3)

@@ -30,9 +30,11 @@ class Runs:
 LEASE = SimpleNamespace(generation=2, check_store=lambda: None)
 
 
-def start(previous: dict | None, epochs: dict[str, int], spec: dict = SPEC, data: dict = DATA) -> RunRecord:
+def start(previous: dict | None, epochs: dict[str, int], spec: dict = SPEC, data: dict = DATA,
+          settings: dict | None = None) -> RunRecord:
     record, _ = RunRecord.start(Runs("digits"), LEASE, previous, spec=spec, phases=PHASES, epochs=epochs,
-                                settings={}, store_url="file:///store", data_facts=data, classes=np.arange(10))
+                                settings=settings or {}, store_url="file:///store", data_facts=data,
+                                classes=np.arange(10))
     return record
 
 
@@ -89,3 +91,9 @@ def test_a_run_refuses_a_fit_of_another_model_or_on_another_dataset_and_names_wh
         with pytest.raises(TrainingError, match="run 'digits' trained on 719 samples, this data has 1438: a run "
                                                 "trains on one dataset; pick another run id"):
             start(earlier, trained, spec, {**data, "n_samples": 1438})
+        # Fewer rows because the run held some out for validation, and this fit does not: said so.
+        held = {**earlier, "settings": {"validation_fraction": 0.5}}
+        with pytest.raises(TrainingError, match=r"run 'digits' trained on 719 samples, this data has 1438 \(it held "
+                                                r"out validation_fraction 0\.5 of its rows for validation, this fit "
+                                                r"holds out 0: give the run's\): a run trains on one dataset"):
+            start(held, trained, spec, {**data, "n_samples": 1438})

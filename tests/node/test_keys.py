@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import storage
+from node import cli
 from node.run._keys import RunKeyError, derive_run_key, resolve_run_key, stored_key_path
 
 MASTER = b"a master secret of 32 bytes long"
@@ -125,6 +126,15 @@ def test_a_store_reached_through_a_link_finds_its_key_and_a_moved_one_names_the_
     assert str(caught.value).endswith(f"Kept here for a run named 'r1' of another store URL (a store moved keeps its "
                                       f"key under its old URL): {stored_key_path('r1', str(real), environ)}; point "
                                       "SPARKDBN_KEY_FILE at the one of this store")
+    # Said to command-line users too: what to set, and where the docs say it.
+    assert "point SPARKDBN_KEY_FILE at a copy of it (docs/store.md, Run keys)" in str(caught.value)
+
+
+def test_the_command_lines_help_says_where_run_keys_live_and_how_another_machine_finds_one(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "~/.config/sparkdbn/keys/" in said and "SPARKDBN_KEY_FILE=<a copy of that file>" in said
 
 
 @pytest.mark.parametrize(

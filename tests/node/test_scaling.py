@@ -356,8 +356,8 @@ def test_the_epoch_summary_warns_when_nodes_take_too_few_steps_per_epoch_and_say
                "staleness_s": None, "nodes": ["a"], "learning_rate_scale": 7.5, "nodes_merging": 8,
                "warning": warning}
     line = summary_line(summary, 3)
-    assert "learning rate x7.50 for 8 merging" in line and "WARNING: each of the 8 nodes" in line
-    assert "learning rate x3.75 and minibatch 5 for 8 merging" in summary_line(
+    assert "learning rate x7.50 for 8 nodes merging" in line and "WARNING: each of the 8 nodes" in line
+    assert "learning rate x3.75 and minibatch 5 for 8 nodes merging" in summary_line(
         {**summary, "learning_rate_scale": 3.75, "node_batch_size": 5}, 3)
     said = summary_line(summary, 3, full_warning=False)  # the epochs after the first that warned
     assert said.endswith("; WARNING: too few minibatch steps per node (said above)") and "each of" not in said
