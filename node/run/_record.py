@@ -84,6 +84,7 @@ class RunRecord:
             was_done = record.status == "done"
             record.data.update(status="running", resumed=now, attempts=int(record.data.get("attempts", 1)) + 1,
                                settings=settings)
+            record.data.pop("finished", None)  # the earlier fit's end; this fit sets its own when it ends
             # The earlier fit's error is not this fit's: kept as history (that fit's only), not as ``error``.
             error = record.data.pop("error", None)
             if error:

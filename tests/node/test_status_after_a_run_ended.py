@@ -95,6 +95,8 @@ def test_a_resumed_record_keeps_the_earlier_fits_error_as_history_not_as_its_own
                   version=2, data={"feature_shape": [4]})
     resumed = _resume(failed)
     assert "error" not in resumed and resumed["previous_error"] == "interrupted (Ctrl-C)"
+    # Nor the earlier fit's end as its own: a running record said "resumed 5s ago, finished 9s ago".
+    assert "finished" not in resumed and "finished" not in format_status("r1", resumed, {}, now=300.0)
     resumed.update(status="done", finished=300.0)
     screen = format_status("r1", resumed, {}, now=310.0).splitlines()
     assert screen[0].startswith("run r1: done ")
