@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["small_disk", "small_disk_unavailable_reason"]
+__all__ = ["remount_read_only", "small_disk", "small_disk_unavailable_reason"]
 
 
 def small_disk_unavailable_reason() -> str | None:
@@ -33,3 +33,8 @@ def small_disk(folder: Path, size_kib: int, *, read_only: bool = False) -> Itera
         yield folder
     finally:
         subprocess.run(["umount", str(folder)], check=True, capture_output=True, text=True)
+
+
+def remount_read_only(folder: Path) -> None:
+    """Make the tmpfs :func:`small_disk` mounted on ``folder`` read-only from now on (what it holds stays)."""
+    subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True, capture_output=True, text=True)
