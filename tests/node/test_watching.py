@@ -332,7 +332,7 @@ def test_early_stopping_on_shuffled_labels_stops_keeps_the_best_and_resumes(spar
     with pytest.raises(KeyboardInterrupt):
         fit(lambda state: state.get("wait") == 1)
     code, text = status_text(store_url, "stop", capsys)
-    assert code == 0 and "run stop: failed" in text and "KeyboardInterrupt" in text
+    assert code == 0 and "run stop: failed" in text and "error: interrupted (Ctrl-C)" in text
     # 2. Resumed, it continues the count and stops the phase; interrupted right after.
     with pytest.raises(KeyboardInterrupt):
         fit(lambda state: state.get("stopped"))
