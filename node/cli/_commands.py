@@ -1,6 +1,6 @@
 """What each ``sparkdbn`` subcommand does (``cmd_train``, ``cmd_evaluate``, ``cmd_predict``, ``cmd_report``,
-``cmd_status``; ``stage``'s is :mod:`._stage_command`), given the options :mod:`._main` read; the models and
-data they build."""
+``cmd_status``; ``stage``'s is :mod:`._stage_command`), given the options :mod:`._main` read; what ``train``
+builds before Spark starts is :mod:`._train_inputs`."""
 
 from __future__ import annotations
 
@@ -8,158 +8,45 @@ import dataclasses
 import logging
 import os
 import time
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from py4j.protocol import Py4JJavaError
 
-import rbm
 import storage
-from rbm.datasets import load_digits01, load_digits28
 
 from ..data import RECIPES, check_output, check_staged_shards, read_staged_frame
-from ..driver import (DEFAULT_MASTER, Trainer, TrainingSettings, default_store_url, driver_spec, get_spark_session,
-                      gpu_spark_conf, running_under_spark_submit)
-from ..executor import check_ports_for_nodes, local_master_threads
+from ..driver import Trainer, default_store_url, get_spark_session
 from ..run import load_run_model, open_checked_store, open_run
 from ..serve import evaluate, raise_input_errors_from, write_predictions
-from ..watch import check_report_folder, is_supervised, render_report, run_status
+from ..watch import check_report_folder, render_report, run_status
 from ._data import TrainedOn, check_known_classes, check_same_scaling, check_same_width, held_out_split
 from ._inputs import hdfs_hint, java_message
 from ._new_rows import NewRows, check_scale
 from ._options import Interrupted, UsageError, closest, interrupt_word, is_interrupt, parse_spark_conf
+from ._train_inputs import (
+    build_model,
+    check_local_ports,
+    check_local_store_writable,
+    check_model_fits,
+    gpu_conf,
+    is_classifier,
+    load_dataset,
+    on_device,
+    train_seed,
+    training_settings,
+)
 
-__all__ = ["TRAIN_DEFAULTS", "build_model", "cmd_train", "cmd_evaluate", "cmd_predict", "cmd_report", "cmd_status"]
+__all__ = ["cmd_train", "cmd_evaluate", "cmd_predict", "cmd_report", "cmd_status"]
 
 logger = logging.getLogger(__name__)
 
 
-#: Settings of ``train`` when neither the config nor a flag sets them.
-TRAIN_DEFAULTS: dict[str, Any] = {
-    "master": None,
-    "store": None,
-    "run_id": None,
-    "dataset": "digits",
-    "model": "dbn",
-    "layers": None,
-    "epochs": None,
-    "partitions": None,
-    "batch_size": None,
-    "fanout": None,
-    "merge_alpha": None,
-    "scale_rule": None,
-    "mode": None,
-    "seed": None,  # --seed or the file's seed:, else settings: seed, else 0 (_train_seed)
-    "bind_host": None,
-    "advertise_host": None,
-    "port_range": None,
-    "device": None,
-    "precision": None,
-    "gpus_per_executor": None,
-    "gpu_discovery_script": None,
-    "out": "sparkdbn-report",
-    "report": True,
-    "progress": True,
-}
-
-
-def _load_dataset(name: str, seed: int) -> tuple[Any, Any, np.ndarray | None, np.ndarray | None]:
-    """``(train data, train labels, X_test, y_test)`` for a recipe name or a staged dataset URL."""
-    if name in ("digits", "digits01"):
-        split = load_digits01(random_state=seed)
-    elif name == "digits28":
-        split = load_digits28(random_state=seed)
-    else:
-        return name, None, None, None  # a staged dataset URL: read by the executors
-    return split.X_train, split.y_train, split.X_test, split.y_test
-
-
-def build_model(kind: Any, layers: Sequence[int] | None, n_features: int, n_classes: int, seed: int) -> Any:
-    """The model a config names: a spec dict (with ``kind``), ``"dbn"``, ``"convnet"`` or ``"rbm"``.
-
-    ``layers`` are the hidden layer sizes (default: 100, 100 for a DBN, 100 for an RBM).
-    """
-    if isinstance(kind, dict):
-        return rbm.model_from_spec(kind)
-    if kind == "dbn":
-        hidden = list(layers or [100, 100])
-        return rbm.DBN(hidden_layer_sizes=tuple(hidden), batch_size=10, pretrain_learning_rate=0.1,
-                       finetune_learning_rate=0.1, random_state=seed)
-    if kind == "rbm":
-        return rbm.RBM(int((layers or [100])[0]), random_state=seed)
-    if kind == "convnet":
-        side = int(round(np.sqrt(n_features)))
-        if side * side != n_features:
-            raise UsageError(f"a convnet needs square images, got {n_features} features")
-        small = side <= 8
-        conv_layers = [
-            {"type": "conv", "filters": 8 if small else 20, "kernel": 3 if small else 5, "padding": 1 if small else 0,
-             "activation": "relu"},
-            {"type": "maxpool", "size": 2},
-            {"type": "dense", "units": 64 if small else 200, "activation": "relu"},
-        ]
-        return rbm.ConvNet(layers=conv_layers, input_shape=(1, side, side), n_classes=n_classes,
-                           learning_rate=0.05, batch_size=32, random_state=seed)
-    raise UsageError(f"unknown model {kind!r}; use dbn, convnet, rbm or a spec mapping with 'kind'")
-
-
-#: Epochs per phase when neither the config nor --epochs says: short pretraining, longer fine-tuning.
-DEFAULT_EPOCHS = {"finetune": 20, "train": 10}
-DEFAULT_PRETRAIN_EPOCHS = 5
-
-
-def _settings(options: dict[str, Any], model: Any) -> Any:
-    fields = {"epochs", "partitions", "batch_size", "fanout", "merge_alpha", "scale_rule", "seed", "run_id", "progress",
-              "mode", "bind_host", "advertise_host", "port_range"}
-    given = {key: options[key] for key in fields if options.get(key) is not None}
-    if "epochs" not in given and "epochs" not in (options.get("settings") or {}):
-        given["epochs"] = {phase: DEFAULT_EPOCHS.get(phase, DEFAULT_PRETRAIN_EPOCHS) for phase in model.phases()}
-    given.update(options.get("settings") or {})
-    try:
-        settings = TrainingSettings(**given)
-        settings.validate()
-        settings.check_trains_something(model.phases())  # said by the fit too, but after Spark started
-        return settings
-    except (TypeError, ValueError) as error:
-        raise UsageError(f"training settings: {error}") from error
-
-
-#: The GPU discovery script shipped with sparkdbn (in a source checkout; a cluster needs it on every host).
-DISCOVERY_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "sparkdbn-gpus"
-
-
-def _gpu_conf(options: dict[str, Any]) -> dict[str, str]:
-    """The Spark settings of ``--gpus-per-executor`` and ``--gpu-discovery-script`` (none without them)."""
-    gpus, script = options.get("gpus_per_executor"), options.get("gpu_discovery_script")
-    if gpus is None:
-        if script:
-            raise UsageError("--gpu-discovery-script goes with --gpus-per-executor N")
-        return {}
-    if script is None and DISCOVERY_SCRIPT.is_file():
-        script = str(DISCOVERY_SCRIPT)
-    try:
-        return gpu_spark_conf(int(gpus), script)
-    except ValueError as error:
-        raise UsageError(f"--gpus-per-executor: {error}") from error
-
-
 def _session(options: dict[str, Any]) -> Any:
-    conf = _gpu_conf(options)
+    conf = gpu_conf(options)
     conf.update(options.get("spark_conf") or {})  # Spark settings given by name win over the GPU flags
     conf.update(parse_spark_conf(options.get("conf")))  # --conf over the config file's spark_conf
     return get_spark_session(options.get("master"), conf=conf)
-
-
-def _on_device(model: Any, options: dict[str, Any]) -> Any:
-    """``model`` with the ``device`` and ``precision`` that ``--device``/``--precision`` (or the config) name."""
-    chosen = {name: options[name] for name in ("device", "precision") if options.get(name) is not None}
-    if not chosen:
-        return model
-    try:
-        return model.set_params(**chosen)
-    except ValueError as error:
-        raise UsageError(f"a {type(model).__name__} takes no {', '.join(chosen)}: {error}") from error
 
 
 def _store_url(options: dict[str, Any]) -> str:
@@ -186,21 +73,10 @@ def _dataset_error(url: str, error: Exception) -> UsageError:
     return UsageError(f"--dataset {url}: {hint}{error}")
 
 
-def _train_seed(options: dict[str, Any]) -> int:
-    """The one seed of ``train``: of a recipe's held-out split, of the model and of the training (recorded as the
-    run's ``settings.seed``, by which ``evaluate --run`` splits the recipe again): ``--seed`` or the config's
-    ``seed:``, else its ``settings: seed``, else 0.  Both, differing, are a :class:`UsageError`."""
-    given, in_settings = options.get("seed"), (options.get("settings") or {}).get("seed")
-    if given is not None and in_settings is not None and int(given) != int(in_settings):
-        raise UsageError(f"seed {given} (--seed or the config's seed:) and the config's settings: seed {in_settings} "
-                         "differ; a recipe's held-out split, the model and the training take one seed: give it once")
-    return int(next((seed for seed in (given, in_settings) if seed is not None), 0))
-
-
 def cmd_train(options: dict[str, Any]) -> int:
     asked = str(options["dataset"])  # as given: a mistyped recipe's name is said as typed
-    options = {**options, "seed": _train_seed(options), "dataset": _dataset_url(asked)}
-    X, y, X_test, y_test = _load_dataset(str(options["dataset"]), int(options["seed"]))
+    options = {**options, "seed": train_seed(options), "dataset": _dataset_url(asked)}
+    X, y, X_test, y_test = load_dataset(str(options["dataset"]), int(options["seed"]))
     if isinstance(X, str):
         try:
             dataset = storage.open_dataset(X)
@@ -214,13 +90,13 @@ def cmd_train(options: dict[str, Any]) -> int:
     else:
         n_features, n_classes, labelled = int(np.prod(X.shape[1:])), int(y.max()) + 1, True
     model = build_model(options["model"], options.get("layers"), n_features, n_classes, int(options["seed"]))
-    if not labelled and _is_classifier(model):
+    if not labelled and is_classifier(model):
         raise UsageError(f"the dataset {X} is unlabelled (staged without a label column), but a {options['model']} "
                          "learns labels: train --model rbm on it, or stage the data with its labels (--label-col)")
-    model = _on_device(model, options)
-    _check_model_fits(model, X, y, n_features, n_classes, str(options["dataset"]),
+    model = on_device(model, options)
+    check_model_fits(model, X, y, n_features, n_classes, str(options["dataset"]),
                       meta.get("value_range") if isinstance(X, str) else None)
-    settings = _settings(options, model)
+    settings = training_settings(options, model)
     if not isinstance(X, str) and settings.data_origin is None:  # a recipe's arrays: evaluate --run splits it again
         settings = dataclasses.replace(settings, data_origin=f"recipe {options['dataset']}")
     if isinstance(X, str) and settings.validation_fraction:  # said by the fit too, but after Spark started
@@ -234,12 +110,12 @@ def cmd_train(options: dict[str, Any]) -> int:
             raise UsageError(f"settings: validation_data {settings.validation_data}: {error}") from error
     if options.get("report"):
         check_report_folder(options["out"])  # a folder of other files: said before training, not after
-    _check_local_ports(options, settings)
+    check_local_ports(options, settings)
     store_url = _store_url(options)
     store = open_checked_store(store_url, settings.store_retry_timeout_s)  # unreachable: said before Spark starts
     if settings.run_id:
         storage.has_run_record(store, settings.run_id)  # the store's own check of the run's name (a StorePathError)
-    _check_local_store_writable(store_url, settings.run_id)
+    check_local_store_writable(store_url, settings.run_id)
     spark = _session(options)
     trainer = Trainer(spark, store_url, settings)
     started = time.perf_counter()
@@ -253,7 +129,7 @@ def cmd_train(options: dict[str, Any]) -> int:
                           f"{trainer.run_id_}") from interrupt
     print(f"run {trainer.run_id_}: trained in {time.perf_counter() - started:.1f} s; "
           f"model saved in {trainer.store_url} under runs/{trainer.run_id_}/model")
-    if X_test is not None and _is_classifier(model):
+    if X_test is not None and is_classifier(model):
         report = evaluate(model, (X_test, y_test), spark=spark)
         print(f"evaluation on {len(X_test)} held-out samples (computed with Spark):")
         print(report)
@@ -268,76 +144,6 @@ def cmd_train(options: dict[str, Any]) -> int:
         for path in paths:
             print(f"wrote {path}")
     return 0
-
-
-def _check_local_store_writable(store_url: str, run_id: str | None) -> None:
-    """A local store whose ``runs/`` folder (and the run's own, where it exists) this process may not write (a
-    read-only file system, another user's folder), said before Spark starts; nothing is written to find out.
-
-    Parameters
-    ----------
-    store_url : str
-        The store's URL; one that is not local is left to the fit (its writes say so).
-    run_id : str or None
-        The run's name, where given (a resumed run writes into its folder).
-    """
-    local = storage.local_path(store_url)
-    if local is None:
-        return
-    folders = [os.path.join(local, "runs")] + ([os.path.join(local, "runs", run_id)] if run_id else [])
-    for folder in folders:
-        if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):
-            raise UsageError(f"the store {store_url!r} is not writable here: this process may not write {folder} "
-                             "(a read-only file system or another user's folder); give --store a folder it may write")
-
-
-def _check_local_ports(options: dict[str, Any], settings: Any) -> None:
-    """A ``--port-range`` with fewer ports than a local master's nodes, said before Spark starts (the fit checks
-    again with the nodes the session has; under spark-submit the master is known only then)."""
-    if running_under_spark_submit():
-        return
-    master = str(options.get("master") or DEFAULT_MASTER)
-    nodes = settings.averaging_nodes or local_master_threads(master)
-    parallelism = {**(options.get("spark_conf") or {}), **parse_spark_conf(options.get("conf"))}.get(
-        "spark.default.parallelism")  # fewer nodes than task threads, where given
-    if nodes and parallelism is not None and str(parallelism).strip().isdigit():
-        nodes = min(nodes, int(parallelism))
-    try:
-        check_ports_for_nodes(settings.port_range, int(nodes or 1), master)
-    except ValueError as error:
-        raise UsageError(str(error)) from error
-
-
-def _is_classifier(model: Any) -> bool:
-    """Whether ``model`` learns labels (a supervised phase); an RBM alone does not."""
-    return any(is_supervised(phase) for phase in model.phases())
-
-
-def _check_model_fits(model: Any, X: Any, y: Any, n_features: int, n_classes: int, source: str,
-                      staged_range: Any = None) -> None:
-    """What the driver would refuse after Spark started, refused before: hyperparameters, width, value range
-    (of a staged dataset: the ``value_range`` its meta records)."""
-    try:
-        replica = rbm.model_from_spec(driver_spec(model.to_spec()))  # the driver checks on its CPU
-        shape = n_features if isinstance(X, str) or np.ndim(X) == 2 else tuple(np.shape(X)[1:])
-        replica.initialize(shape, np.arange(n_classes) if _is_classifier(model) else None)
-    except ValueError as error:
-        raise UsageError(f"the model does not fit the dataset {source}: {error}") from error
-    bounds = replica.input_bounds()
-    if bounds is None:
-        return
-    if isinstance(X, str):
-        valid = (isinstance(staged_range, list) and len(staged_range) == 2
-                 and all(isinstance(value, (int, float)) and np.isfinite(value) for value in staged_range))
-        low, high = (float(staged_range[0]), float(staged_range[1])) if valid else bounds
-        remedy = "stage it again with --scale minmax"
-    elif np.size(X):
-        low, high, remedy = float(np.min(X)), float(np.max(X)), "scale the data"
-    else:
-        return
-    if low < bounds[0] or high > bounds[1]:
-        raise UsageError(f"the dataset {source} holds values in [{low:g}, {high:g}]; this model takes "
-                         f"[{bounds[0]:g}, {bounds[1]:g}] ({remedy}, or use Gaussian visible units)")
 
 
 def _load_run_model(store_url: str, run: str) -> Any:
@@ -389,7 +195,7 @@ def _features_cols_need_input(options: dict[str, Any]) -> None:
 def cmd_evaluate(options: dict[str, Any]) -> int:
     store_url = _store_url(options)
     model = _load_run_model(store_url, options["run"])
-    if not _is_classifier(model):
+    if not is_classifier(model):
         raise UsageError(f"run {options['run']} holds an RBM alone, which learns no labels: evaluate reports "
                          "classifiers (`sparkdbn train` prints an RBM's held-out reconstruction error, and `sparkdbn "
                          f"status --run {options['run']}` shows its validation metrics when it was validated)")
@@ -433,7 +239,7 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
         if recipe is None:
             raise UsageError(f"run {options['run']} trained on neither a staged dataset nor a recipe (arrays, a "
                              "DataFrame or an RDD of its own): give --input (new rows with their labels) or --dataset")
-        _X, _y, X_test, y_test = _load_dataset(str(recipe), int(seed))
+        _X, _y, X_test, y_test = load_dataset(str(recipe), int(seed))
         if X_test is None:
             raise UsageError("evaluate needs --input (a Parquet file) or a recipe --dataset")
         data = (X_test, y_test)

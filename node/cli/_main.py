@@ -36,10 +36,11 @@ import storage
 
 from .._errors import NodeError
 from ..modes import MODE_NAMES
-from ._commands import TRAIN_DEFAULTS, cmd_evaluate, cmd_predict, cmd_report, cmd_status, cmd_train
+from ._commands import cmd_evaluate, cmd_predict, cmd_report, cmd_status, cmd_train
 from ._options import (Interrupted, OneLineParser, Terminated, UsageError, interrupt_word, is_interrupt, load_config,
                        parse_spark_conf, without_overridden_alternatives)
 from ._stage_command import check_stage_flags, cmd_stage
+from ._train_inputs import TRAIN_DEFAULTS
 
 __all__ = ["main", "build_parser"]
 

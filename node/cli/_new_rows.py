@@ -25,9 +25,6 @@ __all__ = ["NewRows", "SCALE_CHECK_ROWS", "check_scale"]
 
 #: How many of the new rows the driver reads to see the scale of their features (:func:`check_scale`).
 SCALE_CHECK_ROWS = 1000
-#: Values a model of Bernoulli visible units (which learned features in [0, 1]) is refused beyond: a scale of
-#: their own (raw 0..255 or 0..16 pixels), not rows a little past the training data's range.
-FOREIGN_SCALE_BOUNDS = (-1.0, 2.0)
 
 
 @dataclass(frozen=True)
@@ -125,12 +122,13 @@ class NewRows:
 
 
 def check_scale(frame: Any, features_col: str, model: Any, scaling: dict | None, source: str) -> None:
-    """Refuse new rows whose features are on another scale than a model of Bernoulli visible units learned.
+    """Refuse new rows whose features are on another scale than a model with input bounds learned.
 
-    Such a model learned features in [0, 1] (its fit refuses others), so rows of raw pixels (0..16, 0..255)
-    give predictions that mean nothing, silently.  The first :data:`SCALE_CHECK_ROWS` rows are read on the
-    driver, scaled as the run's dataset was (``scaling``), and refused where a value lies outside
-    :data:`FOREIGN_SCALE_BOUNDS`; a value a little past [0, 1] (a row beyond the training data's range) is not.
+    A model whose inputs must lie in a range (``input_bounds()``: Bernoulli visible units, [0, 1]) was fitted
+    on values in it (its fit refuses others), so rows of raw pixels (0..16, 0..255) give predictions that
+    mean nothing, silently.  The first :data:`SCALE_CHECK_ROWS` rows are read on the driver, scaled as the
+    run's dataset was (``scaling``), and refused where a value lies beyond the bounds by more than their
+    width (outside [-1, 2] for [0, 1]): another scale, not a row a little past the training data's range.
 
     Parameters
     ----------
@@ -139,13 +137,14 @@ def check_scale(frame: Any, features_col: str, model: Any, scaling: dict | None,
     features_col : str
         Their column of feature vectors or arrays.
     model : object
-        The run's model; one without Bernoulli visible units (``visible``) takes features of any scale.
+        The run's model; one without input bounds (a ConvNet, Gaussian visible units) takes any scale.
     scaling : dict or None
         How the run's dataset was scaled (applied to the new rows too).
     source : str
         The rows as the message names them (``--input rows.csv``).
     """
-    if getattr(model, "visible", None) != "bernoulli":
+    bounds = model.input_bounds() if hasattr(model, "input_bounds") else None
+    if bounds is None:
         return
     head = frame.select(features_col).limit(SCALE_CHECK_ROWS)
     table = head.toArrow() if hasattr(head, "toArrow") else None  # Spark 4; an older Spark: not checked here
@@ -154,11 +153,11 @@ def check_scale(frame: Any, features_col: str, model: Any, scaling: dict | None,
     X = features_from_arrow(table.column(0).combine_chunks(), name=features_col, dtype=np.float64)
     if scaling:
         X = apply_scaling(X, scaling)
-    low, high = FOREIGN_SCALE_BOUNDS
-    outside = np.flatnonzero(((X < low) | (X > high)).any(axis=1))
+    width = bounds[1] - bounds[0]
+    outside = np.flatnonzero(((X < bounds[0] - width) | (X > bounds[1] + width)).any(axis=1))
     if len(outside):
         row, scaled = X[outside[0]], " (scaled as the run's dataset was)" if scaling else ""
         raise UsageError(f"{source}: row {outside[0]} has features in [{row.min():g}, {row.max():g}]{scaled}, "
-                         "another scale than the model learned: its Bernoulli visible units take features in "
-                         "[0, 1]. Scale the rows as its training data was (raw 0..16 or 0..255 pixels: divide by "
-                         "16 or 255)")
+                         f"another scale than the model learned: it takes features in [{bounds[0]:g}, "
+                         f"{bounds[1]:g}]. Scale the rows as its training data was (raw 0..16 or 0..255 pixels: "
+                         "divide by 16 or 255)")

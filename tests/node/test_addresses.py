@@ -17,7 +17,7 @@ from node.driver._progress import summary_line
 from node.watch._reachability import ReachabilityWatch, merges_by_node
 from node.driver._spark_conf import apply_spark_conf, explicit_fields, settings_from_spark_conf
 from node.cli import build_parser, load_config
-from node.cli._commands import _settings
+from node.cli._train_inputs import training_settings
 
 
 def test_a_local_master_binds_and_advertises_loopback_whatever_spark_local_ip_says():
@@ -134,11 +134,11 @@ def test_the_cli_flags_and_config_keys_reach_the_training_settings(tmp_path):
     args = build_parser().parse_args(["train", "--bind-host", "0.0.0.0", "--advertise-host", "worker-3",
                                       "--port-range", "40000-40100"])
     options = {key: value for key, value in vars(args).items() if value is not None}
-    settings = _settings(options, rbm.DBN(hidden_layer_sizes=(4,)))
+    settings = training_settings(options, rbm.DBN(hidden_layer_sizes=(4,)))
     assert (settings.bind_host, settings.advertise_host, settings.port_range) == ("0.0.0.0", "worker-3", "40000-40100")
     config = tmp_path / "job.json"
     config.write_text(json.dumps({"advertise-host": "10.0.0.9", "port_range": "41000-41010"}))
-    settings = _settings(load_config(str(config)), rbm.DBN(hidden_layer_sizes=(4,)))
+    settings = training_settings(load_config(str(config)), rbm.DBN(hidden_layer_sizes=(4,)))
     assert (settings.advertise_host, settings.port_range) == ("10.0.0.9", "41000-41010")
 
 

@@ -130,7 +130,7 @@ def test_an_input_that_is_neither_parquet_nor_csv_is_named_before_spark_starts(t
     started = []
     monkeypatch.setattr(_commands, "_session", lambda options: started.append(options) or pytest.fail("Spark started"))
     monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: object())
-    monkeypatch.setattr(_commands, "_is_classifier", lambda model: True)
+    monkeypatch.setattr(_commands, "is_classifier", lambda model: True)
     monkeypatch.setattr(_commands, "_trained_on", lambda store, run: _data.TrainedOn(None, None, None))
     text = tmp_path / "digits.txt"
     text.write_text("pixel0,pixel1,label\n0,16,3\n")
@@ -167,7 +167,7 @@ def test_an_input_without_the_features_or_labels_asked_is_named_before_spark_sta
 
     monkeypatch.setattr(_commands, "_session", lambda options: pytest.fail("Spark started"))
     monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: SimpleNamespace(n_features_in_=3))
-    monkeypatch.setattr(_commands, "_is_classifier", lambda model: True)
+    monkeypatch.setattr(_commands, "is_classifier", lambda model: True)
     monkeypatch.setattr(_commands, "_trained_on", lambda store, run: _data.TrainedOn(None, None, None))
     rows = tmp_path / "rows.csv.gz"
     with gzip.open(rows, "wt") as handle:

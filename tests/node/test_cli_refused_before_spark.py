@@ -77,7 +77,7 @@ def test_evaluate_with_input_and_dataset_is_refused_as_stage_refuses_input_with_
     from node.cli import main
 
     monkeypatch.setattr(_commands, "_session", lambda options: pytest.fail("Spark started"))
-    monkeypatch.setattr(_commands, "_is_classifier", lambda model: True)
+    monkeypatch.setattr(_commands, "is_classifier", lambda model: True)
     monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: object())
     assert main(["evaluate", "--run", "r", "--input", str(tmp_path / "new.parquet"), "--dataset", "digits"]) == 2
     assert capsys.readouterr().err.strip() == (
@@ -91,7 +91,7 @@ def test_a_config_files_dataset_is_still_overridden_by_the_input_flag(tmp_path, 
 
     (tmp_path / "job.yaml").write_text("run_id: r\ndataset: digits\n")
     monkeypatch.setattr(_commands, "_session", lambda options: pytest.fail("Spark started"))
-    monkeypatch.setattr(_commands, "_is_classifier", lambda model: True)
+    monkeypatch.setattr(_commands, "is_classifier", lambda model: True)
     monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: object())
     assert main(["evaluate", "--store", str(tmp_path / "store"), "--config", str(tmp_path / "job.yaml"),
                  "--input", str(tmp_path / "new.parquet")]) == 2

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from node import cli
-from node.cli import _commands
+from node.cli import _train_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,5 +60,5 @@ def test_train_says_in_one_line_what_stands_in_the_way_of_its_gpu_flags(spark, s
     assert status == 2 and error.startswith("sparkdbn train: device='gpu' needs Spark") and error.count("\n") == 1
     assert cli.main(["train", "--gpu-discovery-script", "/x", "--no-report"]) == 2
     assert "--gpu-discovery-script goes with --gpus-per-executor N" in capsys.readouterr().err
-    assert _commands._gpu_conf({"gpus_per_executor": 2})["spark.executor.resource.gpu.discoveryScript"] == str(
+    assert _train_inputs.gpu_conf({"gpus_per_executor": 2})["spark.executor.resource.gpu.discoveryScript"] == str(
         ROOT / "scripts" / "sparkdbn-gpus")  # the script of this checkout by default

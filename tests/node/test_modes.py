@@ -319,10 +319,10 @@ def test_sharing_on_more_nodes_than_it_was_seen_to_work_on_warns_once_naming_asy
 def test_the_cli_and_the_spark_ml_estimator_pass_the_mode_on(spark, store_url, digits):
     from pyspark.ml.linalg import Vectors
 
-    from node.cli import _commands, build_parser
+    from node.cli import _train_inputs, build_parser
 
     options = vars(build_parser().parse_args(["train", "--mode", "sharing"]))
-    assert _commands._settings(options, rbm.DBN()).mode == "sharing"
+    assert _train_inputs.training_settings(options, rbm.DBN()).mode == "sharing"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "--mode", "bulk"])
 

@@ -33,7 +33,7 @@ def test_rows_of_raw_pixels_are_refused_naming_the_row_and_its_range_and_scaled_
     model, X, y = model_and_rows
     raw = np.round(X * 16)
     with pytest.raises(UsageError, match=r"^--input raw.csv: row 0 has features in \[0, 15\], another scale than "
-                                         r"the model learned: its Bernoulli visible units take features in \[0, 1\]"):
+                                         r"the model learned: it takes features in \[0, 1\]"):
         check_scale(frame(spark, raw, y), "features", model, None, "--input raw.csv")
     check_scale(frame(spark, X, y), "features", model, None, "--input scaled.csv")
     check_scale(frame(spark, np.clip(X * 1.5, 0, 1.5), y), "features", model, None, "a little past")  # not refused

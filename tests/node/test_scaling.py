@@ -364,15 +364,15 @@ def test_the_epoch_summary_warns_when_nodes_take_too_few_steps_per_epoch_and_say
 
 
 def test_the_command_line_and_a_config_file_set_the_rule(tmp_path):
-    from node.cli import _commands, build_parser, load_config
+    from node.cli import _train_inputs, build_parser, load_config
 
     model = rbm.RBM(4)
     parsed = vars(build_parser().parse_args(["train", "--scale-rule", "none"]))
-    assert _commands._settings({"scale_rule": parsed["scale_rule"]}, model).scale_rule == "none"
+    assert _train_inputs.training_settings({"scale_rule": parsed["scale_rule"]}, model).scale_rule == "none"
     config = tmp_path / "settings.json"
     config.write_text('{"scale-rule": "sqrt"}')
-    assert _commands._settings(load_config(str(config)), model).scale_rule == "sqrt"
-    assert _commands._settings({}, model).scale_rule == "auto"
+    assert _train_inputs.training_settings(load_config(str(config)), model).scale_rule == "sqrt"
+    assert _train_inputs.training_settings({}, model).scale_rule == "auto"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "--scale-rule", "cubic"])
 
