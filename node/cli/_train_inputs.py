@@ -98,6 +98,8 @@ DEFAULT_PRETRAIN_EPOCHS = 5
 
 
 def training_settings(options: dict[str, Any], model: Any) -> Any:
+    """The :class:`~node.TrainingSettings` of ``train``: its flags, then the config's ``settings:`` over them,
+    default epochs per phase of ``model`` where none are given; checked, or a :class:`UsageError`."""
     fields = {"epochs", "partitions", "batch_size", "fanout", "merge_alpha", "scale_rule", "seed", "run_id", "progress",
               "mode", "bind_host", "advertise_host", "port_range"}
     given = {key: options[key] for key in fields if options.get(key) is not None}
