@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import storage
-from node.cli import _commands as cli
+from node.cli import _train_inputs as cli
 from node.cli import build_parser, main
 from node.cli._options import load_config
 
@@ -27,7 +27,7 @@ def test_an_example_config_has_only_known_keys_and_its_model_builds(path):
     model = cli.build_model(config["model"], config.get("layers"), square, 10, 0)
     assert model.phases()
     options = {**cli.TRAIN_DEFAULTS, **config}
-    assert cli._settings(options, model).epochs  # the settings validate
+    assert cli.training_settings(options, model).epochs  # the settings validate
 
 
 def test_a_config_takes_the_keys_the_command_line_page_names(tmp_path):
