@@ -7,18 +7,31 @@ unmounted when the test ends, whatever happened.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
 __all__ = ["remount_read_only", "small_disk", "small_disk_unavailable_reason"]
 
 
+@functools.lru_cache(maxsize=1)
 def small_disk_unavailable_reason() -> str | None:
-    """Why no tmpfs can be mounted here, or None."""
+    """Why no tmpfs can be mounted here (not root, or mounting refused: a container without the right), or None;
+    found by mounting a tiny one once, on a folder of its own, and unmounting it."""
     if os.geteuid() != 0:
         return "a small file system (a tmpfs) needs root to mount: run as root, as CI does"
+    if shutil.which("mount") is None or shutil.which("umount") is None:
+        return "a small file system (a tmpfs) needs mount and umount (util-linux)"
+    with tempfile.TemporaryDirectory(prefix="sparkdbn-mount-probe-") as folder:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "sparkdbn-test", folder],
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            return f"a small file system (a tmpfs) cannot be mounted here: mount said {done.stderr.strip()!r}"
+        subprocess.run(["umount", folder], check=True, capture_output=True, text=True)
     return None
 
 
