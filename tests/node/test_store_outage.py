@@ -157,29 +157,23 @@ def test_a_store_stopped_before_the_tasks_read_a_staged_datasets_shards_fails_th
     assert failed_tasks_since(spark, before) == 0
 
 
-def test_a_store_refusing_the_run_mid_fit_ends_it_with_a_store_access_error_naming_the_path(spark, tmp_path, digits):
+@pytest.mark.parametrize("fault, said", [
+    ("deny", r"permission denied on hdfs /sparkdbn/runs/{run}/"),
+    ("over_quota", r"the store is full at hdfs /sparkdbn/runs/{run}/.*DSQuotaExceededException"),
+])
+def test_a_store_refusing_the_run_or_full_mid_fit_ends_it_once_with_a_store_access_error_naming_the_path(
+        spark, tmp_path, digits, fault, said):
     X, y, _, _ = digits
+    run = f"{fault.replace('_', '-')}-run"
     with WebHDFSServer(tmp_path / "hdfs") as server:
         url = server.store_url("/sparkdbn")
-        trainer = node.Trainer(spark, url, run_id="refused", epochs={"rbm0": 3, "finetune": 1}, partitions=4,
-                               progress=False, on_epoch=lambda _summary: server.faults.deny("/sparkdbn/runs/refused"))
+        start_fault = getattr(server.faults, fault)
+        trainer = node.Trainer(spark, url, run_id=run, epochs={"rbm0": 3, "finetune": 1}, partitions=4,
+                               progress=False, on_epoch=lambda _summary: start_fault(f"/sparkdbn/runs/{run}"))
         before = newest_job(spark)
-        with pytest.raises(node.StoreAccessError, match=r"permission denied on hdfs /sparkdbn/runs/refused/"):
+        with pytest.raises(node.StoreAccessError, match=said.format(run=run)):
             trainer.fit(small_dbn(), X, y)
-    assert failed_tasks_since(spark, before) == 0  # the refusal is the same on every attempt
-
-
-def test_a_store_over_its_quota_mid_fit_ends_it_once_saying_the_store_is_full(spark, tmp_path, digits):
-    X, y, _, _ = digits
-    with WebHDFSServer(tmp_path / "hdfs") as server:
-        url = server.store_url("/sparkdbn")
-        trainer = node.Trainer(spark, url, run_id="full", epochs={"rbm0": 3, "finetune": 1}, partitions=4,
-                               progress=False, on_epoch=lambda _summary: server.faults.over_quota("/sparkdbn/runs/full"))
-        before = newest_job(spark)
-        with pytest.raises(node.StoreAccessError, match=r"the store is full at hdfs /sparkdbn/runs/full/.*"
-                                                        "DSQuotaExceededException"):
-            trainer.fit(small_dbn(), X, y)
-    assert failed_tasks_since(spark, before) == 0  # a full store is full on every attempt: reported, not retried
+    assert failed_tasks_since(spark, before) == 0  # the same on every attempt: reported by the tasks, not retried
 
 
 @pytest.fixture
