@@ -1,7 +1,7 @@
 """Node actors, brokerless ZeroMQ publish-subscribe and the asynchronous merge rule.
 
 A node (one per process per run) publishes its weights to the store and announces each new
-version over signed ZeroMQ PUB/SUB; it fetches its peers' announced versions in the background
+version over signed, CurveZMQ-encrypted ZeroMQ PUB/SUB; it fetches its peers' announced versions in the background
 and hands the trainer the fresh ones to merge (:func:`merge_snapshots`).  No process is central.
 Only what the run's key signed is acted upon (announcements, snapshots, registry entries), and
 what a hostile peer can make a node hold is bounded; see ``NodeHandle.stats`` for the refusals.

@@ -12,8 +12,9 @@ context manager do).  Threads of a node:
   ``peer_refresh_interval_s`` and lists the store for missed versions (anti-entropy) every
   ``anti_entropy_interval_s``, or at once when the phase changes (the late-joiner catch-up).
 
-Trust: the run's key (``secret``) signs announcements, snapshot names, registry entries.  A node
-subscribes only to endpoints whose registry entry verifies, merges only snapshots whose MAC
+Trust: the run's key (``secret``) signs announcements, snapshot names, registry entries, and derives the
+CurveZMQ key pair every socket of the run speaks (a process without it completes no handshake with a
+node).  A node subscribes only to endpoints whose registry entry verifies, merges only snapshots whose MAC
 verifies, and bounds what any peer can make it hold (frame size, queued messages, peers known,
 snapshot size); each refusal is counted in :meth:`NodeHandle.stats` and logged once per source.
 
@@ -220,8 +221,8 @@ class NodeHandle:
                                               self._request_anti_entropy, self._max_peers, self._fresh)  # fmt: skip
             self._actor = self._actor_ref.proxy()
             self._transport = Transport(self._bind_host, self._on_frames, self._on_subscriber, self.node,
-                                        self._on_peer_lost, self._counters, advertise_host=self._advertise_host,
-                                        port_range=self._port_range).start()  # fmt: skip
+                                        self._secret, self._on_peer_lost, self._counters,
+                                        advertise_host=self._advertise_host, port_range=self._port_range).start()
             self.endpoint = self._transport.endpoint
             self._publisher = Publisher(self.run, self.node, self._weights, self._announce, self._counters,
                                         self._keep_versions).start()  # fmt: skip

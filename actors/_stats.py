@@ -34,6 +34,7 @@ COUNTERS = (
     "peer_disconnects",  # a peer's connection dropped: it went away, or sent a frame over the size limit
     "malformed_peer_endpoints",  # verified registry entries whose endpoint is not tcp://host:port (skipped)
     "peer_connect_retries",  # connection attempts to a peer that refused, timed out or never finished the handshake
+    "refused_subscribers",  # connections to the publishing port that failed the run's CurveZMQ handshake (no key)
     "peers_unreachable",  # now: subscribed peer endpoints not connected (a retry failed, or no handshake in time)
 )
 

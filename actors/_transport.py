@@ -30,14 +30,20 @@ Creating a :class:`Transport` opens nothing: :meth:`Transport.start` binds and s
 :meth:`Transport.close` stops it.  What a peer can make this process hold is bounded: ZeroMQ
 drops a connection whose frame exceeds :data:`MAX_FRAME_BYTES` before reading that frame, and
 queues at most :data:`RECEIVE_QUEUE_MESSAGES` messages per peer.  (ZeroMQ does not bound the
-number of frames in one message; only peers in the signed registry are subscribed to at all.)
+number of frames in one message; only peers in the signed registry that hold the run's key are heard at all.)
 
-The publishing socket is bounded too, against whoever can reach its port (connecting to it takes no
-key and no registry entry): it drops a connection that sends a message longer than
-:data:`MAX_SUBSCRIPTION_BYTES` (nodes send the 1-byte subscription to every topic).  ZeroMQ keeps every
-topic a subscriber asks for in a trie of about 45 bytes per byte of topic: without the bound one 100 MB
-subscription message made a node hold 4.5 GB.  (Many distinct short topics still cost the node about 45
-times the bytes sent; run nodes on networks you control, as the threat model says.)
+Only the nodes of the run can speak to each other at all: every socket speaks CurveZMQ under one key pair
+derived from the run's key (:func:`run_curve_keys`).  Each publishing socket is a CurveZMQ server with that
+pair, and each SUB socket a client that knows its public half, which is never sent anywhere.  A process
+without the run's key cannot complete the handshake with a node's publishing port (its connection is
+dropped before any subscription is read, and counted as ``refused_subscribers``), and it cannot pose as a
+peer's publisher.  What crosses the network is encrypted as well as signed.  Without this, anyone who
+reached the port could subscribe to many distinct short topics, each of which ZeroMQ keeps (about 45
+bytes per byte of topic) and queues without bound: 200,000 of them once grew a node by 340 MB.
+
+Between the nodes of a run, the publishing socket still drops a connection that sends a message longer
+than :data:`MAX_SUBSCRIPTION_BYTES` (nodes send the 1-byte subscription to every topic): without the bound
+one 100 MB subscription message made a node hold 4.5 GB.
 
 One ZeroMQ context is shared by every transport in the process, terminated when the last closes.
 """
@@ -54,13 +60,16 @@ import time
 from typing import Callable, Iterable
 
 import zmq
+from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
+
+import storage
 
 from ._errors import ActorsError, NodeAddressError
 from ._stats import Counters, LogEvery
 from ._wire import MAX_PAYLOAD_BYTES
 
-__all__ = ["Transport", "parse_port_range"]
+__all__ = ["Transport", "parse_port_range", "run_curve_keys", "as_run_publisher", "as_run_subscriber"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +80,9 @@ LINGER_S = 0.5
 #: A SUB socket drops the connection of a peer sending a frame larger than this (unread).
 MAX_FRAME_BYTES = MAX_PAYLOAD_BYTES + 1024
 #: The publishing socket drops the connection of a subscriber that sends a longer message (see the module
-#: notes).  Nodes subscribe with 1 byte, ``b"\x01"`` (every topic); the limit also applies to the ZeroMQ
-#: handshake's READY command, 26 bytes from a SUB socket.
-MAX_SUBSCRIPTION_BYTES = 64
+#: notes).  Nodes subscribe with 1 byte, ``b"\x01"`` (every topic); the limit also applies to the CurveZMQ
+#: handshake, whose longest command a SUB socket sends (INITIATE) needs a limit of 276 bytes.
+MAX_SUBSCRIPTION_BYTES = 512
 #: Messages queued per peer before ZeroMQ drops new ones (announcements are rare and superseded).
 RECEIVE_QUEUE_MESSAGES = 100
 #: Backoff of reconnection attempts to a peer that refuses or does not answer (doubling up to the maximum).
@@ -83,6 +92,10 @@ RECONNECT_MAX_S = 30.0
 CONNECT_TIMEOUT_S = 5.0
 #: An unreachable peer is logged at warning level at most this often (each retry is counted).
 PEER_LOG_INTERVAL_S = 60.0
+_CURVE_PURPOSE = "sparkdbn curve server key v1"
+#: Monitor events of the publishing socket that mean a connection did not complete the CurveZMQ handshake.
+_REFUSED_HANDSHAKES = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                       | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 
 _context_lock = threading.Lock()
 _context: zmq.Context | None = None
@@ -146,6 +159,30 @@ def _tcp_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
+def run_curve_keys(secret: bytes) -> tuple[bytes, bytes]:
+    """The run's CurveZMQ key pair ``(public, secret)`` (Z85), derived from the run's key ``secret``.
+
+    Every node of the run publishes as a CurveZMQ server with it and subscribes knowing its public half: only
+    holders of the run's key can compute either.
+    """
+    private = z85.encode(bytes.fromhex(storage.mac_hex(secret, _CURVE_PURPOSE)))
+    return zmq.curve_public(private), private
+
+
+def as_run_publisher(socket: zmq.Socket, secret: bytes) -> None:
+    """Make ``socket`` (before it binds) a CurveZMQ server of the run whose key is ``secret``."""
+    public, private = run_curve_keys(secret)
+    socket.curve_secretkey = private
+    socket.curve_publickey = public
+    socket.curve_server = True
+
+
+def as_run_subscriber(socket: zmq.Socket, secret: bytes) -> None:
+    """Make ``socket`` (before it connects) a CurveZMQ client of the run's publishers (own key pair: any)."""
+    socket.curve_serverkey = run_curve_keys(secret)[0]
+    socket.curve_publickey, socket.curve_secretkey = zmq.curve_keypair()
+
+
 class Transport:
     """One node's PUB endpoint and subscriptions (created idle: call :meth:`start`).
 
@@ -160,6 +197,8 @@ class Transport:
         Called in the I/O thread when a peer subscribes; frames it returns are published.
     name : str
         For log messages and the thread name.
+    secret : bytes
+        The run's key: every socket speaks CurveZMQ under the key pair derived from it (module notes).
     on_peer_lost : callable(str), optional
         Called in the I/O thread with the endpoint whose connection dropped (the peer went
         away, or sent a frame over :data:`MAX_FRAME_BYTES`).
@@ -180,6 +219,7 @@ class Transport:
         on_frames: Callable[[list[bytes]], None],
         on_subscriber: Callable[[], Iterable[list[bytes]]],
         name: str,
+        secret: bytes,
         on_peer_lost: Callable[[str], None] | None = None,
         counters: Counters | None = None,
         log_interval_s: float | None = None,
@@ -198,6 +238,7 @@ class Transport:
         self._on_subscriber = on_subscriber
         self._on_peer_lost = on_peer_lost
         self._name = name
+        self._secret = secret
         self._stopping = threading.Event()
         self._started = False
         self._closed = False
@@ -230,6 +271,9 @@ class Transport:
             self._pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # report every subscriber, not only the first
             self._pub.setsockopt(zmq.MAXMSGSIZE, MAX_SUBSCRIPTION_BYTES)  # a long topic is refused unread: module notes
             self._pub.setsockopt(zmq.LINGER, int(LINGER_S * 1000))
+            self._pub.setsockopt(zmq.HANDSHAKE_IVL, int(CONNECT_TIMEOUT_S * 1000))
+            as_run_publisher(self._pub, self._secret)
+            self._pub_monitor = self._pub.get_monitor_socket(_REFUSED_HANDSHAKES)
             port = self._bind_port()
             self.endpoint = f"tcp://{_tcp_host(self._advertise_host)}:{port}"
             self._sub = self._context.socket(zmq.SUB)
@@ -241,6 +285,7 @@ class Transport:
             self._sub.setsockopt(zmq.RECONNECT_IVL_MAX, int(RECONNECT_MAX_S * 1000))
             self._sub.setsockopt(zmq.CONNECT_TIMEOUT, int(CONNECT_TIMEOUT_S * 1000))
             self._sub.setsockopt(zmq.HANDSHAKE_IVL, int(CONNECT_TIMEOUT_S * 1000))
+            as_run_subscriber(self._sub, self._secret)
             self._monitor = self._sub.get_monitor_socket(
                 zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
             self._pull = self._context.socket(zmq.PULL)
@@ -405,7 +450,7 @@ class Transport:
 
     def _loop(self) -> None:
         poller = zmq.Poller()
-        for socket in (self._sub, self._pub, self._pull, self._monitor):
+        for socket in (self._sub, self._pub, self._pull, self._monitor, self._pub_monitor):
             poller.register(socket, zmq.POLLIN)
         timeout_ms = int(POLL_INTERVAL_S * 1000)
         while not self._stopping.is_set():
@@ -420,6 +465,8 @@ class Transport:
                     self._receive_all()
                 if self._monitor in ready:
                     self._handle_monitor_events()
+                if self._pub_monitor in ready:
+                    self._count_refused_subscribers()
             except zmq.ZMQError as error:
                 logger.exception("%s I/O loop error (continuing): %s", self._name, error)
             except Exception:  # the callbacks' bugs must not kill message delivery; keep serving
@@ -463,16 +510,28 @@ class Transport:
             elif event["event"] == zmq.EVENT_DISCONNECTED and self._on_peer_lost is not None:
                 self._on_peer_lost(endpoint)
 
+    def _count_refused_subscribers(self) -> None:
+        while True:
+            try:
+                recv_monitor_message(self._pub_monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._counters.add("refused_subscribers")
+            self._peer_log.log("refused", "subscribers", "%s refused a connection to its publishing port that did not "
+                               "complete the run's CurveZMQ handshake (a process without the run's key, or of another "
+                               "run)", self._name)
+
     def _unreachable(self, endpoint: str, why: str) -> None:
         self._counters.add("peer_connect_retries")
         self._peer_log.log("unreachable", endpoint, "%s cannot reach peer endpoint %s (%s); catching up through the "
                            "store meanwhile", self._name, endpoint, why)
 
     def _close_sockets(self) -> None:
-        sub = getattr(self, "_sub", None)
-        if sub is not None and not sub.closed and getattr(self, "_monitor", None) is not None:
-            sub.disable_monitor()
-        for attribute in ("_monitor", "_push", "_pull", "_sub", "_pub"):
+        for socket_name, monitor_name in (("_sub", "_monitor"), ("_pub", "_pub_monitor")):
+            socket = getattr(self, socket_name, None)
+            if socket is not None and not socket.closed and getattr(self, monitor_name, None) is not None:
+                socket.disable_monitor()
+        for attribute in ("_monitor", "_pub_monitor", "_push", "_pull", "_sub", "_pub"):
             socket = getattr(self, attribute, None)
             if socket is not None and not socket.closed:
                 socket.close()

@@ -13,6 +13,9 @@
    name, MAC checked before the read, size bounded), alternating, on both stores; the MAC
    operations alone; and their share of a node's round (one put, three fetches, one signed
    announcement, three verified ones).
+4. Cost of encryption, side by side in this process: a signed announcement sent and received over plain
+   ZeroMQ sockets and over the run's CurveZMQ ones (``actors._transport``), alternating; and the time
+   from connect to completed handshake of each.
 
     .venv/bin/python scripts/bench_actors.py [--quick] [--announcements 30] [--partition 1500]
 """
@@ -37,11 +40,14 @@ import tempfile
 import time
 
 import numpy as np
+import zmq
 from threadpoolctl import threadpool_limits
+from zmq.utils.monitor import recv_monitor_message
 
 import actors
 import rbm
 import storage
+from actors._transport import as_run_publisher, as_run_subscriber
 from rbm.datasets import load_digits28
 
 from _results import BenchRun, add_json_option
@@ -176,6 +182,55 @@ def mac_operations_us() -> dict[str, float]:
     }
 
 
+def _socket_pair(context: zmq.Context, curve: bool) -> tuple[zmq.Socket, zmq.Socket, float]:
+    """A connected PUB/SUB pair on loopback (the run's CurveZMQ, or none) and its handshake's seconds."""
+    publisher, subscriber = context.socket(zmq.PUB), context.socket(zmq.SUB)
+    for socket_ in (publisher, subscriber):
+        socket_.setsockopt(zmq.LINGER, 0)
+    if curve:
+        as_run_publisher(publisher, SECRET)
+        as_run_subscriber(subscriber, SECRET)
+    publisher.bind("tcp://127.0.0.1:0")
+    subscriber.setsockopt(zmq.SUBSCRIBE, b"")
+    monitor = subscriber.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+    started = time.perf_counter()
+    subscriber.connect(publisher.getsockopt_string(zmq.LAST_ENDPOINT))
+    recv_monitor_message(monitor)
+    handshake = time.perf_counter() - started
+    subscriber.disable_monitor()
+    monitor.close()
+    while not publisher.poll(10, zmq.POLLOUT):
+        pass
+    time.sleep(0.05)  # the subscription reaches the publisher
+    return publisher, subscriber, handshake
+
+
+def encryption_cost(count: int) -> dict[str, float]:
+    """Median microseconds, plain ZeroMQ against the run's CurveZMQ, alternating: one signed announcement
+    sent and received, and a connection's handshake."""
+    announcement = actors.WeightAnnouncement(run="run-1", node="node-a", phase=PHASE, version=12, sha256="ab" * 32,
+                                             mac="cd" * 32, samples_seen=1500, sent_at=time.time())  # fmt: skip
+    frames = actors.encode_message(announcement, SECRET)
+    times: dict[str, list[float]] = {f"{what}_{kind}": [] for what in ("message", "handshake")
+                                     for kind in ("plain", "curve")}  # fmt: skip
+    context = zmq.Context()
+    try:
+        for _ in range(count):
+            for kind in ("plain", "curve"):
+                publisher, subscriber, handshake = _socket_pair(context, kind == "curve")
+                times[f"handshake_{kind}"].append(handshake)
+                for _ in range(20):
+                    started = time.perf_counter()
+                    publisher.send_multipart(frames)
+                    subscriber.recv_multipart()
+                    times[f"message_{kind}"].append(time.perf_counter() - started)
+                publisher.close()
+                subscriber.close()
+    finally:
+        context.term()
+    return {name: 1e6 * float(np.median(values)) for name, values in times.items()}
+
+
 def describe_auth(name: str, cost: dict[str, float]) -> str:
     put, get = (cost["put_plain"], cost["put_mac"]), (cost["get_plain"], cost["get_mac"])
     return (f"  {name:8s} put: sha256 {put[0] * 1000:6.2f} ms  MAC {put[1] * 1000:6.2f} ms  ({put[1] / put[0]:4.2f}x)   "
@@ -295,6 +350,12 @@ def main() -> None:
         print(f"  MAC of a snapshot name {macs['snapshot_mac']:.1f} us, its check {macs['snapshot_verify']:.1f} us; "
               f"announcement encode+sign {macs['announce_sign']:.1f} us, verify+decode {macs['announce_verify']:.1f} us "
               f"(the HMAC itself: before {macs['announce_hmac_before']:.1f} us, now {macs['announce_hmac_now']:.1f} us)")
+        crypto = encryption_cost(count)
+        print(f"encryption, medians of {count} alternating connections (20 announcements each): an announcement "
+              f"sent and received, plain {crypto['message_plain']:.0f} us, CurveZMQ {crypto['message_curve']:.0f} us "
+              f"({crypto['message_curve'] / crypto['message_plain']:.2f}x); a handshake, plain "
+              f"{crypto['handshake_plain'] / 1000:.2f} ms, CurveZMQ {crypto['handshake_curve'] / 1000:.2f} ms "
+              f"({crypto['handshake_curve'] / crypto['handshake_plain']:.2f}x)")
         # One BLAS thread, as in a one-core Spark task; also keeps a shared machine's noise down.
         with threadpool_limits(1):
             cost = round_cost(os.path.join(root, "local"), args.partition, rounds)
@@ -331,6 +392,11 @@ def main() -> None:
                "get, sha256 name (ms)", "get, MAC checked first (ms)", "ratio"],
               [[name, 1000 * c["put_plain"], 1000 * c["put_mac"], c["put_mac"] / c["put_plain"],
                 1000 * c["get_plain"], 1000 * c["get_mac"], c["get_mac"] / c["get_plain"]] for name, c in auth.items()])
+    run.table(f"Encryption: medians of {count} alternating loopback connections, plain ZeroMQ and the run's CurveZMQ",
+              ["what", "plain (us)", "CurveZMQ (us)", "ratio"],
+              [[what, crypto[f"{key}_plain"], crypto[f"{key}_curve"], crypto[f"{key}_curve"] / crypto[f"{key}_plain"]]
+               for what, key in (("a signed announcement sent and received", "message"),
+                                 ("connect to completed handshake", "handshake"))])
     run.finish()
 
 

@@ -48,7 +48,7 @@ def on_frames(frames):
     latencies.append(time.time() - message.sent_at)
     if len(latencies) >= count:
         done.set()
-transport = Transport(bind, on_frames, lambda: [], role).start()
+transport = Transport(bind, on_frames, lambda: [], role, SECRET).start()
 print(transport.endpoint, flush=True)
 if role == "sub":
     transport.set_peers([sys.stdin.readline().strip()])

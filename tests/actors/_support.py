@@ -10,6 +10,7 @@ import zmq
 
 import storage
 from actors import WeightAnnouncement
+from actors._transport import as_run_publisher
 
 SECRET = b"the-run-secret-0123456789"
 RUN = "run-1"
@@ -36,6 +37,7 @@ class Intruder:
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.XPUB)
         self.socket.setsockopt(zmq.LINGER, 0)
+        as_run_publisher(self.socket, SECRET)  # it holds the run's key: nodes complete the handshake
         self.socket.bind("tcp://127.0.0.1:0")
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         storage.RunStore(store, RUN, SECRET).register_peer(

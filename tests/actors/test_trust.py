@@ -18,6 +18,7 @@ import zmq
 import actors
 import storage
 from actors import decode_frames, encode_message
+from actors._transport import as_run_subscriber, as_run_publisher
 
 from _support import RUN, SECRET, announce, enter_phase, params, poll
 
@@ -64,6 +65,7 @@ def test_a_peer_entry_that_does_not_verify_is_never_subscribed_and_is_counted(st
         for name, key in (("forged", OTHER_KEY), ("unsigned", None), ("honest", SECRET)):
             sender = context.socket(zmq.XPUB)
             sender.setsockopt(zmq.LINGER, 0)
+            as_run_publisher(sender, SECRET)  # a subscription would reach each of them: only the entry decides
             sender.bind("tcp://127.0.0.1:0")
             sockets.append(sender)
             entry = {"endpoint": sender.getsockopt_string(zmq.LAST_ENDPOINT), "host": "elsewhere", "pid": 0}
@@ -101,9 +103,11 @@ HOSTILE_SENDER = textwrap.dedent(
     """
     import sys, zmq
     sys.path[:0] = [sys.argv[1]]
+    from actors._transport import as_run_publisher
     from actors._wire import TOPIC, sign
     context = zmq.Context()
     sender = context.socket(zmq.XPUB)
+    as_run_publisher(sender, bytes.fromhex(sys.argv[2]))  # a holder of the run's key gone rogue
     sender.bind("tcp://127.0.0.1:0")
     print(sender.getsockopt_string(zmq.LAST_ENDPOINT), flush=True)
     assert sender.recv()[:1] == b"\\x01"  # subscribed
@@ -170,15 +174,18 @@ def test_creating_a_handle_starts_nothing_until_start_or_with(store):
     assert "idle" not in storage.RunStore(store, RUN, SECRET).list_peers()
 
 
-HOSTILE_SUBSCRIBER = textwrap.dedent(
+ROGUE_SUBSCRIBER = textwrap.dedent(
     """
     import sys, zmq
     from zmq.utils.monitor import recv_monitor_message
+    sys.path[:0] = [sys.argv[1]]
+    from actors._transport import as_run_subscriber
     context = zmq.Context()
-    subscriber = context.socket(zmq.XSUB)  # registered nowhere, holds no key: it only reaches the port
+    subscriber = context.socket(zmq.XSUB)  # it holds the run's key, so it completes the handshake
     subscriber.setsockopt(zmq.LINGER, 0)
+    as_run_subscriber(subscriber, bytes.fromhex(sys.argv[3]))
     monitor = subscriber.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
-    subscriber.connect(sys.argv[1])
+    subscriber.connect(sys.argv[2])
     assert monitor.poll(30_000) and recv_monitor_message(monitor)["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED
     subscriber.send(b"\\x01" + b"t" * (16 << 20))  # a subscription to a 16 MB topic
     dropped = monitor.poll(30_000) and recv_monitor_message(monitor)["event"] == zmq.EVENT_DISCONNECTED
@@ -187,36 +194,85 @@ HOSTILE_SUBSCRIBER = textwrap.dedent(
     """
 )
 
+STRANGER_FLOOD = textwrap.dedent(
+    """
+    import sys, zmq
+    from zmq.utils.monitor import recv_monitor_message
+    context = zmq.Context()
+    outcomes = []
+    for guessed_key in (None, zmq.curve_keypair()[0]):  # ZeroMQ's default mechanism; CurveZMQ, a guessed key
+        subscriber = context.socket(zmq.XSUB)  # registered nowhere, holds no key: it only reaches the port
+        subscriber.setsockopt(zmq.LINGER, 0)
+        subscriber.setsockopt(zmq.SNDHWM, 0)  # every subscription goes out as soon as a handshake completes
+        if guessed_key is not None:
+            subscriber.curve_serverkey = guessed_key
+            subscriber.curve_publickey, subscriber.curve_secretkey = zmq.curve_keypair()
+        monitor = subscriber.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
+        subscriber.connect(sys.argv[1])
+        for index in range(200_000):  # distinct 40-byte topics: unread, they cost a node 340 MB
+            subscriber.send(b"\\x01" + b"%040d" % index)
+        handshaken = monitor.poll(30_000) and recv_monitor_message(monitor)["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED
+        outcomes.append("subscribed" if handshaken else "refused")
+        if handshaken:
+            monitor.poll(5_000)  # let the flood arrive
+        subscriber.disable_monitor()
+        subscriber.close()
+        monitor.close()
+    print(" ".join(outcomes), flush=True)
+    sys.stdin.read()  # stay until the test is done
+    """
+)
 
-def test_a_stranger_subscribing_with_a_16_mb_topic_is_disconnected_unread_and_costs_the_node_no_memory(node):
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")  # reset this process's peak RSS
-    before_mb = _peak_rss_mb()
-    hostile = subprocess.Popen([sys.executable, "-c", HOSTILE_SUBSCRIBER, node._transport.endpoint],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        outcome = hostile.stdout.readline().strip()
-        grown_mb = _peak_rss_mb() - before_mb
-    finally:
-        hostile.stdin.close()
-        hostile.wait(10)
-    # ZeroMQ keeps a subscribed topic in a trie of about 45 bytes per byte: 16 MB read would cost some 700 MB.
-    assert outcome == "dropped"
-    assert grown_mb < 64, f"peak RSS grew by {grown_mb:.1f} MB while a 16 MB subscription was refused"
-    # The node still serves its subscribers: a peer's SUB socket hears what it publishes.
+
+def _hears_the_node(node) -> None:
+    """A holder of the run's key subscribing now hears what the node publishes."""
     context = zmq.Context()
     listener = context.socket(zmq.SUB)
     try:
         listener.setsockopt(zmq.LINGER, 0)
         listener.setsockopt(zmq.SUBSCRIBE, b"")
+        as_run_subscriber(listener, SECRET)
         listener.connect(node._transport.endpoint)
         node.publish("rbm", params(0), samples_seen=1)
-        assert listener.poll(10_000), "a subscriber of the node heard nothing after the stranger was dropped"
+        assert listener.poll(10_000), "a subscriber of the node heard nothing after the hostile one"
         heard = decode_frames(listener.recv_multipart(), SECRET, RUN)
         assert (heard.node, heard.phase) == ("victim", "rbm")
     finally:
         listener.close()
         context.term()
+
+
+def _run_hostile(code: str, *arguments: str) -> tuple[str, float]:
+    """Run ``code`` in another process; return the line it prints and how much this process's peak RSS grew."""
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # reset this process's peak RSS
+    before_mb = _peak_rss_mb()
+    hostile = subprocess.Popen([sys.executable, "-c", code, *arguments], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    try:
+        outcome = hostile.stdout.readline().strip()
+        return outcome, _peak_rss_mb() - before_mb
+    finally:
+        hostile.stdin.close()
+        hostile.wait(10)
+
+
+def test_a_stranger_cannot_complete_the_handshake_so_a_flood_of_subscriptions_costs_the_node_nothing(node):
+    outcome, grown_mb = _run_hostile(STRANGER_FLOOD, node._transport.endpoint)
+    assert outcome == "refused refused"
+    poll(lambda: node.stats()["refused_subscribers"] >= 2, what="the refused connections to be counted")
+    assert grown_mb < 64, f"peak RSS grew by {grown_mb:.1f} MB while a stranger tried to subscribe 400,000 times"
+    _hears_the_node(node)
+
+
+def test_a_key_holder_subscribing_with_a_16_mb_topic_is_disconnected_unread_and_costs_the_node_no_memory(node):
+    root = str(Path(actors.__file__).parents[1])
+    outcome, grown_mb = _run_hostile(ROGUE_SUBSCRIBER, root, node._transport.endpoint, SECRET.hex())
+    # ZeroMQ keeps a subscribed topic in a trie of about 45 bytes per byte: 16 MB read would cost some 700 MB.
+    assert outcome == "dropped"
+    assert grown_mb < 64, f"peak RSS grew by {grown_mb:.1f} MB while a 16 MB subscription was refused"
+    assert node.stats()["refused_subscribers"] == 0  # it completed the handshake: dropped for its size alone
+    _hears_the_node(node)
 
 
 def test_a_directory_planted_under_a_peers_newest_snapshot_name_is_refused_once_as_corrupt(node, store):
