@@ -16,8 +16,8 @@ from py4j.protocol import Py4JJavaError
 import storage
 
 from ..data import RECIPES, check_output, check_staged_shards, read_staged_frame
-from ..driver import Trainer, default_store_url, get_spark_session
-from ..run import load_run_model, open_checked_store, open_run
+from ..driver import Trainer, TrainingSettings, default_store_url, get_spark_session
+from ..run import RunView, load_run_model, open_checked_store, open_run
 from ..serve import evaluate, raise_input_errors_from, write_predictions
 from ..watch import check_report_folder, render_report, run_status
 from ._data import TrainedOn, check_known_classes, check_same_scaling, check_same_width, held_out_split
@@ -140,30 +140,38 @@ def cmd_train(options: dict[str, Any]) -> int:
     else:
         print(f"nothing evaluated: {options['dataset']} has no held-out split (stage it with --test-fraction)")
     if options.get("report"):
-        paths = render_report(trainer.store_url, trainer.run_id_, options["out"])
+        paths = render_report(trainer.store_url, trainer.run_id_, options["out"],
+                              retry_timeout_s=settings.store_retry_timeout_s)
         for path in paths:
             print(f"wrote {path}")
     return 0
 
 
-def _load_run_model(store_url: str, run: str) -> Any:
-    return load_run_model(open_run(store_url, run))
+def _store_retry_timeout_s(options: dict[str, Any]) -> float:
+    """How long the store is retried: a config file's ``settings: store_retry_timeout_s``, checked as ``train``
+    checks its settings, else the default."""
+    try:
+        settings = TrainingSettings(**(options.get("settings") or {}))
+        settings.validate()
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"training settings: {error}") from error
+    return settings.store_retry_timeout_s
 
 
-def _trained_on(store_url: str, run: str) -> TrainedOn:
-    """The data the run trained on, as its record says."""
-    return TrainedOn.of(open_run(store_url, run).record, run)
+def _open_run(options: dict[str, Any]) -> RunView:
+    """The run ``--run`` names in the store ``--store`` names, read once for the whole command."""
+    return open_run(_store_url(options), options["run"], retry_timeout_s=_store_retry_timeout_s(options))
 
 
 #: The recipes ``train --dataset`` loads, by the width of their samples.
 RECIPES_BY_WIDTH = {64: "digits", 784: "digits28"}
 
 
-def _run_recipe(store_url: str, run: str) -> tuple[str | None, int]:
+def _run_recipe(view: RunView) -> tuple[str | None, int]:
     """``(recipe, seed)`` of a run trained on arrays: the recipe its record names (``data.origin``; a record
     written before it did: the recipe of its samples' width, digits where it names none), None for other
     data, and the run's seed, which ``train`` split the recipe by."""
-    record = open_run(store_url, run).record or {}
+    record = view.record or {}
     data = record.get("data") or {}
     if "origin" in data:
         origin = str(data["origin"] or "")
@@ -193,8 +201,8 @@ def _features_cols_need_input(options: dict[str, Any]) -> None:
 
 
 def cmd_evaluate(options: dict[str, Any]) -> int:
-    store_url = _store_url(options)
-    model = _load_run_model(store_url, options["run"])
+    view = _open_run(options)
+    model = load_run_model(view)
     if not is_classifier(model):
         raise UsageError(f"run {options['run']} holds an RBM alone, which learns no labels: evaluate reports "
                          "classifiers (`sparkdbn train` prints an RBM's held-out reconstruction error, and `sparkdbn "
@@ -203,7 +211,7 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
     if options.get("input") and options.get("dataset"):  # a config file's dataset: the --input flag overrides
         raise UsageError("evaluate takes --input (a Parquet or CSV file or folder of new rows with their labels) or "
                          "--dataset (a recipe or a staged dataset URL): give one")
-    trained = _trained_on(store_url, options["run"])
+    trained = TrainedOn.of(view.record, options["run"])
     dataset = trained.url
     asked = None if options.get("dataset") is None else _dataset_url(str(options["dataset"]))
     staged = asked if asked is not None and asked not in (*RECIPES, "digits01") else None
@@ -234,7 +242,7 @@ def cmd_evaluate(options: dict[str, Any]) -> int:
                             np.asarray(model.classes_))
         print(f"evaluating on {what}")
     else:  # a recipe's held-out split, as `train --dataset` split it: the run's recipe and seed unless given
-        recipe, seed = _run_recipe(store_url, options["run"])
+        recipe, seed = _run_recipe(view)
         recipe, seed = options.get("dataset") or recipe, seed if options.get("seed") is None else options["seed"]
         if recipe is None:
             raise UsageError(f"run {options['run']} trained on neither a staged dataset nor a recipe (arrays, a "
@@ -260,14 +268,14 @@ PREDICTION_COLUMNS = ("rawPrediction", "probability", "prediction")
 
 
 def cmd_predict(options: dict[str, Any]) -> int:
-    store_url = _store_url(options)
-    model = _load_run_model(store_url, options["run"])
+    view = _open_run(options)
+    model = load_run_model(view)
     given, url = options.get("input"), options.get("dataset") and _dataset_url(str(options["dataset"]))
     if bool(given) == bool(url):
         raise UsageError("predict needs --input (a Parquet or CSV file or folder of new rows) or --dataset (a "
                          f"staged dataset URL; URL/test for its held-out split){', not both' if given else ''}")
     _features_cols_need_input(options)
-    trained = _trained_on(store_url, options["run"])
+    trained = TrainedOn.of(view.record, options["run"])
     # What can be checked without Spark is checked before it starts.
     if given:
         new_rows = NewRows.check(options, trained, model, adds=PREDICTION_COLUMNS)
@@ -299,11 +307,12 @@ def cmd_predict(options: dict[str, Any]) -> int:
 
 
 def cmd_report(options: dict[str, Any]) -> int:
-    for path in render_report(_store_url(options), options["run"], options["out"]):
+    for path in render_report(_store_url(options), options["run"], options["out"],
+                              retry_timeout_s=_store_retry_timeout_s(options)):
         print(f"wrote {path}")
     return 0
 
 
 def cmd_status(options: dict[str, Any]) -> int:
-    print(run_status(_store_url(options), options["run"]))
+    print(run_status(_store_url(options), options["run"], retry_timeout_s=_store_retry_timeout_s(options)))
     return 0

@@ -116,7 +116,8 @@ class TrainingSettings:
     peer_refresh_interval_s : float
         How often a node re-reads the peers registry for new peers.
     store_retry_timeout_s : float
-        How long store operations are retried before the store counts as unreachable.
+        How long store operations are retried before the store counts as unreachable (0: tried once).  The
+        commands that read a run (``status``, ``evaluate``, ``predict``, ``report``) take it from a config file too.
     flush_timeout_s : float
         How long a node waits for its published weights to be written.
     features_col : str
@@ -280,6 +281,9 @@ class TrainingSettings:
             raise ValueError(f"max_classes must be >= 2, got {self.max_classes}")
         if self.lease_timeout_s <= 0:
             raise ValueError(f"lease_timeout_s must be > 0, got {self.lease_timeout_s}")
+        if self.store_retry_timeout_s < 0:
+            raise ValueError(f"store_retry_timeout_s must be >= 0 (0: each store operation is tried once), got "
+                             f"{self.store_retry_timeout_s}")
         self._validate_watching()
         self._validate_network()
 

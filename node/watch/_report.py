@@ -45,7 +45,8 @@ MAX_TICKS = 5  # per axis: a 4.5-inch panel holds five labels like "1.2e+06" sid
 MAX_FILTERS = 100
 
 
-def render_report(store_url: str, run: str, out_dir: str, *, key: bytes | None = None) -> list[str]:
+def render_report(store_url: str, run: str, out_dir: str, *, key: bytes | None = None,
+                  retry_timeout_s: float = 30.0) -> list[str]:
     """Render a run's training curves, merges/staleness and first-layer filters as PNG files.
 
     Parameters
@@ -60,6 +61,9 @@ def render_report(store_url: str, run: str, out_dir: str, *, key: bytes | None =
     key : bytes, optional
         The run key's master secret, when it is not where the fit kept it (see
         :func:`node.resolve_run_key`).
+    retry_timeout_s : float, optional
+        How long a failing store is retried before the report gives up (default 30 s, as a fit's
+        ``TrainingSettings.store_retry_timeout_s``).
 
     Returns
     -------
@@ -77,7 +81,7 @@ def render_report(store_url: str, run: str, out_dir: str, *, key: bytes | None =
     StoreAccessError
         The store cannot be read.
     """
-    view = open_run(store_url, run, key=key)
+    view = open_run(store_url, run, key=key, retry_timeout_s=retry_timeout_s)
     runs, record = view.runs, view.record or {}
     try:
         metrics = runs.read_metrics()

@@ -17,8 +17,20 @@ from ..run import open_run
 __all__ = ["run_status", "driver_state", "format_status", "node_state", "device_text", "device_label"]
 
 
-def run_status(store_url: str, run: str, *, key: bytes | None = None) -> str:
+def run_status(store_url: str, run: str, *, key: bytes | None = None, retry_timeout_s: float = 30.0) -> str:
     """The status screen of ``run`` (see :func:`format_status`).
+
+    Parameters
+    ----------
+    store_url : str
+        The store the run trains into (path, ``file://`` or ``hdfs://`` URL).
+    run : str
+        Run id.
+    key : bytes, optional
+        The run key's master secret, when it is not where the fit kept it (see :func:`node.resolve_run_key`).
+    retry_timeout_s : float, optional
+        How long a failing store is retried before the status gives up (default 30 s, as a fit's
+        ``TrainingSettings.store_retry_timeout_s``).
 
     Raises
     ------
@@ -27,7 +39,7 @@ def run_status(store_url: str, run: str, *, key: bytes | None = None) -> str:
     StoreAccessError, RunKeyError, TrainingError
         As :func:`node.open_run`.
     """
-    view = open_run(store_url, run, key=key)
+    view = open_run(store_url, run, key=key, retry_timeout_s=retry_timeout_s)
     record, now = view.record or {}, time.time()
     # Behind an unreadable newer record entry the lease tells nothing of the record read: its driver went on.
     running = record.get("status") == "running" and not view.skipped_records

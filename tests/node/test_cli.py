@@ -207,13 +207,12 @@ def test_evaluate_takes_the_held_out_split_of_the_recipe_and_seed_the_run_traine
     assert newest_job(spark) == jobs
 
 
-def test_evaluate_finds_the_recipe_the_run_trained_on_by_its_record(monkeypatch):
+def test_evaluate_finds_the_recipe_the_run_trained_on_by_its_record():
     from node.cli import _commands
 
     def run_of(data, seed=0):
         record = {"data": data, "settings": {"seed": seed}}
-        monkeypatch.setattr(_commands, "open_run", lambda store, run: type("View", (), {"record": record}))
-        return _commands._run_recipe("file:///store", "r")
+        return _commands._run_recipe(type("View", (), {"record": record}))
 
     # `train` records the recipe (data.origin): 64-wide arrays of one's own were taken for digits.
     assert run_of({"origin": "recipe digits28", "feature_shape": [784]}, seed=4) == ("digits28", 4)

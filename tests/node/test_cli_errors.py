@@ -110,12 +110,12 @@ def test_a_mistake_is_one_line_exit_2_and_spark_never_starts(case, tmp_path):
 
 
 def test_a_missing_predict_input_is_named_before_spark_starts(tmp_path, monkeypatch, capsys):
-    from node.cli import _commands, _data, main
+    from node.cli import _commands, main
 
     started = []
     monkeypatch.setattr(_commands, "_session", lambda options: started.append(options) or pytest.fail("Spark started"))
-    monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: object())
-    monkeypatch.setattr(_commands, "_trained_on", lambda store, run: _data.TrainedOn(None, None, None))
+    monkeypatch.setattr(_commands, "_open_run", lambda options: SimpleNamespace(record=None))
+    monkeypatch.setattr(_commands, "load_run_model", lambda view: object())
     status = main(["predict", "--run", "r", "--input", str(tmp_path / "in.parquet"), "--output",
                        str(tmp_path / "out")])
     assert status == 2 and not started
@@ -125,13 +125,13 @@ def test_a_missing_predict_input_is_named_before_spark_starts(tmp_path, monkeypa
 def test_an_input_that_is_neither_parquet_nor_csv_is_named_before_spark_starts(tmp_path, monkeypatch, capsys):
     # `predict --input data.txt` once reached Spark, which printed Java stack traces from every
     # task attempt and exited 1.
-    from node.cli import _commands, _data, main
+    from node.cli import _commands, main
 
     started = []
     monkeypatch.setattr(_commands, "_session", lambda options: started.append(options) or pytest.fail("Spark started"))
-    monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: object())
+    monkeypatch.setattr(_commands, "_open_run", lambda options: SimpleNamespace(record=None))
+    monkeypatch.setattr(_commands, "load_run_model", lambda view: object())
     monkeypatch.setattr(_commands, "is_classifier", lambda model: True)
-    monkeypatch.setattr(_commands, "_trained_on", lambda store, run: _data.TrainedOn(None, None, None))
     text = tmp_path / "digits.txt"
     text.write_text("pixel0,pixel1,label\n0,16,3\n")
     folder = tmp_path / "folder.parquet"
@@ -163,12 +163,12 @@ def test_an_input_that_is_neither_parquet_nor_csv_is_named_before_spark_starts(t
 def test_an_input_without_the_features_or_labels_asked_is_named_before_spark_starts(tmp_path, monkeypatch, capsys):
     # A CSV file of one column per feature (as `stage --input` takes) reached Spark, which said after half a
     # minute that the DataFrame has no features column.
-    from node.cli import _commands, _data, main
+    from node.cli import _commands, main
 
     monkeypatch.setattr(_commands, "_session", lambda options: pytest.fail("Spark started"))
-    monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: SimpleNamespace(n_features_in_=3))
+    monkeypatch.setattr(_commands, "_open_run", lambda options: SimpleNamespace(record=None))
+    monkeypatch.setattr(_commands, "load_run_model", lambda view: SimpleNamespace(n_features_in_=3))
     monkeypatch.setattr(_commands, "is_classifier", lambda model: True)
-    monkeypatch.setattr(_commands, "_trained_on", lambda store, run: _data.TrainedOn(None, None, None))
     rows = tmp_path / "rows.csv.gz"
     with gzip.open(rows, "wt") as handle:
         handle.write("a,b,c,kind\n0.1,0.2,0.3,x\n")
@@ -198,11 +198,11 @@ def test_an_output_predict_may_not_write_is_named_before_spark_starts(tmp_path, 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from node.cli import _commands, _data, main
+    from node.cli import _commands, main
 
     monkeypatch.setattr(_commands, "_session", lambda options: pytest.fail("Spark started"))
-    monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: object())
-    monkeypatch.setattr(_commands, "_trained_on", lambda store, run: _data.TrainedOn(None, None, None))
+    monkeypatch.setattr(_commands, "_open_run", lambda options: SimpleNamespace(record=None))
+    monkeypatch.setattr(_commands, "load_run_model", lambda view: object())
     data = tmp_path / "in.parquet"
     data.mkdir()
     pq.write_table(pa.table({"features": [[0.0, 1.0]]}), data / "part-0.parquet")
@@ -238,7 +238,8 @@ def test_evaluate_of_an_rbm_alone_says_its_validation_metrics_are_shown_only_whe
     from node.cli import _commands, main
 
     monkeypatch.setattr(_commands, "_session", lambda options: pytest.fail("Spark started"))
-    monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: rbm.RBM(4))
+    monkeypatch.setattr(_commands, "_open_run", lambda options: SimpleNamespace(record=None))
+    monkeypatch.setattr(_commands, "load_run_model", lambda view: rbm.RBM(4))
     assert main(["evaluate", "--run", "features"]) == 2
     assert capsys.readouterr().err.strip() == (
         "sparkdbn evaluate: run features holds an RBM alone, which learns no labels: evaluate reports classifiers "

@@ -178,7 +178,7 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path):
     # `sparkdbn status --run X | head -1` ended in a BrokenPipeError traceback.
     env = dict(os.environ, JAVA_HOME=str(tmp_path / "no-java-here"))
     command = [sys.executable, "-c", "import sys; from node.cli import _commands, main; "
-               "_commands.render_report = lambda store, run, out: [f'plot {n}.png' for n in range(3)]; "
+               "_commands.render_report = lambda store, run, out, **_: [f'plot {n}.png' for n in range(3)]; "
                "raise SystemExit(main(sys.argv[1:]))", "report", "--run", "planted"]
     with open(os.devnull) as stdin:
         process = subprocess.Popen(command, cwd=tmp_path, env=env, stdin=stdin, stdout=subprocess.PIPE,

@@ -4,10 +4,12 @@ ends with an error after Spark started ends quietly: its one line is the last th
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -78,7 +80,8 @@ def test_evaluate_with_input_and_dataset_is_refused_as_stage_refuses_input_with_
 
     monkeypatch.setattr(_commands, "_session", lambda options: pytest.fail("Spark started"))
     monkeypatch.setattr(_commands, "is_classifier", lambda model: True)
-    monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: object())
+    monkeypatch.setattr(_commands, "_open_run", lambda options: SimpleNamespace(record=None))
+    monkeypatch.setattr(_commands, "load_run_model", lambda view: object())
     assert main(["evaluate", "--run", "r", "--input", str(tmp_path / "new.parquet"), "--dataset", "digits"]) == 2
     assert capsys.readouterr().err.strip() == (
         "sparkdbn evaluate: evaluate takes --input (a Parquet or CSV file or folder of new rows with their labels) "
@@ -92,11 +95,12 @@ def test_a_config_files_dataset_is_still_overridden_by_the_input_flag(tmp_path, 
     (tmp_path / "job.yaml").write_text("run_id: r\ndataset: digits\n")
     monkeypatch.setattr(_commands, "_session", lambda options: pytest.fail("Spark started"))
     monkeypatch.setattr(_commands, "is_classifier", lambda model: True)
-    monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: object())
+    monkeypatch.setattr(_commands, "_open_run", lambda options: SimpleNamespace(record=None))
+    monkeypatch.setattr(_commands, "load_run_model", lambda view: object())
     assert main(["evaluate", "--store", str(tmp_path / "store"), "--config", str(tmp_path / "job.yaml"),
                  "--input", str(tmp_path / "new.parquet")]) == 2
     err = capsys.readouterr().err.strip()
-    assert "give one" not in err and "there is no run 'r'" in err, err
+    assert err == f"sparkdbn evaluate: --input {tmp_path / 'new.parquet'} does not exist"  # not "give one"
 
 
 def test_the_cli_pages_job_file_describes_the_run_the_example_config_trains():
@@ -129,3 +133,22 @@ def test_an_error_after_spark_started_is_the_last_line_and_spark_is_stopped(tmp_
     assert lines[-2:] == ["sparkdbn train: epochs names 'finetun', not a phase of this model (rbm0, rbm1, finetune)",
                           "spark stopped"], result.stderr
     assert "Traceback" not in result.stderr and "Exception" not in result.stderr
+
+
+def test_the_commands_that_read_a_run_retry_the_store_as_long_as_the_config_files_settings_say(tmp_path, capsys):
+    # They waited the default 30 s whatever the file said, and took a negative time as "try once".
+    from node.cli import main
+
+    with socket.socket() as probe:  # a port where nothing listens: every store call is refused
+        probe.bind(("127.0.0.1", 0))
+        url = f"hdfs://127.0.0.1:{probe.getsockname()[1]}"
+    (tmp_path / "job.yaml").write_text("run_id: r\nsettings:\n  store_retry_timeout_s: 0.2\n")
+    for command in (["status"], ["evaluate"], ["report", "--out", str(tmp_path / "report")],
+                    ["predict", "--input", str(tmp_path / "in.parquet"), "--output", str(tmp_path / "out")]):
+        assert main([*command, "--store", url, "--config", str(tmp_path / "job.yaml")]) == 2
+        err = capsys.readouterr().err
+        assert "(retry_timeout_s=0.2)" in err and "connection refused" in err, (command, err)
+    (tmp_path / "bad.yaml").write_text("run_id: r\nsettings:\n  store_retry_timeout_s: -1\n")
+    assert main(["status", "--store", url, "--config", str(tmp_path / "bad.yaml")]) == 2
+    assert capsys.readouterr().err.strip() == ("sparkdbn status: training settings: store_retry_timeout_s must be >= 0 "
+                                               "(0: each store operation is tried once), got -1")

@@ -7,11 +7,13 @@ agreed with those on the scaled rows on 96% of the rows only.  ``train`` refuses
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 import rbm
-from node.cli import _commands, _data, main
+from node.cli import _commands, main
 from node.cli._new_rows import check_scale
 from node.cli._options import UsageError
 from rbm.datasets import load_digits01
@@ -54,8 +56,8 @@ def test_evaluate_and_predict_refuse_new_rows_on_another_scale_in_one_line(spark
     rows.write_text(header + ",digit\n" + "".join(
         ",".join(str(int(v)) for v in np.round(row * 16)) + f",{label}\n" for row, label in zip(X[:50], y[:50])))
     monkeypatch.setattr(_commands, "_session", lambda options: spark)
-    monkeypatch.setattr(_commands, "_load_run_model", lambda store, run: model)
-    monkeypatch.setattr(_commands, "_trained_on", lambda store, run: _data.TrainedOn(None, None, None))
+    monkeypatch.setattr(_commands, "_open_run", lambda options: SimpleNamespace(record=None))
+    monkeypatch.setattr(_commands, "load_run_model", lambda view: model)
     columns = ["--features-cols", header]
     for args in (["evaluate", "--label-col", "digit"], ["predict", "--output", str(tmp_path / "out")]):
         assert main([args[0], "--run", "digits", "--input", str(rows), *columns, *args[1:]]) == 2
