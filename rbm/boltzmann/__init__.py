@@ -4,8 +4,9 @@
   for scikit-learn's ``BernoulliRBM`` (:mod:`._rbm`, kernels in :mod:`._cd`, inference
   in :mod:`._rbm_inference`);
 * :class:`DBN` -- stacked RBMs pretrained greedily, then fine-tuned by backpropagation
-  (:mod:`._dbn`, its trainable seam in :mod:`._dbn_seam`, the backprop math in
-  :mod:`._finetune`);
+  (:mod:`._dbn`; its hyperparameter checks in :mod:`._dbn_params`, the RBM stack and its
+  pretraining in :mod:`._dbn_pretrain`, fine-tuning in :mod:`._dbn_finetune`, its trainable seam
+  in :mod:`._dbn_seam`, the backprop math in :mod:`._finetune`);
 * :mod:`._exact` -- exact likelihoods and gradients of tiny RBMs by enumeration.
 """
 

@@ -10,13 +10,15 @@ L2 and dropout).
 over its last epochs and the dropout ramp over its first (``finetune_anneal_fraction``,
 ``finetune_dropout_ramp_epochs``) -- ``train_partition`` takes from where the trainer places each
 partition in the phase's plan (``set_schedule_plan``).
+
+This module holds the estimator itself, its scikit-learn face (``fit``, ``predict``, ``transform``
+...); its parts are mixins: the hyperparameter checks in :mod:`._dbn_params`, the RBM stack and its
+pretraining in :mod:`._dbn_pretrain`, fine-tuning in :mod:`._dbn_finetune`, the distributed
+trainer's seam and save/load in :mod:`._dbn_seam`.
 """
 
 from __future__ import annotations
 
-import math
-import time
-from numbers import Integral
 from typing import Any
 
 import numpy as np
@@ -25,35 +27,22 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils import Tags
 from sklearn.utils.validation import validate_data
 
-from .._backend import NamespacePickling, array_module, check_dtype, make_rng, resolve_device, to_device, to_host
+from .._backend import NamespacePickling, check_dtype, make_rng, to_device, to_host
 from .._classes import check_length, check_targets, encode_labels, resolve_classes
-from .._gpu import check_precision, effective_precision
-from .._model import print_iteration, register_model
-from .._params import check_integer, check_number
-from .._updaters import Updater, anneal_factor, make_updater
-from .._validation import (check_features, check_finite_parameters, check_width, log_probabilities, output_dtype,
-                           probabilities_as)
-from ..datasets import train_test_indices
-from . import _cd, _finetune
+from .._model import register_model
+from .._validation import check_features, check_width, log_probabilities, output_dtype, probabilities_as
+from . import _finetune
+from ._dbn_finetune import DBNFineTuning
+from ._dbn_params import DBNParams
+from ._dbn_pretrain import PRETRAIN_LAYER_DEFAULTS, DBNStack
 from ._dbn_seam import DBNSeam
-from ._rbm import RBM, VISIBLE_UNITS
 
 __all__ = ["DBN"]
 
-# Hyperparameters a per-layer override may set (the rest are fixed by the DBN).
-# (``anneal_fraction`` is not one: it shapes ``RBM.fit``, and the DBN runs the passes itself.)
-LAYER_OVERRIDES = frozenset(RBM._get_param_names()) - {"n_components", "device", "dtype", "precision",
-                                                       "random_state", "anneal_fraction"}
-# How the DBN pretrains its RBMs unless ``layer_params`` says otherwise: CD-1 with a momentum
-# schedule, which pretrained better for fine-tuning here than the RBM's own defaults (persistent
-# CD without momentum, the best for RBM features alone; docs/models.md), from BernoulliRBM's
-# initial weight spread 0.01, with which the DBN's defaults were tuned.
-PRETRAIN_LAYER_DEFAULTS = {"persistent": False, "momentum": 0.5, "final_momentum": 0.9, "weight_init_std": 0.01}
-
 
 @register_model("dbn")
-class DBN(DBNSeam, NamespacePickling, ClassifierMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
-          BaseEstimator):
+class DBN(DBNSeam, DBNParams, DBNStack, DBNFineTuning, NamespacePickling, ClassifierMixin,
+          ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Deep belief net classifier: stacked RBMs, pretrained greedily, fine-tuned by backprop.
 
     The fine-tuning defaults (100 epochs of SGD with momentum at 0.1, decaying as
@@ -188,55 +177,6 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, ClassNamePrefixFeaturesOu
         self.random_state = random_state
         self.verbose = verbose
 
-    # ------------------------------------------------------------------ validation
-    def _check_params(self) -> None:
-        sizes = self.hidden_layer_sizes
-        if isinstance(sizes, (int, np.integer)):
-            sizes = (sizes,)
-        if (
-            not isinstance(sizes, (list, tuple))
-            or not sizes
-            or any(isinstance(s, bool) or not isinstance(s, Integral) or s < 1 for s in sizes)
-        ):
-            raise ValueError(f"hidden_layer_sizes must be a non-empty sequence of integers >= 1, got {sizes!r}")
-        for name, low in (("pretrain_epochs", 0), ("finetune_epochs", 0), ("batch_size", 1), ("n_iter_no_change", 1)):
-            check_integer(name, getattr(self, name), low)
-        check_number("pretrain_learning_rate", self.pretrain_learning_rate, 0.0, low_open=True)
-        check_number("finetune_learning_rate", self.finetune_learning_rate, 0.0, low_open=True)
-        check_number("validation_fraction", self.validation_fraction, 0.0, 1.0, low_open=True)
-        check_number("finetune_momentum", self.finetune_momentum, 0.0, 1.0)
-        check_number("finetune_lr_decay", self.finetune_lr_decay, 0.0)
-        check_number("finetune_anneal_fraction", self.finetune_anneal_fraction, 0.0, 1.0, high_open=False)
-        check_number("finetune_dropout", self.finetune_dropout, 0.0, 1.0)
-        check_number("finetune_dropout_ramp_epochs", self.finetune_dropout_ramp_epochs, 0.0)
-        check_number("l2", self.l2, 0.0)
-        self._make_updater()  # validates finetune_updater
-        if self.visible not in VISIBLE_UNITS:
-            raise ValueError(f"visible must be one of {VISIBLE_UNITS}, got {self.visible!r}")
-        overrides = self.layer_params
-        if overrides is not None:
-            if not isinstance(overrides, (list, tuple)) or len(overrides) != len(sizes):
-                raise ValueError(
-                    f"layer_params must be a list with one dict (or None) per layer ({len(sizes)}), got {overrides!r}"
-                )
-            for k, entry in enumerate(overrides):
-                unknown = sorted(set(entry or {}) - LAYER_OVERRIDES)
-                if unknown:
-                    raise ValueError(f"layer_params[{k}] has unknown keys {unknown}; allowed: {sorted(LAYER_OVERRIDES)}")
-        check_dtype(self.dtype)
-        check_precision(self.precision, self.device, self.dtype, type(self).__name__)
-        resolve_device(self.device)
-
-    def _make_updater(self) -> Updater:
-        settings: dict[str, Any] = {"learning_rate": self.finetune_learning_rate, "l2": self.l2}
-        if self.finetune_updater == "sgd":
-            settings["momentum"] = self.finetune_momentum
-        return make_updater(self.finetune_updater, **settings)
-
-    def _sizes(self) -> tuple[int, ...]:
-        sizes = self.hidden_layer_sizes
-        return (int(sizes),) if isinstance(sizes, (int, np.integer)) else tuple(int(s) for s in sizes)
-
     def spec_for_batch_size(self, batch_size: int) -> dict:
         """This DBN's spec with minibatches of ``batch_size`` rows; a layer pretrained with persistent
         chains keeps its chains (``n_chains``, by default the layer's ``batch_size``), as
@@ -285,40 +225,6 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, ClassNamePrefixFeaturesOu
                 self._allocate_output(labels)
         return self
 
-    def _allocate_layers(self, n_features: int, rng: np.random.Generator) -> None:
-        self._dtype = check_dtype(self.dtype)
-        self._xp = array_module(self.device)
-        self._precision = effective_precision(self.precision, resolve_device(self.device), type(self).__name__)
-        self._rng = rng
-        self.n_features_in_ = n_features
-        seeds = rng.integers(0, 2**31 - 1, size=len(self._sizes())).tolist()
-        overrides = self.layer_params or [None] * len(self._sizes())
-        self.layers_ = []
-        width = n_features
-        for k, (size, seed, extra) in enumerate(zip(self._sizes(), seeds, overrides)):
-            layer = RBM(
-                size, learning_rate=self.pretrain_learning_rate, batch_size=self.batch_size,
-                n_iter=self.pretrain_epochs, verbose=self.verbose, random_state=int(seed),
-                visible=self.visible if k == 0 else "bernoulli", device=self.device, dtype=self.dtype,
-                precision=self.precision, **PRETRAIN_LAYER_DEFAULTS,
-            )
-            layer.set_params(**(extra or {}))
-            layer.set_learning_rate_scale(getattr(self, "_learning_rate_scale", 1.0))
-            self.layers_.append(layer.initialize(width))
-            width = size
-        self.classes_: np.ndarray | None = None
-        self._out_W = self._out_b = None
-        self._updater = self._make_updater()
-        self._finetune_epochs_done = 0
-
-    def _allocate_output(self, labels: np.ndarray) -> None:
-        n_in, n_out = self._sizes()[-1], len(labels)
-        limit = math.sqrt(6.0 / (n_in + n_out))  # Glorot-uniform
-        self._out_W = to_device(self._rng.uniform(-limit, limit, size=(n_in, n_out)), self._xp, self._dtype)
-        self._out_b = self._xp.zeros(n_out, dtype=self._dtype)
-        self.classes_ = labels
-        self._updater.reset()
-
     def _check_X(self, X: Any, *, reset: bool = False, training: bool = True) -> np.ndarray:
         """``X`` as a C-contiguous array of the model dtype (see :meth:`rbm.RBM._validate`).
 
@@ -332,77 +238,6 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, ClassNamePrefixFeaturesOu
         if reset or self.__sklearn_is_fitted__():
             validate_data(self, X, reset=reset, skip_check_array=True)
         return array
-
-    # ------------------------------------------------------------------ phases
-    def _propagate(self, data: Any, n_layers: int) -> Any:
-        """Hidden probabilities after the first ``n_layers`` layers (device arrays)."""
-        for layer in self.layers_[:n_layers]:
-            data = layer._mean_hiddens(data)
-        return data
-
-    def _finetune_params(self) -> dict[str, Any]:
-        params: dict[str, Any] = {}
-        for k, layer in enumerate(self.layers_):
-            params[f"rbm{k}.W"], params[f"rbm{k}.hbias"] = layer._W, layer._hbias
-        params["out.W"], params["out.b"] = self._out_W, self._out_b
-        return params
-
-    def _dropout(self, epoch: float | None) -> float:
-        """The dropout rate at fine-tuning epoch ``epoch`` of a fit (counted from 0; a partition's place
-        in a distributed fit may be a fraction); ``None`` (:meth:`train_partition` without a plan):
-        ``finetune_dropout``."""
-        ramp = float(self.finetune_dropout_ramp_epochs)
-        if epoch is None or ramp == 0:
-            return float(self.finetune_dropout)
-        return float(self.finetune_dropout) * min(1.0, epoch / ramp)
-
-    def _finetune_pass(self, data: Any, labels: Any, rng: np.random.Generator,
-                       planned: tuple[int, int] | None = None) -> float:
-        """One shuffled epoch of backprop on device arrays; returns the mean cross-entropy.
-
-        ``planned = (done, total)`` when this is epoch ``done + 1`` of ``total`` planned ones
-        (:meth:`fit`): the rate is then annealed over the last ``finetune_anneal_fraction``, and
-        dropout ramped over the first ``finetune_dropout_ramp_epochs``.  Without it (a partition of
-        :meth:`train_partition`), where the distributed trainer placed the partition in its plan
-        (``set_schedule_plan``): the same anneal and ramp at the partition's place.
-        """
-        xp = self._xp
-        n = int(data.shape[0])
-        order = to_device(rng.permutation(n), xp)
-        weights = [layer._W for layer in self.layers_]
-        biases = [layer._hbias for layer in self.layers_]
-        params = self._finetune_params()
-        decayed = tuple(name for name in params if name.endswith(".W"))
-        total = xp.zeros((), dtype=self._dtype)
-        decay = 1.0 + self.finetune_lr_decay * self._schedule_passes(self._finetune_epochs_done)
-        scale = getattr(self, "_learning_rate_scale", 1.0)  # set by the distributed trainer
-        learning_rate = self.finetune_learning_rate / decay * scale
-        anneal = self.finetune_anneal_fraction
-        place = self._schedule_plan if planned is None else None  # a partition placed by the distributed trainer
-        if planned is not None:
-            dropout = self._dropout(self._schedule_passes(self._finetune_epochs_done))
-        else:  # the ramp counts the fit's epochs where the partition starts (fit: its epoch's number)
-            dropout = self._dropout(None if place is None else place.epoch)
-        generator = _cd.device_generator(rng, xp) if dropout else None
-        precision = getattr(self, "_precision", "float32")
-        for start, X_batch, y_batch in _finetune.shuffled_minibatches(data, labels, order, self.batch_size):
-            if place is None:
-                factor = anneal_factor(planned, start / n, anneal)
-            else:
-                factor = anneal_factor(place.progress(start / n), 0.0, anneal)
-            self._updater.learning_rate = learning_rate * factor
-            inputs, activations = _finetune.forward(X_batch, weights, biases, dropout, generator, precision)
-            _, grad_W, grad_b, grad_out_W, grad_out_b = _finetune.cross_entropy_backward(
-                inputs, activations, weights, self._out_W, self._out_b, y_batch, total=total, precision=precision
-            )
-            grads = {"out.W": grad_out_W, "out.b": grad_out_b}
-            for k in range(len(weights)):
-                grads[f"rbm{k}.W"], grads[f"rbm{k}.hbias"] = grad_W[k], grad_b[k]
-            self._updater.step(params, grads, decay=decayed)
-            self._after_minibatch()
-        self._finetune_epochs_done += 1
-        check_finite_parameters(params, where=f"DBN fine-tuning epoch {self._finetune_epochs_done}")
-        return float(total) / n
 
     # ------------------------------------------------------------------ scikit-learn API
     def pretrain(self, X: Any, y: Any = None) -> "DBN":
@@ -418,17 +253,6 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, ClassNamePrefixFeaturesOu
         X = self._check_X(X, reset=True)
         self.initialize(X.shape[1])
         return X
-
-    def _pretrain(self, X: np.ndarray) -> None:
-        data = to_device(X, self._xp)
-        for k, layer in enumerate(self.layers_):
-            for done in range(layer.n_iter):
-                started = time.perf_counter()
-                loss = layer._partition_pass(data, self._rng)  # as train_partition's rbmK phases
-                if self.verbose:
-                    print_iteration(f"DBN rbm{k}", done + 1, f"reconstruction error = {loss:.6f}",
-                                    time.perf_counter() - started)
-            data = layer._mean_hiddens(data) if k + 1 < len(self.layers_) else None
 
     def fit(self, X: Any, y: Any) -> "DBN":
         """Pretrain on ``X`` (n_samples, n_features), then fine-tune on labels ``y`` (any sortable kind)."""
@@ -473,44 +297,6 @@ class DBN(DBNSeam, NamespacePickling, ClassifierMixin, ClassNamePrefixFeaturesOu
         X = self._check_X(X)
         self._finetune(X, encode_labels(y, self.classes_, len(X)))
         return self
-
-    def _finetune(self, X: np.ndarray, indices: np.ndarray) -> None:
-        train, valid = np.arange(len(X)), None
-        if self.early_stopping:
-            train, valid = train_test_indices(indices, self.validation_fraction, int(self._rng.integers(2**31)))
-            if len(valid) == 0 or len(train) == 0:
-                raise ValueError("validation_fraction leaves no validation or no training rows")
-        data, targets = to_device(X[train], self._xp), to_device(indices[train], self._xp)
-        best_score, best_params, stale = -1.0, None, 0
-        for epoch in range(self.finetune_epochs):
-            started = time.perf_counter()
-            loss = self._finetune_pass(data, targets, self._rng, planned=(epoch, self.finetune_epochs))
-            score = None
-            if valid is not None:
-                score = float(np.mean(self._predict_index(to_device(X[valid], self._xp)) == indices[valid]))
-            if self.verbose:  # the loss is the mean training cross-entropy, as in MLPClassifier's lines
-                validation = "" if score is None else f", validation score = {score:.4f}"
-                seconds = time.perf_counter() - started
-                print_iteration("DBN finetune", epoch + 1, f"loss = {loss:.6f}{validation}", seconds)
-            if score is None:
-                continue
-            if score > best_score:
-                best_score, best_params, stale = score, self.parameters("finetune"), 0
-            else:
-                stale += 1
-                if stale >= self.n_iter_no_change:
-                    break
-        if best_params is not None:
-            self.set_parameters(best_params)
-
-    def _predict_index(self, data: Any) -> np.ndarray:
-        return to_host(self._logits(data).argmax(axis=1))
-
-    def _logits(self, data: Any) -> Any:
-        top = self._propagate(data, len(self.layers_))
-        logits = top @ self._out_W
-        logits += self._out_b
-        return logits
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities, shape (n_samples, n_classes), columns ordered as ``classes_``."""
