@@ -45,7 +45,7 @@ the distinct peers whose snapshots it merged in its last :data:`PEER_WINDOW` par
 (at most ``fanout`` + 1, and at most the fit's nodes: an executor's idle Python workers may take
 turns at a fit's tasks, each a node, but no more of them run at once than the fit has tasks).  A
 training mode hands the peers it merged before a partition to
-:meth:`node.executor._node.ExecutorNode.train` (``merged_from``), which sets the model's
+:meth:`node.executor._node_training.NodePartitionTraining.train` (``merged_from``), which sets the model's
 ``set_learning_rate_scale`` from the node's :class:`NodeScaling` (count and warm-up); a mode that
 averages all nodes at once names them all (``sync``: the round's slots); ``sharing`` names
 none: it adds the peers' updates instead of averaging, so their sum already is one process's

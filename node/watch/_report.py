@@ -1,7 +1,7 @@
 """Report plots of a training run, from what the nodes wrote to the store.
 
 Reads ``runs/<run>/metrics/<node>/*.json`` through :meth:`storage.RunStore.read_metrics` --
-one record per trained partition, written by the executor node (:mod:`node.executor._node`) --
+one record per trained partition, written by the executor node (:mod:`node.executor._node_reports`) --
 plus the run record and the final model, and writes PNG files with matplotlib's Agg backend
 (no display needed).  Fields used from each metrics record:
 
