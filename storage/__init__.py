@@ -40,7 +40,14 @@ from ._errors import (
 )
 from ._lease import LeaseFolder, LeaseView, run_generation_floor
 from ._npz import decode_params, encode_params, snapshot_size_bound
-from ._processes import START_TIME_SLACK_S, holder_process_gone, holder_process_running, process_identity
+from ._processes import (
+    SAME_CLOCK_SLACK_S,
+    START_TIME_SLACK_S,
+    holder_process_gone,
+    holder_process_running,
+    holder_renews_here,
+    process_identity,
+)
 from ._runs import RunStore, has_run_record
 from ._say_once import SayOnce
 from ._signed_names import SignedName, SignedNames
@@ -85,7 +92,9 @@ __all__ = [
     "has_run_record",
     "holder_process_gone",
     "holder_process_running",
+    "holder_renews_here",
     "START_TIME_SLACK_S",
+    "SAME_CLOCK_SLACK_S",
     "mac_hex",
     "open_dataset",
     "open_split",

@@ -4,7 +4,8 @@ Layout under ``<dataset>/_staging-lease/`` (a name Spark and Hadoop skip as hidd
 staging counts as its own)::
 
     <generation:08d>.json                  the stager (host, pid, token, started, timeout_s), created exclusively
-    <generation:08d>-<count:08d>.renewal   its renewal counter: it creates count + 1, then deletes count
+    <generation:08d>-<count:08d>.renewal   its renewal counter: it creates count + 1 (holding the time),
+                                           then deletes count
 
 As a run's lease (:mod:`storage._lease`): a stager takes the generation above every one the folder
 shows, by an exclusive create, so of two stagers starting at once exactly one gets it; one that
@@ -12,14 +13,16 @@ finds the dataset held watches the holder's renewal counter on its own monotonic
 refused when it advances (naming the holder), or takes over once it stayed unchanged for the
 timeout (the holder is gone: its build folder may then be removed).  A holder on this host whose
 process is gone -- or in this process, whose staging ended without releasing (its store failed) --
-is taken over at once.  The taker removes the files of the generations it took over from; a stager
-that ends removes its own, and the folder when that leaves it empty, so a dataset holds no lease
-folder between stagings.  Before its swap and before removing anything, a stager checks that the
+is taken over at once; one whose process is known to run on this host and that renewed within half its
+timeout (each renewal file holds its time) is refused at once, without watching.  The taker removes the
+files of the generations it took over from; a stager that ends removes its own, and the folder when that
+leaves it empty, so a dataset holds no lease folder between stagings.  Before its swap and before removing anything, a stager checks that the
 newest generation is still its own *and* names its token, and stops otherwise
 (:meth:`DatasetLease.check`), so a stager paused past the timeout swaps nothing when it wakes.
 
 Datasets have no key, so these files are not signed: someone who can write the dataset's folder can
-block its staging with a forged lease (as they can delete its shards), never make two stagings run.
+block its staging with a forged lease (as they can delete its shards), never make two stagings run.  (A forged
+entry naming a process that runs here is refused at once rather than after the timeout: the same denial.)
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any
 
 from ._errors import DatasetError, StoreError, StoreNotFoundError, StoreUnavailableError
 from ._paths import join
-from ._processes import holder_process_gone, process_identity
+from ._processes import holder_process_gone, holder_renews_here, process_identity
 from ._store import Store
 
 __all__ = ["DEFAULT_STAGING_LEASE_TIMEOUT_S", "LEASE_FOLDER", "DatasetLease"]
@@ -110,6 +113,7 @@ class DatasetLease:
         """
         view = self._view()
         if not view[2] and not self._holder_ended(view[0]):
+            self._refuse_a_holder_renewing_here(view[0])
             view = self._watch(view)
         generation = max(view[0], view[3]) + 1
         entry = {"token": self.token, **process_identity(), "started": time.time(), "timeout_s": self.timeout_s,
@@ -139,6 +143,34 @@ class DatasetLease:
                            self.store.url, _describe(holder))
         return ended
 
+    def _refuse_a_holder_renewing_here(self, generation: int) -> None:
+        """Refuse at once a holder that runs on this host and renewed within half its timeout: it renews on
+        schedule (:func:`storage.holder_renews_here`).  Any other is watched."""
+        holder = self._holder(generation)
+        for _ in range(3):  # a renewal read just as the holder renewed over it: look again
+            newest, count = self._view()[:2]
+            if newest != generation:
+                return  # released or taken meanwhile: the watch sees it
+            renewed = self._renewed(generation, count) if count >= 0 else None
+            if count < 0 or renewed is not None:
+                break
+        else:
+            return  # its renewals cannot be read: watched
+        age_s = holder_renews_here(holder, renewed, _holder_timeout_s(holder))
+        if age_s is not None:
+            self._refuse(generation, f"runs on this host (pid {holder['pid']}) and renewed its lease {age_s:.0f} s ago")
+
+    def _renewed(self, generation: int, count: int) -> float | None:
+        """When the holder wrote its renewal ``count`` (its content), None where unknown."""
+        try:
+            renewal = json.loads(self.store.read_bytes(join(LEASE_FOLDER, f"{generation:08d}-{count:08d}.renewal"),
+                                                       max_bytes=4096))
+        except StoreUnavailableError:
+            raise
+        except (StoreError, ValueError, RecursionError):  # gone (renewed over), empty (an older stager) or damaged
+            return None
+        return renewal.get("renewed") if isinstance(renewal, dict) else None
+
     def _remove_older(self) -> None:
         """Remove the lease files of the generations this staging took over from (best effort)."""
         for name in self.store.list(LEASE_FOLDER):
@@ -151,11 +183,7 @@ class DatasetLease:
 
     def _watch(self, first: tuple[int, int, bool, int]) -> tuple[int, int, bool, int]:
         holder = self._holder(first[0])
-        try:
-            holder_timeout_s = max(0.0, min(float(holder.get("timeout_s", 0.0)), 24 * 3600.0))
-        except (TypeError, ValueError):
-            holder_timeout_s = 0.0
-        timeout_s = max(self.timeout_s, holder_timeout_s)
+        timeout_s = max(self.timeout_s, _holder_timeout_s(holder))
         logger.info("staging at %s: another staging (%s) holds the dataset; watching its lease for up to %.0f s",
                     self.store.url, _describe(holder), timeout_s)
         since = time.monotonic()
@@ -222,7 +250,8 @@ class DatasetLease:
             try:
                 if self._view()[0] != self.generation:
                     return  # lost: check() says so before the swap
-                self.store.create_exclusive(self._renewal_path(self._count + 1), b"")
+                self.store.create_exclusive(self._renewal_path(self._count + 1),
+                                            json.dumps({"renewed": time.time()}).encode())
                 if self._count >= 0:
                     try:
                         self.store.delete(self._renewal_path(self._count))
@@ -231,6 +260,14 @@ class DatasetLease:
                 self._count += 1
             except StoreError as error:  # an outage: try again at the next interval
                 logger.warning("staging at %s: lease renewal failed (%s); retrying", self.store.url, error)
+
+
+def _holder_timeout_s(holder: dict[str, Any]) -> float:
+    """The timeout a holder entry names (0 where none; at most a day)."""
+    try:
+        return max(0.0, min(float(holder.get("timeout_s", 0.0)), 24 * 3600.0))
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def _describe(holder: dict[str, Any]) -> str:

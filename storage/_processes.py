@@ -13,14 +13,19 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from typing import Any
 
-__all__ = ["START_TIME_SLACK_S", "holder_process_gone", "holder_process_running", "process_identity"]
+__all__ = ["START_TIME_SLACK_S", "SAME_CLOCK_SLACK_S", "holder_process_gone", "holder_process_running",
+           "holder_renews_here", "process_identity"]
 
 #: A process's start time, read from ``/proc`` in clock ticks after a boot time known to the second, is
 #: this much uncertain: a holder is known to be the process with its pid only when that process started
 #: at least this long before the holder wrote its entry.
 START_TIME_SLACK_S = 2.0
+#: A renewal time written by a process of this host may lie this far in the future of this process's clock
+#: (read at another moment; the same clock).
+SAME_CLOCK_SLACK_S = 2.0
 
 
 def _pid_namespace() -> str | None:
@@ -87,3 +92,26 @@ def holder_process_running(holder: dict[str, Any] | None) -> bool:
     except (OSError, ValueError, IndexError, StopIteration):  # gone meanwhile, or not Linux: not known
         return False
     return state not in ("T", "t", "Z", "X") and started_s <= float(holder["started"]) - START_TIME_SLACK_S
+
+
+def holder_renews_here(holder: dict[str, Any] | None, renewed: float | None, timeout_s: float) -> float | None:
+    """Seconds since the holder last renewed, when it is known to run on this host
+    (:func:`holder_process_running`) and renewed within half of ``timeout_s`` by this host's clock, its own: it
+    renews on schedule, so another taker may be refused at once.  None otherwise (to be watched).
+
+    Parameters
+    ----------
+    holder : dict or None
+        The holder entry (``host``, ``pid``, ``pid_namespace``, ``started``).
+    renewed : float or None
+        When it last renewed (``time.time()``), None for not yet: its entry's ``started`` counts.
+    timeout_s : float
+        The lease's timeout; it renews at least twice per timeout.
+    """
+    if not holder_process_running(holder):
+        return None
+    try:
+        age_s = time.time() - float(renewed if renewed is not None else holder["started"])
+    except (TypeError, ValueError):
+        return None
+    return max(age_s, 0.0) if -SAME_CLOCK_SLACK_S <= age_s <= timeout_s / 2 else None

@@ -48,9 +48,6 @@ logger = logging.getLogger(__name__)
 
 #: Longest pause between two looks at a lease being watched.
 MAX_WATCH_POLL_S = 1.0
-#: A renewal this far ahead of this process's clock still counts as recent, for a holder of this host (one
-#: clock, read a moment apart); one further ahead is not judged by time: it is watched.
-SAME_CLOCK_SLACK_S = 2.0
 
 
 class LeaseHeldError(TrainingError):
@@ -129,12 +126,10 @@ class DriverLease:
             return first
         # The holder renews at its own pace; an unsigned 0.2 lease.json's timeout is not trusted.
         timeout_s = max(self.timeout_s, _seconds(holder.get("timeout_s")) if first.generation else 0.0)
-        if first.generation and storage.holder_process_running(holder):
-            # Of this host, so on this clock: renewed (or taken) within half its timeout, it renews on schedule.
-            age_s = time.time() - _seconds(first.renewed if first.renewed is not None else holder.get("started"))
-            if -SAME_CLOCK_SLACK_S <= age_s <= timeout_s / 2:
-                self._refuse(first.generation, f"runs on this host (pid {holder['pid']}) and renewed its lease "
-                                               f"{max(age_s, 0.0):.0f} s ago")
+        age_s = storage.holder_renews_here(holder, first.renewed, timeout_s) if first.generation else None
+        if age_s is not None:
+            self._refuse(first.generation, f"runs on this host (pid {holder['pid']}) and renewed its lease "
+                                           f"{age_s:.0f} s ago")
         # A warning: the command line shows it, or a fit would wait the timeout saying nothing.
         logger.warning("run %s is held by driver %s (lease generation %d); watching its renewals for up to %.0f s "
                        "before taking the run over", self.run, _describe(holder), first.generation, timeout_s)

@@ -7,8 +7,13 @@ between its two datasets.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +22,16 @@ import storage._dataset_staging as dataset_staging
 from node.cli._data import held_out_split
 from node.data import stage_input, stage_recipe
 from rbm.datasets import load_digits01
-from storage import DatasetError, Store, StoreUnavailableError, open_dataset, open_split, open_store, stage_arrays
+from storage import (
+    DatasetError,
+    DatasetLease,
+    Store,
+    StoreUnavailableError,
+    open_dataset,
+    open_split,
+    open_store,
+    stage_arrays,
+)
 
 #: Renewals every 0.1 s: a second staging sees the first renew within a fraction of a second.
 LEASE_TIMEOUT_S = 0.4
@@ -159,3 +173,53 @@ def test_a_test_fraction_staging_killed_between_its_two_datasets_is_refused_as_a
     X_train, _ = open_dataset(url).read_all()
     assert len(X_test) + len(X_train) == 120 and not np.array_equal(X_test, first_test)
     assert not {tuple(row) for row in X_test} & {tuple(row) for row in X_train}  # no training row held out
+
+
+STAGER = textwrap.dedent(
+    """
+    import sys, time
+    sys.path[:0] = [sys.argv[1]]
+    from storage import START_TIME_SLACK_S, DatasetLease, open_store
+    time.sleep(START_TIME_SLACK_S + 0.5)  # a process started well before its entry, as a stager is
+    with DatasetLease(open_store(sys.argv[2]), float(sys.argv[3])):
+        print("held", flush=True)
+        sys.stdin.read()  # hold it until the test is done
+    """
+)
+
+
+def _other_stager(url: str, timeout_s: float) -> subprocess.Popen:
+    root = str(Path(__file__).resolve().parents[2])
+    stager = subprocess.Popen([sys.executable, "-c", STAGER, root, url, str(timeout_s)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert stager.stdout.readline().strip() == "held"
+    return stager
+
+
+def test_a_staging_held_by_a_running_process_of_this_host_is_refused_at_once_a_stopped_one_watched(tmp_path):
+    # A second staging watched the holder until its next renewal (a quarter of its timeout, 15 s by default).
+    url = str(tmp_path / "d")
+    stager = _other_stager(url, 60.0)  # renews every 15 s: a watcher would wait for that renewal
+    try:
+        time.sleep(0.2)
+        refused = rf"runs on this host \(pid {stager.pid}\) and renewed its lease \d+ s ago"
+        with pytest.raises(DatasetError, match=refused):
+            DatasetLease(open_store(url), 60.0).acquire()
+    finally:
+        stager.stdin.close()
+        stager.wait(10)
+    stager = _other_stager(url, 4.0)  # renews every second: judged by the time its renewal file holds
+    try:
+        time.sleep(1.5)
+        assert any(name.endswith(".renewal") for name in open_store(url).list("_staging-lease"))
+        with pytest.raises(DatasetError, match=rf"runs on this host \(pid {stager.pid}\) and renewed its lease"):
+            DatasetLease(open_store(url), 60.0).acquire()
+        stager.send_signal(signal.SIGSTOP)  # Ctrl-Z: it runs no more, so it is watched, then taken over
+        while Path(f"/proc/{stager.pid}/stat").read_text().rpartition(")")[2].split()[0] != "T":
+            time.sleep(0.01)  # the signal is delivered a moment later
+        with DatasetLease(open_store(url), 1.0) as taker:
+            assert taker.generation == 2  # over the stopped stager's 1 (the first left no lease folder)
+    finally:
+        stager.send_signal(signal.SIGCONT)
+        stager.stdin.close()
+        stager.wait(10)
