@@ -290,6 +290,9 @@ class PartitionReport:
     ``store_error`` is set, on the one report of a task that stopped, when the store stayed unreachable
     past its ``retry_timeout_s`` or refused the run's files (the error names the URL or path and the
     operation): reported, not raised, as every attempt Spark made again would meet the same store.
+    ``node_error`` is set, on the one report of a task whose node could not start where the settings say
+    (:class:`actors.NodeAddressError`: no free port of ``port_range``, a ``bind_host`` that is no address of
+    the host): reported, not raised, as an attempt on that host again would meet the same.
     """
 
     node: str
@@ -330,6 +333,7 @@ class PartitionReport:
     entered_from: str = ""
     version: int = 0
     store_error: str | None = None
+    node_error: str | None = None
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-able dict (the metrics record)."""

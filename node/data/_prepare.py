@@ -208,7 +208,7 @@ class DataOptions:
     ----------
     partitions : int, optional
         Number of partitions (default: twice the default parallelism).  A staged dataset
-        always uses one partition per shard.
+        always uses one partition per shard: another number given is refused.
     features_col : str
         DataFrame column of the features.
     label_col : str
@@ -336,6 +336,10 @@ def _staged_summaries(sc: Any, url: str, y: Any, options: DataOptions) -> tuple[
     partitions = int(dataset.num_shards)
     if partitions < 1:
         raise InputDataError(f"dataset {url!r} has no shards")
+    if options.partitions is not None and int(options.partitions) != partitions:
+        raise InputDataError(f"partitions {options.partitions} were asked for, but the staged dataset {url} trains "
+                             f"one partition per shard, and it has {partitions}: leave partitions out, or stage it again "
+                             f"with {options.partitions} shards (sparkdbn stage --shards {options.partitions})")
     check_staged_shards(dataset)
     rdd = sc.parallelize(range(partitions), partitions).mapPartitionsWithIndex(
         functools.partial(shard_summary, dataset, options.sink, options.max_classes))

@@ -35,10 +35,13 @@ def model_input(shape: tuple[int, ...]) -> int | tuple[int, ...]:
     return int(shape[0]) if len(shape) == 1 else tuple(int(d) for d in shape)
 
 
-def fit_partitions(settings: TrainingSettings, nodes: int, batch_size: int | None, data: Any) -> int:
-    """Partitions per epoch: the settings', else as many as let the nodes merge often enough for these rows."""
+def fit_partitions(settings: TrainingSettings, nodes: int, batch_size: int | None, data: Any) -> int | None:
+    """Partitions per epoch: the settings', else as many as let the nodes merge often enough for these rows.
+    A staged dataset (its URL) has one per shard: the settings' only, which must be that many, else None."""
     if settings.partitions:
         return int(settings.partitions)
+    if isinstance(data, str):
+        return None
     return mode_named(settings.mode).default_partitions(settings, nodes, count_rows(data), batch_size)
 
 

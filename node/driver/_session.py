@@ -2,7 +2,8 @@
 
 Defaults: ``local[2,4]`` (two worker threads, up to four attempts per task so that a
 crashed Python worker is retried as it would be on a cluster; plain ``local[2]`` never
-retries), loopback networking, console progress off (the driver draws its own), executors
+retries), loopback networking for a local master (a standalone master's driver binds the address that
+routes to the master, or ``SPARK_LOCAL_IP``: :func:`~node.executor.driver_address`), console progress off (the driver draws its own), executors
 running this very Python (``PYSPARK_PYTHON = sys.executable``) so that they import the same
 packages.  The Spark UI follows Spark's own default (on, port 4040 and up).
 
@@ -34,7 +35,7 @@ from typing import Mapping
 from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
-from ..executor import start_worker_task
+from ..executor import driver_address, start_worker_task
 from ._progress import SparkJob
 
 __all__ = ["DEFAULT_MASTER", "dynamic_allocation", "get_spark_session", "given_spark_conf", "session_settings",
@@ -49,8 +50,6 @@ DEFAULT_MASTER = "local[2,4]"
 
 _DEFAULT_CONF: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # Python workers are reused across tasks and jobs: the executor node lives in them.
     "spark.python.worker.reuse": "true",
@@ -94,13 +93,18 @@ def given_spark_conf(launch: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def session_settings(given: Mapping[str, str], conf: Mapping[str, str] | None = None, *,
-                     under_spark_submit: bool = False, local_master: bool = False) -> dict[str, str]:
+                     under_spark_submit: bool = False, local_master: bool = False,
+                     driver_host: str | None = None) -> dict[str, str]:
     """The settings sparkdbn adds to a new session: its defaults where Spark was given nothing, then ``conf``.
 
     Under spark-submit only the quiet bits (console progress) are defaulted: spark-submit decided
-    the master and the network.  A ``local_master`` gets sparkdbn's Python daemon too.
+    the master and the network.  A ``local_master`` gets sparkdbn's Python daemon too, and a
+    ``driver_host`` (:func:`~node.executor.driver_address`) is where the driver binds and its executors
+    reach it (None: Spark's own choice).
     """
     defaults = dict(_DEFAULT_CONF, **(_LOCAL_CONF if local_master else {}))
+    if driver_host is not None:
+        defaults.update({"spark.driver.host": driver_host, "spark.driver.bindAddress": driver_host})
     if under_spark_submit:
         defaults = {key: value for key, value in defaults.items() if key.startswith("spark.ui.")}
     settings = {key: value for key, value in defaults.items() if key not in given}  # never over what was given
@@ -140,19 +144,22 @@ def get_spark_session(
     -------
     pyspark.sql.SparkSession
     """
-    # Must be set before the JVM starts: the driver and the Python workers bind loopback
-    # only, and executors run the interpreter (and virtualenv) the driver runs.
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     active = SparkSession.getActiveSession() or SparkSession._instantiatedSession
     if active is not None and not active.sparkContext._jsc.sc().isStopped():
         return active
     builder = SparkSession.builder.appName(app_name)
     master = with_task_retries(master or DEFAULT_MASTER)
+    driver_host = None
     if not running_under_spark_submit():
         builder = builder.master(master)
+        driver_host = driver_address(master)  # a local master's driver binds loopback; a standalone's, towards it
+    # Must be set before the JVM starts: the driver and the Python workers bind where the driver does, and
+    # executors run the interpreter (and virtualenv) the driver runs.
+    if driver_host is not None:
+        os.environ.setdefault("SPARK_LOCAL_IP", driver_host)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings = session_settings(given_spark_conf(conf), conf, under_spark_submit=running_under_spark_submit(),
-                                local_master=master.startswith("local"))
+                                local_master=master.startswith("local"), driver_host=driver_host)
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

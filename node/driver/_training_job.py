@@ -58,7 +58,8 @@ class TrainingJob:
         InputDataError
             A partition's data was refused on a node (reported once, not retried).
         TrainingError
-            The Spark job failed.
+            The Spark job failed, or a node could not start where the settings say (no free port of
+            ``port_range``; reported once, not retried).
         """
         claimed = functools.partial(claimed_partitions, self._store, self.task.node.run, self._fit_id,
                                     self.task.phase, self.epochs)
@@ -67,6 +68,9 @@ class TrainingJob:
         outages = [report.store_error for report in reports if report.store_error]
         if outages:  # each task that met it reported it once, Spark ran none of them again
             raise StoreAccessError(outages[0])
+        unstarted = [report.node_error for report in reports if report.node_error]
+        if unstarted:  # as an outage: reported once, not run again on the host that cannot start a node
+            raise TrainingError(unstarted[0])
         refused = [report.error for report in reports if report.error]
         if refused:
             more = f" (and {len(refused) - 1} more partition(s))" if len(refused) > 1 else ""

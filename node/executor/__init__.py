@@ -10,7 +10,13 @@
 """
 
 from ._device import GPU_RESOURCE, device_failure, serving_device, serving_spec
-from ._network import check_host_settings, check_ports_for_nodes, is_local_master, local_master_threads
+from ._network import (
+    check_host_settings,
+    check_ports_for_nodes,
+    driver_address,
+    is_local_master,
+    local_master_threads,
+)
 from ._node import ExecutorNode
 from ._node_outer import outer_step_in
 from ._resident import NodeData, block_sink, write_partition
@@ -18,6 +24,6 @@ from ._tasks import probe_device_task, release_run_task, run_training_task, star
 from ._worker_heap import settle_worker_heap
 
 __all__ = ["GPU_RESOURCE", "device_failure", "serving_device", "serving_spec", "check_host_settings", "is_local_master",
-           "check_ports_for_nodes", "local_master_threads",
+           "check_ports_for_nodes", "driver_address", "local_master_threads",
            "ExecutorNode", "NodeData", "outer_step_in", "block_sink", "write_partition", "probe_device_task",
            "release_run_task", "run_training_task", "settle_worker_heap", "start_worker_task"]

@@ -15,6 +15,7 @@ an ``advertise_host`` (behind NAT, or a name in the cluster's DNS).
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import re
@@ -24,7 +25,10 @@ from typing import Mapping
 
 from actors import parse_port_range
 
-__all__ = ["NodeAddress", "choose_node_address", "is_local_master", "route_address", "WILDCARD_HOSTS",
+from .._errors import TrainingError
+
+__all__ = ["NodeAddress", "choose_node_address", "driver_address", "is_local_master", "route_address",
+           "WILDCARD_HOSTS",
            "check_host_settings", "local_master_threads", "check_ports_for_nodes"]
 
 logger = logging.getLogger(__name__)
@@ -115,6 +119,52 @@ def route_address(host: str) -> str:
     with socket.socket(family, socket.SOCK_DGRAM) as probe:
         probe.connect(address)  # UDP: picks the route and the source address, sends no packet
         return str(probe.getsockname()[0])
+
+
+def driver_address(master: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The address a driver started for ``master`` binds and gives its executors (``spark.driver.host``).
+
+    Loopback for a local master.  For a standalone master (``spark://host:port``, the first of several):
+    ``SPARK_LOCAL_IP`` where set, else the address of the interface that routes to the master's host (nothing
+    is sent), so that the cluster's executors can reach the driver.  None for any other master, and for a
+    master host that does not resolve here: Spark's own choice.
+
+    Parameters
+    ----------
+    master : str or None
+        ``spark.master`` (None: ``local``).
+    environ : mapping, optional
+        Where ``SPARK_LOCAL_IP`` is read (default ``os.environ``).
+
+    Raises
+    ------
+    TrainingError
+        ``SPARK_LOCAL_IP`` is a loopback address while the master is on another host: its executors could not
+        reach the driver (they would be launched, fail and be launched again, and the command would wait).
+    """
+    if is_local_master(master):
+        return LOOPBACK
+    match = re.fullmatch(r"spark://\[?([^\],/]+?)\]?(?::\d+)?(?:,.*)?", (master or "").strip())
+    if match is None:
+        return None
+    try:
+        towards_master = route_address(match.group(1))
+    except OSError:
+        return None
+    local_ip = (os.environ if environ is None else environ).get("SPARK_LOCAL_IP")
+    if local_ip and _is_loopback(local_ip) and not _is_loopback(towards_master):
+        raise TrainingError(f"SPARK_LOCAL_IP is {local_ip}, a loopback address, but the master {master} is on "
+                            "another host: its executors could not reach the driver. Unset SPARK_LOCAL_IP (the driver "
+                            f"then uses {towards_master}, the address routing to the master) or set it to an address "
+                            "they reach")
+    return local_ip or towards_master
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:  # a host name: localhost is the only loopback one worth knowing
+        return address == "localhost"
 
 
 def choose_node_address(*, local_master: bool, driver_host: str | None, bind_host: str | None = None,

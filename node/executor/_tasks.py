@@ -14,13 +14,14 @@ import atexit
 import dataclasses
 import logging
 import os
+import socket
 import threading
 import time
 from typing import Any, Iterator
 
 from pyspark import Broadcast
 
-import storage
+import actors
 
 from .._contract import ContractError, NodeConfig, PartitionReport, TaskSpec, decode, encode
 from .._errors import store_failure
@@ -131,6 +132,10 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
     list(elements)  # the slot's number (read to the end, or PySpark does not reuse the worker)
     try:
         yield from _train_slot(task, mode, start, partition)
+    except actors.NodeAddressError as error:  # the node's start: Spark's next attempt on this host meets the same
+        logger.warning("node %s cannot start: %s", node_id(), error)
+        yield encode(_failure_report(task, partition, node_error=f"the node on host {socket.gethostname()} cannot "
+                                                                 f"start: {error}"))
     except Exception as error:
         failure = store_failure(error)
         if failure is None:
@@ -139,7 +144,7 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
         # attempt meeting the same store: one down waited out for its retry timeout again.
         logger.warning("node %s: the store failed; the task stops: %s", node_id(), failure)
         _stop_after_store_failure(task.node.run)
-        yield encode(_store_failure_report(task, partition, failure))
+        yield encode(_failure_report(task, partition, store_error=str(failure)))
 
 
 def _stop_after_store_failure(run: str) -> None:
@@ -174,14 +179,14 @@ def _train_slot(task: TaskSpec, mode: Any, start: Broadcast, partition: int) -> 
         _used(node)  # idle from the task's end on, not its start (IDLE_NODE_STOP_S)
 
 
-def _store_failure_report(task: TaskSpec, partition: int, error: storage.StoreError) -> PartitionReport:
-    """The one report of a task the store stopped (:data:`~node._errors.STORE_FAILURES`): nothing trained,
-    ``store_error`` says why."""
+def _failure_report(task: TaskSpec, partition: int, **why: str) -> PartitionReport:
+    """The one report of a task that stopped before training: the store failed (``store_error``,
+    :data:`~node._errors.STORE_FAILURES`), or its node could not start (``node_error``)."""
     return PartitionReport(node=node_id(), run=task.node.run, phase=task.phase, epoch=task.epoch,
                            partition=task.slots[partition][0] if task.slots[partition] else -1, samples=0,
                            loss=float("nan"), train_s=0.0, merge_s=0.0, publish_s=0.0, task_s=0.0, merged=0,
                            merged_from=(), staleness_s=None, samples_seen=0, time=time.time(), pid=os.getpid(),
-                           store_error=str(error))
+                           **why)
 
 
 def start_worker_task(_elements: Iterator[int]) -> Iterator[int]:

@@ -90,6 +90,43 @@ def test_a_spark_job_on_two_worker_hosts_writes_and_reads_hdfs_files_through_the
     assert namenode_traffic.rx_bytes + namenode_traffic.tx_bytes < total / 10
 
 
+DIRECT_MASTER_DRIVER = """
+import json, os, socket, sys
+os.environ.pop("SPARK_LOCAL_IP", None)  # nothing said of this host's address: sparkdbn finds the one to the master
+import node
+master, conf, result = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+spark = node.get_spark_session(master, conf=conf, start_workers=False)
+try:
+    hosts = spark.sparkContext.parallelize(range(4), 4).map(lambda _: socket.gethostname()).collect()
+    found = {"driver_host": spark.conf.get("spark.driver.host"), "hosts": sorted(set(hosts))}
+finally:
+    spark.stop()
+with open(result, "w") as out:
+    json.dump(found, out)
+"""
+
+
+def test_a_driver_given_a_standalone_master_directly_binds_the_address_its_executors_reach(
+        spark_cluster: VirtualCluster, tmp_path: Path):
+    # `sparkdbn evaluate --master spark://...` (no spark-submit) gave its driver 127.0.0.1: the executors, on
+    # other hosts, could not reach it, were launched again and again, and the command waited, saying nothing.
+    cluster = spark_cluster
+    unsaid = ("spark.master", "spark.driver.host", "spark.driver.bindAddress")
+    conf = {key: value for key, value in cluster.spark_conf().items() if key not in unsaid}
+    result = tmp_path / "result.json"
+    driver = cluster.popen("driver", [sys.executable, "-c", DIRECT_MASTER_DRIVER, cluster.master_url,
+                                      json.dumps(conf), result], log=tmp_path / "driver.log", role="direct-driver")
+    try:
+        status = driver.wait(timeout=JOB_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        cluster.stop_process(driver)
+        pytest.fail("the job never ran: " + (tmp_path / "driver.log").read_text()[-3000:])
+    assert status == 0, (tmp_path / "driver.log").read_text()[-5000:]
+    found = json.loads(result.read_text())
+    assert found["driver_host"] == cluster.address("driver")
+    assert found["hosts"] and set(found["hosts"]) <= {"worker1", "worker2"}  # the tasks ran on the workers
+
+
 def test_every_host_resolves_every_host_by_name_and_carries_its_own_host_name(spark_cluster: VirtualCluster):
     names = list(spark_cluster.hosts)
     for name in names:

@@ -9,10 +9,11 @@ import socket
 
 import pytest
 
-from node import SparkConfError, TrainingSettings
+from node import SparkConfError, TrainingError, TrainingSettings
 from node._contract import CONTRACT_VERSION, NodeConfig, decode, encode
-from node.executor._network import (check_ports_for_nodes, choose_node_address, is_local_master, local_master_threads,
-                                    route_address)
+from node.executor import _network as network
+from node.executor._network import (check_ports_for_nodes, choose_node_address, driver_address, is_local_master,
+                                    local_master_threads, route_address)
 from node.driver._progress import summary_line
 from node.watch._reachability import ReachabilityWatch, merges_by_node
 from node.driver._spark_conf import apply_spark_conf, explicit_fields, settings_from_spark_conf
@@ -50,6 +51,29 @@ def test_a_driver_host_without_a_route_falls_back_to_every_interface_and_the_hos
     address = choose_node_address(local_master=False, driver_host="no-such-host.invalid", environ={})
     assert (address.bind_host, address.advertise_host) == ("0.0.0.0", socket.gethostname())
     assert "no-such-host.invalid" in caplog.text
+
+
+def test_a_driver_binds_loopback_for_a_local_master_and_the_address_routing_to_a_standalone_master(monkeypatch):
+    # It bound 127.0.0.1 for every master: a standalone master's executors on other hosts never reached it.
+    routes = []
+    monkeypatch.setattr(network, "route_address", lambda host: routes.append(host) or "10.0.0.7")
+    assert driver_address("local[2,4]", environ={}) == "127.0.0.1" and routes == []
+    assert driver_address("spark://master-host:7077", environ={}) == "10.0.0.7"
+    assert driver_address("spark://m1:7077,m2:7077", environ={}) == "10.0.0.7" and routes[-1] == "m1"  # HA: the first
+    assert driver_address("spark://m1:7077", environ={"SPARK_LOCAL_IP": "10.0.0.8"}) == "10.0.0.8"  # the user's word
+    assert driver_address("yarn", environ={}) is None and driver_address("k8s://https://api:6443", environ={}) is None
+    with pytest.raises(TrainingError, match=r"SPARK_LOCAL_IP is 127.0.0.1, a loopback address, but the master "
+                                            r"spark://m1:7077 is on another host.*Unset SPARK_LOCAL_IP \(the driver "
+                                            r"then uses 10.0.0.7"):
+        driver_address("spark://m1:7077", environ={"SPARK_LOCAL_IP": "127.0.0.1"})
+    monkeypatch.setattr(network, "route_address", lambda host: "127.0.0.1")  # a master on this machine
+    assert driver_address("spark://127.0.0.1:7077", environ={"SPARK_LOCAL_IP": "127.0.0.1"}) == "127.0.0.1"
+
+    def no_route(host):
+        raise OSError("no such host")
+
+    monkeypatch.setattr(network, "route_address", no_route)
+    assert driver_address("spark://nowhere:7077", environ={}) is None  # Spark says it, connecting
 
 
 def test_given_hosts_win_over_every_guess_and_the_advertised_host_defaults_to_the_bound_one():

@@ -96,6 +96,13 @@ def test_client_mode_with_a_python_from_a_hand_made_archive_keeps_the_driver_her
     assert option_values(argv, "--archives") == ["venv.tar.gz#venv"]
 
 
+def test_spark_says_warnings_only_unless_a_conf_says_otherwise(submit, tmp_path):
+    # Spark's INFO lines were 48 of the 52 a one-epoch fit wrote to stderr.
+    assert confs(command_line(submit, ["--", "status", "--run", "r"], tmp_path, None)[0])["spark.log.level"] == "WARN"
+    argv = command_line(submit, ["--conf", "spark.log.level=INFO", "--", "status", "--run", "r"], tmp_path, None)[0]
+    assert option_values(argv, "--conf")[-1] == "spark.log.level=INFO"  # spark-submit takes the last one
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--master", "spark://h:7077", "--pack-env", "--python", "/usr/bin/python3"], "give one"),
     (["--master", "local[2]", "--pack-env"], "drop --pack-env"),

@@ -23,9 +23,13 @@ def test_defaults_fill_only_what_spark_was_not_given_and_conf_wins():
     settings = session_settings(given, {"spark.ui.enabled": "true"})
     assert "spark.sql.shuffle.partitions" not in settings  # spark-submit's 7 stays
     assert settings["spark.ui.enabled"] == "true"  # the command line's --conf is the user's latest word
-    assert settings["spark.driver.host"] == "127.0.0.1" and settings["spark.ui.showConsoleProgress"] == "false"
+    assert settings["spark.ui.showConsoleProgress"] == "false"
     assert "spark.ui.enabled" not in session_settings({})  # the UI follows Spark's default: on
-    submitted = session_settings({"spark.driver.host": "10.0.0.5"}, under_spark_submit=True)
+    local = session_settings({}, local_master=True, driver_host="127.0.0.1")
+    assert local["spark.driver.host"] == local["spark.driver.bindAddress"] == "127.0.0.1"
+    assert "spark.driver.host" not in session_settings({}, driver_host=None)  # e.g. yarn: Spark's own choice
+    assert "spark.driver.host" not in session_settings({"spark.driver.host": "10.0.0.9"}, driver_host="10.0.0.5")
+    submitted = session_settings({"spark.driver.host": "10.0.0.5"}, under_spark_submit=True, driver_host="10.0.0.5")
     assert submitted == {"spark.ui.showConsoleProgress": "false"}  # spark-submit decided master and network
 
 

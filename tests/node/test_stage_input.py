@@ -47,6 +47,12 @@ def test_a_csv_staged_trained_and_evaluated_on_its_held_out_split_without_a_data
     assert "nothing was deleted" in capsys.readouterr().err
     assert [path.name for path in (tmp_path / "theirs").iterdir()] == ["notes.txt"]
 
+    # A staged dataset trains one partition per shard: another number was dropped without a word.
+    assert cli.main(["train", "--store", str(store), "--run-id", "mine", "--dataset", url, "--layers", "32",
+                     "--epochs", "2", "--partitions", "3", "--no-report", "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"partitions 3 were asked for, but the staged dataset {url} trains one partition per shard, and it has 2: "
+        "leave partitions out, or stage it again with 3 shards (sparkdbn stage --shards 3)")
     assert cli.main(["train", "--store", str(store), "--run-id", "mine", "--dataset", url, "--layers", "32",
                      "--epochs", "2", "--partitions", "2", "--no-report", "--no-progress"]) == 0
     capsys.readouterr()
