@@ -7,18 +7,18 @@ staging counts as its own)::
     <generation:08d>-<count:08d>.renewal   its renewal counter: it creates count + 1 (holding the time),
                                            then deletes count
 
-As a run's lease (:mod:`storage._lease`): a stager takes the generation above every one the folder
-shows, by an exclusive create, so of two stagers starting at once exactly one gets it; one that
-finds the dataset held watches the holder's renewal counter on its own monotonic clock and is
-refused when it advances (naming the holder), or takes over once it stayed unchanged for the
-timeout (the holder is gone: its build folder may then be removed).  A holder on this host whose
-process is gone -- or in this process, whose staging ended without releasing (its store failed) --
-is taken over at once; one whose process is known to run on this host and that renewed within half its
-timeout (each renewal file holds its time) is refused at once, without watching.  The taker removes the
-files of the generations it took over from; a stager that ends removes its own, and the folder when that
-leaves it empty, so a dataset holds no lease folder between stagings.  Before its swap and before removing anything, a stager checks that the
-newest generation is still its own *and* names its token, and stops otherwise
-(:meth:`DatasetLease.check`), so a stager paused past the timeout swaps nothing when it wakes.
+As a run's lease (:mod:`storage._lease`): a stager takes the generation above every one the folder shows, by
+an exclusive create, so of two stagers starting at once exactly one gets it; one that finds the dataset held
+watches the holder's renewal counter on its own monotonic clock and is refused when it advances (naming the
+holder), or takes over once it stayed unchanged for the timeout (the holder is gone: its build folder may then
+be removed).  A holder on this host whose process is gone -- or in this process, whose staging ended without
+releasing (its store failed) -- is taken over at once; one whose process is known to run on this host and that
+renewed within half its timeout (each renewal file holds its time) is refused at once, without watching.  The
+taker removes the files of the generations it took over from; a stager that ends removes its own, and the
+folder when that leaves it empty, so a dataset holds no lease folder between stagings.  Before its swap and
+before removing anything, a stager checks that the newest generation is still its own *and* names its token,
+and stops otherwise (:meth:`DatasetLease.check`), so a stager paused past the timeout swaps nothing when it
+wakes.
 
 Datasets have no key, so these files are not signed: someone who can write the dataset's folder can
 block its staging with a forged lease (as they can delete its shards), never make two stagings run.  (A forged

@@ -338,8 +338,8 @@ def _staged_summaries(sc: Any, url: str, y: Any, options: DataOptions) -> tuple[
         raise InputDataError(f"dataset {url!r} has no shards")
     if options.partitions is not None and int(options.partitions) != partitions:
         raise InputDataError(f"partitions {options.partitions} were asked for, but the staged dataset {url} trains "
-                             f"one partition per shard, and it has {partitions}: leave partitions out, or stage it again "
-                             f"with {options.partitions} shards (sparkdbn stage --shards {options.partitions})")
+                             f"one partition per shard, and it has {partitions}: leave partitions out, or stage it "
+                             f"again with {options.partitions} shards (sparkdbn stage --shards {options.partitions})")
     check_staged_shards(dataset)
     rdd = sc.parallelize(range(partitions), partitions).mapPartitionsWithIndex(
         functools.partial(shard_summary, dataset, options.sink, options.max_classes))

@@ -1,11 +1,11 @@
 """A local SparkSession with embedded defaults, or the session spark-submit already made.
 
-Defaults: ``local[2,4]`` (two worker threads, up to four attempts per task so that a
-crashed Python worker is retried as it would be on a cluster; plain ``local[2]`` never
-retries), loopback networking for a local master (a standalone master's driver binds the address that
-routes to the master, or ``SPARK_LOCAL_IP``: :func:`~node.executor.driver_address`), console progress off (the driver draws its own), executors
-running this very Python (``PYSPARK_PYTHON = sys.executable``) so that they import the same
-packages.  The Spark UI follows Spark's own default (on, port 4040 and up).
+Defaults: ``local[2,4]`` (two worker threads, up to four attempts per task so that a crashed Python worker is
+retried as it would be on a cluster; plain ``local[2]`` never retries), loopback networking for a local master
+(a standalone master's driver binds the address that routes to the master, or ``SPARK_LOCAL_IP``:
+:func:`~node.executor.driver_address`), console progress off (the driver draws its own), executors running
+this very Python (``PYSPARK_PYTHON = sys.executable``) so that they import the same packages.  The Spark UI
+follows Spark's own default (on, port 4040 and up).
 
 Spark settings come, strongest first, from ``conf`` (the command line's ``--conf``), then from
 what Spark was already given -- spark-submit's ``--conf``/``--master``, ``PYSPARK_SUBMIT_ARGS``,
