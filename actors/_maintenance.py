@@ -25,7 +25,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Mapping
 
 import pykka
 
@@ -98,6 +98,8 @@ class Maintenance:
     expected_peers : int
         How many peers the node's fit has (0: unknown): fewer subscribed, it reads the registry
         more often for a while (see the module docstring).
+    registry_fields : mapping, optional
+        More fields of the node's registry entry (the node's own win).
     """
 
     def __init__(
@@ -115,8 +117,10 @@ class Maintenance:
         anti_entropy_interval_s: float,
         max_peers: int,
         expected_peers: int = 0,
+        registry_fields: Mapping[str, Any] | None = None,
     ) -> None:
         self._run, self._node = run, node
+        self._registry_fields = dict(registry_fields or {})
         self._weights, self._runs = weights, runs
         self._transport, self._actor = transport, actor
         self._counters, self._log_once = counters, log_once
@@ -161,8 +165,8 @@ class Maintenance:
     def heartbeat(self, status: str) -> None:
         """Write this node's signed registry entry."""
         # host, pid and pid namespace: `sparkdbn status` on this host tells a node whose process ended
-        info = {"endpoint": self._transport.endpoint, **storage.process_identity(), "python": sys.executable,
-                "started": self._started_at, "last_seen": time.time(), "status": status}  # fmt: skip
+        info = {**self._registry_fields, "endpoint": self._transport.endpoint, **storage.process_identity(),
+                "python": sys.executable, "started": self._started_at, "last_seen": time.time(), "status": status}
         self._runs.register_peer(self._node, info)
 
     def refresh_peers(self) -> int:

@@ -125,6 +125,9 @@ class NodeHandle:
     expected_peers : int
         The peers this node's fit has, when known (0: unknown): short of them, the node reads the
         registry more often for a while after it starts (:mod:`actors._maintenance`).
+    registry_fields : mapping, optional
+        More fields of this node's registry entry (JSON values; never ones the node writes itself), e.g.
+        the fit it serves, which ``sparkdbn status`` compares with the run record's.
     max_snapshot_bytes : int
         Largest snapshot fetched before this node knows its own parameter shapes (afterwards
         the bound follows from them).
@@ -156,6 +159,7 @@ class NodeHandle:
         seed: int | None = None,
         max_peers: int = MAX_PEERS,
         expected_peers: int = 0,
+        registry_fields: Mapping[str, Any] | None = None,
         max_snapshot_bytes: int = storage.DEFAULT_MAX_SNAPSHOT_BYTES,
     ) -> None:
         if not isinstance(secret, (bytes, bytearray)) or len(secret) < storage.MIN_KEY_BYTES:
@@ -177,6 +181,7 @@ class NodeHandle:
         self._keep_versions = keep_versions
         self._max_peers = max_peers
         self._expected_peers = expected_peers
+        self._registry_fields = dict(registry_fields or {})
         self._fresh = threading.Event()  # set by the actor while a fetched snapshot waits (see has_fresh)
         if seed is None:
             seed = int(storage.sha256_hex(f"{run}/{node}".encode())[:16], 16)
@@ -230,7 +235,7 @@ class NodeHandle:
                 self.run, self.node, self._weights, self._runs, self._transport, self._actor, self._counters,
                 self._log_once, peer_refresh_interval_s=self._peer_refresh_interval_s,
                 anti_entropy_interval_s=self._anti_entropy_interval_s, max_peers=self._max_peers,
-                expected_peers=self._expected_peers,
+                expected_peers=self._expected_peers, registry_fields=self._registry_fields,
             ).start()  # fmt: skip
         except BaseException:
             self.stop()

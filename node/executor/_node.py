@@ -124,7 +124,7 @@ class ExecutorNode(NodePartitionTraining, NodeReports, NodeOuterStep):
             config.run, self.name, self.store, config.key, fanout=config.fanout,
             anti_entropy_interval_s=config.anti_entropy_interval_s,
             peer_refresh_interval_s=config.peer_refresh_interval_s, keep_versions=config.keep_versions,
-            expected_peers=max(0, (config.nodes or 0) - 1),
+            expected_peers=max(0, (config.nodes or 0) - 1), registry_fields={"fit": config.fit_id},
             bind_host=address.bind_host, advertise_host=address.advertise_host,
             port_range=actors.parse_port_range(config.port_range))
         logger.info("node %s started for run %s on %s (bound on %s: %s), computing on %s (%s)", self.name,

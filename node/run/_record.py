@@ -83,7 +83,7 @@ class RunRecord:
             record._check_same_run(spec, phases, data_facts, classes, settings)
             was_done = record.status == "done"
             record.data.update(status="running", resumed=now, attempts=int(record.data.get("attempts", 1)) + 1,
-                               settings=settings)
+                               settings=settings, fit=lease.fit_id)
             record.data.pop("finished", None)  # the earlier fit's end; this fit sets its own when it ends
             # The earlier fit's error is not this fit's: kept as history (that fit's only), not as ``error``.
             error = record.data.pop("error", None)
@@ -94,6 +94,7 @@ class RunRecord:
         else:
             record = cls(runs, {
                 "version": RECORD_VERSION, "run": runs.run, "status": "running", "created": now, "attempts": 1,
+                "fit": lease.fit_id,
                 "spec": spec, "phases": list(phases), "settings": settings, "store_url": store_url,
                 "data": data_facts, "classes": None if classes is None else classes.tolist(),
                 "steps": {phase: {"epochs_done": 0, "nodes": [], "result": None, "restarts": []} for phase in phases},

@@ -148,17 +148,19 @@ def format_status(run: str, record: dict[str, Any], peers: dict[str, dict], *, n
         lines.append(f"validation: {validation.get('source')}")
     devices = record.get("devices") or {}
     # Nodes live only while the record says running and its driver is not known to have stopped; they are of
-    # this fit only where seen since it started (created, or resumed).  Behind an unreadable newer record both
-    # are unknown: the entries' own word stands (but for processes known gone).
+    # this fit where their entry names its id (entries and records written before they did: seen since it
+    # started).  Behind an unreadable newer record both are unknown: the entries' own word stands (but for
+    # processes known gone).
     live = bool(skipped_records) or (status == "running" and not stopped)
     fit_started = None if skipped_records else (record.get("resumed") or record.get("created"))
+    fit = None if skipped_records else record.get("fit")
     nodes = sorted(set(peers) | set(devices))
     lines.append(f"nodes ({len(nodes)}):")
     for node in nodes:
         entry = peers.get(node) or {}
         seen = entry.get("last_seen")
         when = "never" if seen is None else f"{_age(now - float(seen))} ago"
-        state = node_state(entry, live=live, fit_started=fit_started)
+        state = node_state(entry, live=live, fit_started=fit_started, fit=fit)
         lines.append(f"  {node}  {state:<5}  last seen {when}  host {entry.get('host', '?')}"
                      f"  pid {entry.get('pid', '?')}" + (f"  python {entry['python']}" if entry.get("python") else ""))
         if node in devices:
@@ -166,7 +168,7 @@ def format_status(run: str, record: dict[str, Any], peers: dict[str, dict], *, n
     return "\n".join(lines)
 
 
-def node_state(entry: dict[str, Any], *, live: bool, fit_started: float | None) -> str:
+def node_state(entry: dict[str, Any], *, live: bool, fit_started: float | None, fit: str | None = None) -> str:
     """A node's state as the status screen shows it: ``alive`` only where its registry entry says so, its run
     is ``live``, it was seen since the run's current fit started, and its process is not known to be gone (a
     node of this host whose pid no longer runs); else ``gone``.  Other states are shown as the entry says.
@@ -179,13 +181,19 @@ def node_state(entry: dict[str, Any], *, live: bool, fit_started: float | None) 
         Whether the run's record says running and its driver still holds the run.
     fit_started : float or None
         When the run's current fit started (the record's ``resumed``, else ``created``); None: unknown.
+    fit : str, optional
+        The current fit's id (the record's ``fit``).  Where both it and the entry name a fit, they decide,
+        with no clock; else the entry's ``last_seen`` against ``fit_started`` (two hosts' clocks).
     """
     status = entry.get("status", "?")
     if status != "alive":
         return str(status)
     seen = entry.get("last_seen")
-    earlier_fit = (isinstance(seen, (int, float)) and isinstance(fit_started, (int, float))
-                   and float(seen) < float(fit_started))
+    if fit is not None and entry.get("fit") is not None:
+        earlier_fit = entry["fit"] != fit
+    else:
+        earlier_fit = (isinstance(seen, (int, float)) and isinstance(fit_started, (int, float))
+                       and float(seen) < float(fit_started))
     if not live or earlier_fit or storage.holder_process_gone(entry):
         return "gone"
     return "alive"

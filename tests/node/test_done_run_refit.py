@@ -27,7 +27,7 @@ class Runs:
         self.written.append(dict(data))
 
 
-LEASE = SimpleNamespace(generation=2, check_store=lambda: None)
+LEASE = SimpleNamespace(generation=2, check_store=lambda: None, fit_id="fit-2")
 
 
 def start(previous: dict | None, epochs: dict[str, int], spec: dict = SPEC, data: dict = DATA,

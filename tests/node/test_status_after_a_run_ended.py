@@ -55,6 +55,19 @@ def test_nodes_of_an_earlier_fit_of_a_resumed_run_are_shown_gone_and_this_fits_a
     assert _node_lines(screen) == {"old": "gone", "new": "alive"}, screen
 
 
+def test_where_entries_and_record_name_the_fit_the_ids_decide_not_two_hosts_clocks():
+    # A node of this fit on a host whose clock is behind the driver's was shown gone just after a resume.
+    behind = {"status": "alive", "last_seen": 190.0, "host": "elsewhere", "pid": 9, "fit": "fit-2"}
+    ahead = {"status": "alive", "last_seen": 230.0, "host": "elsewhere", "pid": 7, "fit": "fit-1"}
+    record = _record("running", resumed=200.0, fit="fit-2")
+    screen = format_status("r1", record, {"this": behind, "earlier": ahead}, now=215.0, driver=(True, "driver: h"))
+    assert _node_lines(screen) == {"this": "alive", "earlier": "gone"}, screen
+    # A record written before records named the fit: the clocks, as before.
+    older = format_status("r1", _record("running", resumed=200.0), {"this": behind, "earlier": ahead}, now=215.0,
+                          driver=(True, "driver: h"))
+    assert _node_lines(older) == {"this": "gone", "earlier": "alive"}, older
+
+
 def test_a_node_of_this_host_whose_process_ended_is_shown_gone_while_its_run_runs():
     here = socket.gethostname()
     peers = {"ended": {"status": "alive", "last_seen": 150.0, "host": here, "pid": _ended_pid()},
@@ -76,6 +89,7 @@ class _Runs:
 
 class _Lease:
     generation = 2
+    fit_id = "fit-2"
 
     def check_store(self) -> None:
         pass
@@ -93,8 +107,9 @@ def _resume(previous: dict) -> dict:
 def test_a_resumed_record_keeps_the_earlier_fits_error_as_history_not_as_its_own():
     failed = dict(_record("failed", finished=160.0, error="interrupted (Ctrl-C)"), spec={"kind": "dbn"},
                   version=2, data={"feature_shape": [4]})
-    resumed = _resume(failed)
+    resumed = _resume(dict(failed, fit="fit-1"))
     assert "error" not in resumed and resumed["previous_error"] == "interrupted (Ctrl-C)"
+    assert resumed["fit"] == "fit-2"  # the resuming fit's: its nodes' entries name it
     # Nor the earlier fit's end as its own: a running record said "resumed 5s ago, finished 9s ago".
     assert "finished" not in resumed and "finished" not in format_status("r1", resumed, {}, now=300.0)
     resumed.update(status="done", finished=300.0)

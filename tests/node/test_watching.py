@@ -306,6 +306,9 @@ def test_early_stopping_stops_the_job_queued_behind_its_epoch_and_leaves_the_nod
     assert len(stopped) == 1 and f"finetune epoch {len(epochs) + 1}'" in stopped[0], stopped
     for pid in {record["pid"] for summary in trainer.history_ for record in summary["records"]}:
         os.kill(pid, 0)  # every Python worker that trained is alive (raises ProcessLookupError if not)
+    # Each node's registry entry names the fit the run record names (`sparkdbn status` compares them, no clock).
+    view = node.open_run(store_url, "stop-queued")
+    assert {entry.get("fit") for entry in view.runs.list_peers().values()} == {view.record["fit"]}
 
 
 def test_early_stopping_on_shuffled_labels_stops_keeps_the_best_and_resumes(spark, digits, tmp_path, capsys):
