@@ -24,7 +24,7 @@ from pyspark import Broadcast
 import actors
 
 from .._contract import ContractError, NodeConfig, PartitionReport, TaskSpec, decode, encode
-from .._errors import store_failure
+from .._errors import TrainingError, store_failure
 from ..modes import mode_named
 from ._device import moved_from, task_gpu_addresses
 from ._node import ExecutorNode, node_id
@@ -133,9 +133,10 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
     try:
         yield from _train_slot(task, mode, start, partition)
     except actors.NodeAddressError as error:  # the node's start: Spark's next attempt on this host meets the same
-        logger.warning("node %s cannot start: %s", node_id(), error)
-        yield encode(_failure_report(task, partition, node_error=f"the node on host {socket.gethostname()} cannot "
-                                                                 f"start: {error}"))
+        said = f"the node on host {socket.gethostname()} cannot start: {error}"
+        logger.warning("node %s: %s", node_id(), said)
+        mode.node_unavailable(task, partition, TrainingError(said))
+        yield encode(_failure_report(task, partition, node_error=said))
     except Exception as error:
         failure = store_failure(error)
         if failure is None:

@@ -75,6 +75,11 @@ class TrainingMode(ABC):
         Returns the nodes' reports, one list per epoch trained (at least one), from ``first`` on.
         """
 
+    def node_unavailable(self, task: TaskSpec, spark_partition: int, error: BaseException) -> None:
+        """Executor: the task's node could not start (``error``; the task reports it, the fit ends on it).  A
+        mode whose tasks wait for each other tells the others, which would wait for this one in vain; the
+        others' tasks end on their own."""
+
     @abstractmethod
     def train_task(self, node: ModeNode, task: TaskSpec, *, spark_partition: int,
                    blocks: list[Block]) -> Iterator[PartitionReport]:

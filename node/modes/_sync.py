@@ -79,6 +79,10 @@ class _PeerMissing(TrainingError):
     looks so to its peers (where it was lost, Spark's run of its task again says so: :class:`SyncNodeLost`)."""
 
 
+class _AttemptFailed(TrainingError):
+    """Another slot recorded the attempt's failure while this one waited at a barrier: already recorded."""
+
+
 def _node_lost(error: BaseException) -> bool:
     """Whether a Spark job failed because a run of a task again found its slot claimed (:class:`SyncNodeLost`):
     a node was lost.  Not a cancelled job (the fit stopping, its lease lost), nor peers missing at a barrier
@@ -146,6 +150,11 @@ class SyncMode(TrainingMode):
         return dataclasses.replace(options, attempt=options.attempt + 1, resume=resume)
 
     # ------------------------------------------------------------------ executor
+    def node_unavailable(self, task: TaskSpec, spark_partition: int, error: BaseException) -> None:
+        """Record ``error`` as the attempt's failure: the other slots' barriers end on it, not on their timeout."""
+        store = storage.open_store(task.node.store_url, retry_timeout_s=task.node.store_retry_timeout_s)
+        SyncJob(store, task, task.options.attempt).record_failure(error)
+
     def train_task(self, node: ModeNode, task: TaskSpec, *, spark_partition: int,
                    blocks: list[Block]) -> Iterator[PartitionReport]:
         slots = [list(partitions) for partitions in task.slots]
@@ -158,9 +167,10 @@ class SyncMode(TrainingMode):
             raise job.lost_node_error(spark_partition)
         try:
             yield from self._train_attempt(node, task, job, spark_partition, blocks)
-        except (_PeerMissing, *STORE_FAILURES):
+        except (_PeerMissing, _AttemptFailed, *STORE_FAILURES):
             # what a lost node looks like from its peers: no failure of the job's own; nor is a store down,
-            # refusing the run or full (recording it would wait out the outage once more; the task reports it)
+            # refusing the run or full (recording it would wait out the outage once more; the task reports it);
+            # another slot's failure is recorded already
             raise
         except Exception as error:  # the next attempt would fail alike: the driver raises it instead
             job.record_failure(error)
@@ -309,6 +319,9 @@ class SyncMode(TrainingMode):
                         found[member] = record
             if len(found) == len(members):
                 return [found[member] for member in members]
+            failure = job.failure()
+            if failure is not None:  # a slot failed in a way any attempt would (its node cannot start): no round
+                raise _AttemptFailed(str(job.failure_error(failure)))
             if time.monotonic() > deadline:
                 missing = sorted(set(members) - set(found))
                 raise _PeerMissing(
