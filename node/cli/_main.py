@@ -163,7 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     stage.add_argument("--test-fraction", type=float, help="hold out this stratified share at <url>/test")
     stage.add_argument("--scale", choices=("minmax",), help="scale each feature to [0, 1] by the training "
                        "part's min/max (recorded in _meta.json, applied again to new data)")
-    stage.add_argument("--seed", type=int, help="seed of the held-out split (default 0)")
+    stage.add_argument("--seed", type=int, help="seed of the row shuffle before the rows are cut into shards, and "
+                       "of the held-out split (default 0)")
     stage.add_argument("--recipe", help="digits (default) or digits28, without --input; its held-out split goes to "
                        "<url>/test")
     stage.add_argument("--url", help="dataset directory URL, e.g. file:///data/store/datasets/digits")

@@ -49,9 +49,8 @@ def check_stage_flags(options: dict[str, Any], given: set[str]) -> None:
         if name in given and kind in where:
             raise UsageError(f"{_flag(name)} names columns of a CSV or Parquet --input; {source} is {kind.upper()}: "
                              f"{where[kind]}")
-    if "seed" in given and not options.get("test_fraction"):
-        raise UsageError(f"--seed seeds the held-out split of --test-fraction, and there is none: staging {source} "
-                         "draws nothing at random")
+    if options.get("seed") is not None and not 0 <= int(options["seed"]) < 2 ** 63:
+        raise UsageError(f"--seed must be an integer in [0, 2**63), got {options['seed']}")
     if "labels" in given and kind != "idx":
         raise UsageError(f"--labels names the labels file of an IDX --input; {source} is {kind.upper()}, whose labels "
                          f"are {'its array y' if kind == 'npz' else 'its --label-col column'}")

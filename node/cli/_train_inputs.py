@@ -153,7 +153,10 @@ def train_seed(options: dict[str, Any]) -> int:
     if given is not None and in_settings is not None and int(given) != int(in_settings):
         raise UsageError(f"seed {given} (--seed or the config's seed:) and the config's settings: seed {in_settings} "
                          "differ; a recipe's held-out split, the model and the training take one seed: give it once")
-    return int(next((seed for seed in (given, in_settings) if seed is not None), 0))
+    seed = int(next((seed for seed in (given, in_settings) if seed is not None), 0))
+    if not 0 <= seed < 2 ** 63:  # checked again with the settings, after the recipe would have been split by it
+        raise UsageError(f"training settings: seed must be an integer in [0, 2**63), got {seed}")
+    return seed
 
 
 def check_local_store_writable(store_url: str, run_id: str | None) -> None:

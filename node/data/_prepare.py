@@ -33,7 +33,7 @@ import functools
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import scipy.sparse
@@ -218,7 +218,9 @@ class DataOptions:
     require_labels : bool
         Raise when the data has no labels (supervised phases need them).
     shuffle_seed : int or None
-        Shuffle numpy rows with this seed before splitting (None keeps the order).
+        Shuffle the rows with this seed before splitting: numpy rows on the driver, a DataFrame's or an RDD's
+        by a seeded random partition each (None keeps the order, and a DataFrame's or RDD's partitions where
+        they are as many as asked).
     max_classes : int
         More distinct labels than this is an error naming the count.
     sink : BlockSink, optional
@@ -386,11 +388,15 @@ def _frame_summaries(df: Any, y: Any, partitions: int, options: DataOptions) -> 
         raise InputDataError(f"y must not be given with a DataFrame (its labels are its column {label_col!r})")
     feature_column_kind(df, features_col)
     columns = [features_col]
-    if label_col in df.columns:
+    if label_col in df.columns or options.require_labels:  # a model that needs labels names the columns there are
         check_label_column(df, label_col)
         columns.append(label_col)
     selected = df.select(*columns)
-    if selected.rdd.getNumPartitions() != partitions:
+    if options.shuffle_seed is not None:  # rows sorted or grouped by label would give each node a few classes
+        from pyspark.sql import functions
+
+        selected = selected.repartition(partitions, functions.rand(options.shuffle_seed))
+    elif selected.rdd.getNumPartitions() != partitions:
         selected = selected.repartition(partitions)
     summaries = selected.mapInArrow(functools.partial(arrow_partition_summary, options.sink, options.max_classes),
                                     "summary string")
@@ -401,9 +407,20 @@ def _row_summaries(data: RDD, y: Any, partitions: int, options: DataOptions) -> 
     """An RDD of ``(features, label)`` rows (or bare features), one summary per partition."""
     if y is not None:
         raise InputDataError("y must not be given with an RDD (rows are (features, label) pairs)")
-    rdd = data if data.getNumPartitions() == partitions else data.repartition(partitions)
+    if options.shuffle_seed is not None:  # rows sorted or grouped by label would give each node a few classes
+        rdd = data.mapPartitionsWithIndex(functools.partial(_random_keys, options.shuffle_seed, partitions))
+        rdd = rdd.partitionBy(partitions).values()
+    else:
+        rdd = data if data.getNumPartitions() == partitions else data.repartition(partitions)
     return (rdd.mapPartitionsWithIndex(functools.partial(rows_summary, options.sink, options.max_classes)).collect,
             "RDD of (features, label)")
+
+
+def _random_keys(seed: int, partitions: int, index: int, rows: Iterator[Any]) -> Iterator[tuple[int, Any]]:
+    """Each row of an RDD's partition ``index`` keyed by the partition it moves to, drawn from ``seed``."""
+    rng = np.random.default_rng([seed, index])
+    for row in rows:
+        yield int(rng.integers(partitions)), row
 
 
 def _check_summaries(summaries: list[dict], source: str, classes: np.ndarray | None, require_labels: bool,

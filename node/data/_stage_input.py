@@ -278,7 +278,9 @@ def stage_input(source: str, url: str, *, label_col: str | None = "label", featu
         y, classes = _class_indices(y)
         if classes is not None:
             extra["classes"] = classes  # class index k stands for classes[k]
-    train_rows = np.arange(len(X))
+    # Shuffled (seeded) before they are cut into shards, the training partitions: rows sorted or grouped by label
+    # would give each node a few classes (digits sorted by label: 0.93 held out instead of 0.97).
+    train_rows = np.random.default_rng(seed).permutation(len(X))
     if test_fraction:
         from sklearn.model_selection import train_test_split
 

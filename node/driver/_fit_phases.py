@@ -230,7 +230,8 @@ class LeasedFit:
                    reports: list[PartitionReport], wall_s: float, validate: bool = True) -> None:
         summary = summarize_epoch(self.state.run_id, phase, epoch, [report.to_record() for report in reports], wall_s,
                                   batch_size=self.state.spec.get("batch_size"),
-                                  node_batch_size=self.node_config.node_batch_size or None)
+                                  node_batch_size=self.node_config.node_batch_size or None,
+                                  staged=self.prepared.staged is not None)
         outer = outer_step_in(self.node_config, self.model, phase)
         summary["outer_step"] = None if outer is None else list(outer)
         self.history.append(summary)

@@ -122,12 +122,14 @@ class SparkJob:
 
 
 def summarize_epoch(run: str, phase: str, epoch: int, records: list[dict], wall_s: float, *,
-                    batch_size: int | None = None, node_batch_size: int | None = None) -> dict[str, Any]:
+                    batch_size: int | None = None, node_batch_size: int | None = None,
+                    staged: bool = False) -> dict[str, Any]:
     """One epoch's summary from its partitions' records.
 
     ``batch_size`` is the model's minibatch, ``node_batch_size`` the nodes' where the scaling rule
     made it smaller (:func:`node.modes._scaling.node_batch_size`; None: the model's): the minibatch the
-    small-partition warning counts steps of.
+    small-partition warning counts steps of; ``staged``: the data is a staged dataset (the warning's advice
+    names its shards, not ``partitions``).
     """
     samples = sum(r["samples"] for r in records)
     loss = sum(r["loss"] * r["samples"] for r in records) / samples if samples else float("nan")
@@ -146,7 +148,7 @@ def summarize_epoch(run: str, phase: str, epoch: int, records: list[dict], wall_
         "learning_rate_scale": float(np.mean([r.get("learning_rate_scale", 1.0) for r in records])) if records else 1.0,
         "nodes_merging": max((int(r.get("nodes_merging", 1)) for r in records), default=1),
         "node_batch_size": node_batch_size,
-        "warning": small_partition_warning(records, node_batch_size or batch_size),
+        "warning": small_partition_warning(records, node_batch_size or batch_size, staged=staged),
         "records": records,
     }
 
@@ -160,12 +162,12 @@ def epoch_versions(records: list[dict]) -> dict[str, int]:
     return versions
 
 
-def small_partition_warning(records: list[dict], batch_size: int | None) -> str | None:
+def small_partition_warning(records: list[dict], batch_size: int | None, *, staged: bool = False) -> str | None:
     """What to change when the nodes' shares of the epoch are too small to learn from, else None."""
     per_node: dict[str, int] = {}
     for record in records:
         per_node[record["node"]] = per_node.get(record["node"], 0) + int(record["samples"])
-    return scaling_warning(per_node, len(records), batch_size)
+    return scaling_warning(per_node, len(records), batch_size, staged=staged)
 
 
 def summary_line(summary: Mapping[str, Any], epochs: int, *, full_warning: bool = True) -> str:

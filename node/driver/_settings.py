@@ -102,7 +102,10 @@ class TrainingSettings:
     seed : int
         Seeds the data shuffle and every node's minibatch order.
     shuffle : bool
-        Shuffle numpy rows before splitting them into partitions.
+        Shuffle the rows before splitting them into partitions (seeded by ``seed``): numpy rows, and a
+        DataFrame's or RDD's (each row to a random partition), so that rows sorted or grouped by label do not
+        give each node a few classes.  False keeps a DataFrame's or RDD's partitions where they are as many as
+        asked.  A staged dataset's shards are its partitions (``sparkdbn stage`` shuffles before it shards).
     progress : bool
         Show the progress bar and per-epoch summary lines (stderr).
     max_classes : int
@@ -281,6 +284,8 @@ class TrainingSettings:
             raise ValueError(f"max_classes must be >= 2, got {self.max_classes}")
         if self.lease_timeout_s <= 0:
             raise ValueError(f"lease_timeout_s must be > 0, got {self.lease_timeout_s}")
+        if not 0 <= self.seed < 2 ** 63:  # numpy's generators take no negative seed
+            raise ValueError(f"seed must be an integer in [0, 2**63), got {self.seed}")
         if self.store_retry_timeout_s < 0:
             raise ValueError(f"store_retry_timeout_s must be >= 0 (0: each store operation is tried once), got "
                              f"{self.store_retry_timeout_s}")

@@ -288,7 +288,8 @@ def schedule_place(epoch: int, slots: Sequence[Sequence[int]], partition: int) -
     return None
 
 
-def scaling_warning(samples_per_node: Mapping[str, int], partitions: int, batch_size: int | None) -> str | None:
+def scaling_warning(samples_per_node: Mapping[str, int], partitions: int, batch_size: int | None, *,
+                    staged: bool = False) -> str | None:
     """What to change when the nodes' shares of an epoch are too small to learn from at equal epochs, else None.
 
     Parameters
@@ -299,6 +300,8 @@ def scaling_warning(samples_per_node: Mapping[str, int], partitions: int, batch_
         Partitions of the epoch.
     batch_size : int, optional
         The model's minibatch size (None: no warning).
+    staged : bool
+        The data is a staged dataset, whose shards are its partitions: more of them is a staging of more shards.
     """
     nodes = len(samples_per_node)
     if not batch_size or nodes < 2:
@@ -310,7 +313,8 @@ def scaling_warning(samples_per_node: Mapping[str, int], partitions: int, batch_
     advice = ["train more epochs", "use fewer nodes for this data"]
     advised = nodes * min(ADVISED_PARTITIONS_PER_NODE, steps)  # never a partition smaller than a minibatch
     if partitions < advised:
-        advice.append(f"merge more often (partitions={advised}), which makes up part of the shortfall")
+        more = f"stage the dataset again with --shards {advised}" if staged else f"partitions={advised}"
+        advice.append(f"merge more often ({more}), which makes up part of the shortfall")
     return (f"each of the {nodes} nodes takes only {steps} minibatch steps of {batch_size} per epoch "
             f"(~{rows} rows), fewer than {MIN_STEPS_PER_NODE_EPOCH} steps: the scaled learning rates cannot make up "
             f"for so few steps, and accuracy at these epochs will fall short of one node's; {', or '.join(advice)}")

@@ -439,8 +439,7 @@ def test_contradictory_or_ignored_stage_flags_are_one_line_and_nothing_is_staged
          f"--labels names the labels file of an IDX --input; {csv} is CSV, whose labels are its --label-col column"),
         (["--input", str(npz), "--labels", str(tmp_path / "labels")],
          f"--labels names the labels file of an IDX --input; {npz} is NPZ, whose labels are its array y"),
-        (["--input", str(csv), "--seed", "3"], f"--seed seeds the held-out split of --test-fraction, and there is "
-                                               f"none: staging {csv} draws nothing at random"),
+        (["--input", str(csv), "--seed", "-3"], "--seed must be an integer in [0, 2**63), got -3"),
     ]
     for args, expected in cases:
         assert main(["stage", "--url", url, *args]) == 2, args

@@ -152,3 +152,17 @@ def test_the_commands_that_read_a_run_retry_the_store_as_long_as_the_config_file
     assert main(["status", "--store", url, "--config", str(tmp_path / "bad.yaml")]) == 2
     assert capsys.readouterr().err.strip() == ("sparkdbn status: training settings: store_retry_timeout_s must be >= 0 "
                                                "(0: each store operation is tried once), got -1")
+
+
+def test_a_negative_seed_is_refused_by_name_before_spark_starts(tmp_path, monkeypatch, capsys):
+    # numpy's "expected non-negative integer" traceback came out of the recipe's split, exit status 1.
+    import node
+    import node.cli._commands as _commands
+    from node.cli import main
+
+    monkeypatch.setattr(_commands, "_session", lambda options: pytest.fail("Spark started"))
+    assert main(["train", "--store", str(tmp_path / "store"), "--seed", "-1", "--epochs", "1"]) == 2
+    assert capsys.readouterr().err.strip() == ("sparkdbn train: training settings: seed must be an integer in "
+                                               "[0, 2**63), got -1")
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*63\), got -1"):
+        node.TrainingSettings(seed=-1).validate()

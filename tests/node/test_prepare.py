@@ -60,7 +60,7 @@ def test_the_drivers_summaries_of_numpy_rows_are_the_executors_summaries_of_the_
     # The same partitions as an RDD of (features, label) rows: summarized by the executors.
     parts = [list(zip(X_part, y_part.tolist())) for _index, X_part, y_part in on_driver.held]
     rdd = spark.sparkContext.parallelize(parts, len(parts)).flatMap(lambda rows: rows)
-    by_spark = prepare_training_data(spark, rdd, options=DataOptions(partitions=3))
+    by_spark = prepare_training_data(spark, rdd, options=DataOptions(partitions=3, shuffle_seed=None))  # as held
     try:
         assert json.dumps(on_driver.summaries) == json.dumps(by_spark.summaries)
         assert (on_driver.rows_per_partition, on_driver.feature_shape) == (by_spark.rows_per_partition,
@@ -124,11 +124,11 @@ def test_numpy_rows_with_nan_or_too_many_labels_are_refused_naming_where(spark):
 def test_a_dataframes_partitions_are_read_checked_and_stored_by_one_job_through_arrow(spark, tmp_path):
     X, y = numbered_rows(rows=60)
     rows = [(row.tolist(), int(label)) for row, label in zip(X, y)]
-    frame = spark.sparkContext.parallelize(rows, 3).toDF(["features", "label"])  # 3 partitions: no shuffle
+    frame = spark.sparkContext.parallelize(rows, 3).toDF(["features", "label"])
     store_url = "file://" + str(tmp_path / "store")
     sink = block_sink(store_url, 5.0, b"k" * 32, "r1", "f" * 32)
     prepared, jobs = no_jobs_in(spark, "dataframe-in-one-job", lambda: prepare_training_data(
-        spark, frame, options=DataOptions(partitions=3, sink=sink)))
+        spark, frame, options=DataOptions(partitions=3, sink=sink, shuffle_seed=None)))  # kept as they are
     assert len(jobs) == 1 and prepared.stored and prepared.held is None
     assert sum(prepared.rows_per_partition) == len(X) and list(prepared.classes) == [0, 1, 2]
     config = SimpleNamespace(store_url=store_url, store_retry_timeout_s=5.0, key=b"k" * 32, run="r1",
@@ -138,6 +138,37 @@ def test_a_dataframes_partitions_are_read_checked_and_stored_by_one_job_through_
     ids = np.rint(np.concatenate([X_part[:, 0] for _index, X_part, _y in blocks]) * len(X)).astype(int)
     assert sorted(ids) == list(range(len(X)))  # every row stored once, with its own label
     assert np.array_equal(np.concatenate([y_part for *_rest, y_part in blocks]), y[ids])
+
+
+def _classes_per_partition(prepared) -> list[int]:
+    return [len(summary["labels"]["values"]) for summary in prepared.summaries]
+
+
+def test_a_dataframe_or_rdd_sorted_by_label_is_shuffled_across_the_partitions_unless_shuffle_is_off(spark):
+    # Spark's partitions were kept where they were as many as asked: rows grouped by label gave each node a few
+    # classes (digits in 4 partitions by label range: 0.72 held out against 0.96 shuffled).
+    X, _ = numbered_rows(rows=400)
+    y = np.repeat(np.arange(8), 50)  # sorted by label: each of 4 partitions holds 2 classes
+    rows = [(row.tolist(), int(label)) for row, label in zip(X, y)]
+    rdd = spark.sparkContext.parallelize(rows, 4)
+    frame = rdd.toDF(["features", "label"])
+    for data in (frame, rdd):
+        kept = prepare_training_data(spark, data, options=DataOptions(partitions=4, shuffle_seed=None))
+        assert _classes_per_partition(kept) == [2, 2, 2, 2]
+        shuffled = prepare_training_data(spark, data, options=DataOptions(partitions=4, shuffle_seed=0))
+        assert min(_classes_per_partition(shuffled)) == 8 and sum(shuffled.rows_per_partition) == 400
+        again = prepare_training_data(spark, data, options=DataOptions(partitions=4, shuffle_seed=0))
+        assert again.rows_per_partition == shuffled.rows_per_partition  # seeded: the same split again
+
+
+def test_a_dataframe_without_the_label_column_a_model_needs_is_refused_naming_its_columns(spark):
+    # It said "DataFrame[features, label] has no labels", after a Spark job, as if a label column were there.
+    frame = spark.createDataFrame([([0.5, 0.5], 1), ([0.2, 0.1], 0)], ["features", "target"])
+    with pytest.raises(node.InputDataError, match=r"^DataFrame has no label column 'label'; its columns are "
+                                                  r"\['features', 'target'\]$"):
+        prepare_training_data(spark, frame, options=DataOptions(partitions=2, require_labels=True))
+    unlabelled = prepare_training_data(spark, frame.select("features"), options=DataOptions(partitions=2))
+    assert unlabelled.classes is None  # a model that needs none takes it
 
 
 def test_a_summary_names_each_columns_first_row_at_its_minimum_and_maximum():

@@ -344,6 +344,8 @@ def test_the_epoch_summary_warns_when_nodes_take_too_few_steps_per_epoch_and_say
     warning = small_partition_warning(small, batch_size=10)
     assert "only 17 minibatch steps of 10 per epoch (~168 rows), fewer than 48 steps:" in warning
     assert "partitions=64" in warning and "more epochs" in warning and "fewer nodes" in warning
+    staged = small_partition_warning(small, batch_size=10, staged=True)  # its shards are its partitions
+    assert "stage the dataset again with --shards 64" in staged and "partitions=" not in staged
     merged_often = [{"node": f"n{k % 8}", "samples": 21} for k in range(64)]
     assert "partitions=" not in small_partition_warning(merged_often, batch_size=10)
     tiny = [{"node": f"n{k % 8}", "samples": 15} for k in range(16)]  # 3 steps per node: 3 partitions of a minibatch

@@ -111,8 +111,9 @@ def test_a_parquet_file_of_a_features_column_of_arrays_is_staged_as_predict_take
     url = str(tmp_path / "staged")
     assert cli.main(["stage", "--input", str(tmp_path / "digits-test.parquet"), "--url", url]) == 0
     X, y = storage.open_dataset(url).read_all()
-    np.testing.assert_array_equal(X, split.X_test.astype(np.float32))
-    np.testing.assert_array_equal(y, split.y_test)
+    shuffled = np.random.default_rng(0).permutation(len(split.X_test))  # before sharding, seeded by --seed (0)
+    np.testing.assert_array_equal(X, split.X_test[shuffled].astype(np.float32))
+    np.testing.assert_array_equal(y, split.y_test[shuffled])
     assert storage.open_dataset(url).meta.get("feature_names") is None  # new rows: a features column, as given
 
     # A column of arrays beside scalar feature columns is refused, naming them.
@@ -124,3 +125,25 @@ def test_a_parquet_file_of_a_features_column_of_arrays_is_staged_as_predict_take
     assert "feature column 'features' holds arrays, and there are other feature columns (extra)" in \
         capsys.readouterr().err
     assert not (tmp_path / "never").exists()
+
+
+def test_rows_sorted_by_label_are_shuffled_before_they_are_cut_into_shards_the_same_way_each_time(tmp_path, capsys):
+    # The shards kept the file's order: iris as scikit-learn ships it staged as shards {0: 50}, {1: 50}, {2: 50},
+    # and each node of a fit trained on one class (digits sorted by label: 0.93 held out against 0.97).
+    rows = [f"{label},{label + k / 100},{k / 100}" for label in range(3) for k in range(50)]
+    (tmp_path / "sorted.csv").write_text("label,a,b\n" + "\n".join(rows) + "\n")
+    shards = []
+    for name, seed in (("one", []), ("two", []), ("three", ["--seed", "4"])):
+        url = "file://" + str(tmp_path / name)
+        assert cli.main(["stage", "--input", str(tmp_path / "sorted.csv"), "--url", url, "--shards", "3",
+                         *seed]) == 0, capsys.readouterr().err
+        dataset = storage.open_dataset(url)
+        shards.append([dataset.read_shard(index) for index in range(3)])
+        for _X, y in shards[-1]:
+            assert set(y.tolist()) == {0, 1, 2}  # every shard holds every class
+        column_a = np.sort(np.concatenate([X for X, _y in shards[-1]])[:, 0])
+        np.testing.assert_allclose(column_a, sorted(label + k / 100 for label in range(3) for k in range(50)),
+                                   rtol=1e-6)  # every row once
+    for (X_one, _), (X_two, _) in zip(shards[0], shards[1]):
+        np.testing.assert_array_equal(X_one, X_two)  # seeded (--seed, default 0): the same shards again
+    assert not all(np.array_equal(a[0], b[0]) for a, b in zip(shards[0], shards[2]))
