@@ -32,27 +32,21 @@ drops a connection whose frame exceeds :data:`MAX_FRAME_BYTES` before reading th
 queues at most :data:`RECEIVE_QUEUE_MESSAGES` messages per peer.  (ZeroMQ does not bound the
 number of frames in one message; only peers in the signed registry that hold the run's key are heard at all.)
 
-Only the nodes of the run can speak to each other at all: every socket speaks CurveZMQ under one key pair
-derived from the run's key (:func:`run_curve_keys`).  Each publishing socket is a CurveZMQ server with that
-pair, and each SUB socket a client that knows its public half, which is never sent anywhere.  A process
-without the run's key cannot complete the handshake with a node's publishing port (its connection is
-dropped before any subscription is read, and counted as ``refused_subscribers``), and it cannot pose as a
-peer's publisher.  What crosses the network is encrypted as well as signed.  Without this, anyone who
-reached the port could subscribe to many distinct short topics, each of which ZeroMQ keeps (about 45
-bytes per byte of topic) and queues without bound: 200,000 of them once grew a node by 340 MB.
+Only the nodes of the run can speak to each other at all: every socket speaks CurveZMQ under the run's key
+pair (:mod:`actors._curve`).  A connection to a node's publishing port that does not complete the handshake is
+dropped before any subscription is read, and counted as ``refused_subscribers``.
 
 Between the nodes of a run, the publishing socket still drops a connection that sends a message longer
 than :data:`MAX_SUBSCRIPTION_BYTES` (nodes send the 1-byte subscription to every topic): without the bound
 one 100 MB subscription message made a node hold 4.5 GB.
 
-One ZeroMQ context is shared by every transport in the process, terminated when the last closes.
+One ZeroMQ context is shared by every transport in the process (:mod:`actors._context`).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import os
 import random
 import socket as socket_module
 import threading
@@ -60,16 +54,15 @@ import time
 from typing import Callable, Iterable
 
 import zmq
-from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
-import storage
-
+from ._context import acquire_context, release_context
+from ._curve import as_run_publisher, as_run_subscriber
 from ._errors import ActorsError, NodeAddressError
 from ._stats import Counters, LogEvery
 from ._wire import MAX_PAYLOAD_BYTES
 
-__all__ = ["Transport", "parse_port_range", "run_curve_keys", "as_run_publisher", "as_run_subscriber"]
+__all__ = ["Transport", "parse_port_range"]
 
 logger = logging.getLogger(__name__)
 
@@ -92,45 +85,11 @@ RECONNECT_MAX_S = 30.0
 CONNECT_TIMEOUT_S = 5.0
 #: An unreachable peer is logged at warning level at most this often (each retry is counted).
 PEER_LOG_INTERVAL_S = 60.0
-_CURVE_PURPOSE = "sparkdbn curve server key v1"
 #: Monitor events of the publishing socket that mean a connection did not complete the CurveZMQ handshake.
 _REFUSED_HANDSHAKES = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                        | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 
-_context_lock = threading.Lock()
-_context: zmq.Context | None = None
-_context_users = 0
 _inproc_ids = itertools.count()
-
-
-def _forget_context_after_fork() -> None:
-    # The parent's context is unusable in a forked child (and must not be terminated there):
-    # a node started in the child gets a fresh one.
-    global _context, _context_users, _context_lock
-    _context_lock = threading.Lock()
-    _context, _context_users = None, 0
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_context_after_fork)
-
-
-def _acquire_context() -> zmq.Context:
-    global _context, _context_users
-    with _context_lock:
-        if _context is None or _context.closed:
-            _context = zmq.Context()
-        _context_users += 1
-        return _context
-
-
-def _release_context() -> None:
-    global _context, _context_users
-    with _context_lock:
-        _context_users -= 1
-        if _context_users == 0 and _context is not None:
-            _context.term()  # every socket is closed with a bounded linger by now
-            _context = None
 
 
 def parse_port_range(text: str | None) -> tuple[int, int] | None:
@@ -157,30 +116,6 @@ def parse_port_range(text: str | None) -> tuple[int, int] | None:
 def _tcp_host(host: str) -> str:
     """``host`` as it goes into a ``tcp://`` endpoint (IPv6 literals in brackets)."""
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
-
-
-def run_curve_keys(secret: bytes) -> tuple[bytes, bytes]:
-    """The run's CurveZMQ key pair ``(public, secret)`` (Z85), derived from the run's key ``secret``.
-
-    Every node of the run publishes as a CurveZMQ server with it and subscribes knowing its public half: only
-    holders of the run's key can compute either.
-    """
-    private = z85.encode(bytes.fromhex(storage.mac_hex(secret, _CURVE_PURPOSE)))
-    return zmq.curve_public(private), private
-
-
-def as_run_publisher(socket: zmq.Socket, secret: bytes) -> None:
-    """Make ``socket`` (before it binds) a CurveZMQ server of the run whose key is ``secret``."""
-    public, private = run_curve_keys(secret)
-    socket.curve_secretkey = private
-    socket.curve_publickey = public
-    socket.curve_server = True
-
-
-def as_run_subscriber(socket: zmq.Socket, secret: bytes) -> None:
-    """Make ``socket`` (before it connects) a CurveZMQ client of the run's publishers (own key pair: any)."""
-    socket.curve_serverkey = run_curve_keys(secret)[0]
-    socket.curve_publickey, socket.curve_secretkey = zmq.curve_keypair()
 
 
 class Transport:
@@ -264,7 +199,7 @@ class Transport:
         if self._started:
             raise ActorsError(f"transport {self._name} was already started")
         self._started = True
-        self._context = _acquire_context()
+        self._context = acquire_context()
         self._inproc = f"inproc://sparkdbn-transport-{next(_inproc_ids)}"
         try:
             self._pub = self._context.socket(zmq.XPUB)
@@ -297,7 +232,7 @@ class Transport:
         except (zmq.ZMQError, NodeAddressError) as error:
             self._closed = True
             self._close_sockets()
-            _release_context()
+            release_context()
             if isinstance(error, NodeAddressError):
                 raise
             raise ActorsError(f"cannot open the publish-subscribe sockets on {self._bind_host!r}: {error}") from error
@@ -371,7 +306,7 @@ class Transport:
         with self._push_lock:
             self._closed = True
             self._close_sockets()
-        _release_context()
+        release_context()
 
     # -- the I/O thread -------------------------------------------------------------------
     def _apply_peers(self) -> None:

@@ -47,7 +47,7 @@ from zmq.utils.monitor import recv_monitor_message
 import actors
 import rbm
 import storage
-from actors._transport import as_run_publisher, as_run_subscriber
+from actors._curve import as_run_publisher, as_run_subscriber
 from rbm.datasets import load_digits28
 
 from _results import BenchRun, add_json_option

@@ -10,7 +10,7 @@ import zmq
 
 import storage
 from actors import WeightAnnouncement
-from actors._transport import as_run_publisher
+from actors._curve import as_run_publisher
 
 SECRET = b"the-run-secret-0123456789"
 RUN = "run-1"

@@ -18,7 +18,7 @@ import zmq
 import actors
 import storage
 from actors import decode_frames, encode_message
-from actors._transport import as_run_subscriber, as_run_publisher
+from actors._curve import as_run_publisher, as_run_subscriber
 
 from _support import RUN, SECRET, announce, enter_phase, params, poll
 
@@ -103,7 +103,7 @@ HOSTILE_SENDER = textwrap.dedent(
     """
     import sys, zmq
     sys.path[:0] = [sys.argv[1]]
-    from actors._transport import as_run_publisher
+    from actors._curve import as_run_publisher
     from actors._wire import TOPIC, sign
     context = zmq.Context()
     sender = context.socket(zmq.XPUB)
@@ -179,7 +179,7 @@ ROGUE_SUBSCRIBER = textwrap.dedent(
     import sys, zmq
     from zmq.utils.monitor import recv_monitor_message
     sys.path[:0] = [sys.argv[1]]
-    from actors._transport import as_run_subscriber
+    from actors._curve import as_run_subscriber
     context = zmq.Context()
     subscriber = context.socket(zmq.XSUB)  # it holds the run's key, so it completes the handshake
     subscriber.setsockopt(zmq.LINGER, 0)

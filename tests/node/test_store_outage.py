@@ -18,7 +18,7 @@ from support.spark_jobs import failed_tasks_since, newest_job
 from support.webhdfs_server import WebHDFSServer
 
 import node
-import node.data._prepare as prepare
+import node.data._spark_reads as spark_reads
 import node.driver._fit_data as fit_data
 import rbm
 import storage
@@ -141,13 +141,13 @@ def test_a_store_stopped_before_the_tasks_read_a_staged_datasets_shards_fails_th
     with WebHDFSServer(tmp_path / "hdfs") as server:
         url, dataset = server.store_url("/sparkdbn"), server.store_url("/datasets/digits")
         storage.stage_arrays(dataset, X, y, shards=4)
-        real_check = prepare.check_staged_shards
+        real_check = spark_reads.check_staged_shards
 
         def check_then_stop_the_store(staged):
             real_check(staged)  # every shard is there
             server.stop()
 
-        monkeypatch.setattr(prepare, "check_staged_shards", check_then_stop_the_store)
+        monkeypatch.setattr(spark_reads, "check_staged_shards", check_then_stop_the_store)
         before = newest_job(spark)
         trainer = node.Trainer(spark, url, run_id="shards-outage", epochs=1, progress=False,
                                store_retry_timeout_s=RETRY_TIMEOUT_S)
