@@ -205,9 +205,9 @@ class DataOptions:
     require_labels : bool
         Raise when the data has no labels (supervised phases need them).
     shuffle_seed : int or None
-        Shuffle the rows with this seed before splitting: numpy rows on the driver, a DataFrame's or an RDD's
-        by a seeded random partition each (None keeps the order, and a DataFrame's or RDD's partitions where
-        they are as many as asked).
+        Shuffle the rows with this seed before splitting: numpy rows on the driver, a DataFrame's by a seeded
+        random partition each (None keeps the order, and a DataFrame's partitions where they are as many as
+        asked).  An RDD's partitions are kept where they are as many as asked.
     max_classes : int
         More distinct labels than this is an error naming the count.
     sink : BlockSink, optional

@@ -1,16 +1,15 @@
 """Training data Spark reads, summarized where it is read (see :mod:`node.data._prepare`): a staged dataset's
-shards, a DataFrame's partitions through Arrow, an RDD's rows -- a DataFrame's and an RDD's shuffled across the
-partitions first (``DataOptions.shuffle_seed``), so that rows sorted or grouped by label do not give each node a
-few classes.  Each returns what collects the summaries, and the source's name for messages.
+shards, a DataFrame's partitions through Arrow (its rows shuffled across the partitions first,
+``DataOptions.shuffle_seed``, so that rows sorted or grouped by label do not give each node a few classes), an
+RDD's rows.  Each returns what collects the summaries, and the source's name for messages.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from pyspark import RDD
 
 import storage
@@ -114,17 +113,7 @@ def row_summaries(data: RDD, y: Any, partitions: int, options: "DataOptions") ->
     """An RDD of ``(features, label)`` rows (or bare features), one summary per partition."""
     if y is not None:
         raise InputDataError("y must not be given with an RDD (rows are (features, label) pairs)")
-    if options.shuffle_seed is not None:  # rows sorted or grouped by label would give each node a few classes
-        rdd = data.mapPartitionsWithIndex(functools.partial(_random_keys, options.shuffle_seed, partitions))
-        rdd = rdd.partitionBy(partitions).values()
-    else:
-        rdd = data if data.getNumPartitions() == partitions else data.repartition(partitions)
+    # Kept as partitioned where the count matches: a row it refuses is named by the RDD's own partition and row.
+    rdd = data if data.getNumPartitions() == partitions else data.repartition(partitions)
     return (rdd.mapPartitionsWithIndex(functools.partial(rows_summary, options.sink, options.max_classes)).collect,
             "RDD of (features, label)")
-
-
-def _random_keys(seed: int, partitions: int, index: int, rows: Iterator[Any]) -> Iterator[tuple[int, Any]]:
-    """Each row of an RDD's partition ``index`` keyed by the partition it moves to, drawn from ``seed``."""
-    rng = np.random.default_rng([seed, index])
-    for row in rows:
-        yield int(rng.integers(partitions)), row

@@ -285,7 +285,8 @@ def stage_input(source: str, url: str, *, label_col: str | None = "label", featu
         from sklearn.model_selection import train_test_split
 
         try:
-            train_rows, test_rows = train_test_split(train_rows, test_size=test_fraction, random_state=seed, stratify=y)
+            train_rows, test_rows = train_test_split(train_rows, test_size=test_fraction, random_state=seed,
+                                                     stratify=None if y is None else y[train_rows])
         except ValueError as error:
             raise DatasetError(f"--test-fraction {test_fraction}: no stratified split of {source}: {error}") from error
     if scale == "minmax":

@@ -103,9 +103,10 @@ class TrainingSettings:
         Seeds the data shuffle and every node's minibatch order.
     shuffle : bool
         Shuffle the rows before splitting them into partitions (seeded by ``seed``): numpy rows, and a
-        DataFrame's or RDD's (each row to a random partition), so that rows sorted or grouped by label do not
-        give each node a few classes.  False keeps a DataFrame's or RDD's partitions where they are as many as
-        asked.  A staged dataset's shards are its partitions (``sparkdbn stage`` shuffles before it shards).
+        DataFrame's (each row to a random partition), so that rows sorted or grouped by label do not give each
+        node a few classes.  False keeps a DataFrame's partitions where they are as many as asked.  An RDD is
+        taken as it is partitioned then (shuffle it first if its partitions are sorted); a staged dataset's
+        shards are its partitions (``sparkdbn stage`` shuffles before it shards).
     progress : bool
         Show the progress bar and per-epoch summary lines (stderr).
     max_classes : int

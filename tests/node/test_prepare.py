@@ -144,21 +144,21 @@ def _classes_per_partition(prepared) -> list[int]:
     return [len(summary["labels"]["values"]) for summary in prepared.summaries]
 
 
-def test_a_dataframe_or_rdd_sorted_by_label_is_shuffled_across_the_partitions_unless_shuffle_is_off(spark):
+def test_a_dataframe_sorted_by_label_is_shuffled_across_the_partitions_unless_shuffle_is_off(spark):
     # Spark's partitions were kept where they were as many as asked: rows grouped by label gave each node a few
     # classes (digits in 4 partitions by label range: 0.72 held out against 0.96 shuffled).
     X, _ = numbered_rows(rows=400)
     y = np.repeat(np.arange(8), 50)  # sorted by label: each of 4 partitions holds 2 classes
-    rows = [(row.tolist(), int(label)) for row, label in zip(X, y)]
-    rdd = spark.sparkContext.parallelize(rows, 4)
+    rdd = spark.sparkContext.parallelize([(row.tolist(), int(label)) for row, label in zip(X, y)], 4)
     frame = rdd.toDF(["features", "label"])
-    for data in (frame, rdd):
-        kept = prepare_training_data(spark, data, options=DataOptions(partitions=4, shuffle_seed=None))
-        assert _classes_per_partition(kept) == [2, 2, 2, 2]
-        shuffled = prepare_training_data(spark, data, options=DataOptions(partitions=4, shuffle_seed=0))
-        assert min(_classes_per_partition(shuffled)) == 8 and sum(shuffled.rows_per_partition) == 400
-        again = prepare_training_data(spark, data, options=DataOptions(partitions=4, shuffle_seed=0))
-        assert again.rows_per_partition == shuffled.rows_per_partition  # seeded: the same split again
+    kept = prepare_training_data(spark, frame, options=DataOptions(partitions=4, shuffle_seed=None))
+    assert _classes_per_partition(kept) == [2, 2, 2, 2]
+    shuffled = prepare_training_data(spark, frame, options=DataOptions(partitions=4, shuffle_seed=0))
+    assert min(_classes_per_partition(shuffled)) == 8 and sum(shuffled.rows_per_partition) == 400
+    again = prepare_training_data(spark, frame, options=DataOptions(partitions=4, shuffle_seed=0))
+    assert again.rows_per_partition == shuffled.rows_per_partition  # seeded: the same split again
+    # An RDD is taken as it is partitioned (its refused rows are named by its own partition and row).
+    assert _classes_per_partition(prepare_training_data(spark, rdd, options=DataOptions(partitions=4))) == [2] * 4
 
 
 def test_a_dataframe_without_the_label_column_a_model_needs_is_refused_naming_its_columns(spark):
