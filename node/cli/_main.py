@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from typing import Any, Iterator, Sequence
 
 from py4j.protocol import Py4JError
@@ -258,6 +259,18 @@ def _run_command(argv: Sequence[str] | None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=[stderr])
     spark_before = SparkContext._active_spark_context  # a session running before the command is not its to stop
+    with warnings.catch_warnings():  # the library's advice (a UserWarning to Python users) as one log line
+        warnings.showwarning = _warning_as_log_line
+        return _run_parsed(args, spark_before)
+
+
+def _warning_as_log_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                         file: Any = None, line: str | None = None) -> None:
+    """Show a warning as the command's other warnings are: one log line, not a file name and a source line."""
+    logger.warning("%s", message)
+
+
+def _run_parsed(args: argparse.Namespace, spark_before: Any) -> int:
     try:
         options = dict(args.defaults)
         internal = ("handler", "defaults", "config", "command", "verbose", "subparsers")

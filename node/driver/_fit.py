@@ -33,7 +33,6 @@ import functools
 import logging
 import time
 import uuid
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
@@ -55,6 +54,7 @@ from ._fit_jobs import FitJobs
 from ._fit_phases import LeasedFit, fail
 from ._fit_state import FitState
 from ._node_config import node_config
+from ._own_fit import warn_own_fit_settings
 from ._progress import SparkJob
 from ._session import dynamic_allocation, start_python_workers, task_slots
 from ._settings import TrainingSettings
@@ -179,10 +179,7 @@ class Fit:
             check_ports_for_nodes(settings.port_range, self.nodes, self.sc.master)
         except ValueError as error:
             raise TrainingError(str(error)) from error
-        if self.spec.get("early_stopping") is True and not settings.early_stopping:
-            warnings.warn("the model's early_stopping=True is for its own one-process fit; this distributed fit "
-                          "stops early only with the settings' early_stopping (and validation_fraction or "
-                          "validation_data): docs/watching.md", UserWarning, stacklevel=4)
+        warn_own_fit_settings(self.model, self.spec.get("kind"), settings, self.phases, stacklevel=5)
 
     def _start_workers(self) -> None:
         """Start Spark's Python workers while the driver checks the data: a job of one short task per node.

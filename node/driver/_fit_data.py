@@ -3,13 +3,13 @@
 :func:`prepare_fit_data` holds the validation rows out, cuts the rest into checked
 partitions -- as many as the settings name, else as many as the training mode asks for these rows
 and nodes (:func:`fit_partitions`) -- and sizes the model for them, refusing here, with the data's
-own words, whatever an executor's replica would refuse later, and warns where most partitions hold less
+own words, whatever an executor's replica would refuse later, and warns (``UserWarning``) where most partitions hold less
 than a minibatch (:func:`small_partitions_warning`).
 """
 
 from __future__ import annotations
 
-import logging
+import warnings
 from typing import Any
 
 import numpy as np
@@ -26,8 +26,6 @@ from ._settings import TrainingSettings
 from ._timings import FitTimings
 
 __all__ = ["fit_partitions", "model_input", "prepare_fit_data", "small_partitions_warning"]
-
-logger = logging.getLogger(__name__)
 
 
 def model_input(shape: tuple[int, ...]) -> int | tuple[int, ...]:
@@ -84,8 +82,8 @@ def prepare_fit_data(spark: SparkSession, settings: TrainingSettings, model: Any
         prepared.unpersist()
         raise
     warning = small_partitions_warning(prepared.rows_per_partition, spec.get("batch_size"))
-    if warning:
-        logger.warning("%s", warning)
+    if warning:  # advice to whoever called Trainer.fit (the command line logs it)
+        warnings.warn(warning, UserWarning, stacklevel=4)
     return prepared, validation
 
 

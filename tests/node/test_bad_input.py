@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import warnings
 
 import numpy as np
 import pytest
@@ -61,6 +62,27 @@ def test_a_model_asking_for_early_stopping_of_its_own_is_told_where_a_distribute
     with pytest.warns(UserWarning, match="the model's early_stopping=True is for its own one-process fit"), \
             pytest.raises(node.InputDataError):
         trainer(spark, store_url).fit(rbm.DBN(hidden_layer_sizes=(8,), early_stopping=True), X, y)
+
+
+def test_a_model_given_epochs_of_its_own_is_told_what_the_distributed_fit_trains_instead(spark, store_url,
+                                                                                           some_digits):
+    X, y = some_digits
+    X = X.copy()
+    X[3, 5] = np.nan  # refused after the warnings: nothing trains
+    model = rbm.DBN(hidden_layer_sizes=(8,), pretrain_epochs=2, finetune_epochs=50)
+    with pytest.warns(UserWarning) as told, pytest.raises(node.InputDataError):
+        trainer(spark, store_url).fit(model, X, y)
+    lines = [str(warning.message) for warning in told]
+    assert any("the model's pretrain_epochs=2 is for its own one-process fit" in line
+               and "(rbm0 1): give epochs={'rbm0': 2} to train 2" in line for line in lines), lines
+    assert any("finetune_epochs=50" in line and "(finetune 1): give epochs={'finetune': 50}" in line
+               for line in lines), lines
+    with warnings.catch_warnings():  # the settings train what the model asks: nothing to say
+        warnings.filterwarnings("error", message=".*for its own one-process fit")
+        with pytest.raises(node.InputDataError):
+            trainer(spark, store_url, epochs={"rbm0": 2, "finetune": 50}).fit(model, X, y)
+        with pytest.raises(node.InputDataError):  # the class's own defaults were not asked for
+            trainer(spark, store_url).fit(rbm.DBN(hidden_layer_sizes=(8,)), X, y)
 
 
 def test_nan_in_a_vector_dataframe_names_the_partition_and_row(spark, store_url, some_digits):

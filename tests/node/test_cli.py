@@ -274,3 +274,22 @@ def test_an_rbm_alone_trains_from_the_command_line_and_reports_its_held_out_reco
     # No classification report for a model without labels: one line, before Spark is asked for anything.
     assert cli.main(["evaluate", "--store", str(store), "--run", "rbm"]) == 2
     assert "learns no labels" in capsys.readouterr().err
+
+
+def test_the_librarys_advice_is_one_log_line_on_the_command_line(spark, tmp_path, capsys, caplog):
+    # A UserWarning to Python users printed a file name, "UserWarning:" and a source line on the command line.
+    import logging
+    import warnings
+
+    config = tmp_path / "job.yaml"
+    config.write_text("model: {kind: rbm, n_components: 16, n_iter: 7}\n")
+    with warnings.catch_warnings(record=True) as escaped, caplog.at_level(logging.WARNING):
+        warnings.simplefilter("always")
+        status = cli.main(["train", "--config", str(config), "--store", str(tmp_path / "store"), "--run-id", "advice",
+                           "--epochs", "1", "--no-report", "--no-progress"])
+    assert status == 0
+    lines = [record for record in caplog.records if "n_iter=7 is for its own one-process fit" in record.getMessage()]
+    assert [record.name for record in lines] == ["node.cli._main"], caplog.text
+    assert "(rbm 1): give epochs={'rbm': 7}" in lines[0].getMessage()
+    assert not [warning for warning in escaped if "one-process fit" in str(warning.message)]
+    assert "UserWarning" not in capsys.readouterr().err

@@ -178,10 +178,10 @@ def test_a_summary_names_each_columns_first_row_at_its_minimum_and_maximum():
     assert summary["column_min"] == pytest.approx([0.1, 0.2]) and summary["column_max"] == pytest.approx([0.7, 0.9])
 
 
-def test_partitions_smaller_than_a_minibatch_are_warned_of_before_training(spark, caplog):
+def test_partitions_smaller_than_a_minibatch_are_warned_of_before_training(spark):
     # --partitions 1000 on 3000 rows trained 1000 tasks an epoch, each less than one minibatch step: slow,
     # and nothing said why.
-    import logging
+    import warnings
 
     import rbm
     from node.driver import TrainingSettings
@@ -197,9 +197,10 @@ def test_partitions_smaller_than_a_minibatch_are_warned_of_before_training(spark
     X, y = numbered_rows(rows=120)
     model = rbm.DBN(hidden_layer_sizes=(4,), batch_size=32, random_state=0)
     for partitions, warned in ((40, True), (3, False)):
-        caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="node.driver._fit_data"):
+        with warnings.catch_warnings(record=True) as told:  # a UserWarning: a script without logging sees it too
+            warnings.simplefilter("always")
             prepared, _ = prepare_fit_data(spark, TrainingSettings(partitions=partitions), model, rbm.model_spec(model),
                                            X, y, nodes=2, require_labels=True)
-        assert ("fewer than a minibatch (32)" in caplog.text) == warned, partitions
+        said = [warning for warning in told if "fewer than a minibatch (32)" in str(warning.message)]
+        assert bool(said) == warned and all(warning.category is UserWarning for warning in said), partitions
         prepared.unpersist()
