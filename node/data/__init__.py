@@ -14,7 +14,7 @@ from ._blocks import BLOCK_NAMES, BlockSink, decode_block, encode_block, store_b
 from ._frames import feature_column_kind, features_from_arrow, is_dataframe, is_rdd, labels_from_arrow
 from ._labels import DEFAULT_MAX_CLASSES, encode_labels
 from ._outputs import check_output, write_parquet_safely
-from ._prepare import (Block, DataOptions, PreparedData, array_inputs, check_model_input, count_rows,
+from ._prepare import (Block, DataOptions, PreparedData, array_inputs, check_model_input, count_rows, feature_names,
                        filled_partitions, prepare_training_data)
 from ._spark_reads import check_staged_shards
 from ._stage_input import apply_scaling, input_format, stage_input
@@ -24,6 +24,6 @@ from ._staging import RECIPES, stage_dataframe, stage_recipe
 __all__ = ["feature_column_kind", "features_from_arrow", "is_dataframe", "is_rdd", "labels_from_arrow",
            "BLOCK_NAMES", "BlockSink", "decode_block", "encode_block", "store_block", "DEFAULT_MAX_CLASSES", "encode_labels",
            "check_output", "write_parquet_safely", "Block", "DataOptions", "PreparedData", "array_inputs",
-           "check_model_input", "check_staged_shards", "count_rows", "filled_partitions", "prepare_training_data",
+           "check_model_input", "check_staged_shards", "count_rows", "feature_names", "filled_partitions", "prepare_training_data",
            "apply_scaling", "input_format", "stage_input", "read_staged_frame", "RECIPES", "stage_dataframe",
            "stage_recipe"]

@@ -47,7 +47,7 @@ from ._labels import DEFAULT_MAX_CLASSES, check_known_labels, encode_labels, mer
 from ._partitions import summarize_block
 from ._spark_reads import frame_summaries, row_summaries, staged_summaries
 
-__all__ = ["Block", "DataOptions", "PreparedData", "count_rows", "prepare_training_data",
+__all__ = ["Block", "DataOptions", "PreparedData", "count_rows", "feature_names", "prepare_training_data",
            "check_model_input", "filled_partitions", "split_arrays", "array_inputs"]
 
 logger = logging.getLogger(__name__)
@@ -160,6 +160,24 @@ def array_inputs(data: Any, y: Any) -> tuple[Any, Any]:
         if y.dtype == object and all(isinstance(label, str) for label in y.ravel()):
             y = y.astype(str)
     return data, y
+
+
+def feature_names(data: Any) -> np.ndarray | None:
+    """The column names of array-like training data (a pandas frame), as scikit-learn records them in
+    ``feature_names_in_``: when all are strings; None for unnamed data, Spark data and dataset URLs.  Names of
+    mixed types are refused, as scikit-learn's estimators refuse them."""
+    columns = getattr(data, "columns", None)
+    if columns is None or is_dataframe(data) or not hasattr(data, "__array__"):
+        return None
+    names = list(columns)
+    strings = [isinstance(name, str) for name in names]
+    if names and all(strings):
+        return np.asarray(names, dtype=object)
+    if any(strings):
+        kinds = sorted({type(name).__name__ for name in names})
+        raise InputDataError(f"X's column names are of types {', '.join(kinds)}: feature names are taken only when "
+                             "all are strings, as scikit-learn takes them; give X.columns = X.columns.astype(str)")
+    return None
 
 
 def _check_arrays(X: Any, y: Any) -> tuple[np.ndarray, np.ndarray | None]:

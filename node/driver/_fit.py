@@ -42,14 +42,14 @@ import rbm
 import storage
 
 from .._errors import STORE_FAILURES, StoreAccessError, TrainingError, error_chain, short_error
-from ..data import PreparedData
+from ..data import PreparedData, feature_names
 from ..executor import block_sink, check_ports_for_nodes
 from ..modes import max_learning_rate_factor, mode_named
 from ..run import (DriverLease, RunRecord, open_checked_store, remove_work_folders, resolve_run_key,
                    sweep_temporaries)
 from ..watch import ReachabilityWatch, RunWatch, ValidationSet
 from ._devices import check_gpu_conf, driver_model, driver_spec, hand_back, task_gpus
-from ._fit_data import model_input, prepare_fit_data
+from ._fit_data import model_input, prepare_fit_data, with_feature_names
 from ._fit_jobs import FitJobs
 from ._fit_phases import LeasedFit, fail
 from ._fit_state import FitState
@@ -118,6 +118,7 @@ class Fit:
         """Train (or resume) the run; returns the model with the consolidated weights."""
         settings = self.settings
         self._check_settings()
+        names = feature_names(self.data)  # a pandas frame's columns, kept as the model's own fit keeps them
         check_gpu_conf(self.sc.master, self.spark_conf, self.spec)  # before any work
         self._start_workers()
         began = self.timings.now_s()
@@ -146,7 +147,7 @@ class Fit:
                                  feature_shape=tuple(int(d) for d in held.prepared.feature_shape))
                 trained = self._run_leased(held, state, store=store, runs=runs, weights=weights, lease=lease,
                                            previous=previous, validation=validation)
-                return hand_back(self.given_model, trained)
+                return with_feature_names(hand_back(self.given_model, trained), names)
         except STORE_FAILURES as error:  # a driver's own store call
             raise StoreAccessError(str(error)) from error
         finally:

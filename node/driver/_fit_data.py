@@ -25,7 +25,7 @@ from ..watch import ValidationSet, hold_out_validation
 from ._settings import TrainingSettings
 from ._timings import FitTimings
 
-__all__ = ["fit_partitions", "model_input", "prepare_fit_data", "small_partitions_warning"]
+__all__ = ["fit_partitions", "model_input", "prepare_fit_data", "small_partitions_warning", "with_feature_names"]
 
 
 def model_input(shape: tuple[int, ...]) -> int | tuple[int, ...]:
@@ -85,6 +85,16 @@ def prepare_fit_data(spark: SparkSession, settings: TrainingSettings, model: Any
     if warning:  # advice to whoever called Trainer.fit (the command line logs it)
         warnings.warn(warning, UserWarning, stacklevel=4)
     return prepared, validation
+
+
+def with_feature_names(model: Any, names: Any) -> Any:
+    """``model`` naming the training data's columns in ``feature_names_in_`` (:func:`node.data.feature_names`),
+    as its one-process ``fit`` does, or naming none for unnamed data (a model fitted before on a frame included)."""
+    if names is None:
+        model.__dict__.pop("feature_names_in_", None)
+    else:
+        model.feature_names_in_ = names
+    return model
 
 
 def small_partitions_warning(rows_per_partition: list[int], batch_size: int | None) -> str | None:

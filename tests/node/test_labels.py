@@ -73,6 +73,37 @@ def test_the_array_likes_scikit_learn_takes_are_taken_on_spark_validation_fracti
         assert trainer.history_[-1]["validation"]["val_accuracy"] >= 0.9
 
 
+def test_a_frames_column_names_are_kept_and_checked_as_the_one_process_fit_keeps_them(spark, digits, tmp_path):
+    # The Spark fit dropped them: predicting the same frame then warned "X has feature names, but DBN was fitted
+    # without feature names", and a frame with its columns in another order was predicted without a word.
+    import warnings
+
+    import pandas as pd
+
+    X, y = two_digit_classes(digits, (0, 1))
+    frame = pd.DataFrame(X, columns=[f"px{i}" for i in range(X.shape[1])])
+    in_process = small_dbn().fit(frame, y)
+    on_spark = node.Trainer(spark, "file://" + str(tmp_path / "store"), epochs=EPOCHS, partitions=2,
+                            progress=False).fit(small_dbn(), frame, y)
+    assert on_spark.feature_names_in_.tolist() == in_process.feature_names_in_.tolist() == list(frame.columns)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the frame it was fitted on: nothing to say
+        assert on_spark.score(frame, y) >= 0.9
+    with pytest.raises(ValueError, match="feature names"):
+        on_spark.predict(frame[frame.columns[::-1]])
+    refitted = node.Trainer(spark, "file://" + str(tmp_path / "store"), epochs=EPOCHS, partitions=2,
+                            progress=False).fit(on_spark, X, y)  # on unnamed rows: it names none, as in process
+    assert not hasattr(refitted, "feature_names_in_")
+
+    mixed = frame.rename(columns={"px0": 0})
+    with pytest.raises(TypeError, match="string"):
+        small_dbn().fit(mixed, y)
+    with pytest.raises(node.InputDataError, match=r"column names are of types int, str: .*X.columns.astype\(str\)"):
+        node.Trainer(spark, "file://" + str(tmp_path / "store"), run_id="mixed", epochs=EPOCHS, partitions=2,
+                     progress=False).fit(small_dbn(), mixed, y)
+    assert storage.open_store("file://" + str(tmp_path / "store")).list("runs/mixed") == []
+
+
 def test_dataframe_and_rdd_labels_give_the_same_classes_as_arrays(spark, digits, tmp_path):
     X, y = two_digit_classes(digits, ("cat", "dog"))
     frame = spark.createDataFrame(pa.table({"features": pa.array(list(X), type=pa.list_(pa.float32())),
