@@ -76,8 +76,8 @@ def prepare_fit_data(spark: SparkSession, settings: TrainingSettings, model: Any
             store_retry_timeout_s=settings.store_retry_timeout_s))
     try:
         with timings.step("model check"):
-            _check_model(model, spec, prepared)
-            _check_validation(validation, prepared)
+            bounds = _check_model(model, spec, prepared)
+            _check_validation(validation, prepared, bounds)
     except BaseException:
         prepared.unpersist()
         raise
@@ -119,30 +119,43 @@ def small_partitions_warning(rows_per_partition: list[int], batch_size: int | No
             "shards")
 
 
-def _check_model(model: Any, spec: dict, prepared: PreparedData) -> None:
-    """Initialize ``model`` for the data, refusing what it, or a replica built from ``spec``, would refuse."""
+def _check_model(model: Any, spec: dict, prepared: PreparedData) -> tuple[float, float] | None:
+    """Initialize ``model`` for the data, refusing what it, or a replica built from ``spec``, would refuse;
+    returns the range the model's input takes (:meth:`input_bounds`)."""
     width = getattr(model, "n_features_in_", None)
     if width is not None and int(width) != int(np.prod(prepared.feature_shape)):
         raise InputDataError(f"the training data ({prepared.source}) has {int(np.prod(prepared.feature_shape))} "
                              f"features per sample, the model was initialized for {int(width)}")
     replica = _replica(spec, prepared)
     model.initialize(model_input(prepared.feature_shape), prepared.classes)
-    check_model_input(prepared, int(np.prod(prepared.feature_shape)), replica.input_bounds())
+    bounds = replica.input_bounds()
+    check_model_input(prepared, int(np.prod(prepared.feature_shape)), bounds)
+    return bounds
 
 
-def _check_validation(validation: ValidationSet | None, prepared: PreparedData) -> None:
+def _check_validation(validation: ValidationSet | None, prepared: PreparedData,
+                      bounds: tuple[float, float] | None) -> None:
     """The held-out rows have the training data's per-sample width and finite values (the model would
-    refuse them at the first validation, after an epoch of training)."""
+    refuse them at the first validation, after an epoch of training), and lie in the range the training
+    data had to lie in (``bounds``): rows of another scale (raw 0..16 pixels) would be scored without a word."""
     if validation is None:
         return
     width, have = int(np.prod(prepared.feature_shape)), int(np.prod(validation.X.shape[1:]))
     if have != width:
         raise InputDataError(f"{validation.source} has {have} features per sample, the training data "
                              f"({prepared.source}) {width}")
+    rows = validation.X.reshape(len(validation.X), width)
     try:
-        rbm.check_features(validation.X.reshape(len(validation.X), width), dtype=np.float32)
+        rbm.check_features(rows, dtype=np.float32)
     except ValueError as error:
         raise InputDataError(f"{validation.source}: {error}") from error
+    if bounds is not None:
+        outside = np.flatnonzero((rows < bounds[0]) | (rows > bounds[1]))
+        if outside.size:
+            row, column = divmod(int(outside[0]), width)
+            raise InputDataError(f"{validation.source}: row {row} column {column} holds {float(rows[row, column]):g}, "
+                                 f"outside [{bounds[0]:g}, {bounds[1]:g}], the range the model's input takes (as the "
+                                 "training data does): scale it as the training data is scaled")
 
 
 def _replica(spec: dict, prepared: PreparedData) -> Any:

@@ -201,6 +201,15 @@ def test_validation_data_the_model_would_refuse_is_refused_before_training(spark
                                                   r"row 12\)"):
         trainer(spark, store_url, validation_data=(holed, y[:20])).fit(small_net(), X, y)
     assert nothing_trained(store_url)
+    # Rows of another scale than the training data (raw 0..16 pixels) were scored without a word: a Bernoulli
+    # model's validation accuracy 0.86, of rows it would not have trained on.
+    raw = X[:20] * 16
+    with pytest.raises(node.InputDataError, match=r"validation_data \(20 rows\): row 0 column \d+ holds \d+, outside "
+                                                  r"\[0, 1\], the range the model's input takes .*scale it as the "
+                                                  r"training data is scaled"):
+        trainer(spark, store_url, validation_data=(raw, y[:20])).fit(rbm.DBN(hidden_layer_sizes=(8,)), X, y)
+    assert nothing_trained(store_url)
+    trainer(spark, store_url, validation_data=(raw, y[:20]), initialize_only=True).fit(small_net(), X, y)  # any input
 
 
 def test_labels_given_beside_a_dataframe_are_refused_not_ignored(spark, store_url, some_digits):
