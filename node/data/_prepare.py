@@ -148,11 +148,14 @@ def array_inputs(data: Any, y: Any) -> tuple[Any, Any]:
         logger.info("X is a scipy sparse matrix %s: trained on as a dense array (%.1f MiB)", data.shape,
                     data.shape[0] * data.shape[1] * 4 / 2**20)
         data = data.toarray()
+    columns = getattr(data, "columns", None) if not is_dataframe(data) else None
     if not isinstance(data, np.ndarray) and (isinstance(data, (list, tuple)) or hasattr(data, "__array__")):
         try:
             data = np.asarray(data)
         except ValueError as error:  # ragged rows
             raise InputDataError(f"X cannot be read as an array: {error}") from error
+    if isinstance(data, np.ndarray) and data.dtype.kind in "OUS":
+        _check_numbers(data, columns)
     if y is not None:
         y = np.asarray(y)
         if y.ndim == 2 and y.shape[1] == 1:
@@ -160,6 +163,25 @@ def array_inputs(data: Any, y: Any) -> tuple[Any, Any]:
         if y.dtype == object and all(isinstance(label, str) for label in y.ravel()):
             y = y.astype(str)
     return data, y
+
+
+def _check_numbers(X: np.ndarray, columns: Any) -> None:
+    """Refuse an array of objects or strings with a value that is no number, naming its row and column (and the
+    column's name, for a frame): scikit-learn's own error names only the value."""
+    try:
+        X.astype(np.float64)
+        return
+    except (TypeError, ValueError):
+        pass
+    for index, value in np.ndenumerate(X):
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            value = value.item() if isinstance(value, np.generic) else value  # 'x', not np.str_('x')
+            row, rest = index[0], index[1:]
+            named = f" ({list(columns)[rest[0]]!r})" if columns is not None and len(rest) == 1 else ""
+            where = f"row {row}" + (f" column {rest[0]}{named}" if len(rest) == 1 else f" at {rest}" if rest else "")
+            raise InputDataError(f"X {where} holds {value!r}, not a number: features must be numbers")
 
 
 def feature_names(data: Any) -> np.ndarray | None:

@@ -212,6 +212,25 @@ def test_validation_data_the_model_would_refuse_is_refused_before_training(spark
     trainer(spark, store_url, validation_data=(raw, y[:20]), initialize_only=True).fit(small_net(), X, y)  # any input
 
 
+def test_a_value_that_is_no_number_is_named_by_row_and_column_and_a_frames_column_name(spark, store_url, some_digits):
+    # scikit-learn's own error, which the Spark fit passed on, named only the value: "could not convert string
+    # to float: 'x'".
+    import pandas as pd
+
+    X, y = some_digits
+    frame = pd.DataFrame(X, columns=[f"px{i}" for i in range(X.shape[1])]).astype({"px9": str})
+    frame.loc[5, "px9"] = "x"
+    with pytest.raises(node.InputDataError, match=r"^X row 5 column 9 \('px9'\) holds 'x', not a number"):
+        trainer(spark, store_url).fit(small_net(), frame, y)
+    rows = X.tolist()
+    rows[3][1] = "n/a"
+    with pytest.raises(node.InputDataError, match=r"^X row 3 column 1 holds 'n/a', not a number"):
+        trainer(spark, store_url).fit(small_net(), rows, y)
+    assert nothing_trained(store_url)
+    frame.loc[5, "px9"] = "0.5"  # a number written as a string is a number, as scikit-learn takes it
+    assert trainer(spark, store_url, initialize_only=True).fit(small_net(), frame, y).n_features_in_ == 64
+
+
 def test_labels_given_beside_a_dataframe_are_refused_not_ignored(spark, store_url, some_digits):
     X, y = some_digits
     frame = spark.createDataFrame([(row.tolist(), int(label)) for row, label in zip(X[:40], y[:40])],
