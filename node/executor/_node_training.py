@@ -96,7 +96,8 @@ class NodePartitionTraining:
         self.partitions_done += 1
         self.scaling.trained()
         slowed_s = self._straggle(task, float(metrics["seconds"]))
-        return Trained(partition, metrics, self.samples_seen[task.phase], slowed_s, cpu_s)
+        return Trained(partition, metrics, self.samples_seen[task.phase], slowed_s, cpu_s,
+                       learning_rate_scale=self.learning_rate_scale, nodes_merging=self.scaling.nodes())
 
     def also_merged(self, peers: Iterable[str]) -> None:
         """Peers merged while a partition trained: the next partitions' rates follow them too."""

@@ -106,7 +106,8 @@ class Trained:
     ``metrics`` are the model's (``samples``, ``loss``, ``seconds``); ``samples_seen`` the node's
     samples of the phase so far, this partition's included; ``slowed_s`` the straggler's sleep
     after it (``TrainingSettings.straggler_factor``); ``cpu_s`` the CPU seconds the training
-    thread spent in the pass (its merges between minibatches included).
+    thread spent in the pass (its merges between minibatches included); ``learning_rate_scale`` and
+    ``nodes_merging`` the learning rates' factor and the nodes merging it trained with.
     """
 
     partition: int
@@ -114,6 +115,8 @@ class Trained:
     samples_seen: int
     slowed_s: float = 0.0
     cpu_s: float = 0.0
+    learning_rate_scale: float = 1.0
+    nodes_merging: int = 1
 
 
 @dataclass(frozen=True)
@@ -219,5 +222,7 @@ class ModeNode(Protocol):
     def refusal(self, task: TaskSpec, partition: int, error: Exception) -> PartitionReport:
         """A report that says why the partition's data was refused (returned, not raised: no retry)."""
 
-    def report_earlier(self, task: TaskSpec, partition: int, samples: int, loss: float, origin: str) -> PartitionReport:
-        """This node's report of a partition an earlier attempt of its task trained (``origin`` says which)."""
+    def report_earlier(self, task: TaskSpec, partition: int, samples: int, loss: float, origin: str, *,
+                       merged: int = 0, learning_rate_scale: float = 1.0, nodes_merging: int = 1) -> PartitionReport:
+        """This node's report of a partition an earlier attempt of its task trained (``origin`` says which), with
+        that attempt's figures: the peers merged after it, the learning rates' factor and nodes merging."""

@@ -61,7 +61,7 @@ from .._errors import STORE_FAILURES, InputDataError, TrainingError, error_chain
 from ..data import Block
 from ._base import TrainingMode
 from ._protocols import ModeDriver, ModeNode, ModeSettings, PartitionWork
-from ._sync_rounds import RoundPlace, RoundRecord, SyncJob, SyncNodeLost
+from ._sync_rounds import RoundPlace, RoundRecord, SyncJob, SyncNodeLost, TrainedFigures
 
 __all__ = ["JOB_ATTEMPTS", "SyncMode", "SyncState"]
 
@@ -213,16 +213,18 @@ class SyncMode(TrainingMode):
         members = job.members(place)
         # The learning rates follow the nodes this round averages (node.modes._scaling).
         averaged = [f"slot-{member}" for member in members if member != slot]
-        pending = []
+        pending, trained = [], []
         for index, X, y in chunk:
             started = time.time()
             try:
-                pending.append((node.train(task, index, X, y, merged_from=averaged), started))
+                item = node.train(task, index, X, y, merged_from=averaged)
             except InputDataError as error:  # reported, not raised: the same data fails on a retry
                 yield node.refusal(task, index, error)
                 return
+            pending.append((item, started))
+            trained.append((item.partition, int(item.metrics["samples"]), float(item.metrics["loss"]),
+                            float(item.learning_rate_scale), int(item.nodes_merging)))
         sync_started = time.perf_counter()
-        trained = [(item.partition, int(item.metrics["samples"]), float(item.metrics["loss"])) for item, _ in pending]
         sent = self._publish(node, task, job, place, slot, trained)
         peers, read = self._average(node, task, job, place, [member for member in members if member != slot])
         # Past the barrier every member has read what it started from: the snapshots before this round's may go.
@@ -237,7 +239,7 @@ class SyncMode(TrainingMode):
                                                       sent_bytes=sent, read_bytes=read))
 
     def _publish(self, node: ModeNode, task: TaskSpec, job: SyncJob, place: RoundPlace | None, slot: int,
-                 trained: list[tuple[int, int, float]], started_at: RoundPlace | None = None) -> int:
+                 trained: list[TrainedFigures], started_at: RoundPlace | None = None) -> int:
         """Store this node's parameters and record them for the round at ``place`` (None: the attempt's start).
 
         Returns the bytes written.
@@ -296,13 +298,15 @@ class SyncMode(TrainingMode):
                          chunk: list[Block], origin: str) -> Iterator[PartitionReport]:
         """This slot's partitions of a round an earlier attempt trained, reported again from its round record."""
         record = job.earlier_round(task.options.resume, place, slot)
-        figures = {partition: (samples, loss) for partition, samples, loss in (record.trained if record else ())}
-        for index, X, _y in chunk:
-            samples, loss = figures.get(index, (len(X), float("nan")))
+        figures = {item[0]: item for item in (record.trained if record else ())}
+        peers = len(job.members(place)) - 1  # the round averaged them after its last partition, as _train_round does
+        for position, (index, X, _y) in enumerate(chunk):
             if index not in figures:
                 logger.warning("sync, run %s: no record says what partition %d scored in epoch %d round %d; "
                                "reported without a loss", task.node.run, index, place.epoch + 1, place.round + 1)
-            yield node.report_earlier(task, index, samples, loss, origin)
+            _partition, samples, loss, scale, nodes = figures.get(index, (index, len(X), float("nan"), 1.0, 1))
+            yield node.report_earlier(task, index, samples, loss, origin, merged=peers if position == len(chunk) - 1
+                                      else 0, learning_rate_scale=scale, nodes_merging=nodes)
             origin = ""
 
     def _wait_for_round(self, node: ModeNode, task: TaskSpec, job: SyncJob, place: RoundPlace,

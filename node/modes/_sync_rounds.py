@@ -11,7 +11,8 @@ node of the earlier attempts recorded.  Each attempt keeps its own folder::
     runs/<run>/rounds/<fit>/<phase>/<first epoch>/<attempt>/failed.json            an error no new attempt mends
 
 each ``.json`` signed with the run key: ``{node, version, sha256, mac, epoch, round, trained}`` names the
-snapshot the node stored and what it trained for the round (partition, samples, loss).  They are a work
+snapshot the node stored and what it trained for the round (partition, samples, loss, learning-rate factor,
+nodes merging).  They are a work
 folder of the fit (:func:`node.run.rounds_folder`): the driver removes them when the fit ends.
 
 * A task claims its slot first (an exclusive create).  Spark runs a task again when its node was
@@ -42,7 +43,7 @@ from .._contract import SyncResume, TaskSpec
 from .._errors import TrainingError
 from ..run import rounds_folder
 
-__all__ = ["RoundPlace", "RoundRecord", "SyncJob", "SyncNodeLost", "round_members"]
+__all__ = ["RoundPlace", "RoundRecord", "SyncJob", "SyncNodeLost", "TrainedFigures", "round_members"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,13 +77,18 @@ class RoundPlace:
         return cls(int(epoch), int(round_index))
 
 
+#: What a node trained a partition of a round with: (partition, samples, loss, learning-rate factor, nodes merging)
+#: -- what its report said, and what a later attempt that skips the round reports again.
+TrainedFigures = tuple[int, int, float, float, int]
+
+
 @dataclass(frozen=True)
 class RoundRecord:
     """What a slot's node recorded for a round: the snapshot it stored, and what it trained for the round."""
 
     ref: storage.SnapshotRef
     place: RoundPlace
-    trained: tuple[tuple[int, int, float], ...]  # (partition, samples, loss) of each partition of the round
+    trained: tuple[TrainedFigures, ...]  # each partition of the round: what it scored and how it was trained
 
 
 def round_members(slots: list[list[int]], frequency: int, round_index: int) -> list[int]:
@@ -199,7 +205,7 @@ class SyncJob:
 
     # ------------------------------------------------------------------ records
     def write_record(self, place: RoundPlace | None, slot: int, ref: storage.SnapshotRef,
-                     trained: list[tuple[int, int, float]], started_at: RoundPlace | None = None) -> None:
+                     trained: list[TrainedFigures], started_at: RoundPlace | None = None) -> None:
         """Record this slot's snapshot for the round at ``place`` (None: the attempt's start, at ``started_at``)."""
         folder = self._folder(self.attempt, place)
         at = place if place is not None else started_at
@@ -227,7 +233,8 @@ class SyncJob:
             ref = storage.SnapshotRef(task.node.run, task.phase, str(record["node"]), int(record["version"]),
                                       str(record["sha256"]), str(record["mac"]))
             at = RoundPlace(int(record["epoch"]), int(record["round"]))
-            trained = tuple((int(p), int(n), float(loss)) for p, n, loss in record["trained"])
+            trained = tuple((int(p), int(n), float(loss), float(scale), int(nodes))
+                            for p, n, loss, scale, nodes in record["trained"])
         except storage.AuthenticationError as error:  # not written by a node of this run: never acted upon
             logger.warning("sync barrier skips %s: %s", path, error)
             return None

@@ -33,7 +33,7 @@ def record(store, attempt: int, place: RoundPlace | None, slot: int, *, version:
            started_at: RoundPlace | None = None, key: bytes = KEY) -> None:
     ref = storage.WeightStore(store, "r1", key).put_version("rbm0", f"n{attempt}-{slot}", version,
                                                            {"W": np.full((2, 2), slot, np.float32)})
-    SyncJob(store, a_task(key), attempt).write_record(place, slot, ref, [(slot, 10, 0.5)], started_at=started_at)
+    SyncJob(store, a_task(key), attempt).write_record(place, slot, ref, [(slot, 10, 0.5, 1.5, 2)], started_at=started_at)
 
 
 def test_the_first_attempt_starts_at_the_job_start(store):
@@ -104,7 +104,7 @@ def test_a_skipped_round_is_reported_from_the_newest_attempt_that_recorded_it_up
     record(store, 2, RoundPlace(0, 0), 0, version=3)  # a later attempt, not the one resumed from
     job = SyncJob(store, a_task(), 3)
     found = job.earlier_round(SyncResume(attempt=1, epoch=0, round=0, start=False), RoundPlace(0, 0), 0)
-    assert found.ref.node == "n1-0" and found.trained == ((0, 10, 0.5),)
+    assert found.ref.node == "n1-0" and found.trained == ((0, 10, 0.5, 1.5, 2),)
     assert job.earlier_round(SyncResume(attempt=1, epoch=0, round=0, start=False), RoundPlace(0, 1), 0) is None
 
 

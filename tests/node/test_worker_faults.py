@@ -148,6 +148,16 @@ def test_in_sync_mode_a_worker_killed_mid_phase_reruns_the_job_from_the_last_rou
     finetune = [m for m in node.open_run(store_url, run).runs.read_metrics() if m["phase"] == "finetune"]
     assert sorted((m["epoch"], m["partition"]) for m in finetune) == [
         (epoch, part) for epoch in range(epochs["finetune"]) for part in range(partitions)]
+    # The reports of the rounds the first attempt trained say what its nodes' metrics records say: the peers
+    # averaged after each round, the learning rates' factor and the nodes merging (they said "0 merges ... x1.00
+    # for 1 node merging").
+    stored = {(m["epoch"], m["partition"]): m for m in finetune}
+    for summary in history:
+        for report in summary["records"]:
+            metrics = stored[(report["epoch"], report["partition"])]
+            assert (report["merged"], report["nodes_merging"]) == (metrics["merged"], metrics["nodes_merging"])
+            assert report["learning_rate_scale"] == pytest.approx(metrics["learning_rate_scale"], rel=1e-12)
+    assert all(summary["merges"] > 0 and summary["nodes_merging"] > 1 for summary in history)
     assert every_weight_file_verifies(store, run, list(epochs)) > 0
     # The bound of the async test above.
     assert model.score(X_test, y_test) >= reference - 0.03
