@@ -37,7 +37,7 @@ def label_kind(y: np.ndarray) -> str:
 
 
 def summarize_labels(y: np.ndarray, max_classes: int) -> dict[str, Any]:
-    """One partition's label facts (JSON-able): kind, distinct values with the first row of each.
+    """One partition's label facts (JSON-able): kind, distinct values with the first row and count of each.
 
     At most ``max_classes + 1`` distinct values are kept, enough for the driver to say
     "too many classes" without moving a huge set.
@@ -49,11 +49,11 @@ def summarize_labels(y: np.ndarray, max_classes: int) -> dict[str, Any]:
             row = int(np.flatnonzero(bad)[0])
             return {"kind": kind, "error": f"row {row} has label {y[row].item()!r}, not a whole number "
                                            "(float labels must be integral, as scikit-learn's classifiers require)"}
-    values, first_rows = np.unique(y, return_index=True)
+    values, first_rows, counts = np.unique(y, return_index=True, return_counts=True)
     distinct = int(len(values))
     keep = slice(0, max_classes + 1)
     return {"kind": kind, "distinct": distinct, "values": values[keep].tolist(),
-            "first_rows": first_rows[keep].tolist(), "error": None}
+            "first_rows": first_rows[keep].tolist(), "counts": counts[keep].tolist(), "error": None}
 
 
 def merge_class_sets(summaries: Iterable[tuple[int, dict[str, Any]]], source: str, max_classes: int) -> np.ndarray:

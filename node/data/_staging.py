@@ -33,12 +33,15 @@ def stage_dataframe(
     *,
     dtype: str = "float32",
     feature_shape: tuple[int, ...] | None = None,
+    seed: int | None = 0,
     **stage_options: Any,
 ) -> dict:
     """Stage a Spark DataFrame whose features column is an array or a ``pyspark.ml`` Vector.
 
     The rows travel to the driver as Arrow record batches (``DataFrame.toArrow``) and are
-    converted column-wise (:mod:`node.data._frames`); nothing is done per row in Python.
+    converted column-wise (:mod:`node.data._frames`); nothing is done per row in Python.  They are
+    shuffled before they are cut into shards, as ``sparkdbn stage`` shuffles a file's: the shards are
+    a fit's partitions, and rows sorted or grouped by label would give each node a few classes.
 
     Parameters
     ----------
@@ -55,6 +58,8 @@ def stage_dataframe(
         Feature dtype to store (Spark vectors hold doubles).
     feature_shape : tuple of int, optional
         Reshape each sample, e.g. ``(1, 28, 28)``.
+    seed : int or None
+        Seeds the shuffle (the same seed, the same shards); None keeps the frame's order.
     **stage_options
         Passed on to :func:`storage.stage_arrays` (``shards``, ``overwrite``, ...).
     """
@@ -72,7 +77,12 @@ def stage_dataframe(
     if y is not None and len(classes := np.unique(y)) == 1:  # as `sparkdbn stage` refuses it, before a write
         raise InputDataError(f"label column {label_col!r} holds one class ({classes[0].item()!r}): a classifier needs "
                              "at least 2; stage without labels (label_col=None) for an RBM")
-    return stage_arrays(url, X, y, extra_meta={"source": "spark-dataframe"}, **stage_options)
+    if seed is not None:
+        if int(seed) < 0:
+            raise InputDataError(f"seed must be >= 0 or None, got {seed}")
+        rows = np.random.default_rng(int(seed)).permutation(len(X))
+        X, y = X[rows], (None if y is None else y[rows])
+    return stage_arrays(url, X, y, extra_meta={"source": "spark-dataframe", "seed": seed}, **stage_options)
 
 
 def stage_recipe(recipe: str, url: str | Store, *, shards: int | None = None, random_state: int = 0,

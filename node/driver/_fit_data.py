@@ -19,7 +19,7 @@ import rbm
 
 from .._errors import InputDataError
 from ..data import (BlockSink, DataOptions, PreparedData, array_inputs, check_model_input, count_rows,
-                    prepare_training_data)
+                    grouped_labels, is_rdd, prepare_training_data)
 from ..modes import mode_named
 from ..watch import ValidationSet, hold_out_validation
 from ._settings import TrainingSettings
@@ -84,7 +84,19 @@ def prepare_fit_data(spark: SparkSession, settings: TrainingSettings, model: Any
     warning = small_partitions_warning(prepared.rows_per_partition, spec.get("batch_size"))
     if warning:  # advice to whoever called Trainer.fit (the command line logs it)
         warnings.warn(warning, UserWarning, stacklevel=4)
+    grouped = grouped_labels(prepared.summaries)
+    if grouped:  # data the fit takes as partitioned (an RDD, shuffle=False, staged shards), sorted by label
+        warnings.warn(f"{prepared.source}: {grouped}; {_ungrouping(data)}", UserWarning, stacklevel=4)
     return prepared, validation
+
+
+def _ungrouping(data: Any) -> str:
+    """How to give the nodes rows of every class, for data of ``data``'s kind."""
+    if is_rdd(data):
+        return "shuffle the RDD first (rdd.repartition(n) spreads each partition's rows over all n)"
+    if isinstance(data, str):
+        return "stage it again: sparkdbn stage and stage_dataframe shuffle the rows before they cut the shards"
+    return "leave shuffle on (shuffle=True, the default), which spreads the rows over the partitions at random"
 
 
 def with_feature_names(model: Any, names: Any) -> Any:

@@ -21,13 +21,14 @@ def test_a_dataframe_is_staged_bit_exact_from_array_and_vector_columns(spark, tm
     y = rng.integers(0, 4, 50)
     # Built from an Arrow table (no Python worker, no pandas), vectors made on the JVM side.
     df = spark.createDataFrame(pa.table({"features": list(X), "label": y}))
-    stage_dataframe(local_store.child("arr"), df, shards=2)
+    stage_dataframe(local_store.child("arr"), df, shards=2)  # shuffled before it is cut into shards, seed 0
     Xa, ya = open_dataset(local_store.child("arr")).read_all()
-    np.testing.assert_array_equal(Xa, X)
-    np.testing.assert_array_equal(ya, y)
+    shuffled = np.random.default_rng(0).permutation(50)
+    np.testing.assert_array_equal(Xa, X[shuffled])
+    np.testing.assert_array_equal(ya, y[shuffled])
 
     vectors = df.select(array_to_vector("features").alias("vec"), F.col("label").cast("double").alias("target"))
-    meta = stage_dataframe(local_store.child("vec"), vectors, "vec", "target", feature_shape=(2, 3))
+    meta = stage_dataframe(local_store.child("vec"), vectors, "vec", "target", feature_shape=(2, 3), seed=None)
     assert meta["feature_shape"] == [2, 3] and meta["n_classes"] == int(y.max()) + 1
     Xv, yv = open_dataset(local_store.child("vec")).read_all()
     np.testing.assert_array_equal(Xv.reshape(50, 6), X)  # float32 -> double vector -> float32 is exact
@@ -38,6 +39,25 @@ def test_a_dataframe_is_staged_bit_exact_from_array_and_vector_columns(spark, tm
         stage_dataframe(local_store.child("bad"), ragged)
     with pytest.raises(InputDataError, match="no label column 'target'"):
         stage_dataframe(local_store.child("bad"), df, label_col="target")
+
+
+@pytest.mark.slow
+def test_a_dataframe_sorted_by_label_is_staged_in_shards_of_every_class(spark, tmp_path):
+    # Staged in its own order, a frame sorted by label became shards of a few classes each: the partitions of
+    # every fit on it, and a worse model.
+    labels = np.repeat(np.arange(4), 60)
+    df = spark.createDataFrame(pa.table({"features": list(np.random.default_rng(1).random((240, 3))),
+                                         "label": labels}))
+    store = open_store(str(tmp_path / "store"))
+    for name, seed, classes in (("shuffled", {}, {4}), ("again", {"seed": 0}, {4}), ("in order", {"seed": None}, {1})):
+        stage_dataframe(store.child(name), df, shards=4, **seed)
+        dataset = open_dataset(store.child(name))
+        assert {len(np.unique(dataset.read_shard(i)[1])) for i in range(4)} == classes, name
+    np.testing.assert_array_equal(open_dataset(store.child("shuffled")).read_all()[1],
+                                  open_dataset(store.child("again")).read_all()[1])  # the same seed, the same shards
+    with pytest.raises(InputDataError, match="seed must be >= 0 or None, got -1"):
+        stage_dataframe(store.child("negative"), df, seed=-1)
+    assert not store.exists("negative")
 
 
 def test_digits_recipe_stages_train_and_held_out_splits(tmp_path):
