@@ -163,8 +163,7 @@ class DatasetLease:
     def _renewed(self, generation: int, count: int) -> float | None:
         """When the holder wrote its renewal ``count`` (its content), None where unknown."""
         try:
-            renewal = json.loads(self.store.read_bytes(join(LEASE_FOLDER, f"{generation:08d}-{count:08d}.renewal"),
-                                                       max_bytes=4096))
+            renewal = json.loads(self.store.read_bytes(_renewal_path(generation, count), max_bytes=4096))
         except StoreUnavailableError:
             raise
         except (StoreError, ValueError, RecursionError):  # gone (renewed over), empty (an older stager) or damaged
@@ -226,7 +225,7 @@ class DatasetLease:
             return
         try:
             if self._count >= 0:
-                self.store.delete(self._renewal_path(self._count))
+                self.store.delete(_renewal_path(self.generation, self._count))
             if self._holder(self.generation).get("token") == self.token:  # never another staging's entry
                 self.store.delete(join(LEASE_FOLDER, f"{self.generation:08d}.json"))
             if not self.store.list(LEASE_FOLDER):
@@ -242,19 +241,16 @@ class DatasetLease:
     def __exit__(self, *exc_info: object) -> None:
         self.release()
 
-    def _renewal_path(self, count: int) -> str:
-        return join(LEASE_FOLDER, f"{self.generation:08d}-{count:08d}.renewal")
-
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.timeout_s / 4.0):
             try:
                 if self._view()[0] != self.generation:
                     return  # lost: check() says so before the swap
-                self.store.create_exclusive(self._renewal_path(self._count + 1),
+                self.store.create_exclusive(_renewal_path(self.generation, self._count + 1),
                                             json.dumps({"renewed": time.time()}).encode())
                 if self._count >= 0:
                     try:
-                        self.store.delete(self._renewal_path(self._count))
+                        self.store.delete(_renewal_path(self.generation, self._count))
                     except StoreNotFoundError:
                         pass
                 self._count += 1
@@ -275,3 +271,8 @@ def _describe(holder: dict[str, Any]) -> str:
         return "unknown: its lease entry is unreadable"
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder.get("started", 0) or 0)))
     return f"host {holder.get('host')}, pid {holder.get('pid')}, since {when}"
+
+
+def _renewal_path(generation: int, count: int) -> str:
+    """The file of renewal ``count`` of lease ``generation``."""
+    return join(LEASE_FOLDER, f"{generation:08d}-{count:08d}.renewal")

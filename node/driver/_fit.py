@@ -117,6 +117,7 @@ class Fit:
     def run(self) -> Any:
         """Train (or resume) the run; returns the model with the consolidated weights."""
         settings = self.settings
+        self.started = time.time()  # the run record's "created" or "resumed": when the fit began, as `status` says
         self._check_settings()
         names = feature_names(self.data)  # a pandas frame's columns, kept as the model's own fit keeps them
         check_gpu_conf(self.sc.master, self.spark_conf, self.spec)  # before any work
@@ -219,7 +220,7 @@ class Fit:
                     runs, lease, previous, spec=state.spec, phases=self.phases,
                     epochs={phase: settings.epochs_for(phase) for phase in self.phases}, settings=settings.to_dict(),
                     store_url=self.store_url, data_facts=_data_facts(prepared, settings.data_origin),
-                    classes=prepared.classes)
+                    classes=prepared.classes, started=self.started)
                 if resumed:
                     logger.info("resuming run %s (%s)", self.run_id, _progress_text(record, state.phases))
                 sweep_temporaries(store, self.run_id)

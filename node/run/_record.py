@@ -68,15 +68,18 @@ class RunRecord:
     @classmethod
     def start(cls, runs: storage.RunStore, lease: DriverLease, previous: dict | None, *, spec: dict,
               phases: Sequence[str], epochs: dict[str, int], settings: dict, store_url: str, data_facts: dict,
-              classes: np.ndarray | None) -> tuple["RunRecord", bool]:
+              classes: np.ndarray | None, started: float | None = None) -> tuple["RunRecord", bool]:
         """Write a new record, or pick up this run's earlier one, ``previous`` (``resumed`` is then True).
+
+        ``started`` is when the fit began (``time.time()``; default now): the record's ``created`` or
+        ``resumed``, so that `sparkdbn status` counts from where the fit's "trained in" does.
 
         Raises
         ------
         TrainingError
             The earlier run trained a different model or on data of another shape or class set.
         """
-        now = time.time()
+        now = time.time() if started is None else float(started)
         was_done = False
         if previous:
             record = cls(runs, _migrate(previous), lease)

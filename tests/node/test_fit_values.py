@@ -56,6 +56,25 @@ def test_a_fit_trains_and_records_the_spec_it_was_made_with(spark, store_url, di
     assert record["status"] == "done" and record["spec"] == made_with
 
 
+def test_the_record_says_a_fit_began_when_it_began_not_after_its_data_check(spark, store_url, digits, monkeypatch):
+    # "created" was written after the data check, so `status` said "created 28s ago" of a fit "trained in 43 s".
+    import time
+
+    from node.driver import _fit
+
+    checked_at = []
+    check = _fit.prepare_fit_data
+    monkeypatch.setattr(_fit, "prepare_fit_data", lambda *args, **kwargs: (checked_at.append(time.time()),
+                                                                            check(*args, **kwargs))[1])
+    settings = TrainingSettings(run_id="began", epochs={"rbm": 1}, partitions=2, progress=False, log_dir=None)
+    for fit_number in range(2):
+        fit = Fit(settings, spark, store_url=store_url, model=small_rbm(), data=digits.X_train[:ROWS], key=KEY)
+        fit.run()
+        record = node.open_run(store_url, "began", key=KEY).runs.read_record()
+        began = record["resumed"] if fit_number else record["created"]
+        assert began == fit.started <= checked_at[-1], (fit_number, began, checked_at)
+
+
 def test_the_watch_says_what_the_record_should_say_and_leaves_the_record_as_it_was(spark, store_url, digits):
     record = SimpleNamespace(data={"status": "running"})
     validation = ValidationSet(digits.X_test[:30], digits.y_test[:30], "30 held-out rows")
