@@ -5,7 +5,7 @@
   Spark reads (a staged dataset, a DataFrame, an RDD), shuffled and summarized; :mod:`._partitions` -- one
   partition checked and summarized where it is read; :mod:`._blocks` -- a fit's partitions in the store;
 * :mod:`._frames` -- features and labels out of Arrow batches; :mod:`._labels` -- class labels;
-  :mod:`._grouped` -- partitions whose rows look sorted or grouped by label;
+  :mod:`._label_spread` -- labels sorted into partitions, or one row per class;
 * :mod:`._staging`, :mod:`._stage_input` -- a DataFrame, a recipe or a file staged in the store;
   :mod:`._staged_frame` -- a staged dataset read back as a DataFrame;
 * :mod:`._outputs` -- writing a DataFrame without replacing what the product did not write.
@@ -13,7 +13,7 @@
 
 from ._blocks import BLOCK_NAMES, BlockSink, decode_block, encode_block, store_block
 from ._frames import feature_column_kind, features_from_arrow, is_dataframe, is_rdd, labels_from_arrow
-from ._grouped import grouped_labels
+from ._label_spread import grouped_labels, id_like_labels
 from ._labels import DEFAULT_MAX_CLASSES, encode_labels
 from ._outputs import check_output, write_parquet_safely
 from ._prepare import (Block, DataOptions, PreparedData, array_inputs, check_model_input, count_rows, feature_names,
@@ -25,8 +25,7 @@ from ._staging import RECIPES, stage_dataframe, stage_recipe
 
 __all__ = ["feature_column_kind", "features_from_arrow", "is_dataframe", "is_rdd", "labels_from_arrow",
            "BLOCK_NAMES", "BlockSink", "decode_block", "encode_block", "store_block", "grouped_labels",
-           "DEFAULT_MAX_CLASSES", "encode_labels",
-           "check_output", "write_parquet_safely", "Block", "DataOptions", "PreparedData", "array_inputs",
-           "check_model_input", "check_staged_shards", "count_rows", "feature_names", "filled_partitions", "prepare_training_data",
-           "apply_scaling", "input_format", "stage_input", "read_staged_frame", "RECIPES", "stage_dataframe",
-           "stage_recipe"]
+           "id_like_labels", "DEFAULT_MAX_CLASSES", "encode_labels", "check_output", "write_parquet_safely",
+           "Block", "DataOptions", "PreparedData", "array_inputs", "check_model_input", "check_staged_shards",
+           "count_rows", "feature_names", "filled_partitions", "prepare_training_data", "apply_scaling",
+           "input_format", "stage_input", "read_staged_frame", "RECIPES", "stage_dataframe", "stage_recipe"]

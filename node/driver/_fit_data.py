@@ -19,7 +19,7 @@ import rbm
 
 from .._errors import InputDataError
 from ..data import (BlockSink, DataOptions, PreparedData, array_inputs, check_model_input, count_rows,
-                    grouped_labels, is_rdd, prepare_training_data)
+                    grouped_labels, id_like_labels, is_rdd, prepare_training_data)
 from ..modes import mode_named
 from ..watch import ValidationSet, hold_out_validation
 from ._settings import TrainingSettings
@@ -87,6 +87,10 @@ def prepare_fit_data(spark: SparkSession, settings: TrainingSettings, model: Any
     grouped = grouped_labels(prepared.summaries)
     if grouped:  # data the fit takes as partitioned (an RDD, shuffle=False, staged shards), sorted by label
         warnings.warn(f"{prepared.source}: {grouped}; {_ungrouping(data)}", UserWarning, stacklevel=4)
+    ids = id_like_labels(prepared.summaries)
+    if ids:
+        warnings.warn(f"{prepared.source}: {ids}; check what the labels are (y, or a DataFrame's label_col)",
+                      UserWarning, stacklevel=4)
     return prepared, validation
 
 

@@ -1,13 +1,13 @@
-"""Partitions whose rows look sorted or grouped by label are told of before training (node.data._grouped)."""
+"""Labels sorted into partitions, or one row per class, are told of before training (node.data._label_spread)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from node.data import grouped_labels
+from node.data import grouped_labels, id_like_labels
 from node.data._labels import summarize_labels
-from node.data._grouped import MIN_EXPECTED_ROWS
+from node.data._label_spread import MIN_EXPECTED_ROWS
 
 
 def summaries(labels: np.ndarray, partitions: int, max_classes: int = 100) -> list[dict]:
@@ -50,3 +50,17 @@ def test_partitions_whose_classes_were_not_all_counted_or_that_have_none_are_lef
     assert grouped_labels(cut) is None
     unlabelled = [{"partition": 0, "rows": 50, "labels": None}, {"partition": 1, "rows": 0}]
     assert grouped_labels(unlabelled) is None
+
+
+def test_labels_that_look_like_row_ids_are_named_and_classes_do_not():
+    ids = np.arange(480)  # a row-id column taken for labels: 480 classes of one row
+    assert id_like_labels(summaries(ids, 4, max_classes=1000)) == (
+        "480 of the 480 classes have a single row (480 rows): the labels look like row ids rather than classes, and "
+        "a classifier learns nothing of a class seen once")
+    rng = np.random.default_rng(0)
+    assert id_like_labels(summaries(rng.integers(0, 10, 480), 4)) is None
+    assert id_like_labels(summaries(np.repeat(np.arange(100), 2), 4)) is None  # 100 classes of 2 rows: classes
+    assert id_like_labels(summaries(np.arange(MIN_EXPECTED_ROWS), 2)) is None  # too few to say (20 of 20 rows)
+    half = np.concatenate([np.arange(30), np.repeat(np.arange(30, 60), 2)])  # 30 of 60 classes single: not most
+    assert id_like_labels(summaries(half, 2)) is None
+    assert "31 of the 61 classes" in id_like_labels(summaries(np.concatenate([half, [99]]), 2))
