@@ -25,6 +25,7 @@ from ._inputs import hdfs_hint, java_message
 from ._new_rows import NewRows, check_scale
 from ._options import Interrupted, UsageError, closest, interrupt_word, is_interrupt, parse_spark_conf
 from ._train_inputs import (
+    RECIPE_IMAGES,
     build_model,
     check_local_ports,
     check_local_store_writable,
@@ -86,10 +87,13 @@ def cmd_train(options: dict[str, Any]) -> int:
         meta = dataset.meta
         n_features, n_classes = int(np.prod(meta["feature_shape"])), int(meta.get("n_classes") or 10)
         labelled = bool(meta.get("label_column"))
+        images = meta.get("image_shape") or (meta["feature_shape"] if len(meta["feature_shape"]) == 3 else None)
         X_test, y_test = held_out_split(X) or (None, None)  # evaluated after training, as a recipe's split is
     else:
         n_features, n_classes, labelled = int(np.prod(X.shape[1:])), int(y.max()) + 1, True
-    model = build_model(options["model"], options.get("layers"), n_features, n_classes, int(options["seed"]))
+        images = RECIPE_IMAGES.get(str(options["dataset"]))
+    model = build_model(options["model"], options.get("layers"), n_features, n_classes, int(options["seed"]),
+                        image_shape=images)
     if not labelled and is_classifier(model):
         raise UsageError(f"the dataset {X} is unlabelled (staged without a label column), but a {options['model']} "
                          "learns labels: train --model rbm on it, or stage the data with its labels (--label-col)")

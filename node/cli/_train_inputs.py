@@ -4,6 +4,7 @@ against the data, the ports of a local master, a local store it may write)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -19,7 +20,9 @@ from ..executor import check_ports_for_nodes, local_master_threads
 from ..watch import is_supervised
 from ._options import UsageError, parse_spark_conf
 
-__all__ = ["TRAIN_DEFAULTS", "build_model", "check_local_ports", "check_local_store_writable", "check_model_fits",
+logger = logging.getLogger(__name__)
+
+__all__ = ["RECIPE_IMAGES", "TRAIN_DEFAULTS", "build_model", "check_local_ports", "check_local_store_writable", "check_model_fits",
            "gpu_conf", "is_classifier", "load_dataset", "on_device", "train_seed", "training_settings"]
 
 
@@ -52,6 +55,10 @@ TRAIN_DEFAULTS: dict[str, Any] = {
 }
 
 
+#: The images of each recipe, ``(channels, height, width)``: what ``--model convnet`` takes them as.
+RECIPE_IMAGES = {"digits": (1, 8, 8), "digits01": (1, 8, 8), "digits28": (1, 28, 28)}
+
+
 def load_dataset(name: str, seed: int) -> tuple[Any, Any, np.ndarray | None, np.ndarray | None]:
     """``(train data, train labels, X_test, y_test)`` for a recipe name or a staged dataset URL."""
     if name in ("digits", "digits01"):
@@ -63,10 +70,12 @@ def load_dataset(name: str, seed: int) -> tuple[Any, Any, np.ndarray | None, np.
     return split.X_train, split.y_train, split.X_test, split.y_test
 
 
-def build_model(kind: Any, layers: Sequence[int] | None, n_features: int, n_classes: int, seed: int) -> Any:
+def build_model(kind: Any, layers: Sequence[int] | None, n_features: int, n_classes: int, seed: int,
+                image_shape: Sequence[int] | None = None) -> Any:
     """The model a config names: a spec dict (with ``kind``), ``"dbn"``, ``"convnet"`` or ``"rbm"``.
 
-    ``layers`` are the hidden layer sizes (default: 100, 100 for a DBN, 100 for an RBM).
+    ``layers`` are the hidden layer sizes (default: 100, 100 for a DBN, 100 for an RBM); ``image_shape`` the
+    ``(channels, height, width)`` a staged dataset's images had (its ``_meta.json``), a convnet's input shape.
     """
     if isinstance(kind, dict):
         return rbm.model_from_spec(kind)
@@ -77,19 +86,35 @@ def build_model(kind: Any, layers: Sequence[int] | None, n_features: int, n_clas
     if kind == "rbm":
         return rbm.RBM(int((layers or [100])[0]), random_state=seed)
     if kind == "convnet":
-        side = int(round(np.sqrt(n_features)))
-        if side * side != n_features:
-            raise UsageError(f"a convnet needs square images, got {n_features} features")
-        small = side <= 8
+        shape = convnet_input_shape(n_features, image_shape)
+        small = max(shape[1:]) <= 8
         conv_layers = [
             {"type": "conv", "filters": 8 if small else 20, "kernel": 3 if small else 5, "padding": 1 if small else 0,
              "activation": "relu"},
             {"type": "maxpool", "size": 2},
             {"type": "dense", "units": 64 if small else 200, "activation": "relu"},
         ]
-        return rbm.ConvNet(layers=conv_layers, input_shape=(1, side, side), n_classes=n_classes,
+        return rbm.ConvNet(layers=conv_layers, input_shape=shape, n_classes=n_classes,
                            learning_rate=0.05, batch_size=32, random_state=seed)
     raise UsageError(f"unknown model {kind!r}; use dbn, convnet, rbm or a spec mapping with 'kind'")
+
+
+def convnet_input_shape(n_features: int, image_shape: Sequence[int] | None) -> tuple[int, int, int]:
+    """The ``(C, H, W)`` of ``--model convnet``: the staged images' own, else one-channel square images of
+    ``n_features`` pixels, said in the log (flat rows do not say their channels: 3 x 12 x 16 = 576 = 24 x 24)."""
+    how = "give the shape in --config: model: {kind: convnet, input_shape: [C, H, W], layers: [...]}"
+    if image_shape is not None:
+        shape = tuple(int(d) for d in image_shape)
+        if len(shape) != 3 or int(np.prod(shape)) != n_features:
+            raise UsageError(f"the dataset's images are {list(shape)}, which is not {n_features} features; {how}")
+        return shape  # type: ignore[return-value]
+    side = int(round(np.sqrt(n_features)))
+    if side * side != n_features:
+        raise UsageError(f"--model convnet takes flat rows as one-channel square images, and {n_features} features "
+                         f"are not square; {how}, or stage the images as an NPZ array (n, C, H, W)")
+    logger.warning("--model convnet takes the dataset's %d features as one-channel %dx%d images (flat rows do not "
+                   "say their channels); for other images, %s", n_features, side, side, how)
+    return 1, side, side
 
 
 #: Epochs per phase when neither the config nor --epochs says: short pretraining, longer fine-tuning.

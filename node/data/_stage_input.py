@@ -171,7 +171,8 @@ def _check_two_classes(y: np.ndarray, source: str, what: str, unlabelled: str) -
 
 def read_input(source: str, *, label_col: str | None = "label", features_cols: Sequence[str] | None = None,
                labels: str | None = None) -> tuple[np.ndarray, np.ndarray | None, list[str] | None]:
-    """``(X, y, feature names)`` of a CSV, Parquet, NPZ (arrays ``X`` and ``y``) or IDX file (``labels``: its labels file)."""
+    """``(X, y, feature names)`` of a CSV, Parquet, NPZ (arrays ``X`` and ``y``) or IDX file (``labels``: its labels file);
+    an NPZ's or IDX file's ``X`` keeps its per-sample shape (images: ``(n, h, w)`` or ``(n, c, h, w)``)."""
     with tempfile.TemporaryDirectory(prefix="sparkdbn-input-") as folder:
         path = _local_copy(source, folder)
         kind = _format_of(path)
@@ -201,7 +202,7 @@ def read_input(source: str, *, label_col: str | None = "label", features_cols: S
             if y is not None:
                 _check_labels_present(y, source, "label array 'y'")
                 _check_two_classes(y, source, "label array 'y'", "stage an NPZ without its array y")
-            return X.reshape(len(X), -1), y, None
+            return X, y, None
         X = read_idx(path)
         if X.ndim < 2:
             raise DatasetError(f"{source} holds a 1-D IDX array (labels?), not samples")
@@ -210,7 +211,7 @@ def read_input(source: str, *, label_col: str | None = "label", features_cols: S
         if y is not None:
             _check_labels_present(y, source, f"labels file {labels}")
             _check_two_classes(y, source, f"labels file {labels}", "stage without --labels")
-        return X.reshape(len(X), -1).astype(np.float32), y, None
+        return X.astype(np.float32), y, None
 
 
 def _read_npz(path: str, source: str) -> tuple[np.ndarray, np.ndarray | None]:
@@ -259,6 +260,16 @@ def _class_indices(y: np.ndarray) -> tuple[np.ndarray, list[Any] | None]:
     return indices.astype(np.int64), [value.item() if hasattr(value, "item") else value for value in classes]
 
 
+def image_shape(sample_shape: Sequence[int]) -> tuple[int, ...] | None:
+    """The ``(channels, height, width)`` of samples of ``sample_shape``: ``(h, w)`` images have one channel;
+    None for flat rows (whose image shape no file says)."""
+    if len(sample_shape) == 2:
+        return (1, *map(int, sample_shape))
+    if len(sample_shape) == 3:
+        return tuple(map(int, sample_shape))
+    return None
+
+
 def stage_input(source: str, url: str, *, label_col: str | None = "label", features_cols: Sequence[str] | None = None,
                 labels: str | None = None, test_fraction: float | None = None, scale: str | None = None,
                 shards: int | None = None, overwrite: bool = False, seed: int = 0) -> dict:
@@ -274,6 +285,9 @@ def stage_input(source: str, url: str, *, label_col: str | None = "label", featu
         check_stage_destination(store, overwrite=overwrite)
     X, y, feature_names = read_input(source, label_col=label_col, features_cols=features_cols, labels=labels)
     extra: dict[str, Any] = {"source": f"input:{source}", "feature_names": feature_names}
+    if image_shape(X.shape[1:]) is not None:  # staged flat, as every model takes rows; a convnet's input shape kept
+        extra["image_shape"] = list(image_shape(X.shape[1:]))
+    X = X.reshape(len(X), -1)
     if y is not None:
         y, classes = _class_indices(y)
         if classes is not None:

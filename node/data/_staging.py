@@ -109,7 +109,8 @@ def stage_recipe(recipe: str, url: str | Store, *, shards: int | None = None, ra
         raise DatasetError(f"unknown recipe {recipe!r}; known recipes: {', '.join(RECIPES)}")
     store = open_store(url, user=stage_options.pop("user", None), retry_timeout_s=stage_options.pop("retry_timeout_s", 30.0))
     name = stage_options.pop("name", recipe)
-    extra = {"source": f"recipe:{recipe}", "random_state": random_state}
+    extra = {"source": f"recipe:{recipe}", "random_state": random_state,
+             "image_shape": [1, 8, 8] if recipe == "digits" else [1, 28, 28]}  # staged flat: what a convnet takes
     overwrite = bool(stage_options.pop("overwrite", False))
     test_shards = None if shards is None else min(shards, len(split.X_test))
     meta, test_meta = stage_split_pair(store, (split.X_train, split.y_train), (split.X_test, split.y_test),

@@ -55,7 +55,9 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
         ``{"type": "dense", "units": 500, "activation": "relu", "init": "he"}``,
         ``{"type": "relu" | "sigmoid" | "tanh" | "identity"}``, ``{"type": "dropout",
         "rate": 0.5}``, ``{"type": "flatten"}``.  Default (None): LeNet's (:data:`LENET_LAYERS`).
-        ``init`` defaults to He for ReLU layers and Xavier otherwise.
+        ``init`` defaults to He for ReLU layers and Xavier otherwise.  A conv or pooling layer's output
+        side is ``floor((side + 2 * padding - size) / stride) + 1``: rows and columns left over past the
+        last whole window are dropped (an 11 x 11 input max-pooled by 2 gives 5 x 5), as in DL4J and PyTorch.
     input_shape : tuple of int or None
         Per-sample shape ``(C, H, W)``; inputs may also arrive flat, ``(n, C*H*W)``.  None:
         taken from the data at fit (flat input then gives a flat net: dense layers only).
@@ -184,7 +186,8 @@ class ConvNet(ConvNetSeam, NamespacePickling, ClassifierMixin, BaseEstimator):
             return declared
         if len(shape) == 1:
             raise ValueError(f"{width} features per sample cannot be reshaped to the net's input shape {declared}")
-        raise ValueError(f"per-sample shape {shape} does not match the net's input shape {declared}")
+        hint = ("; add the channel axis: X[:, None]" if (1, *shape) == tuple(declared) else "")
+        raise ValueError(f"per-sample shape {shape} does not match the net's input shape {declared}{hint}")
 
     def initialize(self, input_shape: Any = None, classes: Any = None, rng: np.random.Generator | None = None) -> "ConvNet":
         """Allocate parameters (idempotent when already initialized with the same shape and classes).

@@ -71,9 +71,11 @@ class Layer(NamespacePickling):
 
     def _require_spatial(self) -> tuple[int, int, int]:
         if len(self.input_shape) != 3:
-            raise ValueError(
-                f"layer {self.name} ({self.spec['type']}) needs a (C, H, W) input, but receives shape {self.input_shape}"
-            )
+            hint = ("; flat rows need the net's input_shape=(C, H, W)" if len(self.input_shape) == 1 else
+                    "; images without a channel axis need one: X[:, None], input_shape=(1, H, W)"
+                    if len(self.input_shape) == 2 else "")
+            raise ValueError(f"layer {self.name} ({self.spec['type']}) needs a (C, H, W) input, but receives shape "
+                             f"{self.input_shape}{hint}")
         return self.input_shape  # type: ignore[return-value]
 
     def init_params(self, rng: np.random.Generator) -> None:

@@ -259,6 +259,9 @@ def test_input_shape_mismatch_names_the_first_layer_and_both_shapes(digits8):
         net.predict(np.zeros((2, 63)))
     with pytest.raises(ValueError, match=r"63 features per sample cannot be reshaped to the net's input shape \(1, 8, 8\)"):
         small_net().fit(np.zeros((2, 63)), [0, 1])
+    with pytest.raises(ValueError, match=r"per-sample shape \(8, 8\) does not match the net's input shape \(1, 8, 8\); "
+                                         r"add the channel axis: X\[:, None\]"):
+        small_net().fit(np.zeros((2, 8, 8)), [0, 1])
 
 
 def test_nan_inputs_and_labels_outside_the_classes_are_refused_before_training(digits8):
