@@ -58,6 +58,7 @@ from ._own_fit import warn_own_fit_settings
 from ._progress import SparkJob
 from ._session import dynamic_allocation, start_python_workers, task_slots
 from ._settings import TrainingSettings
+from ._slots import wait_for_task_slots
 from ._timings import FitTimings
 
 __all__ = ["Fit"]
@@ -254,10 +255,11 @@ class Fit:
     @functools.cached_property
     def nodes(self) -> int:
         """Nodes training at once: ``averaging_nodes``, else a node per task slot (Spark's default parallelism,
-        at most the tasks Spark runs at once: ``spark.default.parallelism`` may name more).  Counted once per fit."""
+        at most the tasks Spark runs at once: ``spark.default.parallelism`` may name more).  Counted once per fit,
+        after the executors the session asked for registered (:mod:`node.driver._slots`)."""
         if self.settings.averaging_nodes:
             return int(self.settings.averaging_nodes)
-        slots = task_slots(self.sc)
+        slots = wait_for_task_slots(self.sc, self.spark_conf)
         return min(self.sc.defaultParallelism, slots) if slots else int(self.sc.defaultParallelism)
 
     # ------------------------------------------------------------------ the end

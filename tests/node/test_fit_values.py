@@ -101,3 +101,26 @@ def test_a_fit_without_validation_has_nothing_for_its_record_to_say_of_its_watch
         model_input=model_input((64,)))
     watch.close()
     assert facts == {} and watch.validator is None
+
+
+def test_a_fit_counts_its_nodes_after_waiting_for_the_slots_the_session_asked_for(spark, store_url, digits,
+                                                                                   monkeypatch):
+    # Counted before the executors registered, a sync fit on a cluster just up trained on 1 node of 5.
+    from node.driver import _slots
+
+    monkeypatch.setattr(_slots, "_waited", set())
+    monkeypatch.setattr(_slots, "asked_task_slots", lambda master, conf: 2)
+    registered = iter([1, 1, 1, 2])
+    monkeypatch.setattr(_slots, "task_slots", lambda sc: next(registered, 2))
+    conf = {**dict(spark.sparkContext.getConf().getAll()), "spark.scheduler.maxRegisteredResourcesWaitingTime": "20s"}
+    settings = TrainingSettings(run_id="slots", epochs={"rbm": 1}, progress=False, log_dir=None)
+    fit = Fit(settings, spark, store_url=store_url, model=small_rbm(), data=digits.X_train[:ROWS], key=KEY,
+              spark_conf=conf)
+    assert fit.nodes == 2  # the slot that registered late counted
+    monkeypatch.setattr(_slots, "_waited", set())
+    monkeypatch.setattr(_slots, "task_slots", lambda sc: 1)
+    conf["spark.scheduler.maxRegisteredResourcesWaitingTime"] = "300ms"
+    fit = Fit(settings, spark, store_url=store_url, model=small_rbm(), data=digits.X_train[:ROWS], key=KEY,
+              spark_conf=conf)
+    with pytest.warns(UserWarning, match=r"1 of the 2 task slots the session asked for \(local\[2"):
+        assert fit.nodes == 1
