@@ -30,8 +30,11 @@ __all__ = ["Publisher"]
 
 logger = logging.getLogger(__name__)
 
-#: How many of a phase's held versions (:meth:`Publisher.hold`) stay: the epoch the driver reads, and the next.
-HELD_EPOCHS = 2
+#: How many of a phase's held versions (:meth:`Publisher.hold`) stay: the epoch the run record names, and the two
+#: after it that the jobs already started may train (the running one and the one queued behind it) -- a driver
+#: killed then leaves them training, and its resume reads the record's versions (with two, a killed driver's
+#: resume found a node's pruned, took its newest and trained two epochs' partitions again).
+HELD_EPOCHS = 3
 
 
 class Publisher:
@@ -143,11 +146,11 @@ class Publisher:
             return self._next_version.get(phase, 1) - 1
 
     def hold(self, phase: str) -> int:
-        """Keep the newest written version of ``phase`` from pruning, until two later holds; returns it (0: none).
+        """Keep the newest written version of ``phase`` from pruning, until three later holds; returns it (0: none).
 
         A node holds its last version of each epoch: the driver reads it after the epoch's job ends,
-        while the node may be training (and pruning) the next epoch already (:mod:`node.modes._async`).
-        The last two holds are kept, the epoch being read and the one the node has just ended.
+        while the node may be training (and pruning) the next epoch already (:mod:`node.modes._async`), and a
+        resume reads it where the run record names it.  The last :data:`HELD_EPOCHS` holds are kept.
         """
         with self._condition:
             version = self._next_version.get(phase, 1) - 1

@@ -217,8 +217,14 @@ class LeasedFit:
         if record.epochs_done(phase) == 0:
             return initial, False
         try:
-            consolidation = (self.weights.consolidate_exact(phase, record.versions(phase))
-                             or self.weights.consolidate(phase, record.nodes(phase)))
+            consolidation = self.weights.consolidate_exact(phase, record.versions(phase))
+            if consolidation is None:
+                if record.versions(phase):
+                    logger.warning("run %s phase %s: the snapshots the record names for epoch %d are not all there "
+                                   "any more; it continues from its nodes' newest, which may hold partitions of later "
+                                   "epochs the record does not count (they are trained again)", self.state.run_id,
+                                   phase, record.epochs_done(phase))
+                consolidation = self.weights.consolidate(phase, record.nodes(phase))
         except storage.StoreNotFoundError as error:
             record.restart_phase(phase, f"no usable snapshot of the nodes of its last epoch ({error})")
             return initial, False

@@ -21,7 +21,7 @@ starts the next epoch at once -- taking the share of a node still busy with the 
 has trained its own -- instead of waiting for the job's last partition and for the driver to
 start the next job.  So no node idles between epochs, and the driver ends each epoch (its
 summary, validation, the run record) while the nodes train the next: it validates the epoch on the
-versions its reports name, which each node keeps from pruning until it has ended two more tasks
+versions its reports name, which each node keeps from pruning until it has ended three more tasks
 (:meth:`actors.NodeHandle.hold_published`), not on the newer ones the next epoch writes.  The run record marks each
 epoch when its job ends: a fit stopped in the middle of a phase resumes at its last finished
 epoch, and a killed worker's task is retried on a fresh node that trains again only the

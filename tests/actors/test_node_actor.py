@@ -124,21 +124,25 @@ def test_publish_copies_writes_announces_and_prunes_old_versions(store):
     assert stats["published"] == 4 and stats["pruned"] == 2
 
 
-def test_a_held_version_outlives_pruning_until_two_later_holds(store):
-    # An epoch's last version (held) stays while the driver validates it, though the node publishes on.
+def test_a_held_version_outlives_pruning_until_three_later_holds(store):
+    # An epoch's last version (held) stays while the driver validates it, though the node publishes on, and while
+    # the two jobs a killed driver had started train on: its resume reads the version the record names (with two
+    # holds, a resume after a driver kill found it pruned and trained two epochs' partitions again).
     weights = storage.WeightStore(store, RUN, SECRET)
     with actors.start_node(RUN, "writer", store, SECRET, keep_versions=2) as node:
         assert node.published_version("rbm") == 0 and node.hold_published("rbm") == 0
         held = []
-        for version in range(1, 11):
+        for version in range(1, 14):
             node.publish("rbm", params(version), samples_seen=version)
             node.flush()
             assert node.published_version("rbm") == version
-            if version % 3 == 0:  # epochs of three partitions: versions 3, 6 and 9 end them
+            if version % 3 == 0:  # epochs of three partitions: versions 3, 6, 9 and 12 end them
                 held.append(node.hold_published("rbm"))
-        assert held == [3, 6, 9]
+            if version == 10:  # the record names epoch 1's 3, and epochs 2 and 3 have ended since: 3 is still there
+                assert 3 in [ref.version for ref in weights.list_versions("rbm", "writer")]
+        assert held == [3, 6, 9, 12]
         kept = [ref.version for ref in weights.list_versions("rbm", "writer")]
-    assert kept == [6, 9, 10]  # the newest two and the last two holds; 3 went with the first publish after 9 was held
+    assert kept == [6, 9, 12, 13]  # the newest two and the last three holds; 3 went with the first publish after 12
 
 
 def test_non_finite_weights_are_never_published(node, store):

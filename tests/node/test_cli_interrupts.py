@@ -61,14 +61,15 @@ def test_ctrl_c_or_sigterm_is_one_line_and_its_exit_status(tmp_path, sent, statu
     assert err.strip() == f"sparkdbn train: {said}" and out == ""
 
 
-def train_until_an_epoch_is_recorded(store_url: str, run: str, attempt: int = 1) -> subprocess.Popen:
-    """``sparkdbn train`` of ``run`` (far more epochs than it gets), once the record of its ``attempt``-th fit
-    counts an epoch."""
+def train_until_an_epoch_is_recorded(store_url: str, run: str, attempt: int = 1,
+                                     command: list[str] | None = None) -> subprocess.Popen:
+    """``sparkdbn train`` of ``run`` (far more epochs than it gets; or ``command``), once the record of its
+    ``attempt``-th fit counts an epoch."""
     import node
 
-    process = subprocess.Popen([sys.executable, "-m", "node.cli", "train", "--store", store_url, "--run-id", run,
-                                "--epochs", "200", "--no-report", "--no-progress", "--master", "local[2]"],
-                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command = command or [sys.executable, "-m", "node.cli", "train", "--store", store_url, "--run-id", run,
+                          "--epochs", "200", "--no-report", "--no-progress", "--master", "local[2]"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 4 * SETTLE_S
     while time.monotonic() < deadline and process.poll() is None:
         record = None
@@ -222,3 +223,65 @@ def test_ctrl_c_during_a_call_to_the_jvm_is_one_line_without_py4js_logged_traceb
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=SETTLE_S)
     assert result.returncode == 130, result.stderr
     assert result.stderr.strip() == RESUME_MINE
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, parent, ...), None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def descendants(root: int) -> list[tuple[int, str]]:
+    """The processes started by ``root``, and by those, read from /proc (any thread's children), each as
+    ``(pid, start time)``: a pid the system gives another process later is never taken for one of them."""
+    stats = {int(entry): _stat(int(entry)) for entry in os.listdir("/proc") if entry.isdigit()}
+    found, todo = [], [root]
+    while todo:
+        above = todo.pop()
+        children = [pid for pid, fields in stats.items() if fields and int(fields[1]) == above]
+        found += [(pid, stats[pid][19]) for pid in children]
+        todo += children
+    return found
+
+
+def running(process: tuple[int, str]) -> bool:
+    """Whether ``(pid, start time)`` still runs (not ended, not a zombie, not another process of that pid)."""
+    fields = _stat(process[0])
+    return fields is not None and fields[19] == process[1] and fields[0] != "Z"
+
+
+@pytest.mark.slow
+def test_sparkdbn_submit_stopped_or_killed_ends_its_driver_and_the_record_says_so(tmp_path):
+    # `kill -9` of sparkdbn-submit left spark-submit's JVM and the driver's Python training on, with no one to stop
+    # them, and `kill PID` ended the script alone as well: a rerun was refused while the lease was held.
+    import node
+    import storage
+
+    store_url = "file://" + str(tmp_path / "store")
+    command = [sys.executable, str(ROOT / "scripts" / "sparkdbn-submit"), "--master", "local[2]", "--", "train",
+               "--store", store_url, "--run-id", "mine", "--epochs", "200", "--no-report", "--no-progress"]
+    for attempt, sent in ((1, signal.SIGTERM), (2, signal.SIGKILL)):
+        process = train_until_an_epoch_is_recorded(store_url, "mine", attempt=attempt, command=command)
+        started = descendants(process.pid)
+        assert started, "spark-submit runs under the script"
+        try:
+            process.send_signal(sent)
+            out, err = process.communicate(timeout=SETTLE_S)
+            deadline = time.monotonic() + SETTLE_S
+            while time.monotonic() < deadline and any(running(child) for child in started):
+                time.sleep(0.2)  # another process's end: nothing to wait on
+            assert not [child for child in started if running(child)], (sent, err[-3000:])
+        finally:  # what the test started ends with it, whatever happened
+            if process.poll() is None:
+                process.kill()
+            for pid, start in started:
+                if running((pid, start)):
+                    os.kill(pid, signal.SIGKILL)
+        record = node.open_run(store_url, "mine").record
+        assert record["status"] == "failed", (sent, record.get("error"))
+        if sent == signal.SIGTERM:  # passed on to the driver, which ended as `kill PID` ends it
+            assert process.returncode == 143 and record["error"] == "terminated (SIGTERM)", err[-3000:]
+        key = node.resolve_run_key("mine", store_url, create=False).key
+        assert storage.LeaseFolder(storage.open_store(store_url), "mine", key).view().released
