@@ -131,7 +131,9 @@ def cmd_train(options: dict[str, Any]) -> int:
         again = "again" if settings.run_id else f"with --run-id {trainer.run_id_}"  # else a new id each time
         raise Interrupted(f"{interrupt_word(interrupt)}; run the same command {again} to resume run "
                           f"{trainer.run_id_}") from interrupt
-    print(f"run {trainer.run_id_}: trained in {time.perf_counter() - started:.1f} s; "
+    # A run done before trains nothing again (docs/training.md): said so, not "trained in".
+    done = "trained in" if trainer.history_ else "nothing left to train (every phase was done), in"
+    print(f"run {trainer.run_id_}: {done} {time.perf_counter() - started:.1f} s; "
           f"model saved in {trainer.store_url} under runs/{trainer.run_id_}/model")
     if X_test is not None and is_classifier(model):
         report = evaluate(model, (X_test, y_test), spark=spark)

@@ -184,8 +184,10 @@ def hdfs_hint(location: str, message: str) -> str:
     """A hint for an ``hdfs://`` location Spark reached on a port that does not speak Hadoop's RPC (WebHDFS's)."""
     if not location.startswith("hdfs://") or not any(text in message for text in RPC_TO_HTTP):
         return ""
+    # Not webhdfs://: the pip pyspark's Hadoop client cannot read it (a shaded class it lacks).
     return (". Spark reads and writes hdfs:// through the namenode's RPC port (usually 8020), not the WebHDFS "
-            "port a sparkdbn store URL names (usually 9870): give hdfs://NAMENODE:8020/... or webhdfs://NAMENODE:9870/...")
+            "port a sparkdbn store URL names (usually 9870): give hdfs://NAMENODE:8020/... (a dataset staged with "
+            "sparkdbn stage is read with --dataset URL)")
 
 
 def read_input(spark: Any, given: InputFiles) -> Any:

@@ -274,6 +274,10 @@ def test_an_rbm_alone_trains_from_the_command_line_and_reports_its_held_out_reco
     # No classification report for a model without labels: one line, before Spark is asked for anything.
     assert cli.main(["evaluate", "--store", str(store), "--run", "rbm"]) == 2
     assert "learns no labels" in capsys.readouterr().err
+    # The same command again trains nothing (the run is done): it says so, not "trained in".
+    assert cli.main(["train", "--store", str(store), "--run-id", "rbm", "--model", "rbm", "--layers", "32",
+                     "--epochs", "3", "--no-report", "--no-progress"]) == 0
+    assert "run rbm: nothing left to train (every phase was done), in " in capsys.readouterr().out
 
 
 def test_the_librarys_advice_is_one_log_line_on_the_command_line(spark, tmp_path, capsys, caplog):

@@ -206,8 +206,8 @@ def test_predict_reads_a_dataset_staged_on_webhdfs_and_says_what_an_hdfs_output_
         err = capsys.readouterr().err
         assert err.startswith(f"sparkdbn predict: predicting --dataset {url}/test into --output {output} failed: ")
         assert err.endswith("Spark reads and writes hdfs:// through the namenode's RPC port (usually 8020), not the "
-                            "WebHDFS port a sparkdbn store URL names (usually 9870): give hdfs://NAMENODE:8020/... or "
-                            "webhdfs://NAMENODE:9870/...\n") and err.count("\n") == 1
+                            "WebHDFS port a sparkdbn store URL names (usually 9870): give hdfs://NAMENODE:8020/... (a "
+                            "dataset staged with sparkdbn stage is read with --dataset URL)\n") and err.count("\n") == 1
 
 
 def test_predict_takes_an_input_pattern_as_spark_does(staged_run, capsys):
