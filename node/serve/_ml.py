@@ -65,7 +65,9 @@ class DBNClassifier(Estimator, DBNClassifierParams, DefaultParamsReadable, Defau
                  pretrainEpochs: int = 5, finetuneEpochs: int = 10, batchSize: int = 10, learningRate: float = 0.1,
                  finetuneLearningRate: float = 0.1, storeUrl: str = "", numPartitions: int = 0, fanout: int = 0,
                  runId: str = "", progress: bool = True, seed: int = 0, trainingMode: str = "async",
-                 device: str = "cpu", precision: str = "float32", logDir: str = DEFAULT_LOG_DIR) -> None:
+                 device: str = "cpu", precision: str = "float32", validationFraction: float = 0.0,
+                 validationIndicatorCol: str = "", earlyStoppingPatience: int = 0,
+                 logDir: str = DEFAULT_LOG_DIR) -> None:
         super().__init__()
         kwargs = {key: value for key, value in self._input_kwargs.items() if value is not None}
         self._set(**kwargs)
@@ -78,6 +80,7 @@ class DBNClassifier(Estimator, DBNClassifierParams, DefaultParamsReadable, Defau
                   finetuneLearningRate: float = 0.1, storeUrl: str = "", numPartitions: int = 0, fanout: int = 0,
                   runId: str = "", progress: bool = True, seed: int = 0,
                   trainingMode: str = "async", device: str = "cpu", precision: str = "float32",
+                  validationFraction: float = 0.0, validationIndicatorCol: str = "", earlyStoppingPatience: int = 0,
                   logDir: str = DEFAULT_LOG_DIR) -> "DBNClassifier":
         """Set any of the constructor's params; returns self."""
         kwargs = {key: value for key, value in self._input_kwargs.items() if value is not None}
@@ -163,6 +166,19 @@ class DBNClassifier(Estimator, DBNClassifierParams, DefaultParamsReadable, Defau
         """Set ``precision``: the GEMM precision on GPUs; returns self."""
         return self._set(precision=value)
 
+    def setValidationFraction(self, value: float) -> "DBNClassifier":
+        """Set ``validationFraction``: the share of the rows held out to validate every epoch (0: none); returns self."""
+        return self._set(validationFraction=value)
+
+    def setValidationIndicatorCol(self, value: str) -> "DBNClassifier":
+        """Set ``validationIndicatorCol``: the boolean column of the rows that validate (empty: none); returns self."""
+        return self._set(validationIndicatorCol=value)
+
+    def setEarlyStoppingPatience(self, value: int) -> "DBNClassifier":
+        """Set ``earlyStoppingPatience``: the epochs without a better validation loss a phase stops after (0:
+        never); returns self."""
+        return self._set(earlyStoppingPatience=value)
+
     def setLogDir(self, value: str) -> "DBNClassifier":
         """Set ``logDir``: the folder of the live TensorBoard event files (empty: none); returns self."""
         return self._set(logDir=value)
@@ -205,6 +221,7 @@ class DBNClassifier(Estimator, DBNClassifierParams, DefaultParamsReadable, Defau
 
     def _fit_in(self, dataset: Any, store_url: str, key: bytes | None, log_dir: str | None) -> "DBNClassificationModel":
         model = self.build_model()
+        dataset, validation = self._validation_split(dataset)
         epochs = {phase: (self.getFinetuneEpochs() if phase == "finetune" else self.getPretrainEpochs())
                   for phase in model.phases()}
         trainer = Trainer(
@@ -221,6 +238,10 @@ class DBNClassifier(Estimator, DBNClassifierParams, DefaultParamsReadable, Defau
             mode=self.getTrainingMode(),
             features_col=self.getFeaturesCol(),
             label_col=self.getLabelCol(),
+            validation_fraction=self.getValidationFraction() or None,
+            validation_data=validation,
+            early_stopping={"metric": "val_loss", "patience": patience} if (patience := self.getEarlyStoppingPatience())
+            else None,
         )
         trained = trainer.fit(model, dataset)
         log.info("DBNClassifier trained run %s in %s", trainer.run_id_, trainer.store_url)
@@ -229,6 +250,26 @@ class DBNClassifier(Estimator, DBNClassifierParams, DefaultParamsReadable, Defau
         result = self._copyValues(result)
         result._set(runId=trainer.run_id_ or "", storeUrl=trainer.store_url)
         return result
+
+
+    def _validation_split(self, dataset: Any) -> tuple[Any, Any]:
+        """``(training rows, validation rows or None)``: the rows ``validationIndicatorCol`` marks validate."""
+        column = self.getValidationIndicatorCol()
+        if not column:
+            return dataset, None
+        if self.getValidationFraction():
+            raise InputDataError("give validationFraction or validationIndicatorCol, not both")
+        if column not in dataset.columns:
+            raise InputDataError(f"validationIndicatorCol {column!r} is not a column of the DataFrame "
+                                 f"({', '.join(dataset.columns)})")
+        kind = dataset.schema[column].dataType.simpleString()
+        if kind != "boolean":
+            raise InputDataError(f"validationIndicatorCol {column!r} must be boolean (true: a validation row), "
+                                 f"it is {kind}")
+        from pyspark.sql import functions as F
+
+        marked = F.coalesce(F.col(column), F.lit(False))  # a null marks no validation row
+        return dataset.filter(~marked), dataset.filter(marked)
 
 
 # Saved metadata names the class by its module (DefaultParamsWriter: ``instance.__module__``) and loading imports

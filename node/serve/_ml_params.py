@@ -68,6 +68,16 @@ class DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProb
     precision: Param[str] = Param(
         Params._dummy(), "precision", f"GEMM precision on GPUs: {', '.join(rbm.PRECISIONS)} (float32 on CPUs)",
         typeConverter=TypeConverters.toString)
+    validationFraction: Param[float] = Param(
+        Params._dummy(), "validationFraction", "share of the rows held out to validate every epoch, in [0, 1); 0: "
+        "none (or the rows validationIndicatorCol marks)", typeConverter=TypeConverters.toFloat)
+    validationIndicatorCol: Param[str] = Param(
+        Params._dummy(), "validationIndicatorCol", "boolean column whose true rows validate every epoch instead of "
+        "training, as GBTClassifier's; empty: none", typeConverter=TypeConverters.toString)
+    earlyStoppingPatience: Param[int] = Param(
+        Params._dummy(), "earlyStoppingPatience", "stop a phase when the validation loss has not improved for this "
+        "many epochs, keeping its best epoch's weights (needs a validation set); 0: never",
+        typeConverter=TypeConverters.toInt)
     logDir: Param[str] = Param(
         Params._dummy(), "logDir", f"folder of the live TensorBoard event files, one folder per run "
         f"(<logDir>/<run>; default {DEFAULT_LOG_DIR}, for a fit with a storeUrl); empty: none.  Without a "
@@ -80,7 +90,7 @@ class DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProb
             rawPredictionCol="rawPrediction", hiddenLayerSizes=[256, 256], pretrainEpochs=5, finetuneEpochs=10,
             batchSize=10, learningRate=0.1, finetuneLearningRate=0.1, storeUrl="", numPartitions=0, fanout=0,
             runId="", progress=True, seed=0, trainingMode="async", device="cpu", precision="float32",
-            logDir=DEFAULT_LOG_DIR)
+            validationFraction=0.0, validationIndicatorCol="", earlyStoppingPatience=0, logDir=DEFAULT_LOG_DIR)
 
     def getHiddenLayerSizes(self) -> list[int]:
         return self.getOrDefault(self.hiddenLayerSizes)
@@ -126,3 +136,12 @@ class DBNClassifierParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProb
 
     def getLogDir(self) -> str:
         return self.getOrDefault(self.logDir)
+
+    def getValidationFraction(self) -> float:
+        return self.getOrDefault(self.validationFraction)
+
+    def getValidationIndicatorCol(self) -> str:
+        return self.getOrDefault(self.validationIndicatorCol)
+
+    def getEarlyStoppingPatience(self) -> int:
+        return self.getOrDefault(self.earlyStoppingPatience)

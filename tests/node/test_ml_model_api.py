@@ -45,7 +45,8 @@ def test_every_param_has_a_setter_and_a_getter_that_are_real_documented_methods(
               "learningRate": 0.02, "finetuneLearningRate": 0.03, "storeUrl": "file:///somewhere", "numPartitions": 3,
               "fanout": 1, "runId": "r1", "progress": False, "seed": 9, "trainingMode": "sync", "device": "auto",
               "precision": "tf32", "logDir": "", "featuresCol": "x", "labelCol": "y", "predictionCol": "p",
-              "probabilityCol": "q", "rawPredictionCol": "r"}
+              "probabilityCol": "q", "rawPredictionCol": "r", "validationFraction": 0.2,
+              "validationIndicatorCol": "is_validation", "earlyStoppingPatience": 2}
     assert sorted(values) == sorted(param.name for param in classifier.params)
     for name, value in values.items():
         setter = getattr(classifier, f"set{name[0].upper()}{name[1:]}")

@@ -157,3 +157,30 @@ def test_the_estimators_model_is_a_dbn_with_its_defaults_and_the_epochs_it_train
     for name in ("batch_size", "pretrain_learning_rate", "finetune_learning_rate"):
         assert model.get_params()[name] == defaults[name], name
     assert (model.pretrain_epochs, model.finetune_epochs) == (2, 7)
+
+
+def test_classifier_validates_on_a_held_out_share_or_the_rows_a_column_marks_and_stops_early(spark, digits, tmp_path):
+    # DBNClassifier had no validation: Trainer's validation_fraction and early_stopping were out of its reach.
+    import node
+    from pyspark.sql import functions as F
+
+    frame = spark.createDataFrame([(row.tolist(), int(label)) for row, label in zip(digits.X_train, digits.y_train)],
+                                  ["features", "label"]).withColumn("row", F.monotonically_increasing_id())
+    store_url = "file://" + str(tmp_path / "store")
+    settings = dict(hiddenLayerSizes=[16], pretrainEpochs=1, finetuneEpochs=12, finetuneLearningRate=0.5,
+                    storeUrl=store_url, numPartitions=2, progress=False, seed=0)
+    held_out = DBNClassifier(validationFraction=0.25, earlyStoppingPatience=1, **settings).fit(frame)
+    record = node.open_run(store_url, held_out.getRunId()).record
+    stopping = record["steps"]["finetune"]["early_stopping"]
+    assert stopping["metric"] == "val_loss" and stopping["best"] is not None and record["settings"]["validation_fraction"] == 0.25
+    assert record["data"]["n_samples"] < 0.8 * frame.count()  # the held-out quarter did not train
+
+    marked = frame.withColumn("is_validation", F.col("row") % 5 == 0)
+    flagged = DBNClassifier(validationIndicatorCol="is_validation", **settings).fit(marked)
+    record = node.open_run(store_url, flagged.getRunId()).record
+    assert record["data"]["n_samples"] == marked.filter(~F.col("is_validation")).count()
+    assert record["steps"]["finetune"]["epochs_done"] == 12  # no patience: every epoch, validated
+    with pytest.raises(InputDataError, match="validationIndicatorCol 'row' must be boolean"):
+        DBNClassifier(validationIndicatorCol="row", **settings).fit(marked)
+    with pytest.raises(InputDataError, match="validationFraction or validationIndicatorCol, not both"):
+        DBNClassifier(validationIndicatorCol="is_validation", validationFraction=0.1, **settings).fit(marked)
