@@ -15,7 +15,7 @@ from py4j.protocol import Py4JJavaError
 
 import storage
 
-from ..data import RECIPES, check_output, check_staged_shards, read_staged_frame
+from ..data import RECIPE_IMAGES, RECIPES, check_output, check_staged_shards, read_staged_frame
 from ..driver import Trainer, TrainingSettings, default_store_url, get_spark_session
 from ..run import RunView, load_run_model, open_checked_store, open_run
 from ..serve import evaluate, raise_input_errors_from, write_predictions
@@ -25,7 +25,6 @@ from ._inputs import hdfs_hint, java_message
 from ._new_rows import NewRows, check_scale
 from ._options import Interrupted, UsageError, closest, interrupt_word, is_interrupt, parse_spark_conf
 from ._train_inputs import (
-    RECIPE_IMAGES,
     build_model,
     check_local_ports,
     check_local_store_writable,

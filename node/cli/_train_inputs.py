@@ -22,7 +22,8 @@ from ._options import UsageError, parse_spark_conf
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RECIPE_IMAGES", "TRAIN_DEFAULTS", "build_model", "check_local_ports", "check_local_store_writable", "check_model_fits",
+__all__ = ["TRAIN_DEFAULTS", "build_model", "check_local_ports", "check_local_store_writable",
+           "check_model_fits",
            "gpu_conf", "is_classifier", "load_dataset", "on_device", "train_seed", "training_settings"]
 
 
@@ -53,10 +54,6 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "report": True,
     "progress": True,
 }
-
-
-#: The images of each recipe, ``(channels, height, width)``: what ``--model convnet`` takes them as.
-RECIPE_IMAGES = {"digits": (1, 8, 8), "digits01": (1, 8, 8), "digits28": (1, 28, 28)}
 
 
 def load_dataset(name: str, seed: int) -> tuple[Any, Any, np.ndarray | None, np.ndarray | None]:

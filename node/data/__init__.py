@@ -21,11 +21,12 @@ from ._prepare import (Block, DataOptions, PreparedData, array_inputs, check_mod
 from ._spark_reads import check_staged_shards
 from ._stage_input import apply_scaling, input_format, stage_input
 from ._staged_frame import read_staged_frame
-from ._staging import RECIPES, stage_dataframe, stage_recipe
+from ._staging import RECIPE_IMAGES, RECIPES, stage_dataframe, stage_recipe
 
 __all__ = ["feature_column_kind", "features_from_arrow", "is_dataframe", "is_rdd", "labels_from_arrow",
            "BLOCK_NAMES", "BlockSink", "decode_block", "encode_block", "store_block", "grouped_labels",
            "id_like_labels", "DEFAULT_MAX_CLASSES", "encode_labels", "check_output", "write_parquet_safely",
            "Block", "DataOptions", "PreparedData", "array_inputs", "check_model_input", "check_staged_shards",
            "count_rows", "feature_names", "filled_partitions", "prepare_training_data", "apply_scaling",
-           "input_format", "stage_input", "read_staged_frame", "RECIPES", "stage_dataframe", "stage_recipe"]
+           "input_format", "stage_input", "read_staged_frame", "RECIPE_IMAGES", "RECIPES", "stage_dataframe",
+           "stage_recipe"]

@@ -171,8 +171,8 @@ def _check_two_classes(y: np.ndarray, source: str, what: str, unlabelled: str) -
 
 def read_input(source: str, *, label_col: str | None = "label", features_cols: Sequence[str] | None = None,
                labels: str | None = None) -> tuple[np.ndarray, np.ndarray | None, list[str] | None]:
-    """``(X, y, feature names)`` of a CSV, Parquet, NPZ (arrays ``X`` and ``y``) or IDX file (``labels``: its labels file);
-    an NPZ's or IDX file's ``X`` keeps its per-sample shape (images: ``(n, h, w)`` or ``(n, c, h, w)``)."""
+    """``(X, y, feature names)`` of a CSV, Parquet, NPZ (arrays ``X`` and ``y``) or IDX file (``labels``: its labels
+    file); an NPZ's or IDX file's ``X`` keeps its per-sample shape (images: ``(n, h, w)`` or ``(n, c, h, w)``)."""
     with tempfile.TemporaryDirectory(prefix="sparkdbn-input-") as folder:
         path = _local_copy(source, folder)
         kind = _format_of(path)
@@ -285,8 +285,9 @@ def stage_input(source: str, url: str, *, label_col: str | None = "label", featu
         check_stage_destination(store, overwrite=overwrite)
     X, y, feature_names = read_input(source, label_col=label_col, features_cols=features_cols, labels=labels)
     extra: dict[str, Any] = {"source": f"input:{source}", "feature_names": feature_names}
-    if image_shape(X.shape[1:]) is not None:  # staged flat, as every model takes rows; a convnet's input shape kept
-        extra["image_shape"] = list(image_shape(X.shape[1:]))
+    images = image_shape(X.shape[1:])
+    if images is not None:  # staged flat, as every model takes rows; the images' shape kept for a convnet
+        extra["image_shape"] = list(images)
     X = X.reshape(len(X), -1)
     if y is not None:
         y, classes = _class_indices(y)

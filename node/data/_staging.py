@@ -17,12 +17,15 @@ from storage import DatasetError, Store, open_store, stage_arrays, stage_split_p
 from .._errors import InputDataError
 from ._frames import check_label_column, feature_column_kind, features_from_arrow, labels_from_arrow
 
-__all__ = ["RECIPES", "stage_dataframe", "stage_recipe"]
+__all__ = ["RECIPE_IMAGES", "RECIPES", "stage_dataframe", "stage_recipe"]
 
 logger = logging.getLogger(__name__)
 
 #: Built-in datasets ``stage_recipe`` knows.
 RECIPES = ("digits", "digits28")
+
+#: The images of each recipe, ``(channels, height, width)`` (``digits01`` is the digits recipe's split).
+RECIPE_IMAGES = {"digits": (1, 8, 8), "digits01": (1, 8, 8), "digits28": (1, 28, 28)}
 
 
 def stage_dataframe(
@@ -110,7 +113,7 @@ def stage_recipe(recipe: str, url: str | Store, *, shards: int | None = None, ra
     store = open_store(url, user=stage_options.pop("user", None), retry_timeout_s=stage_options.pop("retry_timeout_s", 30.0))
     name = stage_options.pop("name", recipe)
     extra = {"source": f"recipe:{recipe}", "random_state": random_state,
-             "image_shape": [1, 8, 8] if recipe == "digits" else [1, 28, 28]}  # staged flat: what a convnet takes
+             "image_shape": list(RECIPE_IMAGES[recipe])}  # staged flat: the images' shape, what a convnet takes
     overwrite = bool(stage_options.pop("overwrite", False))
     test_shards = None if shards is None else min(shards, len(split.X_test))
     meta, test_meta = stage_split_pair(store, (split.X_train, split.y_train), (split.X_test, split.y_test),

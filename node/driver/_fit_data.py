@@ -3,8 +3,9 @@
 :func:`prepare_fit_data` holds the validation rows out, cuts the rest into checked
 partitions -- as many as the settings name, else as many as the training mode asks for these rows
 and nodes (:func:`fit_partitions`) -- and sizes the model for them, refusing here, with the data's
-own words, whatever an executor's replica would refuse later, and warns (``UserWarning``) where most partitions hold less
-than a minibatch (:func:`small_partitions_warning`).
+own words, whatever an executor's replica would refuse later, and warns (``UserWarning``) where most
+partitions hold less than a minibatch (:func:`small_partitions_warning`), where the partitions look sorted by
+label and where the labels look like row ids (:mod:`node.data._label_spread`).
 """
 
 from __future__ import annotations

@@ -10,31 +10,35 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
-#: Per model kind, the model's own epoch settings and the phases each counts (a phase name to True).
+#: Per model kind, the model's own epoch settings, each with the test of the phases it counts the epochs of.
 OWN_EPOCHS: Mapping[str, Mapping[str, Callable[[str], bool]]] = {
-    "dbn": {"pretrain_epochs": lambda phase: phase != "finetune", "finetune_epochs": lambda phase: phase == "finetune"},
+    "dbn": {"pretrain_epochs": lambda phase: phase != "finetune",
+            "finetune_epochs": lambda phase: phase == "finetune"},
     "rbm": {"n_iter": lambda phase: True},
     "convnet": {"epochs": lambda phase: True},
 }
 
 
-def given_settings(model: Any) -> dict[str, Any]:
-    """The model's constructor settings that differ from its class's defaults (what its maker asked for)."""
+def given_settings(model: Any, names: Iterable[str]) -> dict[str, Any]:
+    """Those of the model's constructor settings ``names`` whose values differ from its class's defaults (what its
+    maker asked for)."""
     try:
-        defaults = {name: parameter.default for name, parameter in
-                    inspect.signature(type(model).__init__).parameters.items()
-                    if parameter.default is not inspect.Parameter.empty}
+        parameters = inspect.signature(type(model).__init__).parameters
     except (TypeError, ValueError):  # a constructor Python cannot read: nothing known to be asked for
         return {}
-    return {name: getattr(model, name) for name, default in defaults.items()
-            if hasattr(model, name) and getattr(model, name) != default}
+    given = {}
+    for name in names:
+        default = parameters[name].default if name in parameters else inspect.Parameter.empty
+        if default is not inspect.Parameter.empty and hasattr(model, name) and getattr(model, name) != default:
+            given[name] = getattr(model, name)
+    return given
 
 
 def warn_own_fit_settings(model: Any, kind: str | None, settings: Any, phases: list[str], *, stacklevel: int) -> None:
     """Warn (``UserWarning``) of each own-fit setting ``model`` was given that this fit trains otherwise."""
-    given = given_settings(model)
+    given = given_settings(model, [*OWN_EPOCHS.get(str(kind), {}), "early_stopping"])
     for name, counts in OWN_EPOCHS.get(str(kind), {}).items():
         if name not in given:
             continue

@@ -66,16 +66,17 @@ class NodeReports:
         record: what it scored, the peers merged after it, the learning-rate factor and nodes merging it trained
         with; not stored again as a metrics record: that attempt's node stored it)."""
         return self._untrained_report(task, partition, samples=int(samples), loss=float(loss), code=_PACKAGE_FOLDER,
-                                      entered_from=origin, merged=int(merged),
+                                      entered_from=origin, merged=merged,
                                       learning_rate_scale=float(learning_rate_scale), nodes_merging=int(nodes_merging))
 
-    def _untrained_report(self, task: TaskSpec, partition: int, **fields: Any) -> PartitionReport:
-        """A report of ``partition`` that this task did not train now: no time, no merges, ``fields`` as given."""
+    def _untrained_report(self, task: TaskSpec, partition: int, *, merged: int = 0, **fields: Any) -> PartitionReport:
+        """A report of ``partition`` that this task did not train now: no time, ``merged`` peer versions (counted,
+        not named), ``fields`` as given."""
         return PartitionReport(node=self.name, run=task.node.run, phase=task.phase, epoch=task.epoch,
                                partition=partition, train_s=0.0, merge_s=0.0, publish_s=0.0, task_s=0.0,
-                               **{"merged": 0, **fields}, merged_from=(), staleness_s=None,
+                               merged=int(merged), merged_from=(), staleness_s=None,
                                samples_seen=self.samples_seen.get(task.phase, 0), time=time.time(), pid=os.getpid(),
-                               device=self.device)
+                               device=self.device, **fields)
 
 
 def _plain(stats: Mapping[str, Any]) -> dict[str, Any]:

@@ -167,7 +167,8 @@ class DBNClassifier(Estimator, DBNClassifierParams, DefaultParamsReadable, Defau
         return self._set(precision=value)
 
     def setValidationFraction(self, value: float) -> "DBNClassifier":
-        """Set ``validationFraction``: the share of the rows held out to validate every epoch (0: none); returns self."""
+        """Set ``validationFraction``: the share of the rows held out to validate every epoch (0: none); returns
+        self."""
         return self._set(validationFraction=value)
 
     def setValidationIndicatorCol(self, value: str) -> "DBNClassifier":
@@ -222,6 +223,7 @@ class DBNClassifier(Estimator, DBNClassifierParams, DefaultParamsReadable, Defau
     def _fit_in(self, dataset: Any, store_url: str, key: bytes | None, log_dir: str | None) -> "DBNClassificationModel":
         model = self.build_model()
         dataset, validation = self._validation_split(dataset)
+        patience = self.getEarlyStoppingPatience()
         epochs = {phase: (self.getFinetuneEpochs() if phase == "finetune" else self.getPretrainEpochs())
                   for phase in model.phases()}
         trainer = Trainer(
@@ -240,8 +242,7 @@ class DBNClassifier(Estimator, DBNClassifierParams, DefaultParamsReadable, Defau
             label_col=self.getLabelCol(),
             validation_fraction=self.getValidationFraction() or None,
             validation_data=validation,
-            early_stopping={"metric": "val_loss", "patience": patience} if (patience := self.getEarlyStoppingPatience())
-            else None,
+            early_stopping={"metric": "val_loss", "patience": patience} if patience else None,
         )
         trained = trainer.fit(model, dataset)
         log.info("DBNClassifier trained run %s in %s", trainer.run_id_, trainer.store_url)

@@ -172,7 +172,8 @@ def test_classifier_validates_on_a_held_out_share_or_the_rows_a_column_marks_and
     held_out = DBNClassifier(validationFraction=0.25, earlyStoppingPatience=1, **settings).fit(frame)
     record = node.open_run(store_url, held_out.getRunId()).record
     stopping = record["steps"]["finetune"]["early_stopping"]
-    assert stopping["metric"] == "val_loss" and stopping["best"] is not None and record["settings"]["validation_fraction"] == 0.25
+    assert stopping["metric"] == "val_loss" and stopping["best"] is not None
+    assert record["settings"]["validation_fraction"] == 0.25
     assert record["data"]["n_samples"] < 0.8 * frame.count()  # the held-out quarter did not train
 
     marked = frame.withColumn("is_validation", F.col("row") % 5 == 0)

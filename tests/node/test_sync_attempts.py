@@ -33,7 +33,8 @@ def record(store, attempt: int, place: RoundPlace | None, slot: int, *, version:
            started_at: RoundPlace | None = None, key: bytes = KEY) -> None:
     ref = storage.WeightStore(store, "r1", key).put_version("rbm0", f"n{attempt}-{slot}", version,
                                                            {"W": np.full((2, 2), slot, np.float32)})
-    SyncJob(store, a_task(key), attempt).write_record(place, slot, ref, [(slot, 10, 0.5, 1.5, 2)], started_at=started_at)
+    SyncJob(store, a_task(key), attempt).write_record(place, slot, ref, [(slot, 10, 0.5, 1.5, 2)],
+                                                      started_at=started_at)
 
 
 def test_the_first_attempt_starts_at_the_job_start(store):
