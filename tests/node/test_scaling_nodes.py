@@ -83,8 +83,10 @@ def test_the_run_record_keeps_the_rule_and_each_epochs_factor_and_nodes(eight_no
     assert {entry["rule"] for entry in finetune.values()} == {"auto"}
     assert {entry["warmup_partitions"] for entry in finetune.values()} == {8}  # a node's first epoch
     # The epoch's mean factor: 4 for a node that merged all 7 peers in its last partitions, 3.5 for one that
-    # merged 6 -- as a node may that starts the epoch while others finish the one before (3.65-4.0 in 5 runs).
-    assert finetune["9"]["nodes_merging"] == 8 and finetune["9"]["learning_rate_scale"] > 3.25
+    # merged 6 -- as a node may that starts the epoch while others finish the one before (3.65-4.0 in 5 runs
+    # alone; 3.17 once in the full suite on 2 cores, where the eight nodes took turns longer). A rule undone
+    # gives 1, the full factor 8.
+    assert finetune["9"]["nodes_merging"] == 8 and 3.0 < finetune["9"]["learning_rate_scale"] <= 4.0
     assert {entry["node_batch_size"] for entry in finetune.values()} == {5}
 
 
