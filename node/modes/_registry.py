@@ -35,11 +35,16 @@ def mode_named(name: str) -> TrainingMode:
     return _MODES[name]
 
 
-def check_mode(name: str, *, early_stopping: bool = False) -> None:
-    """Raise ``ValueError`` unless ``name`` is a mode that can train as asked (``early_stopping``: between epochs)."""
+def check_mode(name: str, *, early_stopping: bool = False, param: str = "mode",
+               early_param: str = "early_stopping") -> None:
+    """Raise ``ValueError`` unless ``name`` is a mode that can train as asked (``early_stopping``: between epochs).
+
+    ``param`` and ``early_param`` are the names the caller's user gave the two settings (``trainingMode`` and
+    ``earlyStoppingPatience`` in Spark ML), so the message names what they wrote.
+    """
     if name not in _MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODE_NAMES)}, got {name!r}")
+        raise ValueError(f"{param} must be one of {', '.join(MODE_NAMES)}, got {name!r}")
     if early_stopping and not _MODES[name].epoch_per_job:
-        usable = " or ".join(f"mode={other!r}" for other, mode in _MODES.items() if mode.epoch_per_job)
-        raise ValueError(f"early_stopping ends a phase between two epochs, and mode {name!r} trains a phase "
-                         f"in one Spark job (validated at its end only): use {usable} with early_stopping")
+        usable = " or ".join(f"{param}={other!r}" for other, mode in _MODES.items() if mode.epoch_per_job)
+        raise ValueError(f"{early_param} ends a phase between two epochs, and {param} {name!r} trains a phase "
+                         f"in one Spark job (validated at its end only): use {usable} with {early_param}")

@@ -33,6 +33,7 @@ import rbm
 
 from .._errors import InputDataError
 from ..driver import Trainer
+from ..modes import check_mode
 from ..watch import DEFAULT_LOG_DIR
 from ._ml_model import DBNClassificationModel
 from ._ml_params import DEVICES, DBNClassifierParams
@@ -221,9 +222,10 @@ class DBNClassifier(Estimator, DBNClassifierParams, DefaultParamsReadable, Defau
         return fitted
 
     def _fit_in(self, dataset: Any, store_url: str, key: bytes | None, log_dir: str | None) -> "DBNClassificationModel":
+        patience = self.getEarlyStoppingPatience()
+        self._check_early_stopping(patience)
         model = self.build_model()
         dataset, validation = self._validation_split(dataset)
-        patience = self.getEarlyStoppingPatience()
         epochs = {phase: (self.getFinetuneEpochs() if phase == "finetune" else self.getPretrainEpochs())
                   for phase in model.phases()}
         trainer = Trainer(
@@ -252,6 +254,13 @@ class DBNClassifier(Estimator, DBNClassifierParams, DefaultParamsReadable, Defau
         result._set(runId=trainer.run_id_ or "", storeUrl=trainer.store_url)
         return result
 
+    def _check_early_stopping(self, patience: int) -> None:
+        """Refuse a ``trainingMode`` or early stopping the fit cannot train, in the Params' own names."""
+        check_mode(self.getTrainingMode(), early_stopping=patience > 0, param="trainingMode",
+                   early_param="earlyStoppingPatience")
+        if patience > 0 and not (self.getValidationFraction() or self.getValidationIndicatorCol()):
+            raise ValueError("earlyStoppingPatience watches the validation loss: set validationFraction or "
+                             "validationIndicatorCol")
 
     def _validation_split(self, dataset: Any) -> tuple[Any, Any]:
         """``(training rows, validation rows or None)``: the rows ``validationIndicatorCol`` marks validate."""

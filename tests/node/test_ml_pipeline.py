@@ -185,3 +185,17 @@ def test_classifier_validates_on_a_held_out_share_or_the_rows_a_column_marks_and
         DBNClassifier(validationIndicatorCol="row", **settings).fit(marked)
     with pytest.raises(InputDataError, match="validationFraction or validationIndicatorCol, not both"):
         DBNClassifier(validationIndicatorCol="is_validation", validationFraction=0.1, **settings).fit(marked)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(trainingMode="sync", earlyStoppingPatience=2, validationFraction=0.2),
+     "earlyStoppingPatience ends a phase between two epochs, and trainingMode 'sync' trains a phase in one Spark "
+     "job .*use trainingMode='async'"),
+    (dict(trainingMode="rounds"), "trainingMode must be one of async, sync, sharing, got 'rounds'"),
+    (dict(earlyStoppingPatience=2), "earlyStoppingPatience watches the validation loss: set validationFraction"),
+])
+def test_early_stopping_the_fit_cannot_train_is_refused_in_the_params_own_names(spark, settings, message):
+    # The Trainer's message named its own arguments (mode=, early_stopping), which a Spark ML user never wrote.
+    frame = spark.createDataFrame([([0.0, 1.0], 0), ([1.0, 0.0], 1)], ["features", "label"])
+    with pytest.raises(ValueError, match=message):
+        DBNClassifier(progress=False, **settings).fit(frame)
