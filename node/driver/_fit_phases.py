@@ -291,7 +291,8 @@ class LeasedFit:
         """Store the model in the generation's folder, then mark the run ``status`` naming its path and sha256.
 
         "done" means the model is there and verifies.  Once the record says "done" it names no
-        early-stopping best and no earlier generation's model any more: those are removed then.
+        early-stopping best and no earlier generation's model any more: those are removed then.  A done run
+        fitted again, whose stored model is this very model, writes nothing: its record and model stay.
         """
         with tempfile.TemporaryDirectory(prefix="sparkdbn-model-") as folder:
             path = os.path.join(folder, "model.npz")
@@ -299,6 +300,8 @@ class LeasedFit:
             with open(path, "rb") as handle:
                 payload = handle.read()
             self.watch.finish(status, path)
+        if status == "done" and self._stored_as_done(payload):
+            return  # a done run fitted again: its record and model stay the fit's that made them
         model_path = self.runs.model_path(self.lease.generation)
         self.store.write_bytes(model_path, payload)
         try:  # read back no more than was written: a file grown since is refused, not read whole
@@ -316,6 +319,17 @@ class LeasedFit:
                          timings=self.timings.to_dict())
         if status == "done":
             self._remove_unnamed()
+
+    def _stored_as_done(self, payload: bytes) -> bool:
+        """True when the record says "done" and names a stored model that reads back as ``payload``."""
+        named = self.record.data.get("model") or {}
+        if self.record.status != "done" or named.get("sha256") != storage.sha256_hex(payload):
+            return False
+        try:
+            stored = self.store.read_bytes(str(named["path"]), max_bytes=len(payload))
+        except (storage.StoreError, KeyError):
+            return False
+        return storage.sha256_hex(stored) == named["sha256"]
 
     def _remove_unnamed(self) -> None:
         """Remove the early-stopping bests and earlier generations' models, which the "done" record no longer names.
@@ -357,6 +371,10 @@ def _mark_failed(error: BaseException, *, record: RunRecord | None, lease: Drive
     if lease.lost:  # another driver holds the run, or none does (its lease file removed or edited): no more writes
         logger.error("run %s failed after its driver lost the run's lease (its record is left unmarked): %s: %s",
                      run_id, type(error).__name__, str(error)[:300])
+        return
+    if record.status == "done":  # its model is stored and verifies, whatever ended this fit after that
+        logger.warning("run %s stays done (its model is stored and verifies) after %s: %s", run_id,
+                       type(error).__name__, str(error)[:300])
         return
     try:
         record.mark("failed", error=failure_text(error)[:2000], finished=time.time())

@@ -85,6 +85,9 @@ class RunRecord:
             record = cls(runs, _migrate(previous), lease)
             record._check_same_run(spec, phases, data_facts, classes, settings)
             was_done = record.status == "done"
+            if was_done:  # nothing to train: the record stays the earlier fit's, as does the model it names
+                record._say_done_again(phases, epochs)
+                return record, True
             record.data.update(status="running", resumed=now, attempts=int(record.data.get("attempts", 1)) + 1,
                                settings=settings, fit=lease.fit_id)
             record.data.pop("finished", None)  # the earlier fit's end; this fit sets its own when it ends
@@ -102,29 +105,31 @@ class RunRecord:
                 "data": data_facts, "classes": None if classes is None else classes.tolist(),
                 "steps": {phase: {"epochs_done": 0, "nodes": [], "result": None, "restarts": []} for phase in phases},
             }, lease)
-        unchanged = []  # finished phases asked for another count of epochs
         for phase in phases:
             step = record.data["steps"][phase]
             if step["result"] is not None and int(step.get("epochs", epochs[phase])) != int(epochs[phase]):
                 # A finished phase is never trained again (the later phases start from its result): say so,
                 # and keep the count it was trained with.
-                unchanged.append(phase)
-                if not was_done:
-                    logger.warning("run %s: phase %s is done after %d epochs; fitting the run again does not train "
-                                   "it for the %d asked now (train a new run id for that)", runs.run, phase,
-                                   int(step["epochs"]), int(epochs[phase]))
+                logger.warning("run %s: phase %s is done after %d epochs; fitting the run again does not train "
+                               "it for the %d asked now (train a new run id for that)", runs.run, phase,
+                               int(step["epochs"]), int(epochs[phase]))
                 continue
             step["epochs"] = int(epochs[phase])
-        if was_done and unchanged:  # one line for the whole run, which trains nothing at all
-            trained = ", ".join(f"{phase} {record.step(phase).get('epochs', record.epochs_done(phase))}"
-                                for phase in phases)
-            logger.warning("run %s is done (epochs trained: %s); fitting it again trains nothing, not the epochs "
-                           "asked now (%s): use a new run id to train again", runs.run, trained,
-                           ", ".join(f"{phase} {int(epochs[phase])}" for phase in phases))
-        elif was_done:
-            logger.info("run %s is done; fitting it again trains nothing (it stores its model again)", runs.run)
         record.write()
         return record, bool(previous)
+
+    def _say_done_again(self, phases: Sequence[str], epochs: dict[str, int]) -> None:
+        """Say that fitting this done run again trains nothing: one warning when other epochs were asked."""
+        asked = {phase: int(epochs[phase]) for phase in phases}
+        trained = {phase: int(self.step(phase).get("epochs", self.epochs_done(phase))) for phase in phases}
+        if asked != trained:
+            logger.warning("run %s is done (epochs trained: %s); fitting it again trains nothing, not the epochs "
+                           "asked now (%s): use a new run id to train again", self.runs.run,
+                           ", ".join(f"{phase} {count}" for phase, count in trained.items()),
+                           ", ".join(f"{phase} {count}" for phase, count in asked.items()))
+        else:
+            logger.info("run %s is done; fitting it again trains nothing (its record and model stay as they are)",
+                        self.runs.run)
 
     def _check_same_run(self, spec: dict, phases: Sequence[str], data_facts: dict, classes: np.ndarray | None,
                         settings: dict) -> None:

@@ -274,10 +274,24 @@ def test_an_rbm_alone_trains_from_the_command_line_and_reports_its_held_out_reco
     # No classification report for a model without labels: one line, before Spark is asked for anything.
     assert cli.main(["evaluate", "--store", str(store), "--run", "rbm"]) == 2
     assert "learns no labels" in capsys.readouterr().err
-    # The same command again trains nothing (the run is done): it says so, not "trained in".
-    assert cli.main(["train", "--store", str(store), "--run-id", "rbm", "--model", "rbm", "--layers", "32",
-                     "--epochs", "3", "--no-report", "--no-progress"]) == 0
+    # The same command again trains nothing (the run is done): it says so, not "trained in", and leaves the
+    # run as it was (it wrote a new record, with this fit's timings, and the model under a new generation).
+    train = ["train", "--store", str(store), "--run-id", "rbm", "--model", "rbm", "--layers", "32", "--epochs", "3",
+             "--no-report", "--no-progress"]
+    run = store / "runs" / "rbm"
+    records, models = sorted((run / "record").iterdir()), sorted((run / "model").rglob("*"))
+    stored = {path: path.read_bytes() for path in records + models if path.is_file()}
+    assert cli.main(train) == 0
     assert "run rbm: nothing left to train (every phase was done), in " in capsys.readouterr().out
+    assert sorted((run / "record").iterdir()) == records and sorted((run / "model").rglob("*")) == models
+    assert all(path.read_bytes() == content for path, content in stored.items())
+    # A done run whose model is gone stores it again, from its phases' results: the same model.
+    for path in models:
+        if path.is_file():
+            path.unlink()
+    assert cli.main(train) == 0
+    again = node.load_run_model(node.open_run("file://" + str(store), "rbm"))
+    assert all(np.array_equal(again.parameters()[name], value) for name, value in saved.parameters().items())
 
 
 def test_the_librarys_advice_is_one_log_line_on_the_command_line(spark, tmp_path, capsys, caplog):

@@ -97,3 +97,31 @@ def test_a_run_refuses_a_fit_of_another_model_or_on_another_dataset_and_names_wh
                                                 r"out validation_fraction 0\.5 of its rows for validation, this fit "
                                                 r"holds out 0: give the run's\): a run trains on one dataset"):
             start(held, trained, spec, {**data, "n_samples": 1438})
+
+
+def test_a_done_run_fitted_again_writes_no_record_and_keeps_its_own():
+    # The fit again wrote a record saying "running", then "done" with its own finish and timings: `status`
+    # then told of a 0.5 s fit, not of the fit that trained the run.
+    trained = {"rbm0": 3, "rbm1": 3, "finetune": 6}
+    previous = {**finished(trained), "finished": 1.0e9, "attempts": 1, "timings": {"total_s": 60.0}}
+    runs = Runs("digits")
+    record, resumed = RunRecord.start(runs, LEASE, previous, spec=SPEC, phases=PHASES, epochs=trained, settings={},
+                                      store_url="file:///store", data_facts=DATA, classes=np.arange(10))
+    assert resumed and runs.written == []
+    assert record.status == "done" and record.data == previous
+
+
+def test_what_ends_a_done_runs_fit_again_does_not_mark_the_run_failed():
+    # Ctrl-C while a done run was fitted again marked it "failed", and its readers then said so.
+    from node.driver._fit_phases import _mark_failed
+
+    trained = {"rbm0": 3, "rbm1": 3, "finetune": 6}
+    runs = Runs("digits")
+    record, _ = RunRecord.start(runs, LEASE, finished(trained), spec=SPEC, phases=PHASES, epochs=trained,
+                                settings={}, store_url="file:///store", data_facts=DATA, classes=np.arange(10))
+    lease = SimpleNamespace(**vars(LEASE), lost=False, store_failed=False)
+    _mark_failed(KeyboardInterrupt(), record=record, lease=lease, run_id="digits")
+    assert record.status == "done" and runs.written == []
+    record.data["status"] = "running"  # a run not done is marked failed, as before
+    _mark_failed(KeyboardInterrupt(), record=record, lease=lease, run_id="digits")
+    assert [written["status"] for written in runs.written] == ["failed"]

@@ -118,8 +118,8 @@ def test_a_resumed_record_keeps_the_earlier_fits_error_as_history_not_as_its_own
     assert not any(line.startswith("  error:") for line in screen), screen
     assert screen[1] == "  the fit before this one failed: interrupted (Ctrl-C)"
 
-    # The fit after a finished one had no error before it: none is named.
-    again = _resume(dict(resumed))
+    # The fit after one that ended without an error (stopped after a phase, as asked) names none before it.
+    again = _resume(dict(resumed, status="stopped"))
     assert "error" not in again and "previous_error" not in again
 
 
