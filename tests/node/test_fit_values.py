@@ -66,10 +66,23 @@ def test_the_record_says_a_fit_began_when_it_began_not_after_its_data_check(spar
     check = _fit.prepare_fit_data
     monkeypatch.setattr(_fit, "prepare_fit_data", lambda *args, **kwargs: (checked_at.append(time.time()),
                                                                             check(*args, **kwargs))[1])
+    from node.driver._fit_phases import LeasedFit
+
+    end_epoch = LeasedFit._end_epoch
+
+    def stop_once(*args, **kwargs):  # the first fit is stopped (Ctrl-C) as its epoch ends: the second resumes it
+        monkeypatch.setattr(LeasedFit, "_end_epoch", end_epoch)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(LeasedFit, "_end_epoch", stop_once)
     settings = TrainingSettings(run_id="began", epochs={"rbm": 1}, partitions=2, progress=False, log_dir=None)
     for fit_number in range(2):
         fit = Fit(settings, spark, store_url=store_url, model=small_rbm(), data=digits.X_train[:ROWS], key=KEY)
-        fit.run()
+        if fit_number:
+            fit.run()
+        else:
+            with pytest.raises(KeyboardInterrupt):
+                fit.run()
         record = node.open_run(store_url, "began", key=KEY).runs.read_record()
         began = record["resumed"] if fit_number else record["created"]
         assert began == fit.started <= checked_at[-1], (fit_number, began, checked_at)

@@ -1,9 +1,10 @@
-"""A finished run stays available: a later fit of it that fails, dies or is interrupted never hides its model.
+"""A finished run stays available: a later fit of it never hides or replaces its model.
 
 The crash harness's small run (``crash_store.py``) is fitted to "done", then fitted again with a store
-that refuses the refit's model write (a full disk), that dies there (SIGKILL: nothing after it reaches
-the store), or with Ctrl-C as the refit starts its model.  Readers must still serve the finished model,
-byte for byte, say that a newer fit failed or is running, and ``sparkdbn status`` must show both.
+that refuses any model or record write of the run (a full disk), or that Ctrl-C stops there: the refit
+asks for neither, so it ends as the run was, and readers serve the finished model byte for byte.  A
+store written by an earlier version, whose refit of a done run wrote a newer record and failed, still
+serves the finished model, saying that a newer fit failed or is running, and ``sparkdbn status`` shows both.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from crash_store import CrashingStore, SimulatedStoreFailure, harness_model, har
 
 import node
 import node.driver._fit
-import storage
 from node.run import run_model_arrays
 from node.watch import run_status
 
@@ -32,36 +32,65 @@ def model_arrays(store_url: str, run_id: str) -> dict[str, np.ndarray]:
     return run_model_arrays(node.open_run(store_url, run_id))
 
 
-@pytest.mark.parametrize("how", ["full disk", "killed", "ctrl-c"])
-def test_a_refit_stopped_at_its_model_write_leaves_the_finished_model_served(spark, digits, tmp_path, monkeypatch,
-                                                                              caplog, how):
+def stored_files(folder) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+@pytest.mark.parametrize("how", ["full disk", "ctrl-c"])
+def test_a_done_run_fitted_again_writes_no_model_or_record_and_its_model_stays_served(spark, digits, tmp_path,
+                                                                                       monkeypatch, caplog, how):
     store_url = "file://" + str(tmp_path / "store")
     fit(spark, store_url, "refit", digits)
     finished = model_arrays(store_url, "refit")
+    run_folder = tmp_path / "store" / "runs" / "refit"
+    kept = {folder: stored_files(run_folder / folder) for folder in ("model", "record")}
 
     def stop(path: str) -> None:
         if how == "ctrl-c":
             raise KeyboardInterrupt
         raise SimulatedStoreFailure(f"injected: no space left on the device writing {path}")
 
-    original = node.driver._fit.open_checked_store
-    monkeypatch.setattr(node.driver._fit, "open_checked_store", lambda url, retry_timeout_s=30.0: CrashingStore(
-        url, crash_at=None, on_crash=stop, dies=how == "killed",
-        crash_when=lambda writes: writes[-1].endswith("/model.npz")))
-    with pytest.raises((KeyboardInterrupt, SimulatedStoreFailure, storage.StoreUnavailableError)):
-        fit(spark, store_url, "refit", digits)
-    monkeypatch.setattr(node.driver._fit, "open_checked_store", original)
+    def a_model_or_record(writes: list[str]) -> bool:
+        return "/model/" in writes[-1] or "/record/" in writes[-1]
 
+    monkeypatch.setattr(node.driver._fit, "open_checked_store", lambda url, retry_timeout_s=30.0: CrashingStore(
+        url, crash_at=None, on_crash=stop, crash_when=a_model_or_record))
+    fit(spark, store_url, "refit", digits)  # before, it stored the model again and wrote records: a fault there
+    # left the run "failed" (or "running") until it was fitted once more
+
+    assert {folder: stored_files(run_folder / folder) for folder in kept} == kept
     view = node.open_run(store_url, "refit")
-    assert view.record["status"] == ("running" if how == "killed" else "failed")  # the refit's own record
+    assert view.record["status"] == "done" and view.record is view.done_record
     with caplog.at_level(logging.WARNING, logger="node.run._run_access"):
         served = model_arrays(store_url, "refit")
     assert served.keys() == finished.keys()
     assert all(np.array_equal(served[name], finished[name]) for name in finished)  # byte for byte the same model
-    newer = "is running" if how == "killed" else "failed"
-    assert any(f"a newer fit of this run {newer}" in message for message in caplog.messages), caplog.messages
+    assert not [message for message in caplog.messages if "newer fit" in message]
+    assert run_status(store_url, "refit").splitlines()[0].startswith("run refit: done")
+
+
+@pytest.mark.parametrize("status", ["failed", "running"])
+def test_an_earlier_versions_failed_refit_record_leaves_the_finished_model_served(spark, digits, tmp_path, caplog,
+                                                                                   status):
+    store_url = "file://" + str(tmp_path / "store")
+    fit(spark, store_url, "refit", digits)
+    finished = model_arrays(store_url, "refit")
+    view = node.open_run(store_url, "refit")
+    generation = max(int(name.split("-")[0]) for name in view.store.list("runs/refit/record"))
+    newer = {**view.record, "status": status, "error": "OSError: no space left on the device"}
+    newer.pop("model"), newer.pop("finished")
+    view.runs.write_record(newer, generation=generation + 1)  # as an earlier version's refit left it
+
+    view = node.open_run(store_url, "refit")
+    assert view.record["status"] == status and view.done_record["status"] == "done"
+    with caplog.at_level(logging.WARNING, logger="node.run._run_access"):
+        served = model_arrays(store_url, "refit")
+    assert all(np.array_equal(served[name], finished[name]) for name in finished) and served.keys() == finished.keys()
+    what = "is running" if status == "running" else "failed: OSError: no space left"
+    assert any(f"a newer fit of this run {what}" in message for message in caplog.messages), caplog.messages
     screen = run_status(store_url, "refit")
-    assert screen.splitlines()[0].startswith(f"run refit: newer fit {view.record['status']}")
+    shown = "failed" if status == "failed" else "stopped without finishing (its record says running)"
+    assert screen.splitlines()[0].startswith(f"run refit: newer fit {shown}")  # no driver holds its lease
     assert "served model: the last finished fit's (done" in screen
 
 

@@ -165,7 +165,10 @@ def test_a_fits_spark_jobs_run_in_the_scheduler_pool_of_the_thread_that_fits(spa
         sc.setLocalProperty("spark.scheduler.pool", None)
 
 
-def test_a_reader_that_read_the_run_before_a_refit_finished_gets_the_refits_model(spark, digits, tmp_path):
+def test_a_reader_that_read_the_run_before_a_refit_stored_its_lost_model_again_gets_that_model(spark, digits,
+                                                                                               tmp_path):
+    # A done run fitted again stores its model again only when the stored one is gone (a done run whose model
+    # is there is left as it was): the new file is of the refit's generation, under another path.
     store_url = "file://" + str(tmp_path / "store")
     def fit() -> None:
         node.Trainer(spark, store_url, run_id="read-while-refit", **harness_settings()).fit(
@@ -173,10 +176,11 @@ def test_a_reader_that_read_the_run_before_a_refit_finished_gets_the_refits_mode
 
     fit()
     before = node.open_run(store_url, "read-while-refit")  # e.g. `sparkdbn predict --run` starting
+    lost = tmp_path / "store" / before.done_record["model"]["path"]
+    lost.unlink()  # an operator removed it, a disk lost it
     fit()  # finishes before that reader reads the model file
     after = node.open_run(store_url, "read-while-refit")
-    assert before.done_record["model"]["path"] != after.done_record["model"]["path"]
-    assert not (tmp_path / "store" / before.done_record["model"]["path"]).exists()  # the refit removed the earlier
+    assert before.done_record["model"]["path"] != after.done_record["model"]["path"] and not lost.exists()
     served = run_model_arrays(before)
     refitted = run_model_arrays(after)
     assert served.keys() == refitted.keys()
