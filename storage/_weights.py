@@ -253,6 +253,12 @@ class WeightStore:
             deleted += bool(self.store.delete(ref.path))
         return deleted
 
+    def remove_phase(self, phase: str) -> int:
+        """Delete every authenticated snapshot and outer momentum of ``phase``; returns how many.  Files that
+        do not verify were not written by this run and are left alone."""
+        return sum(self.prune(folder, node, 0) for folder in (phase, phase + OUTER_SUFFIX)
+                   for node in self.list_nodes(folder))
+
     def newest_verified(
         self, phase: str, node: str, *, max_bytes: int | None = None, at_most: int | None = None
     ) -> tuple[SnapshotRef, dict[str, np.ndarray]] | None:

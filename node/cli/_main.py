@@ -303,7 +303,16 @@ def _run_parsed(args: argparse.Namespace, spark_before: Any) -> int:
         if args.verbose:
             traceback.print_exc()
         word = interrupt_word(error)
-        print(f"sparkdbn {args.command}: {error if isinstance(error, Interrupted) else word}", file=sys.stderr)
+        # Said first: under spark-submit the JVM copies this process's output and exits as it ends, and Spark's
+        # stop below gives its copying thread the time to pass the line on (said last, it was lost there).
+        print(f"sparkdbn {args.command}: {error if isinstance(error, Interrupted) else word}", file=sys.stderr,
+              flush=True)
+        if spark_before is None:
+            try:
+                _stop_spark_quietly()  # not Spark's traces of stopping under cancelled tasks after the line
+            except BaseException as again:  # a second Ctrl-C while Spark stops: the command ends as it said
+                if not is_interrupt(again):
+                    raise
         return 130 if word == "interrupted" else 128 + signal.SIGTERM
 
 

@@ -26,7 +26,7 @@ from .._contract import NodeConfig, PartitionReport, params_digest
 from .._errors import TrainingError, error_chain
 from ..data import PreparedData, filled_partitions
 from ..executor import outer_step_in
-from ..modes import mode_named, trained_by_lost_attempts, untrained_partitions_error
+from ..modes import mode_named, remove_updates, trained_by_lost_attempts, untrained_partitions_error
 from ..run import STALE_TEMPORARY_S, DriverLease, LeaseLostError, RunRecord
 from ..watch import ReachabilityWatch, RunWatch
 from ._devices import probe_nodes
@@ -215,6 +215,10 @@ class LeasedFit:
         record = self.record
         initial = self.model.parameters(phase)
         if record.epochs_done(phase) == 0:
+            removed = self._remove_unrecorded(phase)
+            if removed:
+                record.restart_phase(phase, f"the fit that began it stopped before it recorded an epoch; the "
+                                            f"{removed} snapshot(s) and update(s) it left are removed")
             return initial, False
         try:
             consolidation = self.weights.consolidate_exact(phase, record.versions(phase))
@@ -227,10 +231,21 @@ class LeasedFit:
                 consolidation = self.weights.consolidate(phase, record.nodes(phase))
         except storage.StoreNotFoundError as error:
             record.restart_phase(phase, f"no usable snapshot of the nodes of its last epoch ({error})")
+            self._remove_unrecorded(phase)
             return initial, False
         logger.info("run %s phase %s stands after epoch %d: consolidated from %d node(s)", self.state.run_id, phase,
                     record.epochs_done(phase), len(consolidation.refs))
         return consolidation.params, True
+
+    def _remove_unrecorded(self, phase: str) -> int:
+        """Remove what the nodes stored of ``phase``, which is to train from its start; returns how many files.
+
+        Its snapshots (outer momentum too) and ``sharing`` updates hold partitions no recorded epoch counts,
+        of a fit that stopped: a node starting the phase averaged them in, or applied them, and the phase's
+        epochs then trained those partitions a second time.
+        """
+        return (self.weights.remove_phase(phase)
+                + remove_updates(self.store, self.state.run_id, self.state.key, phase))
 
     def _end_epoch(self, progress: EpochProgress, phase: str, epoch: int, *, epochs: int,
                    reports: list[PartitionReport], wall_s: float, validate: bool = True) -> None:

@@ -159,13 +159,15 @@ class ExecutorNode(NodePartitionTraining, NodeReports, NodeOuterStep):
 
     # ------------------------------------------------------------------ phases
     def enter_phase(self, phase: str, start_digest: str, start_payload: Callable[[], bytes],
-                    start_nodes: Sequence[str] = (), start_versions: Mapping[str, int] | None = None) -> str:
+                    start_nodes: Sequence[str] = (), start_versions: Mapping[str, int] | None = None, *,
+                    join: bool = True) -> str:
         """Load the phase's starting point when this process has not trained in it yet.
 
         That is the mean of the snapshots ``start_versions`` names, where they are all there (where the
         phase's last recorded epoch ended, on a resumed fit's first job), else of the newest snapshots of
         ``start_nodes`` (the nodes of the phase's last finished epoch), else of every node that stored
-        one, else the phase's start; the node's actor then counts every snapshot stored so far as merged.  Where Python workers do not outlive a
+        one, else the phase's start (``join=False``: ``start_versions``' mean, else the phase's start); the node's
+        actor then counts every snapshot stored so far as merged.  Where Python workers do not outlive a
         task (``spark.python.worker.reuse=false``) every epoch's nodes are new: starting from the mean
         of every node's newest snapshot, then merging each of them once more, two ``async`` nodes
         ended at 0.950-0.964 against one process's 0.975 (4 runs, digits, mean 0.957); from the last
@@ -181,15 +183,18 @@ class ExecutorNode(NodePartitionTraining, NodeReports, NodeOuterStep):
         # The payload holds the whole model: the results of the phases before (a node must not
         # propagate through its own, unconsolidated lower layers) and this phase's start.
         self.model.set_parameters(storage.decode_params(start_payload(), f"start of phase {phase}"))
+        origin = "start"
         try:
-            consolidated = (self.weights.consolidate_exact(phase, start_versions or {})
-                            or self._consolidate_start(phase, start_nodes))
-            self.model.set_parameters(consolidated.params)
-            stored = self.weights.newest_per_node(phase)
-            self.handle.contains(phase, {peer: ref.version for peer, ref in stored.items()})
-            origin = f"store({len(consolidated.refs)} nodes)"
+            consolidated = self.weights.consolidate_exact(phase, start_versions or {})
+            if consolidated is None and join:
+                consolidated = self._consolidate_start(phase, start_nodes)
+            if consolidated is not None:
+                self.model.set_parameters(consolidated.params)
+                stored = self.weights.newest_per_node(phase)
+                self.handle.contains(phase, {peer: ref.version for peer, ref in stored.items()})
+                origin = f"store({len(consolidated.refs)} nodes)"
         except storage.StoreNotFoundError:
-            origin = "start"
+            pass  # nothing stored to start from: the phase's start
         self.phase, self.start_digest = phase, start_digest
         self.entered_from = origin  # told by the next partition's report
         self._start_outer(phase, start_nodes)

@@ -169,7 +169,8 @@ def _train_slot(task: TaskSpec, mode: Any, start: Broadcast, partition: int) -> 
     loading = time.perf_counter()
     blocks = node.data.slot(list(task.slots[partition]))
     data_load_s = time.perf_counter() - loading
-    node.enter_phase(task.phase, task.start_digest, lambda: start.value, task.start_nodes, task.start_versions)
+    node.enter_phase(task.phase, task.start_digest, lambda: start.value, task.start_nodes, task.start_versions,
+                     join=mode.joins_from_store)
     setup_s = time.perf_counter() - started
     try:
         for report in mode.train_task(node, task, spark_partition=partition, blocks=blocks):

@@ -13,10 +13,11 @@ from ._protocols import ModeDriver, ModeNode, ModeSettings, NodePartitions, Part
 from ._registry import MODE_NAMES, check_mode, mode_named
 from ._scaling import (SCALE_RULES, NodeScaling, default_warmup_partitions, max_learning_rate_factor, outer_gain,
                        rates_cap, scaling_warning, schedule_epoch, schedule_place)
+from ._sharing import remove_updates
 from ._stealing import claimed_partitions, stop_epoch, trained_by_lost_attempts, untrained_partitions_error
 
 __all__ = ["TrainingMode", "ModeDriver", "ModeNode", "ModeSettings", "NodePartitions", "PartitionWork", "StartedJob",
            "Trained", "MODE_NAMES", "check_mode", "mode_named", "SCALE_RULES", "NodeScaling",
            "default_warmup_partitions", "max_learning_rate_factor", "outer_gain", "rates_cap", "scaling_warning",
            "schedule_epoch", "schedule_place", "claimed_partitions", "stop_epoch", "trained_by_lost_attempts",
-           "untrained_partitions_error"]
+           "untrained_partitions_error", "remove_updates"]

@@ -36,6 +36,11 @@ class TrainingMode(ABC):
     #: Whether this mode's nodes take the outer step (:mod:`actors._outer`) on what merging brought.
     takes_outer_step: ClassVar[bool] = True
 
+    #: Whether a node new to a phase in a job joins from the mean of what the phase's nodes stored (a node
+    #: that restarted, or started late); else it starts from the job's start, as every node of a ``sync``
+    #: barrier stage does (a late one took the mean of the others' first snapshots and said "store(2 nodes)").
+    joins_from_store: ClassVar[bool] = True
+
     def merge_fanout(self, settings: ModeSettings) -> int | None:
         """At most how many peers one merge takes in (None: every node)."""
         return None

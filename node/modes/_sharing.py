@@ -51,7 +51,7 @@ from ._protocols import ModeDriver, ModeNode, ModeSettings, PartitionWork
 from ._stealing import PartitionQueue
 
 __all__ = ["SHARING_NODES_MEASURED_WELL", "SharingMode", "SharingState", "SparseUpdate", "ThresholdAccumulator",
-           "UpdateExchange", "many_nodes_warning"]
+           "UpdateExchange", "many_nodes_warning", "remove_updates"]
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +147,22 @@ class ThresholdAccumulator:
         fraction = update.entries / max(1, total)
         self.threshold *= float(np.clip(np.sqrt(fraction / self.sparsity), _MIN_STEP, _MAX_STEP))
         return update
+
+
+def remove_updates(store: storage.Store, run: str, key: bytes, phase: str) -> int:
+    """Delete every update of ``phase`` signed by a node of ``run``; returns how many.  Files that do not
+    verify were not written by the run and are left alone."""
+    folder, removed = f"runs/{run}/updates/{phase}", 0
+    for peer in store.list(folder):
+        try:
+            names = store.list(f"{folder}/{peer}")
+        except storage.StoreEntryTypeError:  # a file planted where a node's folder goes: not the run's
+            continue
+        for name in names:
+            signed = _UPDATES.parse(name)
+            if signed is not None and _UPDATES.verifies(key, (run, phase, peer), signed):
+                removed += bool(store.delete(f"{folder}/{peer}/{name}"))
+    return removed
 
 
 class UpdateExchange:

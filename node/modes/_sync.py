@@ -100,6 +100,7 @@ class SyncState:
 class SyncMode(TrainingMode):
     name = "sync"
     options_type = SyncOptions
+    joins_from_store = False  # all nodes start together, from one point (a resumed attempt: a round's mean)
 
     def options(self, settings: ModeSettings) -> SyncOptions:
         return SyncOptions(averaging_frequency=int(settings.averaging_frequency),

@@ -83,6 +83,27 @@ def test_the_outer_momentum_survives_a_restart_through_the_store(an_rbm_run):
         restarted.stop()
 
 
+def test_a_node_of_a_mode_that_does_not_join_from_the_store_starts_from_the_jobs_start(an_rbm_run):
+    # A sync node that entered its barrier stage a moment after the others took the mean of their first
+    # snapshots ("store(2 nodes)"); a sync node starts where the job does, or where the record names.
+    store_url, spec, start, payload = an_rbm_run
+    weights = storage.WeightStore(storage.open_store(store_url), "outer", KEY)
+    moved = shifted(start, {name: np.ones_like(value) for name, value in start.items()})
+    weights.put_version("rbm", "peer-a", 4, moved)
+    late = ExecutorNode(a_node_config(store_url, spec)).start()
+    try:
+        assert late.enter_phase("rbm", "digest", lambda: payload, ("peer-a",), join=False) == "start"
+        for name, value in start.items():
+            np.testing.assert_array_equal(late.model.parameters("rbm")[name], value)
+        # where the record names the snapshots a phase's last epoch ended with, it starts from their mean
+        assert late.enter_phase("rbm", "digest-2", lambda: payload, ("peer-a",), {"peer-a": 4}, join=False) \
+            == "store(1 nodes)"
+        for name, value in moved.items():
+            np.testing.assert_array_equal(late.model.parameters("rbm")[name], value)
+    finally:
+        late.stop()
+
+
 def test_the_momentum_is_stored_apart_from_the_weights_and_a_phase_nobody_trained_starts_without_one(an_rbm_run):
     store_url, spec, start, payload = an_rbm_run
     weights = storage.WeightStore(storage.open_store(store_url), "outer", KEY)
