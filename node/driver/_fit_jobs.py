@@ -136,7 +136,9 @@ class FitJobs:
             rdd = self._slot_numbers.barrier().mapPartitionsWithIndex(body).repartition(len(slots))
         else:
             rdd = self._slot_numbers.mapPartitionsWithIndex(body)
-        job = self._progress.start(rdd, f"{self.run_id} {phase} epoch {epochs.start + 1}")
+        span = (f"epoch {epochs.start + 1}" if len(epochs) == 1 else
+                f"epochs {epochs.start + 1}-{epochs.stop}")  # a sync job trains its phase's epochs as one
+        job = self._progress.start(rdd, f"{self.run_id} {phase} {span}")
         return TrainingJob(self._progress, task, job=job, prepared=self.prepared, store=self._store, fit_id=self.fit_id)
 
     def queue_job(self, running: TrainingJob, phase: str, *, epochs: range, options: ModeOptions) -> None:

@@ -48,6 +48,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -88,6 +89,19 @@ def _node_lost(error: BaseException) -> bool:
     a node was lost.  Not a cancelled job (the fit stopping, its lease lost), nor peers missing at a barrier
     alone (they did not start, or hang: another attempt would wait for them again)."""
     return any(SyncNodeLost.__name__ in str(link) for link in error_chain(error))
+
+
+_LOST_SLOT = re.compile(r"Spark ran the task of slot (\d+) of attempt (\d+) again")
+
+
+def _lost_node(error: BaseException) -> str:
+    """Which node was lost, in a few words: the slot whose task Spark ran again, not the job's whole failure
+    (Spark's and Py4J's text, a Java stack trace, around the node's own message)."""
+    for link in error_chain(error):
+        found = _LOST_SLOT.search(str(link))
+        if found is not None:
+            return f"the sync node of slot {found[1]} was lost (Spark ran its task of attempt {found[2]} again)"
+    return "a sync node was lost (Spark ran its task again)"
 
 
 @dataclass
@@ -146,8 +160,8 @@ class SyncMode(TrainingMode):
         resume = SyncJob(driver.store, task, options.attempt + 1).resume_point()
         where = ("from its start" if resume is None else
                  f"from epoch {resume.epoch + 1} round {resume.round + 1} of attempt {resume.attempt}")
-        logger.warning("run %s, phase %s: a sync node was lost (%s); the job runs again %s (attempt %d of %d)",
-                       task.node.run, task.phase, error, where, options.attempt + 2, JOB_ATTEMPTS)
+        logger.warning("run %s, phase %s: %s; the job runs again %s (attempt %d of %d)", task.node.run, task.phase,
+                       _lost_node(error), where, options.attempt + 2, JOB_ATTEMPTS)
         return dataclasses.replace(options, attempt=options.attempt + 1, resume=resume)
 
     # ------------------------------------------------------------------ executor

@@ -3,6 +3,7 @@ continues from the furthest round every node of an earlier one recorded."""
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 import numpy as np
@@ -125,13 +126,22 @@ def spark_failure(text: str) -> node.TrainingError:
         return error
 
 
-def test_the_driver_runs_a_job_again_after_a_lost_node_from_where_its_nodes_had_got(store):
+def test_the_driver_runs_a_job_again_after_a_lost_node_from_where_its_nodes_had_got(store, caplog):
     for slot in range(3):
         record(store, 0, None, slot, started_at=RoundPlace(0, -1))
     driver, task = a_failed_job(store, 0)
-    options = SyncMode._next_attempt(driver, task, spark_failure("node.modes._sync_rounds.SyncNodeLost: sync, ..."))
+    lost = ("py4j.protocol.Py4JJavaError: An error occurred while calling o123.collectAndServe.\n: "
+            "org.apache.spark.SparkException: Job aborted due to stage failure: ... "
+            "node.modes._sync_rounds.SyncNodeLost: sync, run r1, phase rbm0: Spark ran the task of slot 2 of "
+            "attempt 0 again (its node was lost); ...\n\tat org.apache.spark.api.python.BasePythonRunner")
+    with caplog.at_level(logging.WARNING, logger="node.modes._sync"):
+        options = SyncMode._next_attempt(driver, task, spark_failure(lost))
     assert options.attempt == 1 and options.resume == SyncResume(attempt=0, epoch=0, round=-1, start=True)
     assert options.averaging_frequency == 2
+    # one line naming the node, not Py4J's and Spark's text around its message
+    assert caplog.messages == ["run r1, phase rbm0: the sync node of slot 2 was lost (Spark ran its task of attempt "
+                               "0 again); the job runs again from epoch 1 round 0 of attempt 0 (attempt 2 of "
+                               f"{JOB_ATTEMPTS})"]
 
 
 @pytest.mark.parametrize("text", ["Job 3 cancelled part of cancelled job group sparkdbn-r1",
