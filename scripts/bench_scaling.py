@@ -279,7 +279,7 @@ def part_spark(args, run: BenchRun | None = None) -> None:
     outer_settings = ({} if args.outer is None else
                       {"outer_learning_rate": args.outer[0], "outer_momentum": args.outer[1]})
     print(f"# outer step {outer} (1/0: off); the one-process line: 1 node")
-    print(f"{'nodes':>5} {'rule':>6} {'score':>8} {'fit_s':>7} {'max factor':>10} {'nodes merging':>13} "
+    print(f"{'nodes':>5} {'rule':>6} {'seed':>4} {'score':>8} {'fit_s':>7} {'max factor':>10} {'nodes merging':>13} "
           f"{'epochs to':>9} {'s/epoch':>7}")
     scores: dict[tuple[int, str], list[float]] = {}
     fit_times: dict[tuple[int, str], list[float]] = {}
@@ -305,23 +305,28 @@ def part_spark(args, run: BenchRun | None = None) -> None:
                            if target and (summary.get("validation") or {}).get("val_accuracy", 0.0) >= target]
                 scores.setdefault((n, rule), []).append(score(model, args.kind, split))
                 fit_times.setdefault((n, rule), []).append(fit_s)
-                print(f"{n:>5} {rule:>6} {score(model, args.kind, split):>8.4f} {fit_s:>7.1f} "
+                print(f"{n:>5} {rule:>6} {seed:>4} {score(model, args.kind, split):>8.4f} {fit_s:>7.1f} "
                       f"{max(r['learning_rate_scale'] for r in records):>10.2f} "
                       f"{max(r['nodes_merging'] for r in records):>13} "
                       f"{(reached[0] if reached else '-') if target else '':>9} "
                       f"{np.mean([summary['wall_s'] for summary in last]):>7.2f}", flush=True)
         spark.stop()
+    one = [values for (n, _), values in scores.items() if n == 1]
+    reference = float(np.mean(one[0])) if one else None
+    rows = [[n, rule, len(values), float(np.mean(values)), float(np.min(values)), float(np.max(values)),
+             None if reference is None else 100.0 * (float(np.mean(values)) - reference),
+             float(np.mean(fit_times[n, rule]))] for (n, rule), values in scores.items()]
+    print(f"\n{'nodes':>5} {'rule':>6} {'runs':>4} {'mean':>8} {'min':>8} {'max':>8} {'gap (points)':>12} "
+          f"{'fit_s':>7}")
+    for n, rule, runs, mean, low, high, gap, fit_s in rows:
+        print(f"{n:>5} {rule:>6} {runs:>4} {mean:>8.4f} {low:>8.4f} {high:>8.4f} "
+              f"{'-' if gap is None else f'{gap:+.2f}':>12} {fit_s:>7.1f}")
     if run is not None:
-        one = [values for (n, _), values in scores.items() if n == 1]
-        reference = float(np.mean(one[0])) if one else None
         if args.png:
             plot_spark(scores, reference, args.png, f"{args.kind} on {args.data}, Spark local[n], equal epochs",
                        "test reconstruction MSE" if args.kind == "rbm" else "test accuracy")
             run.figure(args.png, "score at equal epochs against nodes (mean over the runs, bars: min to max); "
                                  "dashed: one process (local[1])")
-        rows = [[n, rule, len(values), float(np.mean(values)), float(np.min(values)), float(np.max(values)),
-                 None if reference is None else 100.0 * (float(np.mean(values)) - reference),
-                 float(np.mean(fit_times[n, rule]))] for (n, rule), values in scores.items()]
         run.table(f"{args.kind} on {args.data}, Spark local[n], epochs {EPOCHS[args.kind]}, outer step "
                   f"{outer}", ["nodes", "rule", "runs", "score (mean)", "min", "max", "gap to 1 node (points)",
                                "fit (s)"], rows,
@@ -372,12 +377,14 @@ def _per_node(text: str) -> int | str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="digits", choices=("digits", "digits28"))
-    parser.add_argument("--kind", default="dbn", choices=tuple(EPOCHS))
-    parser.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=STRATEGIES)
-    parser.add_argument("--seeds", type=int, default=2)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="digits", choices=("digits", "digits28"), help="the dataset")
+    parser.add_argument("--kind", default="dbn", choices=tuple(EPOCHS), help="the model trained")
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4, 8], help="the node counts compared")
+    parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=STRATEGIES,
+                        help="the simulation's ways of combining the nodes' progress (above)")
+    parser.add_argument("--seeds", type=int, default=2, help="runs per setting, seeds 0 .. N-1")
     parser.add_argument("--partitions-per-node", type=_per_node, nargs="+", default=["default"],
                         help="partitions per node and epoch, or 'default': what a fit takes when given none "
                              "(Spark: partitions = this x nodes)")
@@ -387,7 +394,7 @@ def main() -> None:
     parser.add_argument("--outer", type=_outer, default=None, metavar="ETA/MU",
                         help="the outer step's rate and momentum (strategies '+outer'; --spark: the fits'; 1/0: off); "
                              "default: 0.7/0.8 for the strategies, the fit's default (the rule's) for --spark")
-    parser.add_argument("--rules", nargs="+", default=["none", "auto"])
+    parser.add_argument("--rules", nargs="+", default=["none", "auto"], help="--spark: the scale_rule values")
     parser.add_argument("--fanout", type=int, default=None,
                         help="--spark: peers a node merges per partition at most (default: the fit's, every fresh one)")
     parser.add_argument("--target", type=float, default=None,
