@@ -153,7 +153,6 @@ def _fused_cross_entropy_backward(ops: Any, inputs: list[Any], activations: list
                                   precision: str) -> tuple[Any, list[Any], list[Any], Any, Any]:
     """:func:`cross_entropy_backward` on the GPU branch: the same math in 4 + 4 L launches."""
     xp, top = ops.xp, inputs[-1]
-    n = top.shape[0]
 
     def product(a: Any, b: Any, trans_b: bool) -> Any:
         out = xp.empty((a.shape[0], b.shape[0] if trans_b else b.shape[1]), dtype=a.dtype)
