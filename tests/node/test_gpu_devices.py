@@ -212,10 +212,10 @@ def test_every_training_task_makes_its_nodes_gpu_current_before_it_touches_data_
     steps = []
     node = SimpleNamespace(use_device=lambda: steps.append("use_device"),
                            data=SimpleNamespace(slot=lambda slots: steps.append("data") or []),
-                           enter_phase=lambda *args: steps.append("enter_phase"))
+                           enter_phase=lambda *args, **kwargs: steps.append("enter_phase"))
     task = SimpleNamespace(mode="async", options=None, node=None, slots=[[0]], phase="rbm0", start_digest="d",
                            start_nodes=(), start_versions={})
-    mode = SimpleNamespace(options_type=type(None),
+    mode = SimpleNamespace(options_type=type(None), joins_from_store=True,
                            train_task=lambda *args, **kwargs: iter(()))
     monkeypatch.setattr(_tasks, "decode", lambda encoded, kind: task)
     monkeypatch.setattr(_tasks, "mode_named", lambda name: mode)

@@ -48,6 +48,15 @@ def test_a_phase_stopped_before_its_first_recorded_epoch_trains_again_from_its_s
     # what the stopped fit's nodes stored of the phase: what the resume must not take up
     assert _files(view.runs.store, "runs/stopped/weights/finetune")
 
+    remove_unrecorded, left_after_removal = LeasedFit._remove_unrecorded, []
+
+    def removing(self, phase):  # what of the stopped fit's updates is left once the driver removed them
+        removed = remove_unrecorded(self, phase)
+        if phase == "finetune":
+            left_after_removal.append(stopped_updates & _files(self.store, "runs/stopped/updates/finetune"))
+        return removed
+
+    monkeypatch.setattr(LeasedFit, "_remove_unrecorded", removing)
     resumed_at = time.time()
     model = node.Trainer(spark, store_url, run_id="stopped", **settings).fit(harness_model(), digits.X_train,
                                                                              digits.y_train)
@@ -63,6 +72,8 @@ def test_a_phase_stopped_before_its_first_recorded_epoch_trains_again_from_its_s
     assert "start" in entered, entered
     if mode != "async":
         assert set(entered) == {"start"}, entered
-    # The stopped fit's sparse updates are gone: no resumed node applied them (nothing else removes updates).
-    assert not stopped_updates & _files(view.runs.store, "runs/stopped/updates/finetune")
+    # The stopped fit's sparse updates were gone before a resumed node started: none applied them.  (Not checked
+    # after the fit: a resumed node training the same partitions from the same start may write a byte-identical
+    # update under the same name, as a CI host's run did.)
+    assert left_after_removal == [set()]
     assert model.score(digits.X_test, digits.y_test) >= HARNESS_TRAINED
