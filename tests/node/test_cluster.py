@@ -24,6 +24,9 @@ def test_a_job_submitted_to_a_standalone_cluster_trains_with_two_nodes(standalon
     command = [sys.executable, str(ROOT / "scripts" / "sparkdbn-submit"), "--master", standalone_cluster,
                "--executor-cores", "1", "--total-executor-cores", "2", "--executor-memory", "512m",
                "--python", sys.executable, "--store", store_url, "--conf", "spark.ui.enabled=false",
+               # The fit waits for the two executors' slots at most this long (node.driver._slots; Spark's 30 s
+               # by default): a full suite on 2 cores once started an executor's JVM later, and trained on 1.
+               "--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=240s",
                "--", "train", "--model", "dbn", "--layers", "32", "--epochs", "2", "--partitions", "4",
                "--run-id", "cluster", "--no-report", "--no-progress"]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S,
@@ -36,7 +39,7 @@ def test_a_job_submitted_to_a_standalone_cluster_trains_with_two_nodes(standalon
     assert record["status"] == "done"
     metrics = node.open_run(store_url, "cluster").runs.read_metrics()
     nodes = {m["node"] for m in metrics}
-    assert len(nodes) >= 2  # one node per executor (1 core each)
+    assert len(nodes) >= 2, done.stderr[-3000:]  # one node per executor (1 core each)
     # The executors imported sparkdbn from the shipped zip, not from this checkout.
     assert all(".zip" in m["code"] for m in metrics), {m["code"] for m in metrics}
     assert store.exists(record["model"]["path"])
