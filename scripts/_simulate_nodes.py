@@ -76,6 +76,14 @@ def _as_indices(update: SparseUpdate) -> dict:
             for name, codes in update.codes.items()}
 
 
+def simulated_node_batch(base, mode: str, nodes: int, rows: int, scale_rule: str) -> int | None:
+    """The minibatch each of ``nodes`` nodes of ``mode`` trains ``base`` with, as a fit's nodes do (the
+    model's own, unless the scaling rule splits it: see :func:`node.modes.node_batch_size`); the nodes
+    take no outer step where it is split, as the executor."""
+    settings = TrainingSettings(mode=mode, scale_rule=scale_rule)
+    return mode_named(mode).node_batch_size(settings, nodes, rows, base.batch_size, max_learning_rate_factor(base))
+
+
 def node_partitions(rows: int, nodes: int, partitions_per_node: int,
                     rng: np.random.Generator) -> list[list[np.ndarray]]:
     """Disjoint shards of the rows, one per node, each cut into the node's partitions (row indices)."""
@@ -137,9 +145,7 @@ class Simulation:
         if nodes > 1:
             self.speeds = self.rng.lognormal(0.0, clock.speed_sigma, size=nodes) if clock.speed_sigma else self.speeds
             self.speeds[0] *= clock.straggler
-        settings = TrainingSettings(mode=mode, fanout=fanout, scale_rule=scale_rule)
-        self.node_batch = mode_named(mode).node_batch_size(settings, nodes, len(X), base.batch_size,  # as a fit's nodes
-                                                           max_learning_rate_factor(base))
+        self.node_batch = simulated_node_batch(base, mode, nodes, len(X), scale_rule)
         # Copies of the initialized base: an RBM's persistent chains keep the base's count, as a fit's
         # nodes keep theirs (rbm.spec_for_batch_size).
         self.replicas = [copy.deepcopy(base).set_params(batch_size=self.node_batch) for _ in range(nodes)]

@@ -87,13 +87,15 @@ from node.modes import mode_named, outer_gain  # noqa: E402
 import rbm  # noqa: E402
 
 from _results import BenchRun, add_json_option  # noqa: E402
-from _simulate_nodes import Clock, _as_indices, _mean, _sparse_sum, node_partitions, simulate  # noqa: E402
+from _simulate_nodes import (Clock, _as_indices, _mean, _sparse_sum, node_partitions, simulate,  # noqa: E402
+                             simulated_node_batch)
 from _simulate_report import Curve, SimulationDiverged, report  # noqa: E402
 from _simulate_workloads import WORKLOADS, load_data, measure_rate, pretrained_model  # noqa: E402
 
 # What callers and tests/test_bench_simulate.py take from this script, the simulation's helpers among them.
 __all__ = ["main", "simulate", "Clock", "Curve", "SimulationDiverged", "RULE_OUTER", "configurations", "rule_outer",
-           "outer_settings", "partitions_per_node", "node_partitions", "_mean", "_sparse_sum", "_as_indices"]
+           "outer_settings", "outer_steps", "simulated_node_batch", "partitions_per_node", "node_partitions", "_mean",
+           "_sparse_sum", "_as_indices"]
 
 #: ``--outer default``: the step a fit takes when its settings name none (the rule's, :func:`rule_outer`).
 RULE_OUTER = None
@@ -125,9 +127,11 @@ def rule_outer(base, nodes: int, rows: int, scale_rule: str) -> tuple[float, flo
 def outer_steps(outers: list[tuple[float, float] | None], base, nodes: int, rows: int, mode: str,
                 scale_rule: str) -> list[tuple[float, float]]:
     """The outer steps (eta, mu) run for ``mode`` at ``nodes``: ``outers`` for async and sync (:data:`RULE_OUTER`
-    the rule's), plain merging for sharing; each once (the rule's may be plain merging)."""
-    steps = [rule_outer(base, nodes, rows, scale_rule) if outer is RULE_OUTER else outer
-             for outer in (outers if mode in ("async", "sync") else [(1.0, 0.0)])]
+    the rule's), plain merging for sharing and where the nodes' minibatch is split (they take no step there,
+    as the executor: each step the same run again); each once (the rule's may be plain merging)."""
+    if mode not in ("async", "sync") or simulated_node_batch(base, mode, nodes, rows, scale_rule) != base.batch_size:
+        return [(1.0, 0.0)]
+    steps = [rule_outer(base, nodes, rows, scale_rule) if outer is RULE_OUTER else outer for outer in outers]
     return list(dict.fromkeys(steps))
 
 

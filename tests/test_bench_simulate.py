@@ -288,3 +288,15 @@ def test_the_default_outer_step_is_the_rule_a_fit_takes_for_the_nodes_and_rows(b
     assert bench.rule_outer(base, 4, len(X), "linear") == (1.0, 0.0)  # the rates take the factor 4: plain merging
     lone_rbm = rbm.RBM(4, batch_size=5, random_state=0).initialize(12)  # an RBM's phase merges plainly
     assert bench.rule_outer(lone_rbm, 4, len(X), "none") == (1.0, 0.0)
+
+
+def test_nodes_whose_minibatch_is_split_run_once_with_plain_merging_as_they_take_no_outer_step(bench, problem):
+    base, X, _ = problem
+    steps = [(1.0, 0.0), bench.RULE_OUTER, (0.7, 0.8)]
+    # 80 rows in minibatches of 5 under "auto": 4 nodes keep 5 (the rates take the factor: the rule's step is
+    # plain merging), 8 nodes train minibatches of 3 and, as the executor, take no step: one run, not three alike.
+    assert bench.simulated_node_batch(base, "async", 4, len(X), "auto") == 5
+    assert bench.outer_steps(steps, base, 4, len(X), "async", "auto") == [(1.0, 0.0), (0.7, 0.8)]
+    assert bench.simulated_node_batch(base, "async", 8, len(X), "auto") == 3
+    assert bench.outer_steps(steps, base, 8, len(X), "async", "auto") == [(1.0, 0.0)]
+    assert bench.outer_steps(steps, base, 4, len(X), "sharing", "auto") == [(1.0, 0.0)]
