@@ -18,13 +18,13 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from actors import OuterState, check_snapshot, merge_snapshots, outer_step, outer_step_enabled
-from node import TrainingSettings
-from node.modes import NodeScaling, max_learning_rate_factor, mode_named, rates_cap, schedule_epoch
+from node.modes import NodeScaling, max_learning_rate_factor, rates_cap, schedule_epoch
 from node.modes._sharing import SparseUpdate, ThresholdAccumulator
 import rbm
 
 from _simulate_queue import PartitionQueue
 from _simulate_report import Curve, SimulationDiverged
+from _simulate_shares import node_partitions, simulated_node_batch
 from _simulate_workloads import STAND_IN_RATE
 
 
@@ -74,20 +74,6 @@ def _as_indices(update: SparseUpdate) -> dict:
     """A :class:`SparseUpdate` as (flat indices, values) per parameter: what ``apply_to`` adds."""
     return {name: (np.abs(codes).astype(np.int64) - 1, np.sign(codes) * np.float64(np.float32(update.threshold)))
             for name, codes in update.codes.items()}
-
-
-def simulated_node_batch(base, mode: str, nodes: int, rows: int, scale_rule: str) -> int | None:
-    """The minibatch each of ``nodes`` nodes of ``mode`` trains ``base`` with, as a fit's nodes do (the
-    model's own, unless the scaling rule splits it: see :func:`node.modes.node_batch_size`); the nodes
-    take no outer step where it is split, as the executor."""
-    settings = TrainingSettings(mode=mode, scale_rule=scale_rule)
-    return mode_named(mode).node_batch_size(settings, nodes, rows, base.batch_size, max_learning_rate_factor(base))
-
-
-def node_partitions(rows: int, nodes: int, partitions_per_node: int,
-                    rng: np.random.Generator) -> list[list[np.ndarray]]:
-    """Disjoint shards of the rows, one per node, each cut into the node's partitions (row indices)."""
-    return [np.array_split(shard, partitions_per_node) for shard in np.array_split(rng.permutation(rows), nodes)]
 
 
 # ----------------------------------------------------------------------------- the simulation

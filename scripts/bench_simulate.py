@@ -56,8 +56,9 @@ Output: held-out accuracy (the mean of the nodes' weights, as the phase consolid
 test images shifted by up to one pixel) against samples processed and simulated time; a table of
 accuracy at equal samples and samples and time to a target; a PNG with one panel per node count.
 
-The simulation itself, its clock and nodes, is in ``_simulate_nodes.py``; the dealing of partitions in
-``_simulate_queue.py``; the models in ``_simulate_workloads.py``; the tables and figure in ``_simulate_report.py``.
+The simulation itself, its clock and nodes, is in ``_simulate_nodes.py``; each node's rows and minibatch in
+``_simulate_shares.py``; the dealing of partitions in ``_simulate_queue.py``; the models in
+``_simulate_workloads.py``; the tables and figure in ``_simulate_report.py``.
 
     .venv/bin/python scripts/bench_simulate.py                   # 8, 64, 256 nodes (a few minutes)
     .venv/bin/python scripts/bench_simulate.py --quick           # a smoke run
@@ -87,9 +88,9 @@ from node.modes import mode_named, outer_gain  # noqa: E402
 import rbm  # noqa: E402
 
 from _results import BenchRun, add_json_option  # noqa: E402
-from _simulate_nodes import (Clock, _as_indices, _mean, _sparse_sum, node_partitions, simulate,  # noqa: E402
-                             simulated_node_batch)
+from _simulate_nodes import Clock, _as_indices, _mean, _sparse_sum, simulate  # noqa: E402
 from _simulate_report import Curve, SimulationDiverged, report  # noqa: E402
+from _simulate_shares import node_partitions, simulated_node_batch  # noqa: E402
 from _simulate_workloads import WORKLOADS, load_data, measure_rate, pretrained_model  # noqa: E402
 
 # What callers and tests/test_bench_simulate.py take from this script, the simulation's helpers among them.
