@@ -14,7 +14,12 @@ others idle.  Instead, per epoch, a node
    its claims is not finished), a peer that has not started yet gives up all but the first
    partition of its list: ``async`` queues each epoch's job behind the one running, and a node
    that finished its share of that one early starts the next while a slower node is still busy
-   with the last -- whose share of the new epoch it then takes, leaving it the first partition;
+   with the last -- whose share of the new epoch it then takes, leaving it the first partition.
+   A peer that has still not started :data:`LATE_START_S` after this node began the job is late,
+   not a few milliseconds behind (an executor that Spark is still starting, a slot busy elsewhere):
+   its partitions are taken as a started peer's are.  Otherwise a ``sharing`` phase, one job for
+   all its epochs, would train every epoch without the late slot's partitions, and the late node
+   would train them after the others had finished, alone;
 3. then goes on (to the next epoch, or the job's end), whoever is still training the last
    partitions of this one.
 
@@ -48,6 +53,7 @@ driver will not wait for); the executor's half is :class:`PartitionQueue`.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Iterator
 
@@ -59,13 +65,17 @@ from ..data import Block
 from ..run import claims_folder
 from ._protocols import ModeNode
 
-__all__ = ["PartitionQueue", "claimed_partitions", "stop_epoch", "trained_by_lost_attempts", "untrained_partitions_error"]
+__all__ = ["LATE_START_S", "PartitionQueue", "claimed_partitions", "stop_epoch", "trained_by_lost_attempts", "untrained_partitions_error"]
 
 logger = logging.getLogger(__name__)
 
 _CLAIM_MAX_BYTES = 1024
 _STOPPED = b"- driver stopped"  # a claim no slot holds (see stop_epoch)
 _FINISHED = ".finished"
+LATE_START_S = 5.0
+"""Seconds after this node began a job by which a peer that has not started it counts as late (its partitions
+are taken).  Spark starts a job's tasks on running executors within milliseconds; seconds mean a cold executor
+or a busy slot."""
 
 
 def _claim_name(epoch: int, index: int) -> str:
@@ -152,6 +162,7 @@ class PartitionQueue:
         self.firsts = {other: partitions[0] for other, partitions in enumerate(slots) if partitions}
         self.owner = {index: other for other, partitions in enumerate(slots) for index in partitions}
         self.started: set[int] = set()  # slots whose node has started the job (see _note_started)
+        self.began = time.monotonic()  # when this node began the job: a peer not started LATE_START_S on is late
         self.behind = False  # whether the epoch before the job's was still being trained (see _note_started)
         self.token = f"{node.name}-{uuid.uuid4().hex}"
         self.claims = claims_folder(task.node.run, task.node.fit_id, task.phase)
@@ -171,9 +182,10 @@ class PartitionQueue:
         if not all(self.data.has(index) for index in self.others):
             self.data.list_stored()
         self._note_started()
+        late = time.monotonic() - self.began >= LATE_START_S
         for index in self.others:
             owner = self.owner[index]
-            takeable = owner in self.started or (self.behind and index != self.firsts[owner])
+            takeable = owner in self.started or late or (self.behind and index != self.firsts[owner])
             if takeable and self.data.has(index) and self._claim(epoch, index):
                 block = self.data.peer(index, own=len(self.own))
                 if block is not None:

@@ -10,7 +10,7 @@ import pytest
 import storage
 from node.data import encode_block
 from node.executor._resident import NodeData, write_partition
-from node.modes._stealing import PartitionQueue, claimed_partitions, stop_epoch, trained_by_lost_attempts
+from node.modes._stealing import LATE_START_S, PartitionQueue, claimed_partitions, stop_epoch, trained_by_lost_attempts
 from node.run._work_folders import remove_work_folders, rounds_folder
 from support.webhdfs_server import WebHDFSServer
 
@@ -147,6 +147,19 @@ def test_a_node_takes_nothing_from_a_peer_that_has_not_started_the_job(store):
     assert trained(fast, 3) == [(0, False), (2, False), (4, False), (6, False), (7, True), (5, True), (3, True),
                                 (1, True)]
     assert [index for (index, *_), _stolen in late_epoch] == [3, 5, 7]  # epoch 2: its own, nobody took them
+
+
+def test_a_peer_that_has_not_started_the_job_seconds_after_a_node_began_it_is_late_and_its_partitions_are_taken(store):
+    # A sharing phase is one job: a slot whose executor Spark is still starting would otherwise keep its partitions
+    # out of every epoch the others train meanwhile, and train them after the others, alone.
+    fast, late = make_queue(store, "fast", 0), make_queue(store, "late", 1)
+    store_own(fast, late)
+    assert trained(fast, 0) == [(0, False), (2, False), (4, False), (6, False)]  # just begun: not late yet
+    fast.began -= LATE_START_S  # the job has run LATE_START_S on the fast node
+    assert trained(fast, 1) == [(0, False), (2, False), (4, False), (6, False), (7, True), (5, True), (3, True),
+                                (1, True)]
+    assert trained(late, 0) == [(1, False), (3, False), (5, False), (7, False)]  # what nobody took: its own, once
+    assert trained(late, 1) == []  # every partition of epoch 1 is trained, once
 
 
 def test_while_the_epoch_before_is_trained_a_node_takes_a_busy_peers_share_but_its_first_partition(store):
