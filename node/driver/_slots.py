@@ -6,8 +6,10 @@ cluster, executors register with the driver seconds after the session starts, an
 counted what had registered -- on a virtual cluster of 5 one-core workers, a ``sync`` fit trained every phase
 on 1 node of the 5 asked for, without a word.  So where the session says how many slots it asked for
 (:func:`asked_task_slots`), :func:`wait_for_task_slots` waits for them, at most Spark's
-``spark.scheduler.maxRegisteredResourcesWaitingTime`` (30 s), once per Spark application, and warns when
-fewer came.
+``spark.scheduler.maxRegisteredResourcesWaitingTime`` (30 s) from the application's start, once per Spark
+application, and warns when fewer came.  From the start, not from the fit's: where Spark waited itself (a
+``minRegisteredResourcesRatio`` set), a fit started after that wait and waited it once more -- 6 minutes of
+silence on a virtual cluster whose ``maxRegisteredResourcesWaitingTime`` was 180 s.
 """
 
 from __future__ import annotations
@@ -60,11 +62,12 @@ def registered_wait_s(conf: Mapping[str, str]) -> float:
     return float(matched[1]) * _UNIT_S[matched[2]] if matched else DEFAULT_WAIT_S
 
 
-def wait_for_task_slots(sc: Any, conf: Mapping[str, str], *, clock: Callable[[], float] = time.monotonic,
+def wait_for_task_slots(sc: Any, conf: Mapping[str, str], *, clock: Callable[[], float] = time.time,
                         sleep: Callable[[float], None] = time.sleep) -> int | None:
     """``sc``'s task slots (:func:`~node.driver._session.task_slots`), after waiting for those the session asked
-    for (:func:`asked_task_slots`) at most :func:`registered_wait_s`, once per application; a ``UserWarning``
-    says when fewer came."""
+    for (:func:`asked_task_slots`) until :func:`registered_wait_s` after the application started
+    (``sc.startTime``, milliseconds since the epoch on this host's clock, which ``clock`` reads in seconds), once
+    per application; a ``UserWarning`` says when fewer came."""
     asked = asked_task_slots(str(sc.master), conf)
     slots = task_slots(sc)
     application = str(sc.applicationId)
@@ -72,7 +75,7 @@ def wait_for_task_slots(sc: Any, conf: Mapping[str, str], *, clock: Callable[[],
         return slots
     _waited.add(application)
     wait_s = registered_wait_s(conf)
-    deadline = clock() + wait_s
+    deadline = sc.startTime / 1000.0 + wait_s
     while (slots or 0) < asked and clock() < deadline:
         sleep(_POLL_S)
         slots = task_slots(sc)

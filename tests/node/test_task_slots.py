@@ -49,11 +49,12 @@ class Clock:
         self.now += seconds
 
 
-def waited(monkeypatch, registered, conf, application="app-1"):
-    """``(slots, warnings said, seconds waited)`` where ``registered(t)`` slots have registered at time t."""
+def waited(monkeypatch, registered, conf, application="app-1", started_ago_s=0.0):
+    """``(slots, warnings said, seconds waited)`` where ``registered(t)`` slots have registered at time t, the
+    application having started ``started_ago_s`` before the fit."""
     clock = Clock()
     monkeypatch.setattr(_slots, "task_slots", lambda sc: registered(clock.now))
-    sc = SimpleNamespace(master="spark://m:7077", applicationId=application)
+    sc = SimpleNamespace(master="spark://m:7077", applicationId=application, startTime=-started_ago_s * 1000)
     with warnings.catch_warnings(record=True) as told:
         warnings.simplefilter("always")
         slots = wait_for_task_slots(sc, conf, clock=clock, sleep=clock.sleep)
@@ -73,6 +74,13 @@ def test_fewer_slots_than_asked_after_sparks_wait_are_counted_and_said_once_per_
                     "(spark.scheduler.maxRegisteredResourcesWaitingTime): the fit counts a node per registered "
                     "slot; ask for the cores the cluster has, or wait longer"]
     assert waited(monkeypatch, lambda t: 5, conf, application="app-2") == (5, [], 0.0)  # its next fit: no wait
+
+
+def test_the_wait_counts_from_the_applications_start_so_a_wait_spark_made_already_is_not_made_twice(monkeypatch):
+    conf = {"spark.cores.max": "8", "spark.scheduler.maxRegisteredResourcesWaitingTime": "30s"}
+    slots, said, seconds = waited(monkeypatch, lambda t: 5, conf, application="app-5", started_ago_s=26)
+    assert slots == 5 and 4 <= seconds < 4.5 and "after 30 s" in said[0]
+    assert waited(monkeypatch, lambda t: 5, conf, application="app-6", started_ago_s=31)[1:] == ([said[0]], 0.0)
 
 
 def test_nothing_is_waited_for_where_all_registered_or_nothing_was_asked(monkeypatch):
