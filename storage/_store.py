@@ -38,6 +38,8 @@ _HDFS_SCHEMES = {"hdfs": "http", "webhdfs": "http", "swebhdfs": "https"}
 
 #: Largest file read whole where nothing recorded its size (a model named by a record written before records kept
 #: its size, a dataset shard or training partition): generous, and checked by the file's size before reading.
+#: How long a WebHDFS request waits for an answer once :meth:`Store.end_fast` was called (otherwise 60 s).
+END_FAST_ANSWER_S = 5.0
 UNRECORDED_FILE_MAX_BYTES = 4 << 30
 
 
@@ -172,6 +174,7 @@ class Store:
     retry_timeout_s : float
         How long transient failures are retried before :class:`StoreUnavailableError`.  An attribute: set
         lower (0, one attempt), it holds for the calls under way too, from their next failure on.
+        :meth:`end_fast` sets it to 0 and shortens the wait for a WebHDFS answer as well.
 
     Notes
     -----
@@ -185,6 +188,8 @@ class Store:
         self.url: str = self._parsed.url
         self.user = user
         self.retry_timeout_s = float(retry_timeout_s)
+        self.ending_fast = False  # see end_fast
+        self._answer_timeout_s = END_FAST_ANSWER_S
         self._backend: Any = None
         self._lock = threading.Lock()
         self._rng = random.Random()
@@ -228,7 +233,30 @@ class Store:
                     from ._webhdfs import WebHDFSBackend
 
                     self._backend = WebHDFSBackend(self._parsed.namenodes, self._parsed.root, user=self.user)
+                if self.ending_fast:
+                    self._end_fast_backend()
             return self._backend
+
+    def end_fast(self, answer_timeout_s: float = END_FAST_ANSWER_S) -> None:
+        """Try each call from now on once, and wait for a WebHDFS answer ``answer_timeout_s`` at most (calls already
+        sending keep their wait): for a process's last, optional writes after Ctrl-C or an outage, each of which
+        would otherwise wait out the store's retries and, on a cut link, the 60 s answer timeout.  Sets
+        :attr:`ending_fast`.
+
+        Parameters
+        ----------
+        answer_timeout_s : float
+            Seconds a WebHDFS request waits for the namenode's or datanode's answer (local stores: no effect).
+        """
+        self.retry_timeout_s = 0.0
+        self.ending_fast = True
+        self._answer_timeout_s = float(answer_timeout_s)
+        if self._backend is not None:
+            self._end_fast_backend()
+
+    def _end_fast_backend(self) -> None:
+        if self._parsed.kind != "local":
+            self._backend.answer_timeout_s = self._answer_timeout_s
 
     def _call(self, operation: str, fn: Callable[[Any], T]) -> T:
         return call_with_retry(

@@ -139,6 +139,15 @@ class WebHDFSBackend:
         self.client = _Client(self.namenodes, user=self.user, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
         self.replaces_atomically: bool | None = None  # None: not known until a rename over an existing file
 
+    @property
+    def answer_timeout_s(self) -> float:
+        """Seconds a request waits for an answer (``READ_TIMEOUT_S``; lowered by :meth:`storage.Store.end_fast`)."""
+        return self.client._timeout[1]
+
+    @answer_timeout_s.setter
+    def answer_timeout_s(self, seconds: float) -> None:
+        self.client._timeout = (CONNECT_TIMEOUT_S, float(seconds))  # hdfs.Client passes it to every request
+
     def _abs(self, path: str) -> str:
         return posixpath.join(self.root, path) if path else self.root
 

@@ -304,13 +304,18 @@ class _Held:
 
 def _end_fast_after_outage(store: storage.Store, lease: DriverLease, error: BaseException) -> None:
     """After ``error`` caused by the store staying down past its retry timeout (or a node's task reporting a
-    store failure), give each of the fit's last store calls (marking the run failed, releasing the lease,
-    removing its work folders) one attempt: each would wait out the outage again otherwise (30 s each by
-    default), and none is needed to resume the run.
+    store failure), or by Ctrl-C (a ``KeyboardInterrupt``), give each of the fit's last store calls (marking the
+    run failed, releasing the lease, removing its work folders) one attempt that waits a few seconds for an answer
+    (:meth:`storage.Store.end_fast`): each would wait out the outage again otherwise (30 s of retries each by
+    default, and 60 s for an answer on a cut link), and none is needed to resume the run.
 
-    Said in one warning, with what the calls that fail leave; each that fails is logged at debug level only
-    (``lease.store_failed``): its line repeated the store's error, which the fit's error says."""
-    failed = any(isinstance(link, (storage.StoreUnavailableError, StoreAccessError)) for link in error_chain(error))
+    After a store failure, said in one warning, with what the calls that fail leave; each that fails is logged
+    at debug level only (``lease.store_failed``): its line repeated the store's error, which the fit's error says.
+    """
+    chain = error_chain(error)
+    if any(isinstance(link, KeyboardInterrupt) for link in chain):
+        store.end_fast()
+    failed = any(isinstance(link, (storage.StoreUnavailableError, StoreAccessError)) for link in chain)
     if failed and not lease.store_failed:
         logger.warning("the fit of run %s ends after a store failure, trying each of its last writes to the store "
                        "%s once (marking the run failed, releasing its lease, removing its work folders); what they "
@@ -318,7 +323,7 @@ def _end_fast_after_outage(store: storage.Store, lease: DriverLease, error: Base
                        "lease over at once where this process has ended, else after lease_timeout_s, %.0f s)",
                        lease.run, store.url, lease.timeout_s)
         lease.store_failed = True
-        store.retry_timeout_s = 0.0
+        store.end_fast()
 
 
 @contextlib.contextmanager

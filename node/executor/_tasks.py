@@ -149,15 +149,16 @@ def run_training_task(encoded_task: bytes, start: Broadcast, partition: int,
 
 
 def _stop_after_store_failure(run: str) -> None:
-    """Stop this worker's node of ``run`` now, each of its last store calls one attempt: it cannot train on without
-    the store, and stopped as usual (its queued snapshots written, its registry entry marked gone) it would wait
-    out the outage again, in the driver's release job (:func:`release_run_task`)."""
+    """Stop this worker's node of ``run`` now, each of its last store calls one short attempt
+    (:meth:`storage.Store.end_fast`): it cannot train on without the store, and stopped as usual (its queued
+    snapshots written, its registry entry marked gone) it would wait out the outage again, in the driver's release
+    job (:func:`release_run_task`)."""
     with _registry_lock:
         node = _nodes.pop(run, None)
         _last_used.pop(run, None)
     if node is not None:
         if node.store is not None:
-            node.store.retry_timeout_s = 0.0
+            node.store.end_fast()
         node.stop()
 
 

@@ -48,6 +48,8 @@ logger = logging.getLogger(__name__)
 
 #: Longest pause between two looks at a lease being watched.
 MAX_WATCH_POLL_S = 1.0
+#: How long :meth:`DriverLease.release` waits for a renewal under way when the store is ending fast.
+END_FAST_RENEWAL_WAIT_S = 10.0
 
 
 class LeaseHeldError(TrainingError):
@@ -181,10 +183,21 @@ class DriverLease:
         return self._lost is not None
 
     def release(self) -> None:
-        """Stop renewing and say the run is free, unless it was lost (best effort)."""
+        """Stop renewing and say the run is free, unless it was lost (best effort).
+
+        When the store is ending fast (:meth:`storage.Store.end_fast`: Ctrl-C, an outage), a renewal under way is
+        waited for :data:`END_FAST_RENEWAL_WAIT_S` at most; one still sending then (a cut link) could land after
+        the release, so the lease is left as it is, for the next fit to take over."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(END_FAST_RENEWAL_WAIT_S if self.store.ending_fast else None)
+            if self._thread.is_alive():
+                logger.log(logging.DEBUG if self.store_failed else logging.WARNING,
+                           "run %s: the lease's renewal under way did not end within %.0f s; the lease is left "
+                           "as it is: the next fit takes it over (at once on this host once this process has "
+                           "ended, else after lease_timeout_s, %.0f s)", self.run, END_FAST_RENEWAL_WAIT_S,
+                           self.timeout_s)
+                return
         if self.generation == 0 or self.lost:
             return
         try:
@@ -193,8 +206,9 @@ class DriverLease:
                                self.generation)
         except storage.StoreError as error:
             logger.log(logging.DEBUG if self.store_failed else logging.WARNING,
-                       "run %s: could not release the lease (%s); the next fit takes it over after watching it "
-                       "for %.0f s", self.run, error, self.timeout_s)
+                       "run %s: could not release the lease (%s); the next fit takes it over (at once on this "
+                       "host once this process has ended, else after lease_timeout_s, %.0f s)", self.run, error,
+                       self.timeout_s)
 
     def __enter__(self) -> "DriverLease":
         self.acquire()

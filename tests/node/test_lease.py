@@ -336,6 +336,27 @@ def test_renewals_on_a_store_whose_rename_cannot_overwrite_never_leave_a_moment_
         assert store.backend.replaces_atomically is None  # nothing on the lease's path replaced a file
 
 
+def test_a_lease_released_as_the_store_ends_fast_leaves_a_renewal_still_sending_as_it_is_and_is_not_released(
+        tmp_path, monkeypatch):
+    # Ctrl-C with the namenode's link cut: the renewal under way would hold the release for its 60 s answer
+    # timeout, and, still sending, could land after a release; so the release is skipped, and the process ends.
+    server = WebHDFSServer(tmp_path / "hdfs").start()
+    try:
+        monkeypatch.setattr(node.run._lease, "END_FAST_RENEWAL_WAIT_S", 0.2)
+        store = storage.open_store(server.store_url("/s"))
+        lease = DriverLease(store, "r1", KEY, TIMEOUT_S)
+        lease.acquire()
+        server.faults.stall_answers(seconds=3.0)
+        deadline_poll(lambda: server.faults.requests_stalled >= 1, 10.0, "a renewal held back")
+        store.end_fast()
+        lease.release()
+        lease._thread.join()  # its call ends with the stall: the renewal lands after the release was skipped
+        after = storage.open_store(server.store_url("/s"))
+        assert not storage.LeaseFolder(after, "r1", KEY).view().released
+    finally:
+        server.stop()
+
+
 def test_a_store_outage_while_a_driver_holds_its_lease_is_ridden_out_and_never_read_as_another_holder(store_url,
                                                                                                      monkeypatch):
     store = storage.open_store(store_url)

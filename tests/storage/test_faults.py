@@ -135,3 +135,15 @@ def test_a_retry_budget_lowered_mid_call_ends_the_retries_at_the_next_failure():
     with pytest.raises(StoreUnavailableError, match=r"failed 3 time\(s\) .*\(retry_timeout_s=0\)"):
         call_with_retry(refused, operation="list 'runs'", url="hdfs://nowhere/x", retry_timeout_s=lambda: budget["s"])
     assert len(attempts) == 3
+
+
+def test_a_store_ending_fast_tries_once_and_waits_a_short_time_for_an_answer_a_cut_link_holds_back(webhdfs_server):
+    store = open_store(webhdfs_server.store_url("/store"), retry_timeout_s=30)
+    store.write_bytes("f", b"x")
+    webhdfs_server.faults.stall_answers(seconds=2.0)
+    assert store.read_bytes("f") == b"x"  # as it is: waits for the late answer (READ_TIMEOUT_S, 60 s)
+    store.end_fast(answer_timeout_s=0.2)
+    webhdfs_server.faults.stall_answers(seconds=2.0)
+    with pytest.raises(StoreUnavailableError, match=r"read_bytes 'f' failed 1 time\(s\).*timed out"):
+        store.read_bytes("f")
+    assert store.ending_fast and store.retry_timeout_s == 0.0

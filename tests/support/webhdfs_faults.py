@@ -22,6 +22,7 @@ class FaultInjector:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.requests_seen = 0
+        self.requests_stalled = 0
         self.faults_injected = 0
         self.clear()
 
@@ -29,6 +30,7 @@ class FaultInjector:
         """Turn every fault off (counters are kept)."""
         with self._lock:
             self._refuse_until = 0.0
+            self._stall_until = 0.0
             self._fail_count = 0
             self._fail_until = 0.0
             self._fail_status = 503
@@ -44,6 +46,12 @@ class FaultInjector:
         """For ``seconds``, close every connection without answering (as a crashed namenode)."""
         with self._lock:
             self._refuse_until = time.monotonic() + seconds
+
+    def stall_answers(self, seconds: float) -> None:
+        """For ``seconds``, hold every request unanswered, then answer it (as a namenode behind a cut link that
+        comes back); ``requests_stalled`` counts them."""
+        with self._lock:
+            self._stall_until = time.monotonic() + seconds
 
     def fail_requests(
         self, *, count: int | None = None, seconds: float | None = None, status: int | None = None,
@@ -89,6 +97,13 @@ class FaultInjector:
             refusing = time.monotonic() < self._refuse_until
             self.faults_injected += refusing
             return refusing
+
+    def _stall(self) -> None:
+        with self._lock:
+            seconds = self._stall_until - time.monotonic()
+            self.requests_stalled += seconds > 0
+        if seconds > 0:
+            time.sleep(seconds)
 
     def _take_failure(self) -> HTTPErrorAnswer | None:
         with self._lock:

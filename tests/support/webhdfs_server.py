@@ -20,6 +20,7 @@ Faults are switched on from tests through :attr:`WebHDFSServer.faults`::
 
     with WebHDFSServer(tmp_path) as server:
         server.faults.refuse_connections(seconds=1.0)       # drop every connection unanswered
+        server.faults.stall_answers(seconds=2.0)            # hold every answer back (a cut link), then answer
         server.faults.fail_requests(count=3)                # 503 Service Unavailable
         server.faults.fail_requests(seconds=2, exception="StandbyException")
         server.faults.cut_responses(count=1, after_bytes=100)   # OPEN body cut short
@@ -184,6 +185,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         faults = self.server.faults
+        faults._stall()
         if faults._refusing():
             self.close_connection = True  # hang up without a word
             return
