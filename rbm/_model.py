@@ -48,6 +48,8 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import zipfile
+import zlib
 from typing import Any, Callable, Mapping, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
@@ -414,8 +416,8 @@ def read_model_file(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray
         if archive:
             with np.load(path, allow_pickle=False) as data:
                 arrays = {name: data[name] for name in data.files}
-    except (OSError, ValueError) as error:
-        raise ValueError(f"cannot read model file {path!r}: {error}") from error
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as error:  # missing, cut short, damaged
+        raise ValueError(f"cannot read model file {path!r}: {type(error).__name__}: {error}") from error
     if not archive:
         raise ValueError(f"{path!r} is not a sparkdbn model file (not an .npz archive)")
     if SPEC_KEY not in arrays:

@@ -18,7 +18,7 @@ from ._labels import DEFAULT_MAX_CLASSES, encode_labels
 from ._outputs import check_output, write_parquet_safely
 from ._prepare import (Block, DataOptions, PreparedData, array_inputs, check_model_input, count_rows, feature_names,
                        filled_partitions, prepare_training_data)
-from ._spark_reads import check_staged_shards
+from ._spark_reads import check_staged_shards, open_staged_dataset
 from ._stage_input import apply_scaling, input_format, stage_input
 from ._staged_frame import read_staged_frame
 from ._staging import RECIPE_IMAGES, RECIPES, stage_dataframe, stage_recipe
@@ -27,6 +27,6 @@ __all__ = ["feature_column_kind", "features_from_arrow", "is_dataframe", "is_rdd
            "BLOCK_NAMES", "BlockSink", "decode_block", "encode_block", "store_block", "grouped_labels",
            "id_like_labels", "DEFAULT_MAX_CLASSES", "encode_labels", "check_output", "write_parquet_safely",
            "Block", "DataOptions", "PreparedData", "array_inputs", "check_model_input", "check_staged_shards",
-           "count_rows", "feature_names", "filled_partitions", "prepare_training_data", "apply_scaling",
-           "input_format", "stage_input", "read_staged_frame", "RECIPE_IMAGES", "RECIPES", "stage_dataframe",
-           "stage_recipe"]
+           "count_rows", "feature_names", "filled_partitions", "open_staged_dataset", "prepare_training_data",
+           "apply_scaling", "input_format", "stage_input", "read_staged_frame", "RECIPE_IMAGES", "RECIPES",
+           "stage_dataframe", "stage_recipe"]

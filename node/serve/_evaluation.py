@@ -18,8 +18,11 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.types import BooleanType, NumericType, StringType
 
+import storage
+
 from .._errors import InputDataError
-from ..data import array_inputs, feature_column_kind, features_from_arrow, is_dataframe, is_rdd, labels_from_arrow
+from ..data import (array_inputs, check_staged_shards, feature_column_kind, features_from_arrow, is_dataframe,
+                    is_rdd, labels_from_arrow, open_staged_dataset, read_staged_frame)
 from ..driver import get_spark_session
 from ._classes import model_classes
 from ._inference import (
@@ -257,11 +260,14 @@ def evaluate(
     Parameters
     ----------
     model : trained rbm.DBN / rbm.ConvNet (``save``, ``predict_proba``, ``classes_``)
-    data : (X, y) tuple of numpy arrays, RDD of ``(features, label)``, or DataFrame
-        ``X`` of shape (n_samples, n_features) (or the model's input shape), ``y`` of shape
-        (n_samples,).  RDD features may be arrays, lists or ml Vectors.  A DataFrame holds
+    data : (X, y) tuple, RDD of ``(features, label)``, DataFrame, or a staged dataset (URL or ``storage.Dataset``)
+        The data as :meth:`node.Trainer.fit` takes it.  ``X`` of shape (n_samples, n_features) (or the
+        model's input shape; a numpy array, a list, a pandas DataFrame or a scipy sparse matrix), ``y`` of
+        shape (n_samples,).  RDD features may be arrays, lists or ml Vectors.  A DataFrame holds
         ``features_col`` (array or ml Vector) and ``label_col`` (integer or whole double; strings
-        for a model fitted on string labels).
+        for a model fitted on string labels).  A staged dataset (``sparkdbn stage``, ``node.stage_*``) must
+        be labelled; its shards are read on the executors, and its rows are as staged (scaled already where
+        it was staged with ``--scale``: give no ``scaling``).
     spark : SparkSession, optional
         Used for numpy input; defaults to the active session (or a new local one).
     features_col : str
@@ -294,17 +300,20 @@ def evaluate(
 
     try:
         if isinstance(data, tuple) and len(data) == 2:
-            X, y = np.asarray(data[0]), data[1]
+            X, y = array_inputs(*data)  # as fit takes them: a list, pandas, a scipy sparse matrix
+            X = np.asarray(X)
             data = (scaled_features(X.reshape(len(X), -1), scaling).reshape(X.shape) if scaling else X, y)
             counts = _evaluate_arrays(model, payload, data, spark, batch_size, num_partitions, classes)
+        elif isinstance(data, (str, storage.Dataset)):
+            frame = _staged_frame(data, spark, scaling)
+            counts = _evaluate_dataframe(model, payload, frame, "features", "label", batch_size, classes, None)
         elif is_dataframe(data):
             counts = _evaluate_dataframe(model, payload, data, features_col, label_col, batch_size, classes, scaling)
         elif is_rdd(data):
             counts = _evaluate_rdd(model, payload, data, batch_size, classes, scaling)
         else:
-            raise InputDataError(
-                f"evaluate() takes (X, y) numpy arrays, an RDD of (features, label) or a DataFrame, not {type(data).__name__}"
-            )
+            raise InputDataError(f"evaluate() takes (X, y) arrays, an RDD of (features, label), a DataFrame or a "
+                                 f"staged dataset (its URL or storage.Dataset), not {type(data).__name__}")
     except InputDataError:
         raise
     except Exception as error:  # a failed Spark job: surface an executor's input error plainly, else re-raise
@@ -321,6 +330,19 @@ def evaluate(
     report = ClassificationReport.from_confusion_matrix(labels, matrix)
     log.info("evaluated %d samples: accuracy %.4f", report.n_samples, report.accuracy)
     return report
+
+
+def _staged_frame(data: "str | storage.Dataset", spark: Any, scaling: dict | None) -> Any:
+    """A labelled staged dataset's rows as a DataFrame (``features``, ``label``), read on the executors."""
+    dataset = data if isinstance(data, storage.Dataset) else open_staged_dataset(data, retry_timeout_s=30.0)
+    if scaling:
+        raise InputDataError(f"dataset {dataset.url}: its rows are as staged (scaled already where it was staged "
+                             "with --scale); give scaling only with rows of your own")
+    if not dataset.meta.get("label_column"):
+        raise InputDataError(f"dataset {dataset.url} holds no labels: evaluate needs them (stage it with its label "
+                             "column, or predict on it)")
+    check_staged_shards(dataset)
+    return read_staged_frame(_session(spark), dataset)
 
 
 class _PartitionOutcome:

@@ -163,6 +163,28 @@ def test_evaluation_takes_string_labels_from_a_pandas_frame_as_fit_does(spark, d
 
 
 @pytest.mark.slow
+def test_evaluation_takes_the_data_as_fit_does_a_sparse_matrix_and_a_staged_dataset(spark, model, digits, tmp_path):
+    import scipy.sparse
+
+    import storage
+
+    sparse = evaluate(model, (scipy.sparse.csr_matrix(digits.X_test), digits.y_test), spark=spark)
+    _assert_matches_single_machine(sparse, model, digits.X_test, digits.y_test)
+    url = str(tmp_path / "store" / "datasets" / "test")
+    storage.stage_arrays(url, digits.X_test, digits.y_test, shards=3)
+    for data in (url, storage.open_dataset(url)):
+        report = evaluate(model, data, spark=spark, batch_size=40)
+        _assert_matches_single_machine(report, model, digits.X_test, digits.y_test)
+    with pytest.raises(InputDataError, match="its rows are as staged"):
+        evaluate(model, url, spark=spark, scaling={"kind": "minmax", "low": [0.0], "high": [1.0]})
+    storage.stage_arrays(url + "-unlabelled", digits.X_test, shards=2)
+    with pytest.raises(InputDataError, match="holds no labels: evaluate needs them"):
+        evaluate(model, url + "-unlabelled", spark=spark)
+    with pytest.raises(InputDataError, match="cannot be opened"):
+        evaluate(model, url + "-nothing-there", spark=spark)
+
+
+@pytest.mark.slow
 def test_evaluation_of_an_rdd_of_pairs_equals_the_single_machine_model(spark, model, digits):
     from pyspark.ml.linalg import Vectors
 

@@ -222,6 +222,19 @@ def test_a_model_file_lacking_any_array_is_refused_naming_the_file_not_filled_in
             load_model(tmp_path / "cut.npz")
 
 
+def test_a_model_file_cut_short_or_damaged_is_a_value_error_naming_the_file(digits, tmp_path):
+    X, y, _ = digits
+    fit(MODELS["dbn"](), X, y).save(tmp_path / "model.npz")
+    whole = (tmp_path / "model.npz").read_bytes()
+    damaged = bytearray(whole)
+    damaged[len(whole) // 3: len(whole) // 3 + 64] = bytes(64)  # inside the archive's members
+    cases = {"half.npz": whole[: len(whole) // 2], "tail-gone.npz": whole[:-10], "damaged.npz": bytes(damaged)}
+    for name, content in cases.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ValueError, match=f"model file '.*{name}'"):
+            load_model(tmp_path / name)
+
+
 @pytest.mark.parametrize("kind", MODELS)
 def test_each_model_class_loads_its_own_kind_exactly_and_refuses_another_kinds_file(kind, digits, tmp_path):
     X, y, X_test = digits
