@@ -159,12 +159,15 @@ class RunStore:
         if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
             raise ValueError(f"a record's generation must be an int >= 0, got {generation!r}")
         seq = self._next_seq(generation)
+        # Taken before the write: a write cut short after its create (Ctrl-C, SIGTERM) may have landed, and its
+        # name used again would refuse the next write (a record left "running" after a Ctrl-C).  A gap is harmless.
+        self._seq[generation] = seq + 1
         path = join(self.prefix, "record", f"{generation:08d}-{seq:08d}.json")
         data = sign_json(self._key, record, _RECORD_PURPOSE, self.run, generation, seq)
         if not self.store.create_exclusive(path, data) and not self._holds(path, data):
+            self._seq[generation] = seq  # another writer's: each later write of this one stops here too
             raise StoreError(f"{self.store.url}/{path} was written by another writer of lease generation "
                              f"{generation}; this one stops")
-        self._seq[generation] = seq + 1
         written = self._written.setdefault(generation, [])
         written.append(path)
         while len(written) > RECORDS_KEPT:

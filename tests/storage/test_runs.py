@@ -36,6 +36,36 @@ def test_each_record_write_creates_a_file_of_its_generation_and_the_writer_keeps
     assert store.list("runs/r1/record")[-1] == "00000003-00000004.json"
 
 
+def test_a_record_write_cut_short_after_its_file_was_created_leaves_the_next_write_its_own_name(store,
+                                                                                                 monkeypatch):
+    # Ctrl-C between the create and the writer's count: the next write ("failed") took the same name and was
+    # refused as another writer's, leaving the record "running".
+    runs = RunStore(store, "r1", KEY)
+    runs.write_record({"status": "running", "epoch": 1}, generation=2)
+    create = store.create_exclusive
+
+    def created_then_interrupted(path, data):
+        create(path, data)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as cut:
+        cut.setattr(store, "create_exclusive", created_then_interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            runs.write_record({"status": "running", "epoch": 2}, generation=2)
+    runs.write_record({"status": "failed"}, generation=2)
+    assert RunStore(store, "r1", KEY).read_record() == {"status": "failed"}
+
+
+def test_a_record_name_another_writer_of_the_generation_took_stops_this_writer_at_every_later_write(store):
+    runs, other = RunStore(store, "r1", KEY), RunStore(store, "r1", KEY)
+    runs.write_record({"by": "runs"}, generation=2)
+    other.write_record({"by": "other"}, generation=2)  # it continues after what is stored: seq 1
+    for _ in range(2):
+        with pytest.raises(StoreError, match="written by another writer of lease generation 2"):
+            runs.write_record({"by": "runs again"}, generation=2)
+    assert RunStore(store, "r1", KEY).read_record() == {"by": "other"}
+
+
 def test_the_newest_generation_wins_whatever_an_older_one_writes_later(store):
     older, newer = RunStore(store, "r1", KEY), RunStore(store, "r1", KEY)
     older.write_record({"by": "generation 1", "status": "running"}, generation=1)
