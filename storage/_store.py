@@ -38,9 +38,9 @@ _HDFS_SCHEMES = {"hdfs": "http", "webhdfs": "http", "swebhdfs": "https"}
 
 #: Largest file read whole where nothing recorded its size (a model named by a record written before records kept
 #: its size, a dataset shard or training partition): generous, and checked by the file's size before reading.
+UNRECORDED_FILE_MAX_BYTES = 4 << 30
 #: How long a WebHDFS request waits for an answer once :meth:`Store.end_fast` was called (otherwise 60 s).
 END_FAST_ANSWER_S = 5.0
-UNRECORDED_FILE_MAX_BYTES = 4 << 30
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,8 @@ from ..data import Block
 from ..run import claims_folder
 from ._protocols import ModeNode
 
-__all__ = ["LATE_START_S", "PartitionQueue", "claimed_partitions", "stop_epoch", "trained_by_lost_attempts", "untrained_partitions_error"]
+__all__ = ["LATE_START_S", "PartitionQueue", "claimed_partitions", "stop_epoch", "trained_by_lost_attempts",
+           "untrained_partitions_error"]
 
 logger = logging.getLogger(__name__)
 
