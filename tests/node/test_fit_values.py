@@ -2,6 +2,7 @@
 lease is held, and its watch says what the record should say instead of writing into it."""
 
 import dataclasses
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -125,7 +126,10 @@ def test_a_fit_counts_its_nodes_after_waiting_for_the_slots_the_session_asked_fo
     monkeypatch.setattr(_slots, "asked_task_slots", lambda master, conf: 2)
     registered = iter([1, 1, 1, 2])
     monkeypatch.setattr(_slots, "task_slots", lambda sc: next(registered, 2))
-    conf = {**dict(spark.sparkContext.getConf().getAll()), "spark.scheduler.maxRegisteredResourcesWaitingTime": "20s"}
+    # The wait counts from the application's start: the suite's session started a while ago.
+    wait_s = time.time() - spark.sparkContext.startTime / 1000 + 20
+    conf = {**dict(spark.sparkContext.getConf().getAll()),
+            "spark.scheduler.maxRegisteredResourcesWaitingTime": f"{wait_s:.0f}s"}
     settings = TrainingSettings(run_id="slots", epochs={"rbm": 1}, progress=False, log_dir=None)
     fit = Fit(settings, spark, store_url=store_url, model=small_rbm(), data=digits.X_train[:ROWS], key=KEY,
               spark_conf=conf)
