@@ -133,7 +133,7 @@ class Fit:
         held = _Held()
         try:
             # A second driver of the run is refused here, before any work.
-            with lease, _ending_fast_after_outage(store, lease):
+            with lease, _ending_fast(store, lease):
                 previous = self._earlier_record(runs)
                 # Earlier fits' claims and stored partitions (node.run._work_folders), before this fit stores its own.
                 remove_work_folders(store, self.run_id)
@@ -243,7 +243,7 @@ class Fit:
                              history=self.history, on_epoch=self.on_epoch).run()
         except BaseException as error:
             # Marking the run failed: one attempt, not another retry timeout.
-            _end_fast_after_outage(store, lease, error)
+            _end_fast(store, lease, error)
             fail(error, record=record, lease=lease, run_id=self.run_id)
             raise
 
@@ -302,7 +302,7 @@ class _Held:
     watch: RunWatch | None = None
 
 
-def _end_fast_after_outage(store: storage.Store, lease: DriverLease, error: BaseException) -> None:
+def _end_fast(store: storage.Store, lease: DriverLease, error: BaseException) -> None:
     """After ``error`` caused by the store staying down past its retry timeout (or a node's task reporting a
     store failure), or by Ctrl-C (a ``KeyboardInterrupt``), give each of the fit's last store calls (marking the
     run failed, releasing the lease, removing its work folders) one attempt that waits a few seconds for an answer
@@ -327,12 +327,12 @@ def _end_fast_after_outage(store: storage.Store, lease: DriverLease, error: Base
 
 
 @contextlib.contextmanager
-def _ending_fast_after_outage(store: storage.Store, lease: DriverLease) -> Iterator[None]:
-    """:func:`_end_fast_after_outage` for an error raised inside (before the lease, entered first, is released)."""
+def _ending_fast(store: storage.Store, lease: DriverLease) -> Iterator[None]:
+    """:func:`_end_fast` for an error raised inside (before the lease, entered first, is released)."""
     try:
         yield
     except BaseException as error:
-        _end_fast_after_outage(store, lease, error)
+        _end_fast(store, lease, error)
         raise
 
 

@@ -300,7 +300,7 @@ def evaluate(
 
     try:
         if isinstance(data, tuple) and len(data) == 2:
-            X, y = array_inputs(*data)  # as fit takes them: a list, pandas, a scipy sparse matrix
+            X, y = array_inputs(*data)  # as fit takes them: a list, pandas (strings as strings), scipy sparse
             X = np.asarray(X)
             data = (scaled_features(X.reshape(len(X), -1), scaling).reshape(X.shape) if scaling else X, y)
             counts = _evaluate_arrays(model, payload, data, spark, batch_size, num_partitions, classes)
@@ -382,8 +382,7 @@ def _merge_counts(parts: Iterable[Counter | str]) -> Counter:
 
 def _evaluate_arrays(model: Any, payload: bytes, data: tuple, spark: Any, batch_size: int, num_partitions: int | None,
                      classes: np.ndarray) -> Counter:
-    X, y = array_inputs(data[0], data[1])  # as fit takes them: a pandas column of strings as strings
-    X = np.asarray(X)
+    X, y = data  # numpy arrays: evaluate read them as fit does (array_inputs)
     if len(X) != len(y):
         raise InputDataError(f"X has {len(X)} rows but y has {len(y)} labels")
     if len(X) == 0:

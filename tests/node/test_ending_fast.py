@@ -11,13 +11,13 @@ from types import SimpleNamespace
 import pytest
 
 import storage
-from node.driver._fit import _end_fast_after_outage
+from node.driver._fit import _end_fast
 
 
 def ended(error: BaseException, tmp_path) -> tuple[storage.Store, SimpleNamespace]:
     store = storage.open_store(str(tmp_path / "store"), retry_timeout_s=30)
     lease = SimpleNamespace(store_failed=False, run="r1", timeout_s=60.0)
-    _end_fast_after_outage(store, lease, error)
+    _end_fast(store, lease, error)
     return store, lease
 
 
